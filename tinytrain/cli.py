@@ -1,0 +1,153 @@
+"""The ``tinytrain`` command line (design.md §5a). Errors become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain import __version__
+from tinytrain.errors import TinyTrainError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + message
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _load(path: str):
+    from tinytrain.frontends import load_model
+
+    return load_model(path)
+
+
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from tinytrain.inspect import describe
+
+    print(describe(_load(args.model)))
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from tinytrain.simulator import external_input_dtype, forward, to_external, to_internal
+
+    graph = _load(args.model)
+    try:
+        x = np.load(args.input, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read input {args.input}: {e}; give a .npy array") from None
+    t = graph.tensors[graph.inputs[0]]
+    want = external_input_dtype(graph)
+    if x.dtype != want or x.ndim != len(t.shape) or x.shape[1:] != t.shape[1:]:
+        raise UsageError(f"input {args.input} is {x.dtype} {x.shape}; the model takes {want} "
+                         f"(N,{','.join(map(str, t.shape[1:]))}), quantized, NHWC")
+    y = forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]]
+    _atomic_save_npy(Path(args.output), to_external(graph, y))
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    from tinytrain.memory.report import check_budget, plan_forward
+    from tinytrain.memory.text import report_text
+    from tinytrain.sizes import parse_size
+
+    sram, flash = parse_size(args.sram), parse_size(args.flash)
+    graph = _load(args.model)
+    report = plan_forward(graph, sram, flash, planner=args.planner)
+    check_budget(report, graph)
+    out = Path(args.output)
+    text = report_text(report, graph)
+    with _atomic_dir(out) as tmp:
+        (tmp / "report.json").write_text(json.dumps({"tinytrain_version": __version__, "model": graph.name,
+                                                     "model_sha256": graph.source_sha256, **report.to_json()},
+                                                    indent=1) + "\n")
+        (tmp / "report.txt").write_text(text + "\n")
+    print(text)
+    print(f"wrote {out}/report.json")
+
+
+def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+
+
+class _atomic_dir:
+    """Build an output folder next to its destination and move it into place only on success."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+
+    def __enter__(self) -> Path:
+        parent = self.dest.resolve().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", dir=parent))
+        except OSError as e:
+            raise UsageError(f"cannot create {self.dest}: {e.strerror}") from None
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        if self.dest.exists():
+            shutil.rmtree(self.dest)
+        os.replace(self.tmp, self.dest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tinytrain", description="Compile int8 MobileNets for on-device training on microcontrollers.")
+    p.add_argument("--version", action="version", version=f"tinytrain {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("inspect", help="ops, shapes, quantization, params, MACs, memory estimate")
+    s.add_argument("model")
+    s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("run", help="int8 forward pass of a quantized input batch (.npy, NHWC)")
+    s.add_argument("model")
+    s.add_argument("--input", required=True, help="X.npy: quantized input batch in the model's input dtype")
+    s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("compile", help="plan memory against the budgets and write the project folder")
+    s.add_argument("model")
+    s.add_argument("--sram", default="256k", help="SRAM budget, e.g. 256k, 256KB, 262144 (default 256k)")
+    s.add_argument("--flash", default="1m", help="flash budget (default 1m)")
+    s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
+    s.add_argument("-o", "--output", required=True, help="output folder")
+    s.set_defaults(func=cmd_compile)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        args.func(args)
+    except TinyTrainError as e:
+        print(f"tinytrain: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tinytrain: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug, not the user's fault: still one line, traceback on request
+        if os.environ.get("TINYTRAIN_DEBUG"):
+            raise
+        print(f"tinytrain: internal error: {type(e).__name__}: {e} "
+              "(set TINYTRAIN_DEBUG=1 for a traceback and please report it)", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

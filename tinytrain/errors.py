@@ -1,0 +1,21 @@
+"""Errors a user can hit. The CLI turns each into one line on stderr and exit code 2."""
+
+
+class TinyTrainError(Exception):
+    """Base class: the message says what is wrong and what to do."""
+
+
+class ModelError(TinyTrainError):
+    """The model file is malformed or inconsistent (truncated, bad quantization, cycle, ...)."""
+
+
+class UnsupportedModelError(TinyTrainError):
+    """The model is valid but uses something tinytrain does not support (op, dtype, dynamic shape, ...)."""
+
+
+class UsageError(TinyTrainError):
+    """Bad command-line arguments or input files."""
+
+
+class BudgetError(TinyTrainError):
+    """The model or plan does not fit the SRAM / flash budget."""

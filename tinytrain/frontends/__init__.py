@@ -1,0 +1,27 @@
+"""Model importers. ``load_model`` picks the frontend from the file's contents, not its name."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from tinytrain.errors import ModelError, UsageError
+from tinytrain.ir import Graph
+
+
+def load_model(path: str | Path) -> Graph:
+    """Read an int8 ONNX (QDQ or QOperator) or int8/uint8 TFLite model into the IR."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file; give the path of an .onnx or .tflite model")
+    data = path.read_bytes()
+    if len(data) < 8:
+        raise ModelError(f"{path}: file is too short to be a model ({len(data)} bytes)")
+    sha = hashlib.sha256(data).hexdigest()
+    if data[4:8] == b"TFL3":
+        from tinytrain.frontends.tflite import graph_from_tflite
+
+        return graph_from_tflite(data, name=path.stem, sha256=sha)
+    from tinytrain.frontends.onnx import graph_from_onnx
+
+    return graph_from_onnx(data, name=path.stem, sha256=sha)

@@ -1,0 +1,57 @@
+"""``tinytrain inspect``: a readable table of a model's ops, shapes, quantization, params and MACs."""
+
+from __future__ import annotations
+
+from tinytrain.ir import Graph, Tensor
+from tinytrain.memory.report import plan_forward
+from tinytrain.ops import get_op
+from tinytrain.sizes import format_size
+
+
+def _quant(t: Tensor) -> str:
+    q = t.quant
+    if q is None:
+        return "-"
+    if q.per_channel:
+        return f"per-channel x{len(q.scale)} (axis {q.axis})"
+    return f"s={q.s:.6g} zp={q.zp}"
+
+
+def node_params(graph: Graph, node) -> int:
+    return sum(graph.tensors[i].size for i in node.inputs if i and graph.tensors[i].is_constant)
+
+
+def node_macs(graph: Graph, node) -> int:
+    ins = [graph.tensors[i] if i else None for i in node.inputs]
+    outs = [graph.tensors[o] for o in node.outputs]
+    return get_op(node.op).macs(node.attrs, ins, outs)
+
+
+def describe(graph: Graph) -> str:
+    rows = [("#", "op", "output shape", "params", "MACs", "output quant", "name")]
+    for k, node in enumerate(graph.nodes):
+        out = graph.tensors[node.outputs[0]]
+        rows.append((str(k), node.op, "x".join(map(str, out.shape)), f"{node_params(graph, node):,}",
+                     f"{node_macs(graph, node):,}", _quant(out), node.name))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"model {graph.name}  sha256 {graph.source_sha256[:16]}…" + ("  (uint8 model, run as int8)" if graph.uint8_io else "")]
+    for name in graph.inputs:
+        t = graph.tensors[name]
+        lines.append(f"input  {name}: {t.dtype.value} {t.shape} {_quant(t)}")
+    for name in graph.outputs:
+        t = graph.tensors[name]
+        lines.append(f"output {name}: {t.dtype.value} {t.shape} {_quant(t)}")
+    lines.append("")
+    for r in rows:
+        lines.append("  ".join(c.rjust(w) if i in (0, 3, 4) else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    params = sum(t.size for t in graph.constants())
+    macs = sum(node_macs(graph, n) for n in graph.nodes)
+    report = plan_forward(graph, sram_budget=1 << 40, flash_budget=1 << 40)
+    peak = graph.nodes[report.peak_step]
+    lines += [
+        "",
+        f"ops {len(graph.nodes)}   params {params:,}   MACs {macs:,}   weights+biases {format_size(report.flash_bytes)}",
+        f"int8 inference peak memory (activation arena, batch 1): {format_size(report.arena_bytes)} "
+        f"(largest live set {format_size(report.max_live_bytes)} at step {report.peak_step}, {peak.op} {peak.name})",
+    ]
+    return "\n".join(lines)

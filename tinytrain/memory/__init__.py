@@ -1,0 +1,1 @@
+"""Memory planning: buffer lifetimes over a schedule, arena planners, SRAM / flash accounting."""

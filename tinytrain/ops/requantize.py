@@ -1,0 +1,27 @@
+"""int8 -> int8 with another scale / zero point (TFLite QUANTIZE on an int8 input)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinytrain.ops import OpDef, no_macs
+from tinytrain.quant import Requant, requantize
+
+
+@dataclass(frozen=True)
+class RequantizeAttrs:
+    requant: Requant
+
+
+def infer_shapes(a: RequantizeAttrs, ins) -> list[tuple[int, ...]]:
+    return [ins[0].shape]
+
+
+def reference(a: RequantizeAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    acc = arrays[0].astype(np.int64) - ins[0].quant.zp
+    return [requantize(acc, a.requant, outs[0].quant.zp, -128, 127)]
+
+
+OP = OpDef("requantize", RequantizeAttrs, infer_shapes, reference, no_macs)
