@@ -1,0 +1,73 @@
+"""Fixed-point helpers against a scalar transcription of the TFLite / gemmlowp C code."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from tinytrain.quant import (INT32_MAX, INT32_MIN, activation_range, multiply_by_quantized_multiplier,
+                             quantize_multiplier, rounding_divide_by_pot, srdhm)
+
+int32 = st.integers(INT32_MIN, INT32_MAX)
+
+
+def c_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def srdhm_scalar(a: int, b: int) -> int:
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    return c_div(ab + nudge, 1 << 31)
+
+
+def rdbpot_scalar(x: int, e: int) -> int:
+    mask = (1 << e) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> e) + (1 if remainder > threshold else 0)
+
+
+@settings(derandomize=True, max_examples=300)
+@given(int32, int32)
+def test_srdhm_matches_c(a, b):
+    assert int(srdhm(a, b)) == srdhm_scalar(a, b)
+
+
+@settings(derandomize=True, max_examples=300)
+@given(int32, st.integers(0, 31))
+def test_rounding_divide_by_pot_matches_c(x, e):
+    assert int(rounding_divide_by_pot(x, e)) == rdbpot_scalar(x, e)
+
+
+@settings(derandomize=True, max_examples=300)
+@given(st.integers(-(1 << 20), 1 << 20), st.floats(1e-6, 0.99))
+def test_requantization_approximates_real_multiplication(acc, real):
+    m, shift = quantize_multiplier(real)
+    got = int(multiply_by_quantized_multiplier(acc, m, shift))
+    assert abs(got - acc * real) <= 1 + 1e-6 * abs(acc)  # double rounding, as in TFLite
+    expected = rdbpot_scalar(srdhm_scalar(acc << max(shift, 0), m), max(-shift, 0))
+    assert got == expected
+
+
+def test_quantize_multiplier_known_values():
+    assert quantize_multiplier(0.5) == (1 << 30, 0)
+    assert quantize_multiplier(1.0) == (1 << 30, 1)
+    assert quantize_multiplier(0.25) == (1 << 30, -1)
+    assert quantize_multiplier(0.0) == (0, 0)
+    m, s = quantize_multiplier(0.1)
+    assert abs(m * 2.0 ** (s - 31) - 0.1) < 1e-9
+
+
+def test_vectorized_helpers_broadcast_per_channel():
+    acc = np.array([[1000, -1000], [12345, -12345]])
+    m = np.array([quantize_multiplier(0.1)[0], quantize_multiplier(0.01)[0]])
+    s = np.array([quantize_multiplier(0.1)[1], quantize_multiplier(0.01)[1]])
+    got = multiply_by_quantized_multiplier(acc, m, s)
+    assert got.tolist() == [[100, -10], [1235, -123]]
+
+
+def test_activation_range():
+    assert activation_range(-128, 0.05, 0.0, None) == (-128, 127)
+    assert activation_range(-10, 0.05, 0.0, 6.0) == (-10, 110)
