@@ -1,0 +1,79 @@
+"""Dataset loaders and the model-derived input pipeline, checked against hand computations."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tinytrain.data import load_dataset, model_inputs, stratified_split
+from tinytrain.errors import UsageError
+from tinytrain.ir import DType, Graph, QuantParams, Role, Tensor
+
+from conftest import shared_file
+
+
+def input_graph(h, w, c, scale, zp):
+    """A graph that is only an input: enough for the input pipeline."""
+    t = Tensor("x", (1, h, w, c), DType.INT8, Role.INPUT, QuantParams.per_tensor(scale, zp))
+    return Graph("g", {"x": t}, (), ("x",), ("x",))
+
+
+def test_vww_npz_pixels_become_pixel_minus_128():
+    ds = load_dataset(shared_file("data/vww96/vww96_dev800.npz"))
+    assert len(ds) == 800 and ds.x.shape == (800, 96, 96, 3) and set(np.unique(ds.y)) == {0, 1}
+    q = model_inputs(input_graph(96, 96, 3, 1 / 255, -128), ds.x[:4])
+    for n, y, x, c in [(0, 0, 0, 0), (1, 50, 17, 2), (3, 95, 95, 1)]:
+        assert int(q[n, y, x, c]) == int(ds.x[n, y, x, c]) - 128
+
+
+def test_grayscale_model_gets_luma_and_tf1_scale():
+    x = np.zeros((1, 2, 2, 3), np.uint8)
+    x[0, 0, 0] = (200, 100, 50)  # luma 0.299*200 + 0.587*100 + 0.114*50 = 124.2 -> 124
+    q = model_inputs(input_graph(2, 2, 1, 1 / 128, 0), x)  # TF1 uint8 style: real = (p - 128) / 128
+    assert q.shape == (1, 2, 2, 1)
+    assert int(q[0, 0, 0, 0]) == 124 - 128 and int(q[0, 1, 1, 0]) == -128
+
+
+def test_other_input_quantization_uses_pixel_over_255():
+    x = np.array([[[[0], [255]], [[128], [64]]]], np.uint8)
+    q = model_inputs(input_graph(2, 2, 1, 0.01, 5), x)
+    # real = p / 255; q = clamp(round(real / 0.01) + 5)
+    assert q.ravel().tolist() == [5, 105, round(128 / 255 / 0.01) + 5, round(64 / 255 / 0.01) + 5]
+
+
+def test_image_folder_and_resize(tmp_path):
+    for cls, value in (("cat", 10), ("dog", 250)):
+        (tmp_path / cls).mkdir()
+        for i in range(3):
+            Image.fromarray(np.full((8, 8, 3), value + i, np.uint8)).save(tmp_path / cls / f"{i}.png")
+    ds = load_dataset(tmp_path)
+    assert ds.classes == ("cat", "dog") and ds.y.tolist() == [0, 0, 0, 1, 1, 1]
+    q = model_inputs(input_graph(4, 4, 3, 1 / 255, -128), ds.x)
+    assert q.shape == (6, 4, 4, 3)
+    assert int(q[4, 2, 1, 0]) == 251 - 128  # constant images survive bilinear resizing exactly
+    assert load_dataset(tmp_path) is ds  # decoded once per process
+
+
+def test_lfw_builtin():
+    ds = load_dataset("lfw")
+    assert len(ds) == 200 and ds.y.sum() == 100 and ds.x.dtype == np.uint8
+    q = model_inputs(input_graph(32, 32, 3, 1 / 255, -128), ds.x[:2])
+    assert q.shape == (2, 32, 32, 3) and (q[..., 0] == q[..., 2]).all()
+
+
+def test_stratified_split_is_deterministic_and_balanced():
+    y = np.r_[np.zeros(60, int), np.ones(40, int)]
+    train, test = stratified_split(y, 0.25, seed=3)
+    assert len(test) == 25 and (y[test] == 1).sum() == 10
+    assert not set(train) & set(test)
+    assert np.array_equal(stratified_split(y, 0.25, seed=3)[1], test)
+
+
+def test_bad_datasets(tmp_path):
+    with pytest.raises(UsageError):
+        load_dataset(tmp_path / "missing.npz")
+    np.savez(tmp_path / "bad.npz", images=np.zeros(3))
+    with pytest.raises(UsageError, match="needs arrays 'x'"):
+        load_dataset(tmp_path / "bad.npz")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no images"):
+        load_dataset(tmp_path / "empty")

@@ -1,0 +1,172 @@
+"""Datasets for fine-tuning and evaluation, and the model-derived input pipeline (design.md §5a DATA).
+
+A dataset is uint8 images (N,H,W,C) with integer labels, read from
+- an ``.npz`` with ``x`` (N,H,W,C) uint8 and ``y`` (N,) integer labels,
+- a folder with one sub-folder of images (PNG/JPEG/BMP) per class (labels in sorted folder order),
+- ``lfw`` — scikit-image's ``lfw_subset`` (100 faces = 1, 100 non-faces = 0), the built-in VWW-style
+  demo set that needs nothing from outside the installed packages.
+
+``model_inputs`` resizes (bilinear), converts channels and quantizes to the model's int8 input.
+Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0) or
+(pixel-128)/128 (a span of 2.0, TF1 style); q = clamp(round(real / s) + zp), which is pixel - 128
+for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain.errors import UsageError
+from tinytrain.ir import Graph
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+LUMA = np.array([0.299, 0.587, 0.114])
+
+
+@dataclass(frozen=True)
+class Dataset:
+    x: np.ndarray = field(repr=False)  # (N,H,W,C) uint8
+    y: np.ndarray = field(repr=False)  # (N,) int64
+    classes: tuple[str, ...]
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def subset(self, idx: np.ndarray) -> Dataset:
+        return Dataset(self.x[idx], self.y[idx], self.classes, self.source)
+
+
+def load_dataset(spec: str | Path) -> Dataset:
+    """Read a dataset from an .npz, a class-folder tree, or the built-in name ``lfw``."""
+    if str(spec) == "lfw":
+        return _load_lfw()
+    path = Path(spec)
+    if path.is_dir():
+        return _load_folder(path)
+    if path.is_file():
+        return _load_npz(path)
+    raise UsageError(f"dataset {spec}: no such file or folder; give an .npz, a folder of class folders, or 'lfw'")
+
+
+def _load_npz(path: Path) -> Dataset:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            x, y = f["x"], f["y"]
+    except KeyError:
+        raise UsageError(f"{path}: an .npz dataset needs arrays 'x' (N,H,W,C uint8) and 'y' (N,)") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read as .npz ({e})") from None
+    if x.dtype != np.uint8 or x.ndim not in (3, 4) or y.ndim != 1 or len(x) != len(y):
+        raise UsageError(f"{path}: x must be uint8 (N,H,W[,C]) and y (N,), got x {x.dtype}{x.shape}, y {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise UsageError(f"{path}: labels y must be integers, got {y.dtype}")
+    if x.ndim == 3:
+        x = x[..., None]
+    n_classes = int(y.max()) + 1 if len(y) else 0
+    return Dataset(x, y.astype(np.int64), tuple(str(i) for i in range(n_classes)), str(path))
+
+
+_FOLDER_CACHE: dict[str, Dataset] = {}
+
+
+def _load_folder(path: Path) -> Dataset:
+    """Decode a class-folder tree once per process (keyed by the files' names, sizes and times)."""
+    from PIL import Image
+
+    classes = sorted(p.name for p in path.iterdir() if p.is_dir())
+    files = [(c, f) for c in classes for f in sorted((path / c).iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
+    if not files:
+        raise UsageError(f"{path}: no images found; expected one sub-folder of PNG/JPEG/BMP images per class")
+    key = hashlib.sha256("".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for _, f in files).encode()).hexdigest()
+    if key in _FOLDER_CACHE:
+        return _FOLDER_CACHE[key]
+    images, labels = [], []
+    size = None
+    for c, f in files:
+        try:
+            with Image.open(f) as im:
+                rgb = np.asarray(im.convert("RGB"), np.uint8)
+        except OSError as e:
+            raise UsageError(f"{f}: cannot decode image ({e})") from None
+        if size is None:
+            size = rgb.shape[:2]
+        if rgb.shape[:2] != size:
+            rgb = _resize(rgb, *size)
+        images.append(rgb)
+        labels.append(classes.index(c))
+    ds = Dataset(np.stack(images), np.asarray(labels, np.int64), tuple(classes), str(path))
+    _FOLDER_CACHE[key] = ds
+    return ds
+
+
+def _load_lfw() -> Dataset:
+    from skimage.data import lfw_subset
+
+    faces = lfw_subset()  # (200, 25, 25) float in [0, 1]: 100 faces then 100 non-faces
+    x = np.round(faces * 255).astype(np.uint8)[..., None]
+    y = np.r_[np.ones(100, np.int64), np.zeros(100, np.int64)]
+    return Dataset(x, y, ("no_face", "face"), "lfw")
+
+
+def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
+    from PIL import Image
+
+    if img.shape[:2] == (h, w):
+        return img
+    mode = "L" if img.shape[2] == 1 else "RGB"
+    im = Image.fromarray(img[..., 0] if mode == "L" else img, mode)
+    out = np.asarray(im.resize((w, h), Image.BILINEAR), np.uint8)
+    return out[..., None] if out.ndim == 2 else out
+
+
+def images_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:
+    """uint8 images (N,H,W,C) -> uint8 images of the model's size and channel count."""
+    _, h, w, c = graph.tensors[graph.inputs[0]].shape
+    if x.shape[3] == 3 and c == 1:
+        x = np.round(x.astype(np.float64) @ LUMA).astype(np.uint8)[..., None]
+    elif x.shape[3] == 1 and c == 3:
+        x = np.repeat(x, 3, axis=3)
+    elif x.shape[3] != c:
+        raise UsageError(f"images have {x.shape[3]} channels; the model takes {c}")
+    if x.shape[1:3] != (h, w):
+        x = np.stack([_resize(img, h, w) for img in x])
+    return x
+
+
+def quantize_images(graph: Graph, x: np.ndarray) -> np.ndarray:
+    """uint8 images of the model's shape -> the model's internal int8 input.
+
+    The float input the model expects is read off its input quantization: a representable span of
+    about 2 means (pixel - 128) / 128 (TF1 style), otherwise pixel / 255.
+    """
+    q = graph.tensors[graph.inputs[0]].quant
+    pixels = x.astype(np.float32)
+    if abs(q.s * 255 / 2 - 1.0) < 0.02:
+        real = (pixels - np.float32(128)) / np.float32(128)
+    else:
+        real = pixels / np.float32(255)
+    return np.clip(np.round(real / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8)
+
+
+def model_inputs(graph: Graph, x: np.ndarray) -> np.ndarray:
+    """uint8 images (N,H,W,C) of any size -> the model's int8 input batch."""
+    return quantize_images(graph, images_for_model(graph, x))
+
+
+def stratified_split(y: np.ndarray, held_out: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic (train, held-out) index arrays with the same class balance in both."""
+    if not 0 < held_out < 1:
+        raise UsageError(f"held-out fraction must be between 0 and 1, got {held_out}")
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for label in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == label))
+        k = int(round(len(idx) * held_out))
+        test.append(idx[:k])
+        train.append(idx[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
