@@ -93,7 +93,7 @@ def qdq_conv(cin=3, cout=4, hw=8, k=3, *, weight_scale=None, opset=18, middle_op
     if second_input:
         inputs.append(helper.make_tensor_value_info("input2", TensorProto.FLOAT, [1, cin, hw, hw]))
     graph = helper.make_graph(nodes, "bad", inputs,
-                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, cout, hw, hw])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return model
@@ -103,7 +103,7 @@ def float_conv() -> onnx.ModelProto:
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     graph = helper.make_graph([helper.make_node("Conv", ["input", "w"], ["output"])], "float",
                               [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], [w])
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 4, 6, 6])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     return model
