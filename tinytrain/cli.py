@@ -51,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> None:
+    from tinytrain.codegen import emit_project
     from tinytrain.memory.report import check_budget, plan_forward
     from tinytrain.memory.text import report_text
     from tinytrain.sizes import parse_size
@@ -62,6 +63,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     out = Path(args.output)
     text = report_text(report, graph)
     with _atomic_dir(out) as tmp:
+        emit_project(graph, report, tmp)
         (tmp / "report.json").write_text(json.dumps({"tinytrain_version": __version__, "model": graph.name,
                                                      "model_sha256": graph.source_sha256, **report.to_json()},
                                                     indent=1) + "\n")
@@ -120,13 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
     s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("compile", help="plan memory against the budgets and write the project folder")
+    s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
     s.add_argument("model")
     s.add_argument("--sram", default="256k", help="SRAM budget, e.g. 256k, 256KB, 262144 (default 256k)")
     s.add_argument("--flash", default="1m", help="flash budget (default 1m)")
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.set_defaults(func=cmd_compile)
+
+    from tinytrain.cli_train import add_train_commands
+
+    add_train_commands(sub)
     return p
 
 

@@ -1,0 +1,267 @@
+"""C template bindings: one function per op turns a node into a call of a specialized kernel.
+
+A binding decides the kernel family (a template under ``templates/kernels/``), the template
+parameters that specialize it (kernel size, stride, padding, variant) and the kernel's parameter
+list together with the call's arguments, so signature and call come from one place. What varies
+per layer at run time (sizes, zero points, clamp range) is passed as plain ints; what shapes the
+loops is a template parameter. Kernels with the same name are the same code and are emitted once.
+
+Every binding reads the node and its tensors through the emitter's context (``ctx``):
+``ctx.tensor(name)``, ``ctx.act(name)`` (pointer into the arena), ``ctx.const(name)`` (a frozen
+graph constant in flash) and ``ctx.table(node, what, values)`` (a derived int32 table in flash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tinytrain.ir import Node, Tensor
+
+
+@dataclass(frozen=True)
+class Param:
+    decl: str     # e.g. "const int8_t *inp"
+    comment: str  # shape of a pointer, e.g. "(H,W,Ci)"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    family: str                         # templates/kernels/<family>.c.j2
+    name: str                           # the C function, unique per specialization
+    consts: tuple[tuple[str, Any], ...]  # template parameters
+    params: tuple[Param, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    kernel: Kernel
+    args: tuple[str, ...]
+
+
+@dataclass
+class _Signature:
+    params: list[Param] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+
+    def add(self, decl: str, arg: Any, comment: str = "") -> None:
+        self.params.append(Param(decl, comment))
+        self.args.append(str(arg))
+
+    def ints(self, **values: int) -> None:
+        for name, v in values.items():
+            self.add(f"int {name}", int(v))
+
+    def int32s(self, **values: int) -> None:
+        for name, v in values.items():
+            self.add(f"int32_t {name}", int(v))
+
+    def call(self, family: str, name: str, consts: dict[str, Any]) -> Call:
+        return Call(Kernel(family, name, tuple(sorted(consts.items())), tuple(self.params)), tuple(self.args))
+
+
+def _bias(node: Node) -> str | None:
+    return node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+
+
+def _weight_zero_points(w: Tensor, cout: int) -> np.ndarray:
+    zp = np.asarray(w.quant.zero_point if w.quant is not None else (0,), np.int64)
+    return np.broadcast_to(zp, (cout,)).astype(np.int32)
+
+
+def _per_channel(values, cout: int) -> np.ndarray:
+    v = np.asarray(values, np.int64)
+    if v.size not in (1, cout):
+        raise ValueError(f"{v.size} requantization parameters for {cout} channels")
+    return np.broadcast_to(v, (cout,)).astype(np.int32)
+
+
+def _requant_tables(sig: _Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:
+    if wzp is not None:
+        sig.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
+    sig.add("const int32_t *multiplier", ctx.table(node, "multiplier", _per_channel(requant.multiplier, cout)), "(Co,)")
+    sig.add("const int32_t *shift", ctx.table(node, "shift", _per_channel(requant.shift, cout)), "(Co,)")
+
+
+def _suffix(has_bias: bool, has_wzp: bool) -> str:
+    return ("" if has_bias else "_nobias") + ("_wzp" if has_wzp else "")
+
+
+def _window_name(kh: int, kw: int, sh: int, sw: int, dh: int = 1, dw: int = 1, pt: int = 0, pl: int = 0,
+                 padded: bool = False) -> str:
+    s = f"{kh}x{kw}_s{sh}" + ("" if sh == sw else f"x{sw}")
+    if (dh, dw) != (1, 1):
+        s += f"_d{dh}" + ("" if dh == dw else f"x{dw}")
+    if padded:
+        s += f"_p{pt}x{pl}"
+    return s
+
+
+def conv2d(node: Node, ctx) -> Call:
+    a = node.attrs
+    x, w, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, h, wd, cin = x.shape
+    cout, kh, kw, _ = w.shape
+    _, ho, wo, _ = y.shape
+    bias = _bias(node)
+    wzp = _weight_zero_points(w, cout)
+    has_wzp = bool(np.any(wzp))
+    depthwise = a.groups != 1
+    padded = any(a.padding)
+    pointwise = not depthwise and (kh, kw) == (1, 1) and a.stride == (1, 1) and not padded
+    (sh, sw), (dh, dw), (pt, pl) = a.stride, a.dilation, a.padding[:2]
+    k = dict(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, padded=padded,
+             has_bias=bias is not None, has_wzp=has_wzp)
+    s = _Signature()
+    if pointwise:
+        s.add("int8_t *out", ctx.act(y.name), "(P,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)")
+        s.add("const int8_t *weight", ctx.const(w.name), "(Co,Ci)")
+    else:
+        s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
+        s.add("const int8_t *weight", ctx.const(w.name), f"(Co,{kh},{kw})" if depthwise else f"(Co,{kh},{kw},Ci)")
+    if bias is not None:
+        s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
+    _requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
+    if pointwise:
+        s.ints(P=h * wd, Ci=cin, Co=cout)
+    elif padded:
+        s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
+    else:  # no bounds checks: the input height is not needed
+        s.ints(W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
+    s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
+    suffix = _suffix(bias is not None, has_wzp)
+    if depthwise:
+        mult = cout // cin
+        name = f"tt_depthwise_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
+            f"_m{mult}" if mult > 1 else "") + f"_s8{suffix}"
+        return s.call("depthwise_conv2d", name, dict(k, mult=mult))
+    if pointwise:
+        return s.call("conv2d", f"tt_conv_1x1_s8{suffix}", dict(k, pointwise=True))
+    return s.call("conv2d", f"tt_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}_s8{suffix}",
+                  dict(k, pointwise=False))
+
+
+def fully_connected(node: Node, ctx) -> Call:
+    a = node.attrs
+    x, w, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    cout, depth = w.shape
+    bias = _bias(node)
+    wzp = _weight_zero_points(w, cout)
+    has_wzp = bool(np.any(wzp))
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(Co,)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(K,)")
+    s.add("const int8_t *weight", ctx.const(w.name), "(Co,K)")
+    if bias is not None:
+        s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
+    _requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
+    s.ints(K=depth, Co=cout)
+    s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
+    return s.call("fully_connected", f"tt_fully_connected_s8{_suffix(bias is not None, has_wzp)}",
+                  dict(has_bias=bias is not None, has_wzp=has_wzp))
+
+
+def add(node: Node, ctx) -> Call:
+    a = node.attrs
+    x1, x2, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(N,)")
+    s.add("const int8_t *in1", ctx.act(x1.name), "(N,)")
+    s.add("const int8_t *in2", ctx.act(x2.name), "(N,)")
+    s.ints(N=y.size)
+    s.int32s(in1_zp=x1.quant.zp, in1_multiplier=a.input1.multiplier[0], in1_shift=a.input1.shift[0],
+             in2_zp=x2.quant.zp, in2_multiplier=a.input2.multiplier[0], in2_shift=a.input2.shift[0],
+             out_zp=y.quant.zp, out_multiplier=a.output.multiplier[0], out_shift=a.output.shift[0])
+    s.ints(left_shift=a.left_shift)
+    s.int32s(act_min=a.act_min, act_max=a.act_max)
+    return s.call("add", "tt_add_s8", {})
+
+
+def avg_pool2d(node: Node, ctx) -> Call:
+    a = node.attrs
+    x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = x.shape
+    _, ho, wo, _ = y.shape
+    (kh, kw), (sh, sw), (pt, pl) = a.kernel, a.stride, a.padding[:2]
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,C)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(H,W,C)")
+    s.ints(H=h, W=wd, C=c, Ho=ho, Wo=wo)
+    s.int32s(act_min=a.act_min, act_max=a.act_max)
+    name = f"tt_avg_pool_{_window_name(kh, kw, sh, sw, pt=pt, pl=pl, padded=any(a.padding))}_s8"
+    return s.call("avg_pool2d", name + ("_half_up" if a.round_half_up else ""),
+                  dict(kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, half_up=a.round_half_up))
+
+
+def mean(node: Node, ctx) -> Call:
+    """Mean over H, W: 1/count is folded into the multiplier as tflite-micro's QuantizedMeanOrSum does."""
+    a = node.attrs
+    x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = x.shape
+    count = h * wd
+    k = min(count.bit_length() - 1, 32, 31 + a.requant.shift[0])
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(C,)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(P,C)")
+    s.ints(P=count, C=c)
+    s.int32s(in_zp=x.quant.zp, multiplier=(a.requant.multiplier[0] << k) // count, shift=a.requant.shift[0] - k,
+             out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
+    return s.call("mean", "tt_mean_s8", {})
+
+
+def pad(node: Node, ctx) -> Call:
+    x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    dims, pads = list(x.shape[1:]), list(node.attrs.pads)
+    if len(dims) > 3:
+        raise ValueError(f"pad: {len(dims)} non-batch dimensions, the C kernel handles up to 3")
+    dims, pads = [1] * (3 - len(dims)) + dims, [(0, 0)] * (3 - len(pads)) + pads
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(O0,O1,O2)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(D0,D1,D2)")
+    s.ints(D0=dims[0], D1=dims[1], D2=dims[2], B0=pads[0][0], B1=pads[1][0], B2=pads[2][0],
+           O0=dims[0] + sum(pads[0]), O1=dims[1] + sum(pads[1]), O2=dims[2] + sum(pads[2]))
+    s.add("int value", y.quant.zp)
+    return s.call("pad", "tt_pad_s8", {})
+
+
+def requantize(node: Node, ctx) -> Call:
+    r = node.attrs.requant
+    x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(N,)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(N,)")
+    s.ints(N=y.size)
+    s.int32s(in_zp=x.quant.zp, multiplier=r.multiplier[0], shift=r.shift[0], out_zp=y.quant.zp)
+    return s.call("requantize", "tt_requantize_tensor_s8", {})
+
+
+def softmax(node: Node, ctx) -> Call:
+    a = node.attrs
+    x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    depth = x.shape[-1]
+    s = _Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(R,D)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(R,D)")
+    s.ints(R=x.size // depth, D=depth)
+    s.int32s(input_multiplier=a.input_multiplier)
+    s.ints(input_left_shift=a.input_left_shift)
+    s.int32s(diff_min=a.diff_min)
+    return s.call("softmax", "tt_softmax_s8", {})
+
+
+Binding = Callable[[Node, Any], Call]
+
+BINDINGS: dict[str, Binding] = {
+    "add": add,
+    "avg_pool2d": avg_pool2d,
+    "conv2d": conv2d,
+    "fully_connected": fully_connected,
+    "mean": mean,
+    "pad": pad,
+    "requantize": requantize,
+    "softmax": softmax,
+}

@@ -1,0 +1,130 @@
+/* tt_fixedpoint.h — the fixed-point arithmetic of TFLite / CMSIS-NN / gemmlowp (design.md §3).
+ *
+ * The math only; kernels (the generated tinytrain_model.c) call these. Each function is the C
+ * counterpart of a function in tinytrain/quant.py or tinytrain/ops/softmax.py and must agree with
+ * it bit for bit. Portable C99: signed right shifts are arithmetic on every compiler we target.
+ */
+#ifndef TT_FIXEDPOINT_H
+#define TT_FIXEDPOINT_H
+
+#include <stdint.h>
+
+/* SaturatingRoundingDoublingHighMul: (a * b * 2) >> 32, rounded, saturated on INT32_MIN * INT32_MIN. */
+static inline int32_t tt_srdhm(int32_t a, int32_t b) {
+    if (a == INT32_MIN && b == INT32_MIN) {
+        return INT32_MAX;
+    }
+    const int64_t ab = (int64_t)a * (int64_t)b;
+    const int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+/* RoundingDivideByPOT: x / 2^exponent, to nearest, ties away from zero; 0 <= exponent <= 31. */
+static inline int32_t tt_rounding_divide_by_pot(int32_t x, int exponent) {
+    const int32_t mask = (int32_t)(((int64_t)1 << exponent) - 1);
+    const int32_t remainder = x & mask;
+    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> exponent) + (remainder > threshold ? 1 : 0);
+}
+
+/* RoundingDivideByPOT for any exponent 0..62, in 64 bits (the softmax's final division can exceed 31). */
+static inline int32_t tt_rounding_divide_by_pot_wide(int32_t x, int exponent) {
+    const int64_t mask = ((int64_t)1 << exponent) - 1;
+    const int64_t remainder = (int64_t)x & mask;
+    const int64_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (int32_t)(((int64_t)x >> exponent) + (remainder > threshold ? 1 : 0));
+}
+
+/* The one requantization helper: TFLite MultiplyByQuantizedMultiplier (double rounding).
+ * shift > 0 is a left shift, shift < 0 a rounding right shift. */
+static inline int32_t tt_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
+    const int left = shift > 0 ? (int)shift : 0;
+    const int right = shift > 0 ? 0 : (int)-shift;
+    return tt_rounding_divide_by_pot(tt_srdhm(acc * ((int32_t)1 << left), multiplier), right);
+}
+
+/* gemmlowp SaturatingRoundingMultiplyByPOT for a positive exponent (1..30). */
+static inline int32_t tt_saturating_left_shift(int32_t x, int exponent) {
+    const int32_t threshold = (int32_t)(((int64_t)1 << (31 - exponent)) - 1);
+    if (x > threshold) {
+        return INT32_MAX;
+    }
+    if (x < -threshold) {
+        return INT32_MIN;
+    }
+    return x * ((int32_t)1 << exponent);
+}
+
+/* acc / count rounded half away from zero (count > 0), as TFLite's average pool and mean. */
+static inline int32_t tt_divide_round_away(int32_t acc, int32_t count) {
+    return acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+}
+
+/* floor((acc + count / 2) / count) (count > 0): half up, for models imported from uint8. */
+static inline int32_t tt_divide_round_half_up(int32_t acc, int32_t count) {
+    const int32_t n = acc + count / 2;
+    const int32_t q = n / count;
+    return (n % count < 0) ? q - 1 : q;
+}
+
+static inline int32_t tt_clamp(int32_t x, int32_t lo, int32_t hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+/* ---- gemmlowp fixed point for the int8 softmax (tinytrain/ops/softmax.py) ---- */
+
+/* exp(x) for x in [-1/4, 0), Q0.31 in and out. */
+static inline int32_t tt_exp_on_interval_between_negative_one_quarter_and_0_excl(int32_t a) {
+    const int32_t constant_term = 1895147668;
+    const int32_t constant_1_over_3 = 715827883;
+    const int32_t x = a + (1 << 28);
+    const int32_t x2 = tt_srdhm(x, x);
+    const int32_t x3 = tt_srdhm(x2, x);
+    const int32_t x4 = tt_srdhm(x2, x2);
+    const int32_t x4_over_4 = tt_rounding_divide_by_pot(x4, 2);
+    const int32_t poly = tt_rounding_divide_by_pot(tt_srdhm(x4_over_4 + x3, constant_1_over_3) + x2, 1);
+    return constant_term + tt_srdhm(constant_term, x + poly);
+}
+
+/* exp(a) for a <= 0 in Q5.26 (5 integer bits), result in Q0.31. */
+static inline int32_t tt_exp_on_negative_values_q5(int32_t a) {
+    enum { integer_bits = 5, fractional_bits = 31 - 5 };
+    static const int32_t barrel[7] = {1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242};
+    const int32_t one_quarter = (int32_t)1 << (fractional_bits - 2);
+    const int32_t mask = one_quarter - 1;
+    const int32_t a_mod_quarter_minus_one_quarter = (a & mask) - one_quarter;
+    int32_t result = tt_exp_on_interval_between_negative_one_quarter_and_0_excl(
+        tt_saturating_left_shift(a_mod_quarter_minus_one_quarter, integer_bits));
+    const int32_t remainder = a_mod_quarter_minus_one_quarter - a;
+    for (int e = -2; e < integer_bits; e++) {  /* exponents -2..4 */
+        if (remainder & ((int32_t)1 << (fractional_bits + e))) {
+            result = tt_srdhm(result, barrel[e + 2]);
+        }
+    }
+    return a == 0 ? INT32_MAX : result;
+}
+
+/* 1 / (1 + a) for a in [0, 1), Q0.31 in and out (Newton-Raphson). */
+static inline int32_t tt_one_over_one_plus_x_for_x_in_0_1(int32_t a) {
+    const int64_t sum = (int64_t)a + INT32_MAX;
+    const int32_t half_denominator = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
+    int32_t x = 1515870810 + tt_srdhm(half_denominator, -1010580540);
+    const int32_t one_q2 = (int32_t)1 << 29;
+    for (int i = 0; i < 3; i++) {
+        const int32_t half_denominator_times_x = tt_srdhm(half_denominator, x);
+        const int32_t one_minus = one_q2 - half_denominator_times_x;
+        x = x + tt_saturating_left_shift(tt_srdhm(x, one_minus), 2);
+    }
+    return tt_saturating_left_shift(x, 1);
+}
+
+/* Number of leading zero bits of a 32-bit value (32 for 0). */
+static inline int tt_count_leading_zeros(uint32_t x) {
+    int n = 0;
+    for (uint32_t bit = (uint32_t)1 << 31; bit != 0 && !(x & bit); bit >>= 1) {
+        n++;
+    }
+    return n;
+}
+
+#endif /* TT_FIXEDPOINT_H */
