@@ -19,3 +19,7 @@ class UsageError(TinyTrainError):
 
 class BudgetError(TinyTrainError):
     """The model or plan does not fit the SRAM / flash budget."""
+
+
+class PlanError(UsageError):
+    """A sparse-update plan (file or --update preset) is malformed or does not fit the model."""

@@ -45,9 +45,18 @@ class Role(Enum):
     WEIGHT = "weight"
     BIAS = "bias"
     CONSTANT = "constant"
+    # Training graph (tinytrain/training/): fp32 gradients, forward activations kept alive for the
+    # backward pass, optimizer state that persists across steps (momentum; carries its initial data),
+    # and temporary buffers of one kernel.
+    GRADIENT = "gradient"
+    SAVED = "saved"
+    OPTIMIZER_STATE = "optimizer_state"
+    SCRATCH = "scratch"
 
 
 CONSTANT_ROLES = frozenset({Role.WEIGHT, Role.BIAS, Role.CONSTANT})
+# Tensors that carry their (initial) data in the graph: constants and optimizer state.
+DATA_ROLES = CONSTANT_ROLES | {Role.OPTIMIZER_STATE}
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,11 @@ class Tensor:
     def is_constant(self) -> bool:
         return self.role in CONSTANT_ROLES
 
+    @property
+    def has_data(self) -> bool:
+        """Constants and optimizer state carry their (initial) value; everything else is computed."""
+        return self.role in DATA_ROLES
+
 
 @dataclass(frozen=True)
 class Node:
@@ -172,13 +186,15 @@ def verify(graph: Graph) -> None:
     - every tensor is produced at most once and graph outputs are produced;
     - constants carry data of their declared shape and dtype; activations carry none;
     - per-channel quantization has one scale per channel along its axis;
-    - each node's attrs are of its op's attribute type and its output shapes follow the op's shape rule.
+    - each node's attrs are of its op's attribute type and its output shapes follow the op's shape rule;
+    - a tensor an op writes in place (``OpDef.writes``, the training updates) is a weight, bias or optimizer
+      state, is written by one node only, and no later node reads it (updates run after every reader).
     """
     from tinytrain.ops import get_op
 
     available = set(graph.inputs)
     for t in graph.tensors.values():
-        if t.is_constant:
+        if t.has_data:
             if t.data is None:
                 raise ValueError(f"constant {t.name} has no data")
             if tuple(t.data.shape) != t.shape or t.data.dtype != t.dtype.np:
@@ -193,6 +209,7 @@ def verify(graph: Graph) -> None:
         if name not in graph.tensors:
             raise ValueError(f"graph input {name} is not a tensor")
     produced: set[str] = set()
+    written: dict[str, str] = {}
     for node in graph.nodes:
         op = get_op(node.op)
         if not isinstance(node.attrs, op.attrs_type):
@@ -200,12 +217,21 @@ def verify(graph: Graph) -> None:
         for i in node.inputs:
             if i and i not in available:
                 raise ValueError(f"node {node.name} reads {i} before it is produced (or it does not exist)")
+            if i in written:
+                raise ValueError(f"node {node.name} reads {i} after {written[i]} updated it")
+        for k in op.writes:
+            if k >= len(node.inputs) or not node.inputs[k]:
+                continue
+            target = graph.tensors[node.inputs[k]]
+            if target.role not in (Role.WEIGHT, Role.BIAS, Role.OPTIMIZER_STATE):
+                raise ValueError(f"node {node.name} writes {target.name}, a {target.role.value} tensor")
+            written[target.name] = node.name
         ins = [graph.tensors[i] if i else None for i in node.inputs]
         shapes = op.infer_shapes(node.attrs, ins)
         for out, shape in zip(node.outputs, shapes, strict=True):
             if out not in graph.tensors:
                 raise ValueError(f"node {node.name} writes unknown tensor {out}")
-            if out in produced or out in graph.inputs or graph.tensors[out].is_constant:
+            if out in produced or out in graph.inputs or graph.tensors[out].has_data:
                 raise ValueError(f"tensor {out} is produced more than once")
             if tuple(graph.tensors[out].shape) != tuple(shape):
                 raise ValueError(f"node {node.name}: output {out} has shape {graph.tensors[out].shape}, op says {shape}")

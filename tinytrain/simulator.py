@@ -1,16 +1,22 @@
-"""The numpy simulator of the int8 forward pass: the runnable spec every other engine is checked against.
+"""The numpy simulator: the runnable spec every other engine is checked against.
 
 Runs a graph on a batch of any size (graphs are built for batch 1) in chunks, each node through its
-op's reference implementation.
+op's reference implementation. Training graphs (tinytrain/training/) run through the same executor:
+``train`` feeds one sample per step (batch-1 semantics: every sample is a forward, a backward and an
+in-place update, as on the device); the update nodes write the trainable int8 weights, int32 biases and
+optimizer state of a :class:`TrainState`. The update rule itself is specified in ops/sgd_update.py:
+per channel c of an int8 weight, w <- clamp(w - R(G * k[c]), -127, 127) with G the fp32 gradient of the
+real weight, k[c] = lr / s_w[c] (QAS, training/qas.py) and R the stochastic (or nearest) rounding.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
-from tinytrain.ir import DType, Graph
+from tinytrain.ir import DType, Graph, Role
 from tinytrain.ops import get_op
 
 
@@ -22,6 +28,15 @@ def forward(graph: Graph, inputs: Mapping[str, np.ndarray], chunk: int = 64) -> 
 
 
 def _forward_chunk(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    values = execute(graph, inputs)
+    return {name: values[name] for name in graph.outputs}
+
+
+def execute(graph: Graph, inputs: Mapping[str, np.ndarray], state: dict[str, np.ndarray] | None = None,
+            keep_all: bool = False) -> dict[str, np.ndarray]:
+    """Run every node once. Tensors with data are read from ``state`` when it holds them (else their
+    graph data); ops that write in place (``OpDef.writes``) store the new values into ``state``.
+    Returns the graph outputs, or every computed tensor with ``keep_all``."""
     values: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         t = graph.tensors[name]
@@ -31,17 +46,33 @@ def _forward_chunk(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, 
         values[name] = x
     last_use = {i: k for k, node in enumerate(graph.nodes) for i in node.inputs}
     keep = set(graph.outputs)
+
+    def array(name: str) -> np.ndarray:
+        if state is not None and name in state:
+            return state[name]
+        t = graph.tensors[name]
+        return t.data if t.has_data else values[name]
+
     for k, node in enumerate(graph.nodes):
         op = get_op(node.op)
         ins = [graph.tensors[i] if i else None for i in node.inputs]
-        arrays = [(graph.tensors[i].data if graph.tensors[i].is_constant else values[i]) if i else None for i in node.inputs]
+        arrays = [array(i) if i else None for i in node.inputs]
         outs = [graph.tensors[o] for o in node.outputs]
-        for name, value in zip(node.outputs, op.reference(node.attrs, arrays, ins, outs), strict=True):
+        results = op.reference(node.attrs, arrays, ins, outs)
+        if op.writes:
+            if state is None:
+                raise ValueError(f"node {node.name} updates parameters: run it with a training state")
+            for w, value in zip(op.writes, results, strict=True):
+                if w < len(node.inputs) and node.inputs[w]:
+                    state[node.inputs[w]] = value
+            continue
+        for name, value in zip(node.outputs, results, strict=True):
             values[name] = value
-        for i in node.inputs:
-            if i in values and last_use.get(i) == k and i not in keep:
-                del values[i]
-    return {name: values[name] for name in graph.outputs}
+        if not keep_all:
+            for i in node.inputs:
+                if i in values and last_use.get(i) == k and i not in keep:
+                    del values[i]
+    return values if keep_all else {name: values[name] for name in graph.outputs}
 
 
 def to_internal(graph: Graph, x: np.ndarray) -> np.ndarray:
@@ -63,3 +94,112 @@ def to_external(graph: Graph, y: np.ndarray) -> np.ndarray:
 def external_input_dtype(graph: Graph) -> np.dtype:
     t = graph.tensors[graph.inputs[0]]
     return np.dtype(np.uint8) if graph.uint8_io and t.dtype == DType.INT8 else t.dtype.np
+
+
+# ---- training -------------------------------------------------------------------------------------------
+
+STEP_INPUT = "step"
+
+
+@dataclass
+class TrainState:
+    """What a training run changes: the tensors update nodes write (trainable int8 weights, int32 biases,
+    fp32 momentum buffers) and the step counter (the stochastic rounding's stream position)."""
+
+    tensors: dict[str, np.ndarray]
+    step: int = 0
+
+    def copy(self) -> TrainState:
+        return TrainState({k: v.copy() for k, v in self.tensors.items()}, self.step)
+
+
+def written_tensors(graph: Graph) -> list[str]:
+    """The tensors a training graph updates in place, in node order."""
+    names = []
+    for node in graph.nodes:
+        for w in get_op(node.op).writes:
+            if w < len(node.inputs) and node.inputs[w]:
+                names.append(node.inputs[w])
+    return names
+
+
+def init_state(graph: Graph) -> TrainState:
+    """The initial state: copies of the graph data of every tensor the training graph writes."""
+    return TrainState({name: graph.tensors[name].data.copy() for name in written_tensors(graph)})
+
+
+def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = False) -> dict[str, np.ndarray]:
+    """One training step on one sample: forward, loss, backward, update.
+
+    ``x`` is the (1,H,W,C) internal int8 image, or a mapping of every image-derived graph input (a suffix
+    graph of ``split_frozen``). Mutates ``state`` and returns the graph outputs (``loss`` first), or every
+    tensor with ``keep_all``.
+    """
+    from tinytrain.training.autodiff import LABEL
+
+    inputs = dict(x) if isinstance(x, Mapping) else {graph.inputs[0]: x}
+    if any(len(v) != 1 for v in inputs.values()):
+        raise ValueError(f"a training step takes one sample, got a batch of {max(len(v) for v in inputs.values())}")
+    inputs[LABEL] = np.array([label], np.int32)
+    if STEP_INPUT in graph.inputs:
+        inputs[STEP_INPUT] = np.array([state.step], np.int32)
+    values = execute(graph, inputs, state.tensors, keep_all)
+    state.step += 1
+    return values
+
+
+def split_frozen(graph: Graph) -> tuple[Graph, Graph]:
+    """(prefix, suffix) of a training graph: the prefix holds the nodes no update can change (they read no
+    written tensor, label or step, directly or not); its outputs are what the suffix reads of them. Running
+    the prefix once per image and the suffix every step is bit-identical to running the whole graph."""
+    from dataclasses import replace
+
+    from tinytrain.training.autodiff import LABEL
+
+    live = set(written_tensors(graph)) | {LABEL, STEP_INPUT}
+    frozen, rest = [], []
+    for node in graph.nodes:
+        if get_op(node.op).writes or any(i in live for i in node.inputs):
+            live.update(node.outputs)
+            rest.append(node)
+        else:
+            frozen.append(node)
+    produced = {o for n in frozen for o in n.outputs} | set(graph.inputs[:1])
+    frontier = tuple(dict.fromkeys(i for n in rest for i in n.inputs if i in produced))
+    prefix = replace(graph, nodes=tuple(frozen), inputs=graph.inputs[:1], outputs=frontier)
+    suffix = replace(graph, nodes=tuple(rest), inputs=frontier + graph.inputs[1:])
+    return prefix, suffix
+
+
+def train(graph: Graph, state: TrainState, xs: np.ndarray, labels: np.ndarray, order=None,
+          frozen_cache: bool = True) -> np.ndarray:
+    """Batch-1 SGD, one update per sample, in ``order`` (default: as given); returns the per-sample losses.
+
+    With ``frozen_cache`` the frozen prefix (``split_frozen``) runs once per image, batched."""
+    from tinytrain.training.autodiff import LOSS
+
+    order = np.arange(len(xs)) if order is None else np.asarray(order)
+    used = np.unique(order)  # images actually visited; row r of feats is image used[r]
+    if frozen_cache:
+        prefix, suffix = split_frozen(graph)
+        feats = forward(prefix, {prefix.inputs[0]: xs[used]}) if prefix.nodes else {prefix.inputs[0]: xs[used]}
+        feats = {k: v for k, v in feats.items() if k in suffix.inputs}
+    else:
+        suffix, feats = graph, {graph.inputs[0]: xs[used]}
+    losses = np.empty(len(order), np.float32)
+    for j, k in enumerate(order):
+        r = int(np.searchsorted(used, k))
+        sample = {name: v[r : r + 1] for name, v in feats.items()}
+        losses[j] = train_step(suffix, state, sample, int(labels[k]))[LOSS][0]
+    return losses
+
+
+def with_state(graph: Graph, state: TrainState) -> Graph:
+    """The (forward) graph with its trainable tensors replaced by the state's values."""
+    from dataclasses import replace
+
+    tensors = dict(graph.tensors)
+    for name, value in state.tensors.items():
+        if name in tensors and tensors[name].role is not Role.OPTIMIZER_STATE:
+            tensors[name] = replace(tensors[name], data=value.copy())
+    return replace(graph, tensors=tensors)

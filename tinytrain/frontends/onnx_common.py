@@ -507,8 +507,8 @@ class Converter:
                   lo: float | None, hi: float | None, out_hint: str, label: str) -> str:
         s_x = self.tensors[x_ir].quant.s
         s_w = self.tensors[w_ir].quant.scale
-        amin, amax = activation_range(yq.zp, yq.s, lo, hi)
-        attrs = Conv2dAttrs(geom.stride, geom.padding, Requant.from_scales([s_x * s / yq.s for s in s_w]),
+        amin, amax = activation_range(yq.zp, yq.s, lo, hi, half_even=True)
+        attrs = Conv2dAttrs(geom.stride, geom.padding, Requant.from_scales([s_x * s / yq.s for s in s_w], True),
                             geom.dilation, geom.groups, amin, amax)
         ins = [x_ir, w_ir] + self._bias_tensor(bias, s_x, s_w, w_ir.removesuffix("_quantized") + "_bias")
         return self.add_node("conv2d", label, ins, out_hint, yq, attrs, label)
@@ -517,8 +517,8 @@ class Converter:
                 label: str) -> str:
         s_x = self.tensors[x_ir].quant.s
         s_w = self.tensors[w_ir].quant.scale
-        amin, amax = activation_range(yq.zp, yq.s, lo, hi)
-        attrs = FullyConnectedAttrs(Requant.from_scales([s_x * s / yq.s for s in s_w]), amin, amax)
+        amin, amax = activation_range(yq.zp, yq.s, lo, hi, half_even=True)
+        attrs = FullyConnectedAttrs(Requant.from_scales([s_x * s / yq.s for s in s_w], True), amin, amax)
         ins = [x_ir, w_ir] + self._bias_tensor(bias, s_x, s_w, w_ir.removesuffix("_quantized") + "_bias")
         return self.add_node("fully_connected", label, ins, out_hint, yq, attrs, label)
 
@@ -527,19 +527,21 @@ class Converter:
         if ta.shape != tb.shape:
             raise self.unsupported(f"{label}: adds shapes {onnx_shape(ta.shape)} and {onnx_shape(tb.shape)}; "
                                    f"broadcasting Add is not supported (only residual adds of equal shapes)")
-        amin, amax = activation_range(yq.zp, yq.s, lo, hi)
-        attrs = AddAttrs.from_scales(ta.quant.s, tb.quant.s, yq.s, amin, amax)
+        amin, amax = activation_range(yq.zp, yq.s, lo, hi, half_even=True)
+        attrs = AddAttrs.from_scales(ta.quant.s, tb.quant.s, yq.s, amin, amax, single_rounding=True)
         return self.add_node("add", label, [a_ir, b_ir], out_hint, yq, attrs, label)
 
     def emit_mean(self, x_ir: str, keepdims: bool, yq: QuantParams, lo, hi, out_hint: str, label: str) -> str:
-        xq = self.tensors[x_ir].quant
-        amin, amax = activation_range(yq.zp, yq.s, lo, hi)
-        attrs = MeanAttrs(Requant.from_scales([xq.s / yq.s]), keepdims, amin, amax)
+        xt = self.tensors[x_ir]
+        count = xt.shape[1] * xt.shape[2]
+        amin, amax = activation_range(yq.zp, yq.s, lo, hi, half_even=True)
+        attrs = MeanAttrs(Requant.from_scales([xt.quant.s / (count * yq.s)], True), keepdims, amin, amax,
+                          count_folded=True)
         return self.add_node("mean", label, [x_ir], out_hint, yq, attrs, label)
 
     def emit_requantize(self, x_ir: str, yq: QuantParams, out_hint: str, label: str) -> str:
         xq = self.tensors[x_ir].quant
-        return self.add_node("requantize", label, [x_ir], out_hint, yq, RequantizeAttrs(Requant.from_scales([xq.s / yq.s])),
+        return self.add_node("requantize", label, [x_ir], out_hint, yq, RequantizeAttrs(Requant.from_scales([xq.s / yq.s], True)),
                              label)
 
     def emit_reshape(self, x_ir: str, new_onnx_shape: tuple[int, ...], out_hint: str, label: str) -> str:
@@ -561,7 +563,7 @@ class Converter:
         if tuple(kernel) == (h, w) and tuple(padding) == (0, 0, 0, 0):
             return self.emit_mean(x_ir, True, yq, lo, hi, out_hint, label)
         xq = xt.quant
-        amin, amax = activation_range(xq.zp, xq.s, lo, hi)
+        amin, amax = activation_range(xq.zp, xq.s, lo, hi, half_even=True)
         attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), amin, amax)
         if same_quant(xq, yq):
             return self.add_node("avg_pool2d", label, [x_ir], out_hint, xq, attrs, label)
@@ -581,7 +583,7 @@ class Converter:
         cur = x_ir
         if not same_quant(xq, yq):
             cur = self.emit_requantize(cur, yq, out_hint + ("_rq" if (lo, hi) != (None, None) else ""), label)
-        amin, amax = activation_range(yq.zp, yq.s, lo, hi)
+        amin, amax = activation_range(yq.zp, yq.s, lo, hi, half_even=True)
         if (amin, amax) == (-128, 127):
             return cur
         shape = self.tensors[cur].shape

@@ -64,4 +64,54 @@ def macs(a: AvgPool2dAttrs, ins, outs) -> int:
     return 0
 
 
-OP = OpDef("avg_pool2d", AvgPool2dAttrs, infer_shapes, reference, macs)
+
+@dataclass(frozen=True)
+class AvgPool2dGradAttrs:
+    """g_x (N,H,W,C): each output gradient divided by its window's count of valid cells, added to the window."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    input_hw: tuple[int, int]
+
+
+def grad_shapes(a: AvgPool2dGradAttrs, ins) -> list[tuple[int, ...]]:
+    n, ho, wo, c = ins[0].shape
+    fwd = AvgPool2dAttrs(a.kernel, a.stride, a.padding)
+    if infer_shapes(fwd, [type(ins[0])("x", (n, *a.input_hw, c), ins[0].dtype, ins[0].role)])[0] != ins[0].shape:
+        raise ValueError(f"avg_pool2d_grad: input {a.input_hw} does not give gradient {ins[0].shape}")
+    return [(n, a.input_hw[0], a.input_hw[1], c)]
+
+
+def grad_reference(a: AvgPool2dGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0].astype(np.float32)
+    n, ho, wo, c = g.shape
+    (h, w), (pt, pl, pb, pr) = a.input_hw, a.padding
+    fwd = AvgPool2dAttrs(a.kernel, a.stride, a.padding)
+    counts = _window_sums(np.ones((1, h, w, 1), np.int64), fwd, ho, wo)
+    share = (g / counts.astype(np.float32)).astype(np.float64)
+    gxp = np.zeros((n, h + pt + pb, w + pl + pr, c))
+    for i in range(a.kernel[0]):
+        for j in range(a.kernel[1]):
+            gxp[:, i : i + (ho - 1) * a.stride[0] + 1 : a.stride[0], j : j + (wo - 1) * a.stride[1] + 1 : a.stride[1]] += share
+    return [gxp[:, pt : pt + h, pl : pl + w].astype(np.float32)]
+
+
+def backward(b, node, out_grads) -> list[str | None]:
+    """No clamp mask unless the clamp range is narrower than int8: an average cannot leave its inputs' range."""
+    from tinytrain.ops.clamp_mask import masked_grad
+
+    x = node.inputs[0]
+    if not b.needs_grad(x):
+        return [None]
+    a: AvgPool2dAttrs = node.attrs
+    g = out_grads[0]
+    if (a.act_min, a.act_max) != (-128, 127):
+        g = masked_grad(b, g, node.outputs[0], a.act_min, a.act_max, f"{node.name}.grad_z")
+    attrs = AvgPool2dGradAttrs(a.kernel, a.stride, a.padding, b.tensor(x).shape[1:3])
+    return [b.emit("avg_pool2d_grad", [g], attrs, f"{node.name}.grad_input")[0]]
+
+
+OP = OpDef("avg_pool2d", AvgPool2dAttrs, infer_shapes, reference, macs, backward=backward)
+GRAD = OpDef("avg_pool2d_grad", AvgPool2dGradAttrs, grad_shapes, grad_reference, macs)
+OPS = (OP, GRAD)

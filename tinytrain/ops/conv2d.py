@@ -2,6 +2,10 @@
 
 x (N,H,W,C_in) int8, w (C_out,KH,KW,C_in/groups) int8, bias (C_out,) int32 or absent.
 acc[n,y,x,o] = bias[o] + sum (x - zx) * (w - zw); y = clamp(MBQM(acc, m[o], shift[o]) + zy).
+
+Backward (fp32, real values; forward saves int8 x and y): g_z = clamp_mask(g_y, y);
+conv2d_grad_input: g_x = conv^T(g_z, s_w (w - zw)); conv2d_grad_weight: g_w[o] = sum g_z[..o] * s_x (x - zx)
+over the selected output channels; bias_grad: g_b = sum g_z.
 """
 
 from __future__ import annotations
@@ -108,4 +112,151 @@ def macs(a: Conv2dAttrs, ins, outs) -> int:
     return ho * wo * cout * kh * kw * cg
 
 
-OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs)
+# ---- backward (fp32; gradients with respect to the real values; the simulator accumulates in float64
+# ---- and rounds each output once to float32) ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Conv2dGradInputAttrs:
+    """g_x (N,H,W,C_in) = transposed convolution of g_z (N,Ho,Wo,C_out) with the dequantized weight."""
+
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    input_hw: tuple[int, int]
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+
+@dataclass(frozen=True)
+class Conv2dGradWeightAttrs:
+    """g_w (C_sel,KH,KW,C_in/groups) for output channels ``channels`` (all when None), from g_z and saved x."""
+
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    kernel: tuple[int, int]
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    channels: tuple[int, ...] | None = None
+
+
+def dequantize_weight(w: np.ndarray, wt: Tensor) -> np.ndarray:
+    """float32 s_w[o] * (w - zw[o]) (per output channel along axis 0)."""
+    shape = (-1,) + (1,) * (w.ndim - 1)
+    s = np.asarray(wt.quant.scale, np.float32).reshape(shape)
+    return (w.astype(np.int32) - np.asarray(wt.quant.zero_point, np.int32).reshape(shape)).astype(np.float32) * s
+
+
+def dequantize_input(x: np.ndarray, xt: Tensor) -> np.ndarray:
+    """float32 s_x * (x - zx) of a saved int8 activation."""
+    return (x.astype(np.int32) - np.int32(xt.quant.zp)).astype(np.float32) * np.float32(xt.quant.s)
+
+
+def _taps(kh: int, kw: int, ho: int, wo: int, stride, dilation):
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, (slice(i * dilation[0], i * dilation[0] + (ho - 1) * stride[0] + 1, stride[0]),
+                         slice(j * dilation[1], j * dilation[1] + (wo - 1) * stride[1] + 1, stride[1]))
+
+
+def grad_input_shapes(a: Conv2dGradInputAttrs, ins) -> list[tuple[int, ...]]:
+    g, w = ins
+    n, ho, wo, cout = g.shape
+    if w.shape[0] != cout:
+        raise ValueError(f"conv2d_grad_input: gradient {g.shape} does not match weight {w.shape}")
+    cin = w.shape[3] * a.groups
+    fwd = Conv2dAttrs(a.stride, a.padding, Requant((1,), (0,)), a.dilation, a.groups)
+    if output_hw(*a.input_hw, w.shape[1], w.shape[2], fwd) != (ho, wo):
+        raise ValueError(f"conv2d_grad_input: input {a.input_hw} does not give output {(ho, wo)}")
+    return [(n, a.input_hw[0], a.input_hw[1], cin)]
+
+
+def grad_input_reference(a: Conv2dGradInputAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0].astype(np.float64)
+    wr = dequantize_weight(arrays[1], ins[1]).astype(np.float64)
+    n, ho, wo, cout = g.shape
+    _, kh, kw, cg = wr.shape
+    (h, w), (pt, pl, pb, pr) = a.input_hw, a.padding
+    cin = cg * a.groups
+    gxp = np.zeros((n, h + pt + pb, w + pl + pr, cin))
+    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
+        if a.groups == 1:
+            gxp[:, rows, cols, :] += g @ wr[:, i, j, :]
+        else:  # depthwise: output channel o reads input channel o // m
+            gxp[:, rows, cols, :] += (g * wr[:, i, j, 0]).reshape(n, ho, wo, cin, cout // cin).sum(axis=-1)
+    return [gxp[:, pt : pt + h, pl : pl + w, :].astype(np.float32)]
+
+
+def grad_weight_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
+    g, x = ins
+    cout = g.shape[3]
+    if a.groups not in (1, x.shape[3]) or cout % a.groups:
+        raise ValueError(f"conv2d_grad_weight: groups={a.groups} does not fit input {x.shape}")
+    if a.channels is not None and (not a.channels or list(a.channels) != sorted(set(a.channels))
+                                   or a.channels[0] < 0 or a.channels[-1] >= cout):
+        raise ValueError(f"conv2d_grad_weight: channels {a.channels} are not increasing channels of {cout}")
+    n_sel = cout if a.channels is None else len(a.channels)
+    return [(n_sel, a.kernel[0], a.kernel[1], x.shape[3] // a.groups)]
+
+
+def grad_weight_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0].astype(np.float64)
+    xr = dequantize_input(arrays[1], ins[1]).astype(np.float64)
+    n, ho, wo, cout = g.shape
+    cin = xr.shape[3]
+    sel = np.arange(cout) if a.channels is None else np.asarray(a.channels)
+    g = g[..., sel]
+    pt, pl, pb, pr = a.padding
+    xp = np.pad(xr, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    kh, kw = a.kernel
+    gw = np.zeros((len(sel), kh, kw, cin // a.groups))
+    g2 = g.reshape(-1, len(sel))
+    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
+        patch = xp[:, rows, cols, :]
+        if a.groups == 1:
+            gw[:, i, j, :] = g2.T @ patch.reshape(-1, cin)
+        else:
+            gw[:, i, j, 0] = (g * patch[..., sel // (cout // cin)]).sum(axis=(0, 1, 2))
+    return [gw.astype(np.float32)]
+
+
+def grad_input_macs(a: Conv2dGradInputAttrs, ins, outs) -> int:
+    _, ho, wo, cout = ins[0].shape
+    _, kh, kw, cg = ins[1].shape
+    return ho * wo * cout * kh * kw * cg
+
+
+def grad_weight_macs(a: Conv2dGradWeightAttrs, ins, outs) -> int:
+    _, ho, wo, _ = ins[0].shape
+    n_sel, kh, kw, cg = outs[0].shape
+    return ho * wo * n_sel * kh * kw * cg
+
+
+def backward(b, node, out_grads) -> list[str | None]:
+    """Mask the output gradient at the clamps, then input, weight and bias gradients as needed."""
+    from tinytrain.ops.bias_grad import BiasGradAttrs
+    from tinytrain.ops.clamp_mask import masked_grad
+
+    a: Conv2dAttrs = node.attrs
+    x, w = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else ""
+    gz = masked_grad(b, out_grads[0], node.outputs[0], a.act_min, a.act_max, f"{node.name}.grad_z")
+    result: list[str | None] = [None] * len(node.inputs)
+    if b.needs_grad(x):
+        hw = b.tensor(x).shape[1:3]
+        result[0] = b.emit("conv2d_grad_input", [gz, w],
+                           Conv2dGradInputAttrs(a.stride, a.padding, hw, a.dilation, a.groups),
+                           f"{node.name}.grad_input")[0]
+    if b.needs_grad(w):
+        kernel = b.tensor(w).shape[1:3]
+        result[1] = b.emit("conv2d_grad_weight", [gz, x],
+                           Conv2dGradWeightAttrs(a.stride, a.padding, kernel, a.dilation, a.groups),
+                           f"{node.name}.grad_weight")[0]
+    if bias and b.needs_grad(bias):
+        result[2] = b.emit("bias_grad", [gz], BiasGradAttrs(), f"{node.name}.grad_bias")[0]
+    return result
+
+
+OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward)
+GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs)
+GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
+                    grad_weight_macs)
+OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)

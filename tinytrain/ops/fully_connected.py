@@ -1,4 +1,8 @@
-"""Fully connected, int8: x (N,K), w (C_out,K), bias (C_out,) int32 or absent -> (N,C_out)."""
+"""Fully connected, int8: x (N,K), w (C_out,K), bias (C_out,) int32 or absent -> (N,C_out).
+
+Backward as conv2d's (fp32, real values): clamp mask, then g_x = g_z @ W, g_w = g_z^T @ x (selected
+output channels), g_b = sum g_z.
+"""
 
 from __future__ import annotations
 
@@ -43,4 +47,85 @@ def macs(a: FullyConnectedAttrs, ins, outs) -> int:
     return ins[1].shape[0] * ins[1].shape[1]
 
 
-OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs)
+
+# ---- backward (fp32, real values; float64 accumulation rounded once to float32) ----------------------
+
+@dataclass(frozen=True)
+class FullyConnectedGradInputAttrs:
+    """g_x (N,K) = g_z (N,C_out) @ s_w (w - zw)."""
+
+
+@dataclass(frozen=True)
+class FullyConnectedGradWeightAttrs:
+    """g_w (C_sel,K) = g_z[:, channels]^T @ s_x (x - zx), all channels when None."""
+
+    channels: tuple[int, ...] | None = None
+
+
+def grad_input_shapes(a: FullyConnectedGradInputAttrs, ins) -> list[tuple[int, ...]]:
+    g, w = ins
+    if len(g.shape) != 2 or g.shape[1] != w.shape[0]:
+        raise ValueError(f"fully_connected_grad_input: gradient {g.shape} does not match weight {w.shape}")
+    return [(g.shape[0], w.shape[1])]
+
+
+def grad_input_reference(a: FullyConnectedGradInputAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    from tinytrain.ops.conv2d import dequantize_weight
+
+    wr = dequantize_weight(arrays[1], ins[1]).astype(np.float64)
+    return [(arrays[0].astype(np.float64) @ wr).astype(np.float32)]
+
+
+def grad_weight_shapes(a: FullyConnectedGradWeightAttrs, ins) -> list[tuple[int, ...]]:
+    g, x = ins
+    cout = g.shape[1]
+    if a.channels is not None and (not a.channels or list(a.channels) != sorted(set(a.channels))
+                                   or a.channels[0] < 0 or a.channels[-1] >= cout):
+        raise ValueError(f"fully_connected_grad_weight: channels {a.channels} are not increasing channels of {cout}")
+    return [(cout if a.channels is None else len(a.channels), x.shape[1])]
+
+
+def grad_weight_reference(a: FullyConnectedGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    from tinytrain.ops.conv2d import dequantize_input
+
+    g = arrays[0].astype(np.float64)
+    if a.channels is not None:
+        g = g[:, np.asarray(a.channels)]
+    xr = dequantize_input(arrays[1], ins[1]).astype(np.float64)
+    return [(g.T @ xr).astype(np.float32)]
+
+
+def grad_input_macs(a, ins, outs) -> int:
+    return ins[1].shape[0] * ins[1].shape[1]
+
+
+def grad_weight_macs(a, ins, outs) -> int:
+    return outs[0].shape[0] * outs[0].shape[1]
+
+
+def backward(b, node, out_grads) -> list[str | None]:
+    from tinytrain.ops.bias_grad import BiasGradAttrs
+    from tinytrain.ops.clamp_mask import masked_grad
+
+    a: FullyConnectedAttrs = node.attrs
+    x, w = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else ""
+    gz = masked_grad(b, out_grads[0], node.outputs[0], a.act_min, a.act_max, f"{node.name}.grad_z")
+    result: list[str | None] = [None] * len(node.inputs)
+    if b.needs_grad(x):
+        result[0] = b.emit("fully_connected_grad_input", [gz, w], FullyConnectedGradInputAttrs(),
+                           f"{node.name}.grad_input")[0]
+    if b.needs_grad(w):
+        result[1] = b.emit("fully_connected_grad_weight", [gz, x], FullyConnectedGradWeightAttrs(),
+                           f"{node.name}.grad_weight")[0]
+    if bias and b.needs_grad(bias):
+        result[2] = b.emit("bias_grad", [gz], BiasGradAttrs(), f"{node.name}.grad_bias")[0]
+    return result
+
+
+OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward)
+GRAD_INPUT = OpDef("fully_connected_grad_input", FullyConnectedGradInputAttrs, grad_input_shapes,
+                   grad_input_reference, grad_input_macs)
+GRAD_WEIGHT = OpDef("fully_connected_grad_weight", FullyConnectedGradWeightAttrs, grad_weight_shapes,
+                    grad_weight_reference, grad_weight_macs)
+OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)

@@ -1,7 +1,13 @@
-"""Mean over H and W of an int8 NHWC tensor, with rescaling (TFLite Micro integer Mean).
+"""Mean over H and W of an int8 NHWC tensor, with rescaling (tflite-micro int8 MEAN: EvalIntegerMean ->
+reference_ops::QuantizedMeanOrSum, used whatever the input and output quantization).
 
-acc = sum(x - zx); acc = MBQM(acc, s_in / s_out); acc = acc / count rounded half away from zero;
-y = clamp(acc + zy). Output (N,1,1,C) with ``keepdims`` else (N,C).
+The multiplier m, shift of s_in / s_out (``requant``) absorbs 1/count: k = min(floor(log2(count)), 32,
+31 + shift), m' = (m << k) // count, shift' = shift - k; y = clamp(MBQM(sum(x) - zx * count, m', shift') + zy).
+With ``count_folded`` (ONNX imports) ``requant`` is already s_in / (count * s_out), computed in double, and
+is used as is: m' = m, shift' = shift, one rounding of the real mean (no truncated division of m).
+MBQM rounds as ``requant.single_rounding`` says. Output (N,1,1,C) with ``keepdims`` else (N,C).
+
+Backward (fp32, real values): clamp mask of y, then mean_grad spreads g / (H*W) over the input.
 """
 
 from __future__ import annotations
@@ -11,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.ops import OpDef
-from tinytrain.ops.avg_pool2d import divide_rounded
 from tinytrain.quant import Requant, multiply_by_quantized_multiplier
 
 
@@ -21,6 +26,15 @@ class MeanAttrs:
     keepdims: bool = True
     act_min: int = -128
     act_max: int = 127
+    count_folded: bool = False  # requant is s_in / (count * s_out), not s_in / s_out
+
+
+def mean_multiplier(a: MeanAttrs, count: int) -> tuple[int, int]:
+    """The (multiplier, shift) applied to sum(x) - zx * count (the C binding passes the same)."""
+    if a.count_folded:
+        return a.requant.multiplier[0], a.requant.shift[0]
+    k = min(count.bit_length() - 1, 32, 31 + a.requant.shift[0])  # 63 - CountLeadingZeros(count), clamped
+    return (a.requant.multiplier[0] << k) // count, a.requant.shift[0] - k
 
 
 def infer_shapes(a: MeanAttrs, ins) -> list[tuple[int, ...]]:
@@ -29,10 +43,13 @@ def infer_shapes(a: MeanAttrs, ins) -> list[tuple[int, ...]]:
 
 
 def reference(a: MeanAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    x = arrays[0].astype(np.int64) - ins[0].quant.zp
+    x = arrays[0].astype(np.int64)
     count = x.shape[1] * x.shape[2]
-    acc = multiply_by_quantized_multiplier(x.sum(axis=(1, 2)), a.requant.multiplier[0], a.requant.shift[0])
-    y = divide_rounded(acc, count, half_up=False) + outs[0].quant.zp
+    sums = x.sum(axis=(1, 2))
+    multiplier, shift = mean_multiplier(a, count)
+    acc = multiply_by_quantized_multiplier(sums - ins[0].quant.zp * count, multiplier, shift,
+                                           a.requant.single_rounding)
+    y = acc + outs[0].quant.zp
     y = np.clip(y, a.act_min, a.act_max).astype(np.int8)
     return [y.reshape((x.shape[0],) + outs[0].shape[1:])]
 
@@ -41,4 +58,36 @@ def macs(a: MeanAttrs, ins, outs) -> int:
     return 0
 
 
-OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs)
+
+@dataclass(frozen=True)
+class MeanGradAttrs:
+    """g_x (N,H,W,C) = g_y / (H*W) broadcast (one float32 division per element)."""
+
+    input_hw: tuple[int, int]
+
+
+def grad_shapes(a: MeanGradAttrs, ins) -> list[tuple[int, ...]]:
+    g = ins[0]
+    return [(g.shape[0], a.input_hw[0], a.input_hw[1], g.shape[-1])]
+
+
+def grad_reference(a: MeanGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0].astype(np.float32).reshape(arrays[0].shape[0], 1, 1, -1)
+    gx = g / np.float32(a.input_hw[0] * a.input_hw[1])
+    return [np.broadcast_to(gx, (g.shape[0],) + outs[0].shape[1:]).astype(np.float32)]
+
+
+def backward(b, node, out_grads) -> list[str | None]:
+    from tinytrain.ops.clamp_mask import masked_grad
+
+    x = node.inputs[0]
+    if not b.needs_grad(x):
+        return [None]
+    a: MeanAttrs = node.attrs
+    gz = masked_grad(b, out_grads[0], node.outputs[0], a.act_min, a.act_max, f"{node.name}.grad_z")
+    return [b.emit("mean_grad", [gz], MeanGradAttrs(b.tensor(x).shape[1:3]), f"{node.name}.grad_input")[0]]
+
+
+OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs, backward=backward)
+GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs)
+OPS = (OP, GRAD)

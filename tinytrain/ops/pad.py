@@ -25,4 +25,34 @@ def reference(a: PadAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [np.pad(arrays[0], ((0, 0),) + a.pads, constant_values=outs[0].quant.zp)]
 
 
-OP = OpDef("pad", PadAttrs, infer_shapes, reference, no_macs)
+
+@dataclass(frozen=True)
+class PadGradAttrs:
+    """g_x = g_y with the padding cut away (``pads`` as in the forward pad)."""
+
+    pads: tuple[tuple[int, int], ...]
+
+
+def grad_shapes(a: PadGradAttrs, ins) -> list[tuple[int, ...]]:
+    g = ins[0]
+    shape = (g.shape[0],) + tuple(d - lo - hi for d, (lo, hi) in zip(g.shape[1:], a.pads, strict=True))
+    if min(shape) <= 0:
+        raise ValueError(f"pad_grad: cannot remove {a.pads} from {g.shape}")
+    return [shape]
+
+
+def grad_reference(a: PadGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0]
+    index = (slice(None),) + tuple(slice(lo, d - hi) for d, (lo, hi) in zip(g.shape[1:], a.pads))
+    return [np.ascontiguousarray(g[index], np.float32)]
+
+
+def backward(b, node, out_grads) -> list[str | None]:
+    if not b.needs_grad(node.inputs[0]):
+        return [None]
+    return [b.emit("pad_grad", [out_grads[0]], PadGradAttrs(node.attrs.pads), f"{node.name}.grad_input")[0]]
+
+
+OP = OpDef("pad", PadAttrs, infer_shapes, reference, no_macs, backward=backward)
+GRAD = OpDef("pad_grad", PadGradAttrs, grad_shapes, grad_reference, no_macs)
+OPS = (OP, GRAD)

@@ -21,7 +21,8 @@ def infer_shapes(a: QuantizeAttrs, ins) -> list[tuple[int, ...]]:
 def reference(a: QuantizeAttrs, arrays, ins, outs) -> list[np.ndarray]:
     q = outs[0].quant
     v = arrays[0].astype(np.float32) / np.float32(q.s)
-    r = np.rint(v) if a.half_to_even else np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))
+    # Half away from zero in float64: floor(|v| + 0.5) in float32 would round 0.49999997 up.
+    r = np.rint(v) if a.half_to_even else np.sign(v) * np.floor(np.abs(v).astype(np.float64) + 0.5)
     return [np.clip(r.astype(np.float64) + q.zp, -128, 127).astype(np.int8)]
 
 

@@ -24,4 +24,14 @@ def reference(a: RequantizeAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [requantize(acc, a.requant, outs[0].quant.zp, -128, 127)]
 
 
-OP = OpDef("requantize", RequantizeAttrs, infer_shapes, reference, no_macs)
+
+def backward(b, node, out_grads) -> list[str | None]:
+    """Identity on real values, masked where the int8 output saturated."""
+    from tinytrain.ops.clamp_mask import masked_grad
+
+    if not b.needs_grad(node.inputs[0]):
+        return [None]
+    return [masked_grad(b, out_grads[0], node.outputs[0], -128, 127, f"{node.name}.grad_input")]
+
+
+OP = OpDef("requantize", RequantizeAttrs, infer_shapes, reference, no_macs, backward=backward)

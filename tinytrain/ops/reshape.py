@@ -25,4 +25,13 @@ def reference(a: ReshapeAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [arrays[0].reshape((arrays[0].shape[0],) + a.shape)]
 
 
-OP = OpDef("reshape", ReshapeAttrs, infer_shapes, reference, no_macs)
+
+def backward(b, node, out_grads) -> list[str | None]:
+    """The gradient reshaped back (a reshape of the fp32 gradient)."""
+    x = node.inputs[0]
+    if not b.needs_grad(x):
+        return [None]
+    return [b.emit("reshape", [out_grads[0]], ReshapeAttrs(b.tensor(x).shape[1:]), f"{node.name}.grad_input")[0]]
+
+
+OP = OpDef("reshape", ReshapeAttrs, infer_shapes, reference, no_macs, view=True, backward=backward)

@@ -1,0 +1,34 @@
+"""Bias gradient (backward, fp32): g_b[c] = sum over every position of g[..., c] (channels last).
+
+Shared by conv2d and fully_connected. The gradient is with respect to the real bias
+b = s_x * s_w[c] * b_int32. The simulator sums in float64 and rounds once to float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinytrain.ops import OpDef
+
+
+@dataclass(frozen=True)
+class BiasGradAttrs:
+    pass
+
+
+def infer_shapes(a: BiasGradAttrs, ins) -> list[tuple[int, ...]]:
+    return [(ins[0].shape[-1],)]
+
+
+def reference(a: BiasGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0].astype(np.float64)
+    return [g.reshape(-1, g.shape[-1]).sum(axis=0).astype(np.float32)]
+
+
+def macs(a: BiasGradAttrs, ins, outs) -> int:
+    return ins[0].size
+
+
+OP = OpDef("bias_grad", BiasGradAttrs, infer_shapes, reference, macs)

@@ -1,0 +1,71 @@
+"""Softmax cross-entropy on the dequantized int8 logits (design.md §3): the loss and its gradient.
+
+Inputs: logits int8 (N,...,C) (per-tensor quantized; any middle dimensions are 1), labels int32 (N,).
+fp32 in this order: z = s * (q - zp); m = max(z); e = exp(z - m); S = sum(e); p = e / S;
+loss = log(S) + m - z[label]; grad = p - onehot(label). The loss of a batch is the sum of the
+per-sample losses (training steps are batch 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinytrain.ops import OpDef, no_macs
+
+
+@dataclass(frozen=True)
+class SoftmaxXentAttrs:
+    pass
+
+
+def _check(ins) -> int:
+    logits, labels = ins
+    if len(labels.shape) != 1 or labels.shape[0] != logits.shape[0]:
+        raise ValueError(f"softmax_xent: labels {labels.shape} do not match logits {logits.shape}")
+    if any(d != 1 for d in logits.shape[1:-1]):
+        raise ValueError(f"softmax_xent: logits {logits.shape} are not (N,C)")
+    return logits.shape[-1]
+
+
+def loss_shapes(a: SoftmaxXentAttrs, ins) -> list[tuple[int, ...]]:
+    _check(ins)
+    return [(ins[0].shape[0],)]
+
+
+def grad_shapes(a: SoftmaxXentAttrs, ins) -> list[tuple[int, ...]]:
+    _check(ins)
+    return [ins[0].shape]
+
+
+def _softmax_parts(arrays, ins):
+    q, labels = arrays
+    n, c = q.shape[0], ins[0].shape[-1]
+    labels = np.asarray(labels).astype(np.int64)
+    if labels.min() < 0 or labels.max() >= c:
+        raise ValueError(f"labels must be in [0, {c}); got {labels.min()}..{labels.max()}")
+    qp = ins[0].quant
+    z = (q.reshape(n, c).astype(np.int32) - np.int32(qp.zp)).astype(np.float32) * np.float32(qp.s)
+    m = z.max(axis=1, keepdims=True)
+    e = np.exp(z - m)
+    s = e.sum(axis=1, keepdims=True, dtype=np.float32)
+    return z, m, e, s, labels
+
+
+def loss_reference(a: SoftmaxXentAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    z, m, e, s, labels = _softmax_parts(arrays, ins)
+    zl = np.take_along_axis(z, labels[:, None], axis=1)
+    return [(np.log(s) + m - zl).reshape(-1).astype(np.float32)]
+
+
+def grad_reference(a: SoftmaxXentAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    z, m, e, s, labels = _softmax_parts(arrays, ins)
+    g = e / s
+    g[np.arange(len(labels)), labels] -= np.float32(1)
+    return [g.astype(np.float32).reshape(arrays[0].shape)]
+
+
+LOSS = OpDef("softmax_xent", SoftmaxXentAttrs, loss_shapes, loss_reference, no_macs)
+GRAD = OpDef("softmax_xent_grad", SoftmaxXentAttrs, grad_shapes, grad_reference, no_macs)
+OPS = (LOSS, GRAD)

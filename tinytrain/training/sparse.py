@@ -1,0 +1,219 @@
+"""Sparse-update plans (design.md §5b): the version-1 plan file, the presets, channel selection, and the
+pass that applies a plan to a training graph.
+
+A plan names layers by their index among the model's convolution / fully-connected nodes in topological
+order (``layers``). It updates the biases of the last ``bias_last_k`` layers and, for each entry of
+``weights``, the weights of a fraction ``ratio`` of that layer's output channels, chosen by
+``select_channels`` — the one function the search, the simulator and the code generator all use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tinytrain.errors import PlanError
+from tinytrain.ir import Graph, Node
+from tinytrain.training.autodiff import LOSS, grad_name, param_gradients
+
+VERSION = 1
+RATIOS = (1.0, 0.5, 0.25, 0.125)
+CHANNEL_RULES = ("first",)
+LAYER_OPS = ("conv2d", "fully_connected")
+DEFAULT_LR = 0.01
+FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr")
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    conv: int
+    ratio: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated version-1 plan. ``bias_lr`` None means: the same as ``lr``."""
+
+    bias_last_k: int = 0
+    weights: tuple[WeightUpdate, ...] = ()
+    channels: str = "first"
+    lr: float = DEFAULT_LR
+    bias_lr: float | None = None
+
+    @property
+    def effective_bias_lr(self) -> float:
+        return self.lr if self.bias_lr is None else self.bias_lr
+
+    def to_json(self) -> dict:
+        d = {"version": VERSION, "bias_last_k": self.bias_last_k,
+             "weights": [{"conv": w.conv, "ratio": w.ratio} for w in self.weights],
+             "channels": self.channels, "lr": self.lr}
+        if self.bias_lr is not None:
+            d["bias_lr"] = self.bias_lr
+        return d
+
+
+@dataclass(frozen=True)
+class ParamUpdate:
+    """One parameter a plan updates: ``channels`` None means all output channels."""
+
+    param: str
+    layer: int
+    is_bias: bool
+    channels: tuple[int, ...] | None
+    lr: float
+
+
+def select_channels(c_out: int, ratio: float, rule: str = "first") -> tuple[int, ...] | None:
+    """The output channels whose weights a plan updates; None when all are.
+
+    "first": channels 0 .. n-1 with n = max(1, floor(c_out * ratio)).
+    """
+    if rule not in CHANNEL_RULES:
+        raise PlanError(f'unknown channel rule "{rule}"; version 1 knows: {", ".join(CHANNEL_RULES)}')
+    n = max(1, math.floor(c_out * ratio))
+    return None if n >= c_out else tuple(range(n))
+
+
+def layers(graph: Graph) -> list[Node]:
+    """Convolution and fully-connected nodes in topological order: the ``conv`` indices of a plan."""
+    return [n for n in graph.nodes if n.op in LAYER_OPS]
+
+
+# ---- the plan file -------------------------------------------------------------------------------------
+
+def _number(value, what: str, source: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise PlanError(f"{source}: {what} must be a positive number, got {json.dumps(value)}")
+    return float(value)
+
+
+def _int(value, what: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{source}: {what} must be a non-negative integer, got {json.dumps(value)}")
+    return value
+
+
+def parse_plan(obj, source: str = "plan") -> Plan:
+    """Validate a decoded version-1 plan; every problem raises PlanError naming the field."""
+    if not isinstance(obj, dict):
+        raise PlanError(f"{source}: a plan is a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(FIELDS))
+    if unknown:
+        raise PlanError(f"{source}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                        f"a version-1 plan has: {', '.join(FIELDS)}")
+    if "version" not in obj:
+        raise PlanError(f'{source}: missing "version" (this tinytrain reads version {VERSION})')
+    if obj["version"] != VERSION or isinstance(obj["version"], bool):
+        raise PlanError(f"{source}: plan version {json.dumps(obj['version'])} is not supported; "
+                        f"this tinytrain reads version {VERSION}")
+    bias_last_k = _int(obj.get("bias_last_k", 0), '"bias_last_k"', source)
+    entries = obj.get("weights", [])
+    if not isinstance(entries, list):
+        raise PlanError(f'{source}: "weights" must be a list of {{"conv": index, "ratio": r}}')
+    weights, seen = [], set()
+    for k, e in enumerate(entries):
+        where = f"weights[{k}]"
+        if not isinstance(e, dict) or set(e) != {"conv", "ratio"}:
+            raise PlanError(f'{source}: {where} must be {{"conv": index, "ratio": r}}, got {json.dumps(e)}')
+        conv = _int(e["conv"], f"{where}.conv", source)
+        ratio = e["ratio"]
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or float(ratio) not in RATIOS:
+            raise PlanError(f"{source}: {where}.ratio must be one of 1, 0.5, 0.25, 0.125, got {json.dumps(ratio)}")
+        if conv in seen:
+            raise PlanError(f"{source}: {where}: conv {conv} appears twice")
+        seen.add(conv)
+        weights.append(WeightUpdate(conv, float(ratio)))
+    channels = obj.get("channels", "first")
+    if channels not in CHANNEL_RULES:
+        raise PlanError(f'{source}: "channels" must be one of {", ".join(CHANNEL_RULES)}, got {json.dumps(channels)}')
+    lr = _number(obj.get("lr", DEFAULT_LR), '"lr"', source)
+    bias_lr = _number(obj["bias_lr"], '"bias_lr"', source) if "bias_lr" in obj else None
+    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr)
+
+
+def load_plan(path: str | Path) -> Plan:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise PlanError(f"cannot read plan {path}: {e.strerror}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return parse_plan(obj, str(path))
+
+
+def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | None = None) -> Plan:
+    """--update full | bias-only | last-k:N (the last N layers: biases and all weights)."""
+    n = len(layers(graph))
+    if spec == "full":
+        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), lr=lr, bias_lr=bias_lr)
+    if spec == "bias-only":
+        return Plan(n, lr=lr, bias_lr=bias_lr)
+    if spec.startswith("last-k:"):
+        k = spec[len("last-k:"):]
+        if not k.isdigit() or not 1 <= int(k) <= n:
+            raise PlanError(f"--update {spec}: N must be an integer from 1 to {n} (the model's layer count)")
+        k = int(k)
+        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), lr=lr, bias_lr=bias_lr)
+    raise PlanError(f"--update {spec}: expected full, bias-only or last-k:N")
+
+
+def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:
+    """The plan's layer indices fit the model; returns the model's layers."""
+    ls = layers(graph)
+    n = len(ls)
+    if plan.bias_last_k > n:
+        raise PlanError(f"{source}: bias_last_k = {plan.bias_last_k} but the model has {n} convolution / "
+                        f"fully-connected layers")
+    for w in plan.weights:
+        if w.conv >= n:
+            raise PlanError(f"{source}: weights conv {w.conv} does not exist; the model's layers are 0..{n - 1}")
+    return ls
+
+
+def updated_params(plan: Plan, graph: Graph) -> list[ParamUpdate]:
+    """What the plan updates, in layer order (weights before the bias of each layer)."""
+    ls = check_plan(plan, graph)
+    ratios = {w.conv: w.ratio for w in plan.weights}
+    result = []
+    for k, node in enumerate(ls):
+        if k in ratios:
+            c_out = graph.tensors[node.inputs[1]].shape[0]
+            result.append(ParamUpdate(node.inputs[1], k, False, select_channels(c_out, ratios[k], plan.channels),
+                                      plan.lr))
+        has_bias = len(node.inputs) > 2 and node.inputs[2]
+        if k >= len(ls) - plan.bias_last_k and has_bias:
+            result.append(ParamUpdate(node.inputs[2], k, True, None, plan.effective_bias_lr))
+    return result
+
+
+def apply_plan(graph: Graph, plan: Plan) -> Graph:
+    """Keep only the gradients the plan updates, restricted to the selected channels.
+
+    Takes the output of ``autodiff.differentiate``. Invariant: the outputs become (loss, the gradients of
+    exactly the plan's parameters, in ``updated_params`` order); the node computing a partially updated
+    weight's gradient has its ``channels`` set, so its output has exactly the selected output channels.
+    Nothing else changes (``prune`` removes what no longer contributes).
+    """
+    grads = param_gradients(graph)
+    updates = updated_params(plan, graph)
+    producers = graph.producers()
+    tensors, nodes = dict(graph.tensors), list(graph.nodes)
+    for u in updates:
+        if u.param not in grads:
+            raise PlanError(f"the plan updates {u.param} but the training graph has no gradient for it")
+        if u.channels is None:
+            continue
+        node = producers[grads[u.param]]
+        if not hasattr(node.attrs, "channels"):
+            raise PlanError(f"{node.op} cannot compute a gradient for a subset of channels")
+        new = replace(node, attrs=replace(node.attrs, channels=u.channels))
+        nodes[nodes.index(node)] = new
+        g = tensors[grads[u.param]]
+        tensors[g.name] = replace(g, shape=(len(u.channels),) + g.shape[1:])
+    outputs = (LOSS,) + tuple(grad_name(u.param) for u in updates)
+    return replace(graph, tensors=tensors, nodes=tuple(nodes), outputs=outputs)

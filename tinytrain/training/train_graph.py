@@ -1,0 +1,28 @@
+"""The training step of a model under a sparse-update plan, as one IR graph.
+
+    differentiate (loss + full backward)  ->  apply_plan (which gradients, which channels)
+      ->  add_updates (QAS-scaled SGD, in place)  ->  prune (drop what no update needs)
+
+(design.md §2 lists QAS before the plan; here the plan is applied first so that QAS scales only the
+gradients that are kept — the composition is the same.) The result runs in the simulator
+(``simulator.train_step``) and is what the scheduler, memory planner and code generator consume: inputs
+(image, label[, step]), output ``loss``, and one ``sgd_update`` node per updated parameter.
+"""
+
+from __future__ import annotations
+
+from tinytrain.errors import PlanError
+from tinytrain.ir import Graph
+from tinytrain.training.autodiff import differentiate
+from tinytrain.training.prune import prune
+from tinytrain.training.qas import UpdateConfig, add_updates
+from tinytrain.training.sparse import Plan, apply_plan, updated_params
+
+
+def build_training_graph(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig()) -> Graph:
+    if not updated_params(plan, graph):
+        raise PlanError("the plan updates nothing: give bias_last_k > 0 or some weights")
+    g = differentiate(graph)
+    g = apply_plan(g, plan)
+    g = add_updates(g, plan, config)
+    return prune(g)
