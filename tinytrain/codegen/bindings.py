@@ -9,6 +9,10 @@ loops is a template parameter. Kernels with the same name are the same code and 
 Every binding reads the node and its tensors through the emitter's context (``ctx``):
 ``ctx.tensor(name)``, ``ctx.act(name)`` (pointer into the arena), ``ctx.const(name)`` (a frozen
 graph constant in flash) and ``ctx.table(node, what, values)`` (a derived int32 table in flash).
+
+Requantization rounds as the node's ``Requant`` says: the template parameter ``rq`` names the C helper
+(``tt_requantize``, TFLite's double rounding, or ``tt_requantize_single``, TFLITE_SINGLE_ROUNDING) and
+single-rounding kernels carry ``_sr`` in their name.
 """
 
 from __future__ import annotations
@@ -78,11 +82,38 @@ def _per_channel(values, cout: int) -> np.ndarray:
     return np.broadcast_to(v, (cout,)).astype(np.int32)
 
 
+def _rq(requant) -> str:
+    """The C requantization helper of a Requant (a template parameter of the kernel)."""
+    return "tt_requantize_single" if requant.single_rounding else "tt_requantize"
+
+
+def _sr(*requants) -> str:
+    """Kernel name suffix of the rounding: "" (double), "_sr" (single), "_sr" + one bit per Requant if mixed."""
+    flags = [r.single_rounding for r in requants]
+    if not any(flags):
+        return ""
+    return "_sr" if all(flags) else "_sr" + "".join(str(int(f)) for f in flags)
+
+
 def _requant_tables(sig: _Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:
     if wzp is not None:
         sig.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
     sig.add("const int32_t *multiplier", ctx.table(node, "multiplier", _per_channel(requant.multiplier, cout)), "(Co,)")
     sig.add("const int32_t *shift", ctx.table(node, "shift", _per_channel(requant.shift, cout)), "(Co,)")
+
+
+def _weight(sig: _Signature, ctx, w: Tensor, comment: str) -> bool:
+    """Add the weight pointer. In a training step whose plan updates only the first Cs output channels of
+    ``w`` (``ctx.trainable_rows``), ``weight`` is the SRAM copy of those rows and ``weight_frozen`` the flash
+    original, read for rows >= Cs (template parameter ``split``); returns whether it is split."""
+    rows = ctx.trainable_rows(w.name)
+    if rows is None:
+        sig.add("const int8_t *weight", ctx.const(w.name), comment)
+        return False
+    sig.add("const int8_t *weight", ctx.const(w.name), comment.replace("(Co,", "(Cs,"))
+    sig.add("const int8_t *weight_frozen", ctx.frozen(w.name), comment + ", rows >= Cs")
+    sig.ints(Cs=rows)
+    return True
 
 
 def _suffix(has_bias: bool, has_wzp: bool) -> str:
@@ -118,11 +149,11 @@ def conv2d(node: Node, ctx) -> Call:
     if pointwise:
         s.add("int8_t *out", ctx.act(y.name), "(P,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)")
-        s.add("const int8_t *weight", ctx.const(w.name), "(Co,Ci)")
+        split = _weight(s, ctx, w, "(Co,Ci)")
     else:
         s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
-        s.add("const int8_t *weight", ctx.const(w.name), f"(Co,{kh},{kw})" if depthwise else f"(Co,{kh},{kw},Ci)")
+        split = _weight(s, ctx, w, f"(Co,{kh},{kw})" if depthwise else f"(Co,{kh},{kw},Ci)")
     if bias is not None:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     _requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
@@ -133,7 +164,8 @@ def conv2d(node: Node, ctx) -> Call:
     else:  # no bounds checks: the input height is not needed
         s.ints(W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
-    suffix = _suffix(bias is not None, has_wzp)
+    suffix = _suffix(bias is not None, has_wzp) + _sr(a.requant) + ("_split" if split else "")
+    k["rq"], k["split"] = _rq(a.requant), split
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
@@ -155,14 +187,15 @@ def fully_connected(node: Node, ctx) -> Call:
     s = _Signature()
     s.add("int8_t *out", ctx.act(y.name), "(Co,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(K,)")
-    s.add("const int8_t *weight", ctx.const(w.name), "(Co,K)")
+    split = _weight(s, ctx, w, "(Co,K)")
     if bias is not None:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     _requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
     s.ints(K=depth, Co=cout)
     s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
-    return s.call("fully_connected", f"tt_fully_connected_s8{_suffix(bias is not None, has_wzp)}",
-                  dict(has_bias=bias is not None, has_wzp=has_wzp))
+    return s.call("fully_connected", f"tt_fully_connected_s8{_suffix(bias is not None, has_wzp)}{_sr(a.requant)}"
+                  + ("_split" if split else ""), dict(has_bias=bias is not None, has_wzp=has_wzp, rq=_rq(a.requant),
+                                                      split=split))
 
 
 def add(node: Node, ctx) -> Call:
@@ -178,7 +211,8 @@ def add(node: Node, ctx) -> Call:
              out_zp=y.quant.zp, out_multiplier=a.output.multiplier[0], out_shift=a.output.shift[0])
     s.ints(left_shift=a.left_shift)
     s.int32s(act_min=a.act_min, act_max=a.act_max)
-    return s.call("add", "tt_add_s8", {})
+    return s.call("add", "tt_add_s8" + _sr(a.input1, a.input2, a.output),
+                  dict(rq1=_rq(a.input1), rq2=_rq(a.input2), rq_out=_rq(a.output)))
 
 
 def avg_pool2d(node: Node, ctx) -> Call:
@@ -191,26 +225,43 @@ def avg_pool2d(node: Node, ctx) -> Call:
     s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,C)")
     s.add("const int8_t *inp", ctx.act(x.name), "(H,W,C)")
     s.ints(H=h, W=wd, C=c, Ho=ho, Wo=wo)
+    rq = None
+    if a.output is not None:  # another output quantization: multiplier and shift per valid-cell count
+        s.add("const int32_t *multiplier", ctx.table(node, "multiplier", _per_channel(a.output.multiplier, kh * kw)),
+              f"({kh * kw},) by count - 1")
+        s.add("const int32_t *shift", ctx.table(node, "shift", _per_channel(a.output.shift, kh * kw)),
+              f"({kh * kw},) by count - 1")
+        s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp)
+        rounding, rq = "requant", _rq(a.output)
+        suffix = "_rq" + _sr(a.output)
+    elif a.round_half_even:
+        s.int32s(in_zp=x.quant.zp)
+        rounding, suffix = "half_even", "_half_even"
+    else:
+        rounding, suffix = ("half_up", "_half_up") if a.round_half_up else ("away", "")
     s.int32s(act_min=a.act_min, act_max=a.act_max)
     name = f"tt_avg_pool_{_window_name(kh, kw, sh, sw, pt=pt, pl=pl, padded=any(a.padding))}_s8"
-    return s.call("avg_pool2d", name + ("_half_up" if a.round_half_up else ""),
-                  dict(kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, half_up=a.round_half_up))
+    return s.call("avg_pool2d", name + suffix,
+                  dict(kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, rounding=rounding, rq=rq))
 
 
 def mean(node: Node, ctx) -> Call:
-    """Mean over H, W: 1/count is folded into the multiplier as tflite-micro's QuantizedMeanOrSum does."""
+    """Mean over H, W: 1/count is in the multiplier (folded as tflite-micro's QuantizedMeanOrSum does, or
+    already in the Requant: ops/mean.py's mean_multiplier)."""
+    from tinytrain.ops.mean import mean_multiplier
+
     a = node.attrs
     x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
     _, h, wd, c = x.shape
     count = h * wd
-    k = min(count.bit_length() - 1, 32, 31 + a.requant.shift[0])
+    multiplier, shift = mean_multiplier(a, count)
     s = _Signature()
     s.add("int8_t *out", ctx.act(y.name), "(C,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(P,C)")
     s.ints(P=count, C=c)
-    s.int32s(in_zp=x.quant.zp, multiplier=(a.requant.multiplier[0] << k) // count, shift=a.requant.shift[0] - k,
+    s.int32s(in_zp=x.quant.zp, multiplier=multiplier, shift=shift,
              out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
-    return s.call("mean", "tt_mean_s8", {})
+    return s.call("mean", "tt_mean_s8" + _sr(a.requant), dict(rq=_rq(a.requant)))
 
 
 def pad(node: Node, ctx) -> Call:
@@ -236,7 +287,7 @@ def requantize(node: Node, ctx) -> Call:
     s.add("const int8_t *inp", ctx.act(x.name), "(N,)")
     s.ints(N=y.size)
     s.int32s(in_zp=x.quant.zp, multiplier=r.multiplier[0], shift=r.shift[0], out_zp=y.quant.zp)
-    return s.call("requantize", "tt_requantize_tensor_s8", {})
+    return s.call("requantize", "tt_requantize_tensor_s8" + _sr(r), dict(rq=_rq(r)))
 
 
 def softmax(node: Node, ctx) -> Call:

@@ -6,7 +6,8 @@ import re
 
 import numpy as np
 
-_CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t"}
+_CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t",
+           np.dtype(np.float32): "float"}
 
 
 def ctype(dtype: np.dtype) -> str:
@@ -38,11 +39,22 @@ def int_literal(v: int) -> str:
     return "(-2147483647 - 1)" if v == -(1 << 31) else str(v)
 
 
+def float_literal(v: float) -> str:
+    """A C float literal that parses to exactly float32(v): the shortest decimal that round-trips."""
+    f = np.float32(v)
+    if not np.isfinite(f):
+        raise ValueError(f"no C literal for {v}")
+    return np.format_float_scientific(f, unique=True, exp_digits=2) + "f"
+
+
 def array_body(values: np.ndarray, per_line: int = 24, indent: str = "    ") -> str:
     """The values of an initializer list, ``per_line`` to a line, flattened in C order."""
     flat = np.asarray(values).ravel()
     if flat.size == 0:
         raise ValueError("C has no empty arrays")
-    items = [int_literal(v) for v in flat.tolist()] if flat.dtype.itemsize >= 4 else [str(v) for v in flat.tolist()]
+    if flat.dtype == np.float32:
+        items, per_line = [float_literal(v) for v in flat], min(per_line, 8)
+    else:
+        items = [int_literal(v) for v in flat.tolist()] if flat.dtype.itemsize >= 4 else [str(v) for v in flat.tolist()]
     lines = [indent + ", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
     return "\n".join(lines)

@@ -90,6 +90,13 @@ class _Context:
                                            f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}")
         return self._const_names[name]
 
+    def trainable_rows(self, name: str) -> int | None:
+        """Rows of a weight that are an SRAM copy when only some are (training steps); None: one array."""
+        return None
+
+    def frozen(self, name: str) -> str:
+        raise ValueError(f"{name} has no separate frozen rows")
+
     def table(self, node: Node, what: str, values: np.ndarray) -> str:
         cname = self._unique(f"tt_{cformat.identifier(node.name, 32)}_{what}")
         self.constants[cname] = _Array(cname, cformat.ctype(values.dtype), np.asarray(values),
@@ -129,7 +136,13 @@ def _step_comment(k: int, node: Node, graph: Graph) -> str:
 
 
 def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
-    """File name -> text of the emitted project (model source, header, runtime)."""
+    """File name -> text of the emitted project (model source, header, runtime).
+
+    A training graph (one with update nodes) gives the training project of ``emit_train``."""
+    from tinytrain.codegen.emit_train import is_training_graph, render_training_project
+
+    if is_training_graph(graph):
+        return render_training_project(graph, plan)
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise UnsupportedModelError(f"codegen: the C API takes one input and one output; this model has "
                                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")

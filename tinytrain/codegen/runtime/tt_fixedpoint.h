@@ -35,12 +35,24 @@ static inline int32_t tt_rounding_divide_by_pot_wide(int32_t x, int exponent) {
     return (int32_t)(((int64_t)x >> exponent) + (remainder > threshold ? 1 : 0));
 }
 
-/* The one requantization helper: TFLite MultiplyByQuantizedMultiplier (double rounding).
+/* The requantization helpers; a kernel calls the one its node's Requant selects (``single_rounding``,
+ * a template parameter of the kernel, never an #ifdef).
+ *
+ * tt_requantize: TFLite MultiplyByQuantizedMultiplier, default double rounding (tflite-micro).
  * shift > 0 is a left shift, shift < 0 a rounding right shift. */
 static inline int32_t tt_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
     const int left = shift > 0 ? (int)shift : 0;
     const int right = shift > 0 ? 0 : (int)-shift;
     return tt_rounding_divide_by_pot(tt_srdhm(acc * ((int32_t)1 << left), multiplier), right);
+}
+
+/* tt_requantize_single: MultiplyByQuantizedMultiplier with TFLITE_SINGLE_ROUNDING (= CMSIS-NN
+ * arm_nn_requantize with CMSIS_NN_USE_SINGLE_ROUNDING): acc * multiplier * 2^(shift - 31) rounded once,
+ * ties toward +infinity, in 64 bits; -31 <= shift <= 30 (QuantizeMultiplier clamps it). */
+static inline int32_t tt_requantize_single(int32_t acc, int32_t multiplier, int32_t shift) {
+    const int total_shift = 31 - (int)shift;
+    const int64_t round = (int64_t)1 << (total_shift - 1);
+    return (int32_t)(((int64_t)acc * (int64_t)multiplier + round) >> total_shift);
 }
 
 /* gemmlowp SaturatingRoundingMultiplyByPOT for a positive exponent (1..30). */
@@ -65,6 +77,20 @@ static inline int32_t tt_divide_round_half_up(int32_t acc, int32_t count) {
     const int32_t n = acc + count / 2;
     const int32_t q = n / count;
     return (n % count < 0) ? q - 1 : q;
+}
+
+/* acc / count rounded half to even (count > 0), as onnxruntime's float average and QuantizeLinear. */
+static inline int32_t tt_divide_round_half_even(int32_t acc, int32_t count) {
+    int32_t q = acc / count;
+    int32_t r = acc % count;
+    if (r < 0) {  /* floor division */
+        q -= 1;
+        r += count;
+    }
+    if (2 * r > count || (2 * r == count && q % 2 != 0)) {
+        q += 1;
+    }
+    return q;
 }
 
 static inline int32_t tt_clamp(int32_t x, int32_t lo, int32_t hi) {

@@ -1,0 +1,356 @@
+"""The emitted training step (C, built for the host) against the simulator, the spec (design.md §4).
+
+Per step, from an identical state (the simulator's state loaded into the C with tt_state_load), every tensor
+the C step computed is read back from its arena (linear memory plan: nothing is overwritten) and compared:
+
+- integer work, exactly: every int8 forward activation; every updated int8 weight / int32 bias (and momentum)
+  equals ``sgd_update``'s reference applied to the C's own fp32 gradient and the pre-step state;
+- fp32 work, each op given the C's own inputs (so errors do not compound), with these tolerances:
+  * exact (bit-identical): clamp_mask, grad_accumulate, pad_grad, mean_grad (one float32 division, as the
+    simulator), fully_connected_grad_weight (batch 1: one float32 product, which float64-then-round equals);
+  * sums — conv2d_grad_input / conv2d_grad_weight (regular, depthwise, pointwise), fully_connected_grad_input,
+    bias_grad, avg_pool2d_grad: |C - sim| <= SUM_RTOL * sum|terms| (sum|terms| is the op applied to the
+    absolute values of its centred inputs). The C sums float32 products in float32 in a fixed order, the
+    simulator sums in float64 and rounds once; SUM_RTOL = 2^-16 allows 256 ulps of the absolute sum, the
+    worst case of a float32 sum of 256 terms (observed: below 2^-21);
+  * softmax_xent: loss within LOSS_ATOL * max(1, loss), gradient within GRAD_ATOL (tt_expf / tt_logf are
+    within 2 ulp; numpy's float32 exp / log and its pairwise sum differ by a few ulp).
+"""
+
+import dataclasses
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from ir_builders import ModelBuilder
+from tinytrain import __version__
+from tinytrain.codegen import MODEL_HEADER, MODEL_SOURCE, arena_offsets, render_project
+from tinytrain.codegen.state import pack, unpack
+from tinytrain.engine_c import CTrainer
+from tinytrain.ir import DType, QuantParams
+from tinytrain.ops import get_op
+from tinytrain.ops.sgd_update import Rounding
+from tinytrain.simulator import init_state, train_step
+from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.sparse import Plan, WeightUpdate, preset
+from tinytrain.training.train_graph import build_training_graph
+
+SHA = "7e" * 32
+WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+SUM_RTOL = 2.0 ** -16
+LOSS_ATOL = 4e-6
+GRAD_ATOL = 2e-6
+EXACT = {"clamp_mask", "grad_accumulate", "pad_grad", "mean_grad", "fully_connected_grad_weight"}
+SUMS = {"conv2d_grad_input", "conv2d_grad_weight", "fully_connected_grad_input", "bias_grad", "avg_pool2d_grad"}
+
+
+def train_ops_model(seed: int = 0):
+    """Every training kernel variant: 3x3 stride-2 padded, pad, depthwise multiplier 2 (valid), pointwise,
+    dilated 3x3, residual add, requantize, overlapping average pool, mean, fully connected."""
+    mb = ModelBuilder("train_ops", seed)
+    x = mb.input((12, 12, 3))
+    h = mb.conv(x, 8, 3, 2)
+    h = mb.pad(h, ((1, 0), (0, 1), (0, 0)))
+    h = mb.conv(h, 16, 3, 1, depthwise=True, padding=0)
+    h = mb.conv(h, 8, 1)
+    h = mb.add(h, mb.conv(h, 8, 3, dilation=2, act=None))
+    h = mb.requantize(h, 1.5)
+    h = mb.avg_pool(h, 3, 1, padding=(1, 1, 1, 1))
+    h = mb.conv(h, 16, 1)
+    h = mb.reshape(mb.mean(h), (16,))
+    return dataclasses.replace(mb.build(mb.fc(h, 5)), source_sha256=SHA), mb
+
+
+CONFIGS = {
+    "full": lambda g: (preset("full", g, lr=0.05), UpdateConfig()),
+    "channels+momentum+nearest": lambda g: (
+        Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5), WeightUpdate(1, 0.5), WeightUpdate(3, 0.25),
+                                     WeightUpdate(5, 0.5)), lr=0.05),
+        UpdateConfig(momentum=0.9, rounding=Rounding.NEAREST, seed=3)),
+}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return train_ops_model()
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def setup(request, model, tmp_path_factory):
+    g, mb = model
+    plan, config = CONFIGS[request.param](g)
+    tg = build_training_graph(g, plan, config)
+    cache = tmp_path_factory.mktemp("cache")
+    return tg, mb, cache
+
+
+def _centred_abs(t, a):
+    """|a - zero point| as int32 with a zero-point-free tensor (for sum|terms|), |a| for fp32."""
+    if a is None or t is None:
+        return t, a
+    if t.dtype == DType.FLOAT32:
+        return t, np.abs(a)
+    if t.quant is None or a.dtype != np.int8:
+        return t, a
+    zp = np.asarray(t.quant.zero_point, np.int32)
+    if t.quant.axis is not None:
+        zp = zp.reshape((-1,) + (1,) * (a.ndim - 1))
+    zero = QuantParams(t.quant.scale, (0,) * len(t.quant.zero_point), t.quant.axis)
+    return dataclasses.replace(t, quant=zero), np.abs(a.astype(np.int32) - zp)
+
+
+def check_step(tg, trainer: CTrainer, state, x: np.ndarray, label: int) -> dict[str, float]:
+    """One C step from ``state`` (then advanced by the simulator); asserts the contract, returns the largest
+    error / tolerance ratio per fp32 op."""
+    pre = state.copy()
+    trainer.load_state(pre)
+    loss_c = trainer.step(x, label)
+    post_c = trainer.state()
+    sim = train_step(tg, state, x[None], label, keep_all=True)
+    arena, g = trainer.arena(), trainer.schedule
+    offsets = arena_offsets(g, trainer.plan)
+
+    def c_value(name):
+        t = g.tensors[name]
+        return np.frombuffer(arena, t.dtype.np, t.size, offsets[name]).reshape(t.shape)
+
+    def value(name):
+        if not name:
+            return None
+        if name == "label":
+            return np.array([label], np.int32)
+        if name == "step":
+            return np.array([pre.step], np.int32)
+        if name in pre.tensors:
+            return pre.tensors[name]
+        t = g.tensors[name]
+        return t.data if t.has_data else c_value(name)
+
+    ratios: dict[str, float] = {}
+    for node in g.nodes:
+        op = get_op(node.op)
+        ins = [g.tensors[i] if i else None for i in node.inputs]
+        arrays = [value(i) for i in node.inputs]
+        outs = [g.tensors[o] for o in node.outputs]
+        if op.writes:
+            want = op.reference(node.attrs, arrays, ins, outs)
+            for w, new in zip(op.writes, want):
+                if w < len(node.inputs) and node.inputs[w]:
+                    np.testing.assert_array_equal(post_c.tensors[node.inputs[w]], new, err_msg=node.name)
+            continue
+        if op.view:
+            continue
+        got = c_value(node.outputs[0])
+        if outs[0].dtype != DType.FLOAT32:  # int8 forward: bit for bit with the simulator
+            np.testing.assert_array_equal(got, sim[node.outputs[0]], err_msg=node.name)
+            continue
+        want = op.reference(node.attrs, arrays, ins, outs)[0]
+        if node.op in EXACT:
+            np.testing.assert_array_equal(got, want, err_msg=node.name)
+            continue
+        if node.op == "softmax_xent":
+            tol = LOSS_ATOL * max(1.0, abs(float(want[0])))
+            assert loss_c == got[0]
+        elif node.op == "softmax_xent_grad":
+            tol = GRAD_ATOL
+        else:
+            assert node.op in SUMS, node.op
+            abs_ins, abs_arrays = zip(*(_centred_abs(t, a) for t, a in zip(ins, arrays)))
+            tol = SUM_RTOL * op.reference(node.attrs, list(abs_arrays), list(abs_ins), outs)[0].astype(np.float64)
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        assert np.all(err <= tol + 1e-30), (node.name, float(err.max()))
+        key = node.op if node.op not in ("conv2d_grad_input", "conv2d_grad_weight") else \
+            f"{node.op}/{'depthwise' if node.attrs.groups > 1 else 'regular'}"
+        ratios[key] = max(ratios.get(key, 0.0), float(np.max(err / (tol + 1e-30))))
+    for name, v in pre.tensors.items():  # the C and the simulator updated from the same state
+        assert name in post_c.tensors
+    return ratios
+
+
+def test_each_step_from_identical_state_agrees_per_op(setup):
+    tg, mb, cache = setup
+    trainer = CTrainer(tg, cache, planner="linear", inplace=False, reorder=False)
+    state = init_state(tg)
+    x = mb.calibration_input()
+    rng = np.random.default_rng(1)
+    xs = np.concatenate([x, rng.integers(-128, 128, (4,) + x.shape[1:]).astype(np.int8)])
+    ratios: dict[str, float] = {}
+    for k in range(len(xs)):
+        for op, r in check_step(tg, trainer, state, xs[k], int(rng.integers(0, 5))).items():
+            ratios[op] = max(ratios.get(op, 0.0), r)
+    print("largest error / tolerance per fp32 op:", {k: f"{v:.2g}" for k, v in sorted(ratios.items())})
+    assert {"conv2d_grad_input/regular", "conv2d_grad_weight/regular", "bias_grad", "softmax_xent"} <= set(ratios)
+
+
+def test_device_schedule_trains_like_the_simulator(setup):
+    """The reordered schedule with in-place buffers (what compile emits): 12 free-running steps."""
+    tg, mb, cache = setup
+    trainer = CTrainer(tg, cache)
+    state = init_state(tg)
+    rng = np.random.default_rng(2)
+    xs = rng.integers(-128, 128, (12,) + mb.calibration_input().shape[1:]).astype(np.int8)
+    ys = rng.integers(0, 5, 12)
+    sim = np.array([train_step(tg, state, xs[k : k + 1], int(ys[k]))["loss"][0] for k in range(12)])
+    c = trainer.train(xs, ys)
+    np.testing.assert_allclose(c, sim, rtol=1e-4)
+    got = trainer.state()
+    ints = [n for n, v in state.tensors.items() if v.dtype != np.float32]  # momentum differs by float32 ulps
+    same = np.mean(np.concatenate([(got.tensors[n] == state.tensors[n]).ravel() for n in ints]))
+    assert got.step == state.step == 12 and same > 0.99, same
+    for n in set(state.tensors) - set(ints):
+        np.testing.assert_allclose(got.tensors[n], state.tensors[n], rtol=1e-3, atol=1e-5)
+    logits = trainer.predict(xs[:3])
+    assert logits.shape == (3, 5) and logits.dtype == np.int8
+
+
+def test_state_bytes_round_trip_and_foreign_state_is_refused(setup, model):
+    tg, mb, cache = setup
+    trainer = CTrainer(tg, cache)
+    state = init_state(tg)
+    state.step = 7
+    trainer.load_state(state)
+    assert trainer.state_bytes() == pack(tg, state)
+    back = unpack(tg, trainer.state_bytes())
+    assert back.step == 7 and all(np.array_equal(back.tensors[k], v) for k, v in state.tensors.items())
+    other = build_training_graph(model[0], preset("bias-only", model[0]))
+    with pytest.raises(ValueError):
+        unpack(tg, pack(other, init_state(other)))
+    bad = bytearray(pack(tg, state))
+    bad[8] ^= 1
+    assert trainer._lib.tt_state_load(bytes(bad)) == -1
+
+
+@pytest.fixture(scope="module")
+def project(model, tmp_path_factory):
+    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.schedule import reorder
+
+    g, _ = model
+    plan, config = CONFIGS["full"](g)
+    tg = reorder(build_training_graph(g, plan, config))
+    out = tmp_path_factory.mktemp("train_project")
+    files = render_project(tg, plan_memory(tg, 1 << 30, 1 << 30))
+    for name, text in files.items():
+        (out / name).write_text(text)
+    return out, tg, files
+
+
+def test_project_is_deterministic_and_names_version_and_model_hash(project, model):
+    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.schedule import reorder
+
+    out, tg, files = project
+    g2, _ = train_ops_model()  # rebuilt from scratch
+    plan, config = CONFIGS["full"](g2)
+    tg2 = reorder(build_training_graph(g2, plan, config))
+    again = render_project(tg2, plan_memory(tg2, 1 << 30, 1 << 30))
+    assert again == files
+    for name in (MODEL_SOURCE, MODEL_HEADER):
+        head = files[name].split("*/")[0]
+        assert f"tinytrain {__version__}" in head and SHA in head
+
+
+def test_sram_is_what_the_memory_report_counts(model):
+    """Arena and SRAM copies (only the updated rows of a partially updated weight) as memory.report says."""
+    from tinytrain.memory.report import plan_memory
+
+    g, _ = model
+    plan, config = CONFIGS["channels+momentum+nearest"](g)
+    tg = build_training_graph(g, plan, config)
+    report = plan_memory(tg, 1 << 30, 1 << 30)
+    header = render_project(tg, report)[MODEL_HEADER]
+    defined = dict(re.findall(r"#define (TT_\w+_BYTES) (\d+)", header))
+    assert int(defined["TT_ARENA_BYTES"]) == report.arena_bytes
+    assert int(defined["TT_TRAINABLE_BYTES"]) == report.trainable_sram_bytes + report.optimizer_state_bytes
+    assert any(tg.tensors[p].nbytes > n for p, n in report.trainable)  # some weights only partly in SRAM
+
+
+def test_trainable_tensors_in_sram_frozen_in_flash(project):
+    from tinytrain.codegen.state import state_tensors
+
+    out, tg, files = project
+    src = files[MODEL_SOURCE]
+    assert "static float tt_arena[TT_ARENA_BYTES / 4] __attribute__((aligned(16)));" in src
+    arrays = re.findall(r"^static (const )?\w+ (\w+)\[", src, re.M)
+    mutable = {name for const, name in arrays if not const} - {"tt_arena"}
+    assert len(mutable) == len(state_tensors(tg))  # the SRAM copies of exactly what the step updates
+    for name in mutable:  # each copied from its flash original at tt_init
+        assert ("const ", f"{name}_init") in arrays and f"memcpy({name}, {name}_init, sizeof({name}));" in src
+    n_frozen = sum(1 for t in tg.constants() if t.name not in state_tensors(tg))
+    assert n_frozen > 0 and sum(1 for const, _ in arrays if const) >= n_frozen + len(mutable)
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7"])
+def test_compiles_for_cortex_m(project, cpu, tmp_path):
+    cc = shutil.which("arm-none-eabi-gcc")
+    if cc is None:
+        pytest.skip("arm-none-eabi-gcc is not installed (scripts/setup.sh installs it)")
+    out, _, _ = project
+    for fpu in ([], ["-mfloat-abi=hard", "-mfpu=fpv4-sp-d16" if cpu == "cortex-m4" else "-mfpu=fpv5-d16"]):
+        r = subprocess.run([cc, f"-mcpu={cpu}", "-mthumb", *fpu, *WARNINGS, "-O2", "-ffp-contract=off", "-c",
+                            str(out / MODEL_SOURCE), "-o", str(tmp_path / "model.o")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+HARNESS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "tinytrain_model.h"
+
+/* stdin: n records of (label int32 little-endian, TT_INPUT_BYTES image); stdout: n float losses, the state. */
+int main(int argc, char **argv) {
+    static int8_t x[TT_INPUT_BYTES];
+    static uint8_t state[TT_STATE_BYTES];
+    const int n = argc > 1 ? atoi(argv[1]) : 0;
+    tt_init();
+    for (int i = 0; i < n; i++) {
+        int32_t label;
+        float loss;
+        if (fread(&label, 4, 1, stdin) != 1 || fread(x, 1, TT_INPUT_BYTES, stdin) != TT_INPUT_BYTES) return 2;
+        if (tt_train_step(x, (int)label, &loss) != 0) return 3;
+        fwrite(&loss, 4, 1, stdout);
+    }
+    if (tt_state_size() != TT_STATE_BYTES) return 4;
+    tt_state_save(state);
+    fwrite(state, 1, TT_STATE_BYTES, stdout);
+    return tt_state_load(state);
+}
+"""
+
+
+def test_20_steps_clean_under_address_and_undefined_sanitizers(project, model, tmp_path):
+    out, tg, files = project
+    (tmp_path / "main.c").write_text(HARNESS)
+    exe = tmp_path / "run"
+    r = subprocess.run(["gcc", *WARNINGS, "-O1", "-g", "-ffp-contract=off", "-fsanitize=address,undefined",
+                        "-fno-sanitize-recover=all", f"-I{out}", str(out / MODEL_SOURCE), str(tmp_path / "main.c"),
+                        "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rng = np.random.default_rng(5)
+    xs = rng.integers(-128, 128, (20,) + tg.tensors[tg.inputs[0]].shape[1:]).astype(np.int8)
+    ys = rng.integers(0, 5, 20).astype("<i4")
+    stdin = b"".join(ys[k].tobytes() + xs[k].tobytes() for k in range(20))
+    r = subprocess.run([str(exe), "20"], input=stdin, capture_output=True)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr.decode()
+    losses, state = np.frombuffer(r.stdout[:80], "<f4"), r.stdout[80:]
+    trainer = CTrainer(tg, tmp_path / "cache", reorder=False)  # the -O3 shared library: the same bits
+    np.testing.assert_array_equal(trainer.train(xs, ys), losses)
+    assert trainer.state_bytes() == state
+    assert unpack(tg, state).step == 20
+
+
+def test_every_forward_op_and_weight_zero_points_agree_per_op(tmp_path):
+    """tests/codegen_graphs.every_op_graph: 5x5 and 7x7 kernels, stride 2x1, weight zero points, two means."""
+    from codegen_graphs import GraphBuilder, every_op_graph
+
+    g = every_op_graph()
+    tg = build_training_graph(g, preset("full", g, lr=0.05))
+    trainer = CTrainer(tg, tmp_path, planner="linear", inplace=False, reorder=False)
+    assert "grad_input_f32_wzp(" in trainer.files[MODEL_SOURCE]
+    state = init_state(tg)
+    xs = GraphBuilder(3).inputs_batch(g, 3)
+    for k in range(len(xs)):
+        check_step(tg, trainer, state, xs[k], k)

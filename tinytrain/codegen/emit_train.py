@@ -1,0 +1,268 @@
+"""The C project of a training graph: int8 forward, fp32 loss + backward, in-place SGD updates.
+
+``render_training_project(graph, plan)`` takes a training graph (``training.train_graph``: inputs
+image, label[, step]; output loss; ``sgd_update`` nodes) and the memory plan of that graph, and
+returns the project's files. As for the forward pass, codegen only reads the graph and the plan: every
+activation and gradient sits at the offset of its planned buffer, the schedule is the node order.
+
+Memory: one static arena of ``TT_ARENA_BYTES`` holds the int8 activations and the fp32 gradients at the
+planner's offsets. Its declared type is ``float`` and int8 tensors are accessed through ``int8_t``
+(a character type, which may alias any object), so no access violates C's strict-aliasing rule and the
+project needs no ``-fno-strict-aliasing`` (offsets are 16-byte aligned, so every fp32 tensor is aligned).
+The tensors the step updates live outside the arena: trainable weights and biases are SRAM arrays copied
+from their flash originals by ``tt_init()`` — of a weight whose plan updates only its first Cs output
+channels, only those rows (kernels read the other rows from the flash original: template parameter
+``split``), as the memory report counts — and momentum buffers are zeroed SRAM arrays; frozen weights stay
+``const`` in flash.
+
+State file (``tt_state_save`` / ``tt_state_load``, ``tinytrain.codegen.state``): the byte layout is
+documented in the emitted header and in ``state.py``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+
+from tinytrain import __version__
+from tinytrain.codegen import cformat
+from tinytrain.codegen.bindings import BINDINGS, Call, Kernel
+from tinytrain.codegen.bindings_train import TRAIN_BINDINGS
+from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _Array, _Context, _environment,
+                                    _signature, _step_comment, arena_offsets)
+from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ir import DType, Graph, Node, Role
+from tinytrain.memory.report import MemoryReport
+
+TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
+ALL_BINDINGS = {**BINDINGS, **TRAIN_BINDINGS}
+
+
+def is_training_graph(graph: Graph) -> bool:
+    from tinytrain.ops import get_op
+
+    return any(get_op(n.op).writes for n in graph.nodes)
+
+
+class _TrainContext(_Context):
+    """The forward context plus fp32 arena tensors, SRAM copies of the state and scalar inputs."""
+
+    def __init__(self, graph: Graph, offsets: dict[str, int], layout: list[StateEntry], scalars: dict[str, str]) -> None:
+        super().__init__(graph, offsets)
+        self.ctypes: dict[str, str] = {}          # pointer variable -> element type
+        self.sram: dict[str, _Array] = {}         # tensor -> SRAM array (name, ctype, initial values: its rows)
+        self.rows: dict[str, int] = {}            # weight -> rows in SRAM, when the plan updates only those
+        self.scalars = scalars
+        for e in layout:
+            t = graph.tensors[e.name]
+            if e.partial:
+                if e.row0 != 0:
+                    raise UnsupportedModelError(f"codegen: {e.name} updates channels from {e.row0}; the C keeps the "
+                                                "first channels of a weight in SRAM")
+                self.rows[e.name] = e.shape[0]
+            cname = self._unique("tt_" + cformat.identifier(e.name))
+            rows = f"rows 0..{e.shape[0] - 1} of " if e.partial else ""
+            self.sram[e.name] = _Array(cname, cformat.ctype(t.data.dtype), t.data[: e.shape[0]],
+                                       f"{rows}{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} "
+                                       f"{cformat.comment(e.name)}")
+
+    def _pointer(self, name: str, ctype: str, prefix: str) -> str:
+        if name not in self.offsets:
+            raise ValueError(f"memory plan has no buffer for {name!r}; plan this graph before emitting it")
+        var = self.pointers.get(name)
+        if var is None:
+            var = self.pointers[name] = f"{prefix}{len(self.pointers)}"
+            self.ctypes[var] = ctype
+        return var
+
+    def act(self, name: str) -> str:
+        t = self.graph.tensors[name]
+        if t.has_data or t.dtype != DType.INT8:
+            raise UnsupportedModelError(f"codegen: {name} ({t.dtype.value} {t.role.value}) used as an int8 activation")
+        return self._pointer(name, "int8_t", "a")
+
+    def fp(self, name: str) -> str:
+        t = self.graph.tensors[name]
+        if t.has_data or t.dtype != DType.FLOAT32:
+            raise UnsupportedModelError(f"codegen: {name} ({t.dtype.value} {t.role.value}) used as an fp32 tensor")
+        if self.offsets.get(name, 0) % 4:
+            raise ValueError(f"memory plan puts fp32 tensor {name!r} at {self.offsets[name]}, not a multiple of 4")
+        return self._pointer(name, "float", "f")
+
+    def const(self, name: str) -> str:
+        if name in self.sram:  # a trainable weight or bias: kernels read the SRAM copy
+            return self.sram[name].name
+        return super().const(name)
+
+    def trainable_rows(self, name: str) -> int | None:
+        return self.rows.get(name)
+
+    def frozen(self, name: str) -> str:
+        """The flash original of a weight whose first rows are in SRAM (it also initializes them)."""
+        if name not in self.rows:
+            raise ValueError(f"{name} is not partially trainable")
+        return self.sram[name].name + "_init"
+
+    def state(self, name: str) -> str:
+        if name not in self.sram:
+            raise ValueError(f"{name} is not updated by the training step")
+        return self.sram[name].name
+
+    def scalar(self, name: str) -> str:
+        if name not in self.scalars:
+            raise UnsupportedModelError(f"codegen: {name} is not a scalar input of the training step")
+        return self.scalars[name]
+
+
+def _view(node: Node) -> bool:
+    from tinytrain.ops import get_op
+
+    return get_op(node.op).view
+
+
+def _phases(graph: Graph) -> tuple[list[Node], list[Node]]:
+    """(forward nodes, training nodes): the forward int8 nodes must be a prefix of the schedule."""
+    from tinytrain.training.autodiff import is_forward
+
+    forward: list[Node] = []
+    for k, node in enumerate(graph.nodes):
+        if not is_forward(graph, node) and not (_view(node) and graph.tensors[node.outputs[0]].dtype == DType.INT8):
+            rest = list(graph.nodes[k:])
+            break
+        forward.append(node)
+    else:
+        rest = []
+    late = [n.name for n in rest if is_forward(graph, n)]
+    if late:
+        raise UnsupportedModelError(f"codegen: forward node {late[0]} is scheduled after the loss; the C step "
+                                    "runs the int8 forward first")
+    return forward, rest
+
+
+def _loss_node(graph: Graph) -> Node:
+    nodes = [n for n in graph.nodes if n.op == "softmax_xent"]
+    if len(nodes) != 1:
+        raise UnsupportedModelError(f"codegen: a training graph has one softmax_xent loss, this one has {len(nodes)}")
+    return nodes[0]
+
+
+def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kernels: dict) -> tuple[list[dict], set[str]]:
+    index = {n.name: k for k, n in enumerate(graph.nodes)}
+    steps, used = [], set()
+    for node in nodes:
+        comment = _step_comment(index[node.name], node, graph)
+        if _view(node):
+            steps.append({"comment": comment + " (a view: same arena bytes, no code)", "code": ""})
+            continue
+        binding = ALL_BINDINGS.get(node.op)
+        if binding is None:
+            raise UnsupportedModelError(f"codegen: no C kernel for op {node.op!r} (node {node.name}); "
+                                        f"supported: {', '.join(sorted(ALL_BINDINGS))}, reshape")
+        call: Call = binding(node, ctx)
+        kern: Kernel = call.kernel
+        if kern.name in kernels:
+            if kernels[kern.name][0] != kern:
+                raise AssertionError(f"two different kernels named {kern.name}")
+        else:
+            text = env.get_template(f"kernels/{kern.family}.c.j2").render(
+                name=kern.name, k=dict(kern.consts), signature=_signature(kern))
+            kernels[kern.name] = (kern, text.strip("\n"))
+        steps.append({"comment": comment, "code": f"{kern.name}({', '.join(call.args)});"})
+        used.update(call.args)
+    return steps, used
+
+
+def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dict]:
+    decls = []
+    for name, var in ctx.pointers.items():
+        if var not in used:
+            continue
+        t = graph.tensors[name]
+        off = ctx.offsets[name]
+        ctype = ctx.ctypes[var]
+        init = f"tt_arena + {off // 4}" if ctype == "float" else f"(int8_t *)tt_arena + {off}"
+        decls.append({"decl": f"{ctype} *const {var} = {init};",
+                      "comment": f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}"})
+    width = max((len(d["decl"]) for d in decls), default=0)
+    for d in decls:
+        d["pad"] = width - len(d["decl"])
+    return decls
+
+
+def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
+    """File name -> text of the emitted training project (model source, header, runtime)."""
+    from tinytrain.simulator import STEP_INPUT
+    from tinytrain.training.autodiff import LABEL, LOSS
+
+    image = graph.inputs[0]
+    if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
+        raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
+                                    f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
+    env = _environment()
+    offsets = arena_offsets(graph, plan)
+    layout = state_layout(graph)
+    for e in layout:
+        t = graph.tensors[e.name]
+        if t.role is Role.OPTIMIZER_STATE and np.any(t.data):
+            raise UnsupportedModelError(f"codegen: optimizer state {e.name} does not start at zero")
+    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"})
+    loss_node = _loss_node(graph)
+    logits = loss_node.inputs[0]
+    forward, training = _phases(graph)
+    ctx.act(image)
+    kernels: dict[str, tuple[Kernel, str]] = {}
+    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels)
+    train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
+    ctx.act(logits)
+    ctx.fp(LOSS)
+
+    state = []
+    for e in layout:
+        arr = ctx.sram[e.name]
+        state.append({"var": arr.name, "count": int(np.prod(e.shape)), "kind": e.kind, "comment": arr.comment})
+    sram = []
+    for name, arr in ctx.sram.items():
+        t = graph.tensors[name]
+        zero = t.role is Role.OPTIMIZER_STATE
+        sram.append({"name": arr.name, "ctype": arr.ctype, "count": arr.values.size, "comment": arr.comment,
+                     "zero": zero, "init_count": t.size, "init_comment": f"{cformat.shape(t.shape)} {t.dtype.value} "
+                     f"{t.role.value} {cformat.comment(name)}" + (" (its first rows initialize the SRAM copy, "
+                     "kernels read the others from here)" if name in ctx.rows else ""),
+                     "body": None if zero else cformat.array_body(t.data)})
+    constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
+                  "body": cformat.array_body(c.values)} for c in ctx.constants.values()]
+    x, q = graph.tensors[image], graph.tensors[logits]
+    common = {
+        "version": __version__,
+        "model_name": cformat.comment(graph.name),
+        "sha256": graph.source_sha256 or "(none: graph built in memory)",
+        "arena_bytes": plan.arena_bytes,
+        "input": {"shape": cformat.shape(x.shape), "nbytes": x.nbytes, "offset": offsets[image], "zp": x.quant.zp,
+                  "scale": repr(x.quant.s)},
+        "logits": {"shape": cformat.shape(q.shape), "nbytes": q.nbytes, "offset": offsets[logits], "zp": q.quant.zp,
+                   "scale": repr(q.quant.s), "classes": q.shape[-1]},
+        "uint8_io": graph.uint8_io,
+        "state": state,
+        "state_bytes": state_size(layout),
+        "state_magic": MAGIC.decode("ascii"),
+        "state_version": VERSION,
+        "state_fingerprint": f"0x{fingerprint(layout):08X}u",
+        "stochastic": STEP_INPUT in graph.inputs,
+        "trainable_bytes": sum(a.values.nbytes for a in ctx.sram.values()),
+    }
+    files = {
+        MODEL_HEADER: env.get_template("train_model.h.j2").render(**common),
+        MODEL_SOURCE: env.get_template("train_model.c.j2").render(
+            **common, planner=plan.planner, kernels=[text for _, text in kernels.values()],
+            constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,
+            fwd_steps=fwd_steps, train_steps=train_steps,
+            fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
+            n_steps=len(graph.nodes), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
+    }
+    runtime = resources.files("tinytrain.codegen.runtime")
+    for name in TRAIN_RUNTIME_FILES:
+        files[name] = runtime.joinpath(name).read_text(encoding="utf-8")
+    return files
+

@@ -1,0 +1,119 @@
+/* tt_float.h — the fp32 helpers of the training step (design.md §3-4): exp / log for the loss, the
+ * integer rounding of an SGD step and the stochastic-rounding hash of tinytrain/ops/sgd_update.py.
+ *
+ * Everything here uses only IEEE-754 float32 + - * / and integer arithmetic, never libm, so the
+ * host build and the Cortex-M build give the same bits (glibc's and newlib's expf / logf differ in
+ * the last bit; floorf / rintf are exact but may need -lm). Build with -ffp-contract=off, no fast-math.
+ * The rounding helpers and the hash must agree bit for bit with the simulator; tt_expf / tt_logf are
+ * within 2 ulp of the exact values (the simulator uses numpy's float32 exp / log: see the tolerances in
+ * tests/test_codegen_train.py).
+ */
+#ifndef TT_FLOAT_H
+#define TT_FLOAT_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* 2^n as a float for -126 <= n <= 127 (built from its bits; memcpy is the portable bit cast). */
+static inline float tt_pow2f(int n) {
+    const uint32_t bits = (uint32_t)(n + 127) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* exp(x), float32 (Cephes expf: Cody-Waite reduction by ln 2, degree-7 polynomial); 0 below -87. */
+static inline float tt_expf(float x) {
+    if (x < -87.0f) {
+        return 0.0f;
+    }
+    if (x > 88.0f) {
+        x = 88.0f;
+    }
+    const float t = 1.44269504088896341f * x + 0.5f;   /* n = floor(x / ln 2 + 1/2) */
+    int n = (int)t;
+    if ((float)n > t) {
+        n -= 1;
+    }
+    const float r = (x - (float)n * 0.693359375f) - (float)n * -2.12194440e-4f;  /* ln 2 = hi + lo */
+    const float z = r * r;
+    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+                       + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * z + r + 1.0f;
+    return p * tt_pow2f(n);
+}
+
+/* log(x) for a normal x > 0, float32 (Cephes logf: x = m 2^e, m in [sqrt(1/2), sqrt(2)), degree-9 polynomial). */
+static inline float tt_logf(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    int e = (int)((bits >> 23) & 0xFFu) - 126;
+    bits = (bits & 0x807FFFFFu) | 0x3F000000u;          /* m in [0.5, 1) */
+    float m;
+    memcpy(&m, &bits, sizeof m);
+    if (m < 0.707106781186547524f) {
+        e -= 1;
+        m = m + m - 1.0f;
+    } else {
+        m = m - 1.0f;
+    }
+    const float z = m * m;
+    float y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m - 1.2420140846e-1f) * m
+                   + 1.4249322787e-1f) * m - 1.6668057665e-1f) * m + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m
+              + 3.3333331174e-1f) * m * z;
+    y = y + -2.12194440e-4f * (float)e;
+    y = y + -0.5f * z;
+    return (m + y) + 0.693359375f * (float)e;
+}
+
+#define TT_STEP_LIMIT 1073741824.0f  /* 2^30: an SGD step is clamped to +-2^30 LSB before it lands */
+
+/* floor(x) clamped to [-2^30, 2^30] (NaN gives -2^30), as an integer. */
+static inline int32_t tt_floor_clamped(float x) {
+    if (!(x >= -TT_STEP_LIMIT)) {
+        x = -TT_STEP_LIMIT;
+    }
+    if (x > TT_STEP_LIMIT) {
+        x = TT_STEP_LIMIT;
+    }
+    int32_t r = (int32_t)x;  /* toward zero; exact for |x| >= 2^23, where x is an integer */
+    if ((float)r > x) {
+        r -= 1;
+    }
+    return r;
+}
+
+/* x rounded to nearest, ties to even (rintf in the default rounding mode), clamped to [-2^30, 2^30]. */
+static inline int32_t tt_rint_clamped(float x) {
+    const int32_t r = tt_floor_clamped(x);
+    if (!(x > -TT_STEP_LIMIT) || x >= TT_STEP_LIMIT) {
+        return r;
+    }
+    const float frac = x - (float)r;  /* exact, in [0, 1) */
+    return (frac > 0.5f || (frac == 0.5f && (r & 1))) ? r + 1 : r;
+}
+
+/* ---- the stochastic-rounding draws of ops/sgd_update.py (stateless hash, all uint32, wrapping) ---- */
+
+#define TT_GOLDEN 0x9E3779B9u
+
+/* lowbias32. */
+static inline uint32_t tt_mix32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* The key of one update node (stream) at one step. */
+static inline uint32_t tt_sr_key(uint32_t seed, uint32_t step, uint32_t stream) {
+    return tt_mix32(tt_mix32(tt_mix32(seed ^ TT_GOLDEN) ^ step) ^ stream);
+}
+
+/* u_i in [0, 1): the top 24 bits of the hash of element i, times 2^-24 (exact in float32). */
+static inline float tt_sr_uniform(uint32_t key, uint32_t i) {
+    return (float)(tt_mix32(key + i * TT_GOLDEN) >> 8) * (1.0f / 16777216.0f);
+}
+
+#endif /* TT_FLOAT_H */
