@@ -2,8 +2,11 @@
 PY := .venv/bin/python
 MODEL ?= models/mbv2-w0.35.onnx
 DEMO_OUT ?= build/demo
+# The demo compiles the training step of the model's shipped sparse-update plan (models/plans/); a model
+# without one is compiled for inference.
+PLAN ?= models/plans/$(basename $(notdir $(MODEL)))-sparse.json
 
-.PHONY: setup demo test test-fast zoo clean
+.PHONY: setup demo test test-fast zoo memory-table clean
 
 setup:
 	bash scripts/setup.sh
@@ -11,7 +14,7 @@ setup:
 demo: setup
 	rm -rf $(DEMO_OUT)
 	.venv/bin/tinytrain inspect $(MODEL)
-	.venv/bin/tinytrain compile $(MODEL) --sram 256k -o $(DEMO_OUT)
+	.venv/bin/tinytrain compile $(MODEL) --sram 256k $(if $(wildcard $(PLAN)),--plan $(PLAN)) -o $(DEMO_OUT)
 
 test: setup
 	$(PY) -m pytest -n 2 -q
@@ -21,6 +24,10 @@ test-fast: setup
 
 zoo: setup
 	$(PY) -m models.build
+
+# Peak SRAM of the training step per model and plan, beside the published figures and PyTorch's.
+memory-table: setup
+	$(PY) benchmarks/memory_table.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -51,25 +51,67 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> None:
-    from tinytrain.codegen import emit_project
-    from tinytrain.memory.report import check_budget, plan_forward
+    """Plan the training step (with --plan / --update) or, without, the inference forward pass."""
+    from tinytrain.codegen import render_project
+    from tinytrain.errors import UnsupportedModelError
+    from tinytrain.memory.report import check_budget, plan_memory
+    from tinytrain.memory.schedule import reorder
     from tinytrain.memory.text import report_text
+    from tinytrain.memory.timeline import write_timeline
     from tinytrain.sizes import parse_size
 
     sram, flash = parse_size(args.sram), parse_size(args.flash)
+    if args.plan and args.update:
+        raise UsageError("give either --plan or --update, not both")
     graph = _load(args.model)
-    report = plan_forward(graph, sram, flash, planner=args.planner)
-    check_budget(report, graph)
+    if args.new_head:
+        from tinytrain.training.head import new_head
+
+        graph = new_head(graph, args.new_head)
+    meta = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256}
+    if args.plan or args.update:
+        from tinytrain.training.sparse import load_plan, preset
+        from tinytrain.training.train_graph import build_training_graph
+
+        plan = load_plan(args.plan) if args.plan else preset(args.update, graph)
+        step = build_training_graph(graph, plan)
+        if not args.no_reorder:
+            step = reorder(step)
+        meta.update(mode="training", plan=plan.to_json(), reorder=not args.no_reorder)
+    else:
+        step = graph
+        meta.update(mode="inference")
+    report = plan_memory(step, sram, flash, planner=args.planner, inplace=not args.no_inplace, target=args.target)
+    check_budget(report, step)
+    try:
+        files = render_project(step, report)
+    except UnsupportedModelError as e:
+        if meta["mode"] != "training":
+            raise
+        files, note = {}, f"note: no C project written for the training step yet ({e})"
     out = Path(args.output)
-    text = report_text(report, graph)
+    text = report_text(report, step)
     with _atomic_dir(out) as tmp:
-        emit_project(graph, report, tmp)
-        (tmp / "report.json").write_text(json.dumps({"tinytrain_version": __version__, "model": graph.name,
-                                                     "model_sha256": graph.source_sha256, **report.to_json()},
-                                                    indent=1) + "\n")
+        for name, body in files.items():
+            (tmp / name).write_bytes(body.encode("utf-8"))
+        body = {**meta, **report.to_json(), "schedule": [f"{n.op} {n.name}" for n in step.nodes]}
+        (tmp / "report.json").write_text(json.dumps(body, indent=1) + "\n")
         (tmp / "report.txt").write_text(text + "\n")
+        write_timeline(report, step, tmp / "memory_timeline.png",
+                       title=f"{graph.name} {meta['mode']}: SRAM over the schedule")
     print(text)
-    print(f"wrote {out}/report.json")
+    if not files:
+        print(note)
+    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if files else ""))
+
+
+def cmd_convert(args: argparse.Namespace) -> None:
+    from tinytrain.export_onnx import graph_to_onnx, save_onnx
+
+    graph = _load(args.model)
+    save_onnx(graph_to_onnx(graph), args.output)
+    note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_io else ""
+    print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}")
 
 
 def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
@@ -126,13 +168,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("--sram", default="256k", help="SRAM budget, e.g. 256k, 256KB, 262144 (default 256k)")
     s.add_argument("--flash", default="1m", help="flash budget (default 1m)")
+    s.add_argument("--plan", help="sparse-update plan file (version 1): plan the training step")
+    s.add_argument("--update", help="full | bias-only | last-k:N: plan the training step of a preset "
+                   "(without --plan / --update: the inference forward pass)")
+    s.add_argument("--target", choices=("cortex-m4", "cortex-m7", "cortex-m55"), default="cortex-m7",
+                   help="recorded in the report (the stack and code estimates do not depend on it yet)")
+    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
+    s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
+    s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.set_defaults(func=cmd_compile)
+
+    s = sub.add_parser("convert", help="write the model as an int8 QDQ ONNX file (onnxruntime quantize_static form)")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True, help="OUT.onnx")
+    s.set_defaults(func=cmd_convert)
 
     from tinytrain.cli_train import add_train_commands
 
     add_train_commands(sub)
+
+    from tinytrain.cli_firmware import add_firmware_commands
+
+    add_firmware_commands(sub)
     return p
 
 

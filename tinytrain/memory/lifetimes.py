@@ -1,10 +1,19 @@
-"""Buffer lifetimes of a graph's activations over its node schedule (step k = node k)."""
+"""Buffer lifetimes of a graph's computed tensors over its node schedule (step k = node k).
+
+Works for a forward graph and for a training step alike: every tensor without data (graph inputs,
+activations, saved activations, gradients, the loss) is one arena buffer from its producer to its last
+reader. Constants live in flash and trainable copies / optimizer state in static SRAM (memory/report.py);
+neither is an arena buffer. A saved activation is therefore freed after its last backward use and a
+gradient right after the update that consumes it — the schedule (memory/schedule.py) decides when that is.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tinytrain.ir import Graph
+
+SCRATCH = "scratch"
 
 
 @dataclass(frozen=True)
@@ -19,12 +28,13 @@ class BufferUse:
     views: tuple[str, ...] = ()  # tensors that are these same bytes under another shape (e.g. reshape outputs)
 
 
-def activation_lifetimes(graph: Graph) -> list[BufferUse]:
-    """Every non-constant tensor of a batch-1 forward pass: from its producer to its last reader.
+def buffer_lifetimes(graph: Graph) -> list[BufferUse]:
+    """Every computed tensor of a batch-1 step: from its producer to its last reader, in graph order.
 
     Graph inputs are alive from step 0; graph outputs stay alive until the last step. The output of a
     view op (``OpDef.view``, e.g. reshape) is no buffer of its own: it is listed in ``views`` of the
-    buffer it aliases, whose lifetime extends to the view's last reader.
+    buffer it aliases, whose lifetime extends to the view's last reader. Roles: ``input``, ``output``, or
+    the tensor's role (``activation``, ``saved``, ``gradient``).
     """
     from tinytrain.ops import get_op
 
@@ -52,6 +62,27 @@ def activation_lifetimes(graph: Graph) -> list[BufferUse]:
         t = graph.tensors[name]
         group = [name] + views.get(name, [])
         role = ("input" if name in graph.inputs else
-                "output" if any(g in graph.outputs for g in group) else "activation")
+                "output" if any(g in graph.outputs for g in group) else t.role.value)
         uses.append(BufferUse(name, role, t.nbytes, first[name], final[name], tuple(views.get(name, ()))))
+    return uses
+
+
+def activation_lifetimes(graph: Graph) -> list[BufferUse]:
+    """The buffers of a forward graph (the name this module had before training graphs were planned)."""
+    return buffer_lifetimes(graph)
+
+
+def scratch_requests(graph: Graph) -> list[BufferUse]:
+    """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only."""
+    from tinytrain.ops import get_op
+
+    uses = []
+    for k, node in enumerate(graph.nodes):
+        op = get_op(node.op)
+        if op.scratch is None:
+            continue
+        ins = [graph.tensors[i] if i else None for i in node.inputs]
+        size = int(op.scratch(node.attrs, ins, [graph.tensors[o] for o in node.outputs]))
+        if size > 0:
+            uses.append(BufferUse(f"{node.name}:{SCRATCH}", SCRATCH, size, k, k))
     return uses

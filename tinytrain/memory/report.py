@@ -1,14 +1,31 @@
-"""SRAM / flash accounting of a planned schedule and the budget check (design.md §5)."""
+"""SRAM / flash accounting of a planned schedule and the budget check (design.md §5).
+
+SRAM = the arena (every computed tensor: activations, saved activations, gradients, kernel scratch, at the
+offsets the planner chose) + the SRAM copies of the trainable parameters (what the plan updates: a whole
+bias, or the first n output-channel rows of a weight, the frozen rows staying in flash) + optimizer state
+(momentum) + the C runtime's own statics + an estimated stack (to be replaced by a measured one).
+Flash = every constant (frozen weights, and the initial values the trainable copies are loaded from) + an
+estimate of the code.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tinytrain.errors import BudgetError
-from tinytrain.ir import Graph
-from tinytrain.memory.lifetimes import BufferUse, activation_lifetimes
+from tinytrain.ir import Graph, Role
+from tinytrain.memory.inplace import InPlace, choose
+from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requests
 from tinytrain.memory.planner import PLANNERS
 from tinytrain.sizes import format_size
+
+ALIGNMENT = 16
+RUNTIME_BYTES = 256      # the C runtime's statics: step counter, loss, label, arena pointer (estimate)
+STACK_BYTES = 2048       # stack of the deepest kernel call chain (estimate; to be measured on the target)
+CODE_BASE_BYTES = 4096   # code estimate: runtime + entry points, plus per distinct op and per call site
+CODE_PER_OP_BYTES = 1536
+CODE_PER_CALL_BYTES = 24
+TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55")
 
 
 @dataclass(frozen=True)
@@ -19,7 +36,9 @@ class PlannedBuffer:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """What the device needs. ``peak_sram_bytes`` = arena + SRAM copies of trainable tensors + runtime."""
+    """What the device needs. ``peak_sram_bytes`` = arena + SRAM copies of trainable tensors + optimizer state
+    + runtime + stack estimate. ``buffers`` are the graph's tensors (codegen reads their offsets; a view shares
+    its buffer's offset); kernel scratch is in ``scratch``. Steps index ``graph.nodes``."""
 
     arena_bytes: int
     trainable_sram_bytes: int
@@ -31,66 +50,186 @@ class MemoryReport:
     peak_step: int
     buffers: tuple[PlannedBuffer, ...]
     planner: str
+    optimizer_state_bytes: int = 0
+    stack_bytes: int = 0
+    code_bytes: int = 0
+    scratch: tuple[PlannedBuffer, ...] = ()
+    inplace: tuple[InPlace, ...] = ()
+    trainable: tuple[tuple[str, int], ...] = ()  # (parameter, bytes of its SRAM copy)
+    target: str = ""
 
     @property
     def peak_sram_bytes(self) -> int:
-        return self.arena_bytes + self.trainable_sram_bytes + self.runtime_sram_bytes
+        return self.arena_bytes + self.static_sram_bytes
+
+    @property
+    def static_sram_bytes(self) -> int:
+        """SRAM outside the arena, alive at every step."""
+        return self.trainable_sram_bytes + self.optimizer_state_bytes + self.runtime_sram_bytes + self.stack_bytes
+
+    @property
+    def weights_flash_bytes(self) -> int:
+        return self.flash_bytes - self.code_bytes
 
     @property
     def fits(self) -> bool:
         return self.peak_sram_bytes <= self.sram_budget_bytes and self.flash_bytes <= self.flash_budget_bytes
 
+    @property
+    def n_steps(self) -> int:
+        return 1 + max((b.use.last_use for b in self.buffers + self.scratch), default=0)
+
     def alive_at(self, step: int) -> list[PlannedBuffer]:
-        alive = [b for b in self.buffers if b.use.first_use <= step <= b.use.last_use]
-        return sorted(alive, key=lambda b: -b.use.size)
+        alive = [b for b in self.buffers + self.scratch if b.use.first_use <= step <= b.use.last_use]
+        return sorted(alive, key=lambda b: (-b.use.size, b.use.tensor))
+
+    def live_by_role(self) -> list[dict[str, int]]:
+        """Per step, arena bytes alive by buffer role. An in-place output and the input it overwrites share
+        bytes; the shared bytes count once, for the newer buffer."""
+        result = []
+        for step in range(self.n_steps):
+            alive = sorted(self.alive_at(step), key=lambda b: -b.use.first_use)
+            counted: list[tuple[int, int]] = []
+            roles: dict[str, int] = {}
+            for b in alive:
+                lo, hi = b.offset, b.offset + _align(b.use.size)
+                own = hi - lo - sum(max(0, min(hi, e) - max(lo, s)) for s, e in counted)
+                counted.append((lo, hi))
+                roles[b.use.role] = roles.get(b.use.role, 0) + own
+            result.append(roles)
+        return result
 
     def to_json(self) -> dict:
+        ties = {p.output: p for p in self.inplace}
+
+        def entry(b: PlannedBuffer) -> dict:
+            d = {"tensor": b.use.tensor, "role": b.use.role, "size": b.use.size, "offset": b.offset,
+                 "first_use": b.use.first_use, "last_use": b.use.last_use}
+            if b.use.views:
+                d["views"] = list(b.use.views)
+            if b.use.tensor in ties:
+                d["overwrites"] = ties[b.use.tensor].input
+            return d
+
         return {
             "peak_sram_bytes": self.peak_sram_bytes,
             "arena_bytes": self.arena_bytes,
             "trainable_sram_bytes": self.trainable_sram_bytes,
+            "optimizer_state_bytes": self.optimizer_state_bytes,
             "runtime_sram_bytes": self.runtime_sram_bytes,
+            "stack_bytes_estimate": self.stack_bytes,
             "flash_bytes": self.flash_bytes,
+            "weights_flash_bytes": self.weights_flash_bytes,
+            "code_bytes_estimate": self.code_bytes,
             "sram_budget_bytes": self.sram_budget_bytes,
             "flash_budget_bytes": self.flash_budget_bytes,
             "fits": self.fits,
             "max_live_bytes": self.max_live_bytes,
             "peak_step": self.peak_step,
             "planner": self.planner,
-            "buffers": [
-                {"tensor": b.use.tensor, "role": b.use.role, "size": b.use.size, "offset": b.offset,
-                 "first_use": b.use.first_use, "last_use": b.use.last_use}
-                for b in self.buffers
-            ],
+            "target": self.target,
+            "trainable": [{"param": p, "sram_bytes": n} for p, n in self.trainable],
+            "in_place": [{"step": p.step, "input": p.input, "output": p.output, "delta": p.delta}
+                         for p in self.inplace],
+            "buffers": [entry(b) for b in self.buffers + self.scratch],
         }
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def trainable_copies(graph: Graph) -> list[tuple[str, int]]:
+    """(parameter, SRAM bytes) for every parameter an update op writes: the selected output-channel rows."""
+    from tinytrain.ops import get_op
+
+    result = []
+    for node in graph.nodes:
+        op = get_op(node.op)
+        for w in op.writes:
+            if w >= len(node.inputs) or not node.inputs[w]:
+                continue
+            t = graph.tensors[node.inputs[w]]
+            if t.role is Role.OPTIMIZER_STATE:
+                continue
+            channels = getattr(node.attrs, "channels", None)
+            rows = t.shape[0] if channels is None else len(channels)
+            result.append((t.name, t.nbytes // t.shape[0] * rows))
+    return result
+
+
+def code_estimate(graph: Graph) -> int:
+    ops = {n.op for n in graph.nodes}
+    return CODE_BASE_BYTES + CODE_PER_OP_BYTES * len(ops) + CODE_PER_CALL_BYTES * len(graph.nodes)
+
+
+def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy", inplace: bool = True,
+                runtime_bytes: int = RUNTIME_BYTES, stack_bytes: int = STACK_BYTES, code_bytes: int | None = None,
+                target: str = "") -> MemoryReport:
+    """Plan the arena of ``graph`` executed in node order, with in-place outputs where ops allow it, and
+    account SRAM and flash. Works for a forward graph and for a (reordered) training step.
+
+    With ``inplace`` the arena is also planned without in-place outputs and the smaller plan is kept (a
+    chain of in-place buffers is placed as one rigid unit, which can cost more than it saves)."""
+    uses = buffer_lifetimes(graph)
+    scratch = scratch_requests(graph)
+
+    def arena(pairs: list[InPlace]):
+        p = PLANNERS[planner](alignment=ALIGNMENT)
+        ids = {u.tensor: p.add_buffer(u.size, u.first_use, u.last_use) for u in uses + scratch}
+        for pair in pairs:
+            p.tie(ids[pair.output], ids[pair.input], -pair.delta)
+        return p, ids
+
+    pairs = choose(graph, uses, ALIGNMENT) if inplace else []
+    p, ids = arena(pairs)
+    if pairs:
+        alone, alone_ids = arena([])
+        if alone.total_size() <= p.total_size():
+            p, ids, pairs = alone, alone_ids, []
+    planned = tuple(PlannedBuffer(u, p.offset(ids[u.tensor])) for u in uses)
+    planned_scratch = tuple(PlannedBuffer(u, p.offset(ids[u.tensor])) for u in scratch)
+    steps = range(max(len(graph.nodes), 1))
+    live = p.live_profile(list(steps))
+    peak_step = max(steps, key=lambda s: (live[s], -s))
+    copies = trainable_copies(graph)
+    optimizer = sum(t.nbytes for t in graph.tensors.values() if t.role is Role.OPTIMIZER_STATE)
+    code = code_estimate(graph) if code_bytes is None else code_bytes
+    weights = sum(t.nbytes for t in graph.constants())
+    return MemoryReport(p.total_size(), sum(n for _, n in copies), runtime_bytes, weights + code, sram_budget,
+                        flash_budget, max(live, default=0), peak_step, planned, planner, optimizer, stack_bytes,
+                        code, planned_scratch, tuple(pairs), tuple(copies), target)
 
 
 def plan_forward(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy",
                  runtime_bytes: int = 0) -> MemoryReport:
-    """Plan the arena of the int8 forward pass; frozen weights and biases are counted in flash."""
-    uses = activation_lifetimes(graph)
-    p = PLANNERS[planner]()
-    ids = [p.add_buffer(u.size, u.first_use, u.last_use) for u in uses]
-    buffers = tuple(PlannedBuffer(u, p.offset(i)) for u, i in zip(uses, ids))
-    steps = range(len(graph.nodes))
-    peak_step = max(steps, key=lambda s: sum(u.size for u in uses if u.first_use <= s <= u.last_use))
-    flash = sum(t.nbytes for t in graph.constants())
-    return MemoryReport(p.total_size(), 0, runtime_bytes, flash, sram_budget, flash_budget,
-                        p.max_live_bytes(), peak_step, buffers, planner)
+    """Plan the arena of the int8 forward pass as separate buffers (no in-place); flash = weights only."""
+    return plan_memory(graph, sram_budget, flash_budget, planner, inplace=False, runtime_bytes=runtime_bytes,
+                       stack_bytes=0, code_bytes=0)
 
 
 def check_budget(report: MemoryReport, graph: Graph) -> None:
     """Raise a one-line BudgetError naming the peak step, what is alive there and the excess."""
+    training = bool(report.trainable)
     if report.peak_sram_bytes > report.sram_budget_bytes:
         node = graph.nodes[report.peak_step]
-        alive = ", ".join(f"{b.use.tensor} ({format_size(b.use.size)})" for b in report.alive_at(report.peak_step)[:4])
+        alive = report.alive_at(report.peak_step)
+        names = ", ".join(f"{b.use.tensor} ({b.use.role}, {format_size(b.use.size)})" for b in alive[:4])
+        if len(alive) > 4:
+            names += f" and {len(alive) - 4} more"
         over = report.peak_sram_bytes - report.sram_budget_bytes
+        statics = (f" + {format_size(report.static_sram_bytes)} outside the arena (trainable copies "
+                   f"{format_size(report.trainable_sram_bytes)}, optimizer {format_size(report.optimizer_state_bytes)}"
+                   f", runtime + stack {format_size(report.runtime_sram_bytes + report.stack_bytes)})")
+        hint = ("try a smaller plan (fewer layers or lower ratios in --plan, or --update bias-only) or a larger --sram"
+                if training else "try a smaller model or input size, or a larger --sram")
         raise BudgetError(
             f"does not fit: peak SRAM {format_size(report.peak_sram_bytes)} is {format_size(over)} over the "
-            f"{format_size(report.sram_budget_bytes)} budget at step {report.peak_step} ({node.op} {node.name}), "
-            f"alive: {alive}; try a smaller model or input size, or a larger --sram")
+            f"{format_size(report.sram_budget_bytes)} budget at step {report.peak_step} ({node.op} {node.name}): "
+            f"{format_size(report.max_live_bytes)} alive in the arena{statics if report.static_sram_bytes else ''}, "
+            f"largest: {names}; {hint}")
     if report.flash_bytes > report.flash_budget_bytes:
         over = report.flash_bytes - report.flash_budget_bytes
         raise BudgetError(
-            f"does not fit: weights need {format_size(report.flash_bytes)} of flash, {format_size(over)} over the "
-            f"{format_size(report.flash_budget_bytes)} budget; use a smaller model or a larger --flash")
+            f"does not fit: weights and code need {format_size(report.flash_bytes)} of flash, {format_size(over)} over "
+            f"the {format_size(report.flash_budget_bytes)} budget; use a smaller model or a larger --flash")

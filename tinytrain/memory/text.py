@@ -7,22 +7,36 @@ from tinytrain.memory.report import MemoryReport
 from tinytrain.sizes import format_size
 
 
+def _row(b, ties) -> str:
+    note = f"  (overwrites {ties[b.use.tensor]})" if b.use.tensor in ties else ""
+    return (f"    {format_size(b.use.size):>10}  @{b.offset:>8}  steps {b.use.first_use:>3}-{b.use.last_use:<3} "
+            f"{b.use.role:<10} {b.use.tensor}{note}")
+
+
 def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
     node = graph.nodes[report.peak_step]
+    ties = {p.output: p.input for p in report.inplace}
     lines = [
-        f"memory report for {graph.name} (planner: {report.planner})",
+        f"memory report for {graph.name} ({len(graph.nodes)} steps, planner: {report.planner}"
+        f"{', target ' + report.target if report.target else ''})",
         f"  peak SRAM  {format_size(report.peak_sram_bytes):>10}  of {format_size(report.sram_budget_bytes)} budget"
         f"  ({'fits' if report.fits else 'DOES NOT FIT'})",
-        f"    arena    {format_size(report.arena_bytes):>10}  (largest live set {format_size(report.max_live_bytes)})",
-        f"    trainable copies {format_size(report.trainable_sram_bytes)}, runtime {format_size(report.runtime_sram_bytes)}",
-        f"  flash      {format_size(report.flash_bytes):>10}  of {format_size(report.flash_budget_bytes)} budget",
+        f"    arena            {format_size(report.arena_bytes):>10}  (largest live set {format_size(report.max_live_bytes)}"
+        f" at step {report.peak_step}; {len(report.inplace)} outputs in place)",
+        f"    trainable copies {format_size(report.trainable_sram_bytes):>10}  ({len(report.trainable)} parameters)",
+        f"    optimizer state  {format_size(report.optimizer_state_bytes):>10}",
+        f"    runtime + stack  {format_size(report.runtime_sram_bytes + report.stack_bytes):>10}  (estimate)",
+        f"  flash      {format_size(report.flash_bytes):>10}  of {format_size(report.flash_budget_bytes)} budget"
+        f"  (weights {format_size(report.weights_flash_bytes)}, code estimate {format_size(report.code_bytes)})",
         "",
-        f"  largest buffers:",
+        "  largest buffers:",
     ]
-    for b in sorted(report.buffers, key=lambda b: -b.use.size)[:top]:
-        lines.append(f"    {format_size(b.use.size):>10}  @{b.offset:>7}  steps {b.use.first_use:>3}-{b.use.last_use:<3} "
-                     f"{b.use.role:<10} {b.use.tensor}")
-    lines.append(f"  alive at the peak (step {report.peak_step}, {node.op} {node.name}):")
-    for b in report.alive_at(report.peak_step):
-        lines.append(f"    {format_size(b.use.size):>10}  {b.use.role:<10} {b.use.tensor}")
+    for b in sorted(report.buffers + report.scratch, key=lambda b: (-b.use.size, b.use.tensor))[:top]:
+        lines.append(_row(b, ties))
+    alive = report.alive_at(report.peak_step)
+    lines.append(f"  alive at the peak (step {report.peak_step}, {node.op} {node.name}): {len(alive)} buffers")
+    for b in alive[:top]:
+        lines.append(_row(b, ties))
+    if len(alive) > top:
+        lines.append(f"    ... and {len(alive) - top} smaller ones ({format_size(sum(b.use.size for b in alive[top:]))})")
     return "\n".join(lines)

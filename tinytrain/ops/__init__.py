@@ -22,6 +22,11 @@ MacCount = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
 # The builder is tinytrain.training.builder.GraphBuilder: it emits fp32 backward nodes and says which
 # inputs need a gradient (``needs_grad``). Gradients are with respect to the dequantized (real) values.
 Backward = Callable[[Any, Node, Sequence[str | None]], list[str | None]]
+# min_read(attrs, in_tensors, out_tensors, k) -> for each element of output 0 in C order, the lowest C-order
+# element index of input k it reads; None when output 0 may not share input k's bytes.
+MinRead = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "np.ndarray | None"]
+# scratch(attrs, in_tensors, out_tensors) -> bytes of temporary memory one call of the C kernel needs.
+Scratch = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,13 @@ class OpDef:
     ``backward`` is the op's gradient rule (None: gradients do not flow through it). ``writes`` lists the
     inputs the op updates in place (the optimizer's update ops); such an op has no outputs and its
     ``reference`` returns the new values of those inputs, in that order.
+    ``min_read`` makes the op an in-place candidate. It promises that the C kernel writes output 0's elements
+    in increasing C order, each one after reading every input element it needs, and that element q reads
+    input k only at indices >= ``min_read(...)[q]``; the planner (memory/inplace.py) then derives how far
+    before input k the output may start so that no element is overwritten before its last read — e.g. a
+    stride-2 depthwise output can start exactly on its input, a 3x3 stride-1 one a row + a pixel before it.
+    ``scratch`` is the kernel's request for temporary memory (CMSIS-NN's ``*_get_buffer_size``); the planner
+    reserves it in the arena for the node's step (None: no scratch).
     """
 
     name: str
@@ -45,6 +57,13 @@ class OpDef:
     view: bool = False
     backward: Backward | None = None
     writes: tuple[int, ...] = ()
+    min_read: MinRead | None = None
+    scratch: Scratch | None = None
+
+
+def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> np.ndarray:
+    """``min_read`` of an op whose output element q reads element q of each input (same shape)."""
+    return np.arange(outs[0].size, dtype=np.int64)
 
 
 def _registry() -> dict[str, OpDef]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef
+from tinytrain.ops import OpDef, elementwise_min_read
 from tinytrain.quant import Requant, multiply_by_quantized_multiplier
 
 
@@ -76,4 +76,4 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [gz if b.needs_grad(i) else None for i in node.inputs]
 
 
-OP = OpDef("add", AddAttrs, infer_shapes, reference, macs, backward=backward)
+OP = OpDef("add", AddAttrs, infer_shapes, reference, macs, backward=backward, min_read=elementwise_min_read)

@@ -1,7 +1,14 @@
-"""Average pooling, int8, same quantization in and out (TFLite reference AveragePool).
+"""Average pooling, int8 (TFLite reference AveragePool; onnxruntime's for ONNX imports).
 
-Padding cells are not counted; the sum is divided by the number of valid cells with rounding
-half away from zero (int8 models) or half up (models imported from uint8, where it was exact).
+Padding cells are not counted; the sum is divided by the number of valid cells. Without ``output``
+the quantization is the same in and out and the division rounds half away from zero (TFLite int8),
+half up (TFLite models imported from uint8, where it was exact) or, with ``round_half_even``, the
+centered average sum(x - zx) / count half to even, plus zx (ONNX: onnxruntime averages in float
+and rounds with QuantizeLinear).
+With ``output`` (ONNX QLinearAveragePool to another scale) the output has its own quantization and
+y = MBQM(sum(x - zx), m[count - 1], shift[count - 1]) + zy: ``output`` holds one multiplier of
+s_in / (c * s_out) per count c = 1 .. KH*KW, so the real average is rounded once.
+A window without valid cells (padding >= kernel) gives 0 before the clamp.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tinytrain.ops import OpDef
+from tinytrain.quant import Requant, multiply_by_quantized_multiplier
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,8 @@ class AvgPool2dAttrs:
     act_min: int = -128
     act_max: int = 127
     round_half_up: bool = False
+    round_half_even: bool = False  # ONNX, same quantization in and out
+    output: Requant | None = None  # ONNX, output quantization of its own: multiplier per valid-cell count
 
 
 def infer_shapes(a: AvgPool2dAttrs, ins) -> list[tuple[int, ...]]:
@@ -31,6 +41,11 @@ def infer_shapes(a: AvgPool2dAttrs, ins) -> list[tuple[int, ...]]:
     wo = (w + pl + pr - a.kernel[1]) // a.stride[1] + 1
     if ho <= 0 or wo <= 0:
         raise ValueError(f"avg_pool2d: kernel {a.kernel} larger than input {ins[0].shape}")
+    if a.output is not None and len(a.output.multiplier) != a.kernel[0] * a.kernel[1]:
+        raise ValueError(f"avg_pool2d: {len(a.output.multiplier)} output multipliers for a {a.kernel} window "
+                         f"(one per valid-cell count is needed)")
+    if a.round_half_up + a.round_half_even + (a.output is not None) > 1:
+        raise ValueError("avg_pool2d: round_half_up, round_half_even and output exclude each other")
     return [(n, ho, wo, c)]
 
 
@@ -41,6 +56,13 @@ def divide_rounded(acc: np.ndarray, count, half_up: bool) -> np.ndarray:
     if half_up:
         return (acc + half) // count
     return np.where(acc > 0, (acc + half) // count, -((half - acc) // count))
+
+
+def divide_half_even(acc: np.ndarray, count) -> np.ndarray:
+    """acc / count (count > 0) rounded half to even."""
+    count = np.asarray(count, np.int64)
+    q, r = acc // count, acc % count
+    return q + ((2 * r > count) | ((2 * r == count) & (q % 2 != 0)))
 
 
 def _window_sums(x: np.ndarray, a: AvgPool2dAttrs, ho: int, wo: int) -> np.ndarray:
@@ -56,7 +78,17 @@ def reference(a: AvgPool2dAttrs, arrays, ins, outs) -> list[np.ndarray]:
     _, ho, wo, _ = outs[0].shape
     sums = _window_sums(x, a, ho, wo)
     counts = _window_sums(np.ones((1,) + x.shape[1:3] + (1,), np.int64), a, ho, wo)
-    y = divide_rounded(sums, counts, a.round_half_up)
+    valid = np.maximum(counts, 1)
+    if a.output is not None:
+        m, s = a.output.arrays()
+        centered = sums - ins[0].quant.zp * counts
+        y = multiply_by_quantized_multiplier(centered, m[valid - 1], s[valid - 1], a.output.single_rounding)
+        y = y + outs[0].quant.zp
+    elif a.round_half_even:
+        y = divide_half_even(sums - ins[0].quant.zp * counts, valid) + ins[0].quant.zp
+    else:
+        y = divide_rounded(sums, valid, a.round_half_up)
+    y = np.where(counts > 0, y, 0)
     return [np.clip(y, a.act_min, a.act_max).astype(np.int8)]
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, no_macs, elementwise_min_read
 
 
 @dataclass(frozen=True)
@@ -39,4 +39,4 @@ def masked_grad(b, g: str, y: str, act_min: int, act_max: int, name: str) -> str
     return b.emit("clamp_mask", [g, y], ClampMaskAttrs(act_min, act_max), name)[0]
 
 
-OP = OpDef("clamp_mask", ClampMaskAttrs, infer_shapes, reference, no_macs)
+OP = OpDef("clamp_mask", ClampMaskAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read)

@@ -255,7 +255,34 @@ def backward(b, node, out_grads) -> list[str | None]:
     return result
 
 
-OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward)
+def _first_tap(n_out: int, stride: int, pad: int, dilation: int, taps: int, size: int) -> np.ndarray:
+    """Per output row (or column): the first input row it reads, ``size`` when it reads only padding."""
+    start = np.arange(n_out, dtype=np.int64) * stride - pad
+    i = np.maximum(0, -(start // dilation))  # the first tap at or below the input's first row
+    first = start + i * dilation
+    return np.where((i < taps) & (first < size), first, size)
+
+
+def min_read(a: Conv2dAttrs, ins, outs, k: int) -> np.ndarray | None:
+    """``OpDef.min_read`` of input 0: output (y,x,o) reads first at its window's first valid row and column,
+    channel 0 (regular) or o // multiplier (depthwise). The C kernels loop y, x, o and store each output
+    after its accumulation, as that contract asks."""
+    if k != 0:
+        return None
+    n, h, w, cin = ins[0].shape
+    _, ho, wo, cout = outs[0].shape
+    kh, kw = ins[1].shape[1:3]
+    rows = _first_tap(ho, a.stride[0], a.padding[0], a.dilation[0], kh, h)
+    cols = _first_tap(wo, a.stride[1], a.padding[1], a.dilation[1], kw, w)
+    chans = np.zeros(cout, np.int64) if a.groups == 1 else np.arange(cout, dtype=np.int64) // (cout // cin)
+    batch = np.arange(n, dtype=np.int64)
+    idx = (((batch[:, None, None, None] * h + rows[None, :, None, None]) * w + cols[None, None, :, None]) * cin
+           + chans[None, None, None, :])
+    only_padding = (rows[None, :, None, None] >= h) | (cols[None, None, :, None] >= w)
+    return np.where(only_padding, n * h * w * cin, idx).reshape(-1)
+
+
+OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read)
 GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
                     grad_weight_macs)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, no_macs, elementwise_min_read
 
 
 @dataclass(frozen=True)
@@ -24,4 +24,4 @@ def reference(a: GradAccumulateAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [(arrays[0].astype(np.float32) + arrays[1].astype(np.float32)).astype(np.float32)]
 
 
-OP = OpDef("grad_accumulate", GradAccumulateAttrs, infer_shapes, reference, no_macs)
+OP = OpDef("grad_accumulate", GradAccumulateAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, no_macs, elementwise_min_read
 from tinytrain.quant import Requant, requantize
 
 
@@ -34,4 +34,5 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [masked_grad(b, out_grads[0], node.outputs[0], -128, 127, f"{node.name}.grad_input")]
 
 
-OP = OpDef("requantize", RequantizeAttrs, infer_shapes, reference, no_macs, backward=backward)
+OP = OpDef("requantize", RequantizeAttrs, infer_shapes, reference, no_macs, backward=backward,
+           min_read=elementwise_min_read)

@@ -1,0 +1,70 @@
+"""Schedule + reorder of a training step: a valid topological order, updates as early as possible, gradients
+freed at once, and less memory than the graph order."""
+
+from pathlib import Path
+
+import pytest
+
+from tinytrain.ir import verify
+from tinytrain.memory.lifetimes import buffer_lifetimes
+from tinytrain.memory.report import plan_memory
+from tinytrain.memory.schedule import reorder, update_steps
+from tinytrain.ops import get_op
+from tinytrain.training.autodiff import is_forward
+from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.sparse import load_plan, preset
+from tinytrain.training.train_graph import build_training_graph
+
+from ir_builders import tiny_mobilenet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _graphs():
+    g, _ = tiny_mobilenet()
+    for spec in ("full", "bias-only", "last-k:3"):
+        yield spec, g, build_training_graph(g, preset(spec, g), UpdateConfig(momentum=0.9))
+
+
+@pytest.mark.parametrize("spec,forward,step", list(_graphs()), ids=lambda v: v if isinstance(v, str) else "")
+def test_reorder_keeps_the_graph_valid_and_updates_early(spec, forward, step):
+    r = reorder(step)
+    verify(r)
+    assert sorted(n.name for n in r.nodes) == sorted(n.name for n in step.nodes)
+    assert r.tensors == step.tensors and r.inputs == step.inputs and r.outputs == step.outputs
+    fwd = [n.name for n in step.nodes if is_forward(step, n)]
+    assert [n.name for n in r.nodes if is_forward(r, n)] == fwd
+    position = {n.name: k for k, n in enumerate(r.nodes)}
+    producer = {o: n for n in r.nodes for o in n.outputs}
+    for k in update_steps(r):
+        u = r.nodes[k]
+        # everything between the update and the last node it depends on is another update
+        param = u.inputs[0]
+        deps = [position[producer[i].name] for i in u.inputs if i in producer]
+        deps += [position[n.name] for n in r.nodes if param in n.inputs and n is not u]
+        assert all(get_op(n.op).writes for n in r.nodes[max(deps) + 1:k])
+    # each gradient's buffer ends at its update
+    uses = {b.tensor: b for b in buffer_lifetimes(r)}
+    for k in update_steps(r):
+        assert uses[r.nodes[k].inputs[1]].last_use == k
+
+
+def test_reorder_frees_memory_on_a_full_update():
+    _, g, step = next(_graphs())
+    assert plan_memory(reorder(step), 1 << 30, 1 << 30).peak_sram_bytes < \
+        plan_memory(step, 1 << 30, 1 << 30).peak_sram_bytes
+
+
+@pytest.mark.parametrize("model", ["mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps"])
+def test_shipped_sparse_plans_peak_sram(model):
+    """Deterministic figures (benchmarks/results/memory.md): reordering and in-place each save memory."""
+    from tinytrain.frontends import load_model
+
+    g = load_model(ROOT / "models" / f"{model}.onnx")
+    step = build_training_graph(g, load_plan(ROOT / "models" / "plans" / f"{model}-sparse.json"))
+    naive = plan_memory(step, 256 * 1024, 1 << 20, inplace=False)
+    reordered = plan_memory(reorder(step), 256 * 1024, 1 << 20, inplace=False)
+    best = plan_memory(reorder(step), 256 * 1024, 1 << 20)
+    assert best.peak_sram_bytes <= reordered.peak_sram_bytes < naive.peak_sram_bytes
+    assert not naive.fits and best.fits
+    assert best.peak_sram_bytes == {"mbv2-w0.35": 247560, "proxyless-w0.3": 202584, "mcunet-5fps": 246168}[model]
