@@ -1,0 +1,249 @@
+"""Firmware on the emulated Cortex-M boards (qemu-system-arm, -icount shift=0, semihosting): the same C as the
+host engine gives the same bits — losses, trainable state, logits — on M4, M7 and M55; the SRAM budget is the
+linker's RAM region; SysTick counts instructions; faults exit with a status. Slow: each test links firmware
+and runs QEMU (seconds each; the two real models about a minute together)."""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import shared_file
+from test_codegen_train import train_ops_model
+from tinytrain import engine_qemu
+from tinytrain.cli import main
+from tinytrain.data import load_dataset, model_inputs
+from tinytrain.engine_c import CTrainer
+from tinytrain.firmware import BOARDS, render_firmware, samples
+from tinytrain.firmware.project import STACK_BYTES
+from tinytrain.frontends import load_model
+from tinytrain.training.sparse import Plan, WeightUpdate, load_plan
+from tinytrain.training.train_graph import build_training_graph
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                       reason="needs arm-none-eabi-gcc and qemu-system-arm (scripts/setup.sh installs them)"),
+]
+QEMU_BOARDS = [name for name, b in BOARDS.items() if b.qemu]
+ROOT = Path(__file__).resolve().parents[1]
+KB = 1024
+# A sparse plan of the MLPerf VWW MobileNetV1 that fits 256 KB: biases of the last 12 layers, the first quarter
+# of the output channels of conv 24, half of conv 26, and the classifier.
+VWW_PLAN = {"version": 1, "bias_last_k": 12, "weights": [{"conv": 24, "ratio": 0.25}, {"conv": 26, "ratio": 0.5},
+                                                         {"conv": 27, "ratio": 1.0}], "channels": "first", "lr": 0.01}
+# MobileNetV2-w0.35: biases of the last 20 layers and the classifier's weights (beside the shipped sparse plan).
+MBV2_PLAN = {"version": 1, "bias_last_k": 20, "weights": [{"conv": 52, "ratio": 1.0}], "channels": "first", "lr": 0.01}
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(np.asarray(a, np.float32).view(np.uint32), np.asarray(b, np.float32).view(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    g, _ = train_ops_model()
+    plan = Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5), WeightUpdate(3, 0.25), WeightUpdate(5, 1.0)), lr=0.05)
+    tg = build_training_graph(g, plan)
+    out = tmp_path_factory.mktemp("tiny_compile")
+    engine_qemu.emit_compile_dir(tg, out, 96 * KB, 256 * KB)
+    rng = np.random.default_rng(1)
+    x = rng.integers(-128, 128, (12, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
+    return tg, out, x, rng.integers(0, 5, 12)
+
+
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_training_step_is_bit_identical_to_the_host_on_every_core(board, tiny, tmp_path):
+    tg, compile_dir, x, y = tiny
+    fw = engine_qemu.build(compile_dir, board, tmp_path / "project")
+    r = engine_qemu.run(fw, board, train=(x[:8], y[:8]), test=(x[8:], y[8:]))
+    host = CTrainer(tg)
+    assert _same_bits(r.losses, host.train(x[:8], y[:8]))
+    assert r.state == host.state_bytes()
+    assert np.array_equal(r.logits, host.predict(x[8:]))
+    assert len(r.step_insns) == 8 and r.step_insns.min() > 0 and len(r.predict_insns) == 4
+    assert 0 < r.stack_bytes < STACK_BYTES  # measured high-water mark within the reserved stack
+    # resuming from a saved state continues exactly where it stopped
+    again = engine_qemu.run(fw, board, train=(x[8:], y[8:]), state_in=r.state)
+    assert _same_bits(again.losses, host.train(x[8:], y[8:])) and again.state == host.state_bytes()
+
+
+def _program(compile_dir: Path, board: str, main_c: str, out: Path) -> Path:
+    """A firmware of this board whose harness is replaced by main_c (startup, ticks and linker script kept)."""
+    for rel, data in render_firmware(compile_dir, board).items():
+        if rel in ("src/tinytrain_model.c", "src/tt_harness_qemu.c"):
+            continue
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    ld = out / "tinytrain.ld"
+    ld.write_text(re.sub(r"^ASSERT\(SIZEOF\(\.bss\).*$", "", ld.read_text(), flags=re.M))  # no model arena here
+    (out / "src" / "main.c").write_text(main_c)
+    subprocess.run(["make", "-s"], cwd=out, check=True, capture_output=True)
+    return out / "firmware.elf"
+
+
+def _qemu(board: str, elf: Path) -> subprocess.CompletedProcess:
+    cmd = ["timeout", "60", "qemu-system-arm", "-M", BOARDS[board].qemu.machine, "-nographic", "-icount", "shift=0",
+           "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
+    return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+
+COUNT_LOOP = r"""
+#include <stdio.h>
+#include <stdint.h>
+#include "tt_board.h"
+#include "tt_ticks.h"
+extern void initialise_monitor_handles(void);
+void tt_board_init(void) { initialise_monitor_handles(); }
+int main(void)
+{
+    tt_ticks_start();
+    for (uint32_t n = 250000u; n <= 4000000u; n *= 4u) {
+        uint32_t k = n;
+        const uint64_t t0 = tt_ticks();
+        __asm volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(k) :: "cc");  /* 2 instructions per iteration */
+        const uint64_t t1 = tt_ticks();
+        printf("loop %lu ticks %lu\n", (unsigned long)(2u * n), (unsigned long)(t1 - t0));
+    }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_systick_counts_instructions(board, tiny, tmp_path):
+    """-icount shift=0: one instruction per ns; ticks x tick length = instructions, to within a tick or two."""
+    r = _qemu(board, _program(tiny[1], board, COUNT_LOOP, tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    num, den = BOARDS[board].qemu.tick_ns
+    rows = [tuple(map(int, m)) for m in re.findall(r"loop (\d+) ticks (\d+)", r.stdout)]
+    assert len(rows) == 3
+    for insns, ticks in rows:
+        assert abs(ticks * num / den - insns) <= 2 * num / den + 16, (insns, ticks)
+
+
+def test_a_fault_exits_qemu_with_its_status(tiny, tmp_path):
+    fault = ('#include <stdio.h>\nextern void initialise_monitor_handles(void);\n'
+             'void tt_board_init(void) { initialise_monitor_handles(); }\n'
+             'int main(void) { printf("before\\n"); __asm volatile("udf #0"); return 0; }\n')
+    r = _qemu("qemu-m7", _program(tiny[1], "qemu-m7", fault, tmp_path))
+    assert r.stdout.strip() == "before" and r.returncode == 64 + 3  # HardFault (UsageFault escalates)
+
+
+def test_a_malformed_sample_file_is_reported(tiny, tmp_path):
+    tg, compile_dir, x, y = tiny
+    fw = engine_qemu.build(compile_dir, "qemu-m7", tmp_path / "project")
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "tt_train.bin").write_bytes(samples.encode(x[:2, :1], y[:2]))  # images of the wrong size
+    r = subprocess.run(
+        ["timeout", "60", "qemu-system-arm", "-M", "mps2-an500", "-nographic", "-icount", "shift=0",
+         "-semihosting-config", "enable=on,target=native", "-kernel", str(fw.elf.resolve())],
+        cwd=work, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "tt: error tt_train.bin: sample size is not this model's TT_INPUT_BYTES" in r.stdout
+
+
+def test_a_lowered_ram_region_fails_with_the_linkers_overflow_message(tiny, tmp_path):
+    project = tmp_path / "project"
+    fw = engine_qemu.build(tiny[1], "qemu-m7", project)  # links at the budget
+    ld = project / "tinytrain.ld"
+    lowered = re.sub(r"(RAM\s+\(rwx\) : ORIGIN = 0x[0-9A-F]+, LENGTH = )\d+", rf"\g<1>{fw.ram_bytes - 1024}",
+                     ld.read_text())
+    assert lowered != ld.read_text()
+    ld.write_text(lowered)
+    r = subprocess.run(["make", "-s", "-B"], cwd=project, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert re.search(r"region `RAM' overflowed by \d+ bytes", r.stderr), r.stderr
+
+
+def test_a_plan_that_does_not_fit_is_refused_by_compile_before_any_linker(tmp_path, capsys):
+    model = shared_file("models/vww_96_int8.tflite")
+    out = tmp_path / "out"
+    assert main(["compile", str(model), "--sram", "256k", "--update", "last-k:2", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not fit" in err[0] and "over the 256.0 KB budget" in err[0]
+    assert not out.exists()
+
+
+def _vww(n):
+    ds = load_dataset(shared_file("data/vww96/vww96_dev800.npz"))
+    return ds.x[:n], ds.y[:n]
+
+
+def test_vww_mobilenet_v1_20_steps_on_qemu_m7_equal_the_host_engine(tmp_path, capsys):
+    """The CLI end to end: `train --engine qemu` and `--engine c` write byte-identical state files."""
+    model = str(shared_file("models/vww_96_int8.tflite"))
+    x, y = _vww(30)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    (tmp_path / "plan.json").write_text(json.dumps(VWW_PLAN))
+    out = {}
+    for engine in ("qemu", "c"):
+        args = ["train", model, "--data", str(tmp_path / "d.npz"), "--plan", str(tmp_path / "plan.json"),
+                "--steps", "20", "--engine", engine, "--state-out", str(tmp_path / f"{engine}.npz"), "--json"]
+        assert main(args) == 0
+        out[engine] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (tmp_path / "qemu.npz").read_bytes() == (tmp_path / "c.npz").read_bytes()
+    assert out["qemu"]["final_loss"] == out["c"]["final_loss"]
+    assert out["qemu"]["train_accuracy"] == out["c"]["train_accuracy"]
+    assert out["qemu"]["insns_per_step"] > 0
+
+
+def _firmware_run(graph, plan_json: dict, tmp_path, x, y):
+    tg = build_training_graph(graph, _plan(plan_json, tmp_path))
+    report = engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 256 * KB, 1024 * KB)
+    fw = engine_qemu.build(tmp_path / "compile", "qemu-m7", tmp_path / "project")
+    ld = (fw.project / "tinytrain.ld").read_text()
+    assert re.search(r"RAM\s+\(rwx\) : ORIGIN = 0x20000000, LENGTH = 262144\b", ld)
+    assert fw.ram_bytes <= 256 * KB and fw.flash_bytes <= 1024 * KB and report["fits"]
+    r = engine_qemu.run(fw, "qemu-m7", train=(x[:20], y[:20]), test=(x[20:], y[20:]))
+    host = CTrainer(tg)
+    return r, host
+
+
+def _plan(obj, tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps(obj))
+    return load_plan(tmp_path / "plan.json")
+
+
+def test_vww_logits_and_state_equal_the_host_engine(tmp_path):
+    g = load_model(shared_file("models/vww_96_int8.tflite"))
+    x, y = _vww(24)
+    x = model_inputs(g, x)
+    r, host = _firmware_run(g, VWW_PLAN, tmp_path, x, y)
+    assert _same_bits(r.losses, host.train(x[:20], y[:20]))
+    assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
+
+
+@pytest.mark.parametrize("plan", [
+    MBV2_PLAN,
+    json.loads((ROOT / "models/plans/mbv2-w0.35-sparse.json").read_text()),
+], ids=["bias+classifier", "shipped-sparse-plan"])
+def test_mbv2_20_steps_on_qemu_m7_equal_the_host_engine(plan, tmp_path):
+    g = load_model(ROOT / "models/mbv2-w0.35.onnx")
+    x, y = _vww(24)
+    x = model_inputs(g, x)
+    r, host = _firmware_run(g, plan, tmp_path, x, y)
+    assert _same_bits(r.losses, host.train(x[:20], y[:20]))
+    assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
+
+
+def test_inference_firmware_from_the_cli_gives_the_host_logits_on_m55(tmp_path, capsys):
+    """compile (no plan: the inference project) -> `tinytrain firmware` -> QEMU: the logits of the host C."""
+    from tinytrain import engine_c
+
+    model = shared_file("models/vww_96_int8.tflite")
+    assert main(["compile", str(model), "--sram", "256k", "-o", str(tmp_path / "build")]) == 0
+    assert main(["firmware", str(tmp_path / "build"), "--board", "qemu-m55", "-o", str(tmp_path / "fw")]) == 0
+    assert "qemu-m55" in capsys.readouterr().out
+    assert b"#define TT_HAS_TRAINING 0" in (tmp_path / "fw" / "src" / "tt_board.h").read_bytes()
+    subprocess.run(["make", "-s"], cwd=tmp_path / "fw", check=True, capture_output=True)
+    g = load_model(model)
+    x, y = _vww(6)
+    x = model_inputs(g, x)
+    r = engine_qemu.run(tmp_path / "fw" / "firmware.elf", "qemu-m55", test=(x, y))
+    assert np.array_equal(r.logits, engine_c.predict(g, x).reshape(len(x), -1))
+    assert r.state is None and len(r.losses) == 0 and r.predict_insns.min() > 0

@@ -1,0 +1,135 @@
+"""``tinytrain firmware`` and ``tinytrain stream`` (design.md §5a), kept apart from cli.py's other commands.
+
+firmware: a `tinytrain compile` output folder -> a firmware project for a board (tinytrain/firmware/).
+stream: the host side of the real boards' serial protocol (tinytrain/firmware/protocol.py): send labelled
+images to train on, then images to evaluate, and fetch the trained state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain.errors import UsageError
+
+
+def cmd_firmware(args: argparse.Namespace) -> None:
+    from tinytrain.cli import _atomic_dir
+    from tinytrain.firmware import get_board, render_firmware
+    from tinytrain.sizes import parse_size
+
+    board = get_board(args.board)
+    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack))
+    out = Path(args.output)
+    with _atomic_dir(out) as tmp:
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+    report = json.loads(files["report.json"])
+    print(f"wrote {out}: firmware for {board.name} ({board.core}), RAM region {report['sram_budget_bytes']} bytes "
+          f"(the SRAM budget), {len(files)} files")
+    if board.qemu:
+        print(f"build: make -C {out}; run: put tt_train.bin / tt_test.bin (format: src/tt_samples.h) in {out} and "
+              f"`make -C {out} run`, or let `tinytrain train ... --engine qemu --board {board.name}` do all of it")
+    else:
+        print(f"build: make -C {out} (arm-none-eabi-gcc) or `pio run -d {out}`; upload: {board.pio.note}; "
+              f"then: tinytrain stream MODEL --port PORT --data DATA ({board.uart})")
+
+
+def cmd_stream(args: argparse.Namespace) -> None:
+    from tinytrain.cli_train import _data, _model, _split
+    from tinytrain.firmware.protocol import Board
+
+    try:
+        import serial
+    except ImportError:
+        raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
+    graph = _model(args)
+    x, y = _data(graph, args.data)
+    split = _split(args, y)
+    rows = split[0] if split else np.arange(len(y))
+    test_rows = split[1] if split else rows
+    rng = np.random.default_rng(args.seed)
+    steps = args.steps if args.steps is not None else args.epochs * len(rows)
+    if steps < 0:
+        raise UsageError("--steps / --epochs must not be negative")
+    order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(-(-max(steps, 1) // len(rows)))])[:steps]]
+    try:
+        port = serial.serial_for_url(args.port, baudrate=args.baud, timeout=args.timeout)
+    except (serial.SerialException, ValueError) as e:
+        raise UsageError(f"cannot open {args.port}: {e}") from None
+    try:
+        with port:
+            result = _stream(args, Board(port), x, y, rows, test_rows, order, steps)
+    except serial.SerialException as e:
+        raise UsageError(f"{args.port}: {e}") from None
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"accuracy {result['accuracy']:.4f} on {len(test_rows)} samples after {steps} steps on {result['board']}")
+        if args.state_out:
+            print(f"wrote {args.state_out}")
+
+
+def _stream(args, board, x, y, rows, test_rows, order, steps) -> dict:
+    """Train on x[order] and evaluate x[test_rows] on the board; the result JSON of `stream`."""
+    if board.input_bytes != x[0].nbytes:
+        raise UsageError(f"the board's model takes {board.input_bytes}-byte inputs, {args.model} "
+                         f"{x[0].nbytes}: flash the firmware of this model")
+    losses, cycles = [], []
+    t0 = time.time()
+    for k, i in enumerate(order):
+        loss, ticks = board.train(x[i], int(y[i]))
+        losses.append(loss)
+        cycles.append(ticks)
+        if not args.json:
+            print(f"step {k} label {int(y[i])} loss {loss:.6f} cycles {ticks}", flush=True)
+    correct, predict_cycles = 0, []
+    for i in test_rows:
+        cls, ticks, _ = board.predict(x[i], int(y[i]))
+        correct += cls == int(y[i])
+        predict_cycles.append(ticks)
+    losses = np.array(losses, np.float32)  # the board's float32 losses, averaged as `train` does
+    tail = losses[-min(len(losses), len(rows)):]
+    result = {"steps": int(steps), "final_loss": float(tail.mean()) if steps else None,
+              "accuracy": correct / len(test_rows), "n": int(len(test_rows)), "board": board.info.get("board"),
+              "seconds": round(time.time() - t0, 3),
+              "cycles_per_step": float(np.mean(cycles)) if cycles else None,
+              "cycles_per_inference": float(np.mean(predict_cycles))}
+    if args.state_out:
+        Path(args.state_out).write_bytes(board.state())
+        result["state_out"] = args.state_out
+    return result
+
+
+def add_firmware_commands(sub) -> None:
+    from tinytrain.firmware import BOARDS
+    from tinytrain.firmware.project import DEFAULT_BAUD, STACK_BYTES
+
+    s = sub.add_parser("firmware", help="a firmware project (QEMU board or PlatformIO) from a compile output folder")
+    s.add_argument("dir", help="the output folder of `tinytrain compile`")
+    s.add_argument("--board", required=True, choices=tuple(BOARDS))
+    s.add_argument("-o", "--output", required=True, help="project folder")
+    s.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
+    s.add_argument("--stack", default=str(STACK_BYTES), help=f"stack reserved in the RAM region (default {STACK_BYTES})")
+    s.set_defaults(func=cmd_firmware)
+
+    s = sub.add_parser("stream", help="train and evaluate on a real board over its serial port")
+    s.add_argument("model", help="the model the board's firmware was built from (for the input pipeline)")
+    s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0) or a pyserial URL")
+    s.add_argument("--data", required=True, help=".npz (x uint8 NHWC, y labels), a class-folder tree, or lfw")
+    n = s.add_mutually_exclusive_group()
+    n.add_argument("--epochs", type=int, default=1)
+    n.add_argument("--steps", type=int)
+    s.add_argument("--held-out", type=float, help="evaluate on this stratified fraction, train on the rest")
+    s.add_argument("--split-seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="sample order")
+    s.add_argument("--baud", type=int, default=DEFAULT_BAUD)
+    s.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
+    s.add_argument("--state-out", help="write the board's trained state (tt_state_save bytes) here")
+    s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    s.set_defaults(func=cmd_stream, new_head=None)

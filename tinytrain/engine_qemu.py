@@ -1,0 +1,232 @@
+"""The QEMU engine: the firmware of a compiled model, built with arm-none-eabi-gcc and run on an emulated Cortex-M.
+
+    compile folder (tinytrain compile, or emit_compile_dir here)  ->  firmware project (tinytrain.firmware)
+      ->  make (arm-none-eabi-gcc, RAM region = the SRAM budget)  ->  qemu-system-arm under timeout
+      ->  parse the harness's output: per-step losses and instruction counts, logits, accuracy, state
+
+The harness (firmware/c/tt_harness_qemu.c) reads samples and writes results through semihosting files in a
+scratch folder, so the engine compares with ``--engine c`` byte for byte: same C, different compiler and CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain import __version__
+from tinytrain.errors import TinyTrainError
+from tinytrain.firmware import get_board, samples, write_firmware
+from tinytrain.ir import Graph
+
+DEFAULT_TIMEOUT = 600  # seconds of host time for one QEMU run
+ELF = "firmware.elf"
+
+_LINE = re.compile(r"^tt: (\w+) ?(.*)$")
+_STEP = re.compile(r"(\d+) label (-?\d+) loss 0x([0-9a-f]{8}) (\S+) insns (\d+)$")
+_PREDICT = re.compile(r"(\d+) label (-?\d+) class (\d+) insns (\d+)$")
+
+
+class QemuError(TinyTrainError):
+    """The cross toolchain or QEMU is missing, the firmware does not link, or the run failed."""
+
+
+@dataclass(frozen=True)
+class QemuRun:
+    """What one firmware run printed and wrote."""
+
+    losses: np.ndarray            # (steps,) float32, bit-exact (parsed from the printed bits)
+    step_insns: np.ndarray        # (steps,) int64 instructions per training step
+    logits: np.ndarray            # (tests, outputs) int8
+    predict_insns: np.ndarray     # (tests,) int64 instructions per inference
+    state: bytes | None           # tt_state_save() after training (training firmware only)
+    stack_bytes: int              # high-water mark of the stack over the run
+    stdout: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Firmware:
+    project: Path
+    elf: Path
+    board: str
+    flash_bytes: int   # .isr_vector + .text + .data load image (what the flash holds)
+    ram_bytes: int     # stack + .data + .bss + minimum heap (what the RAM region holds)
+
+
+def _need(tool: str, package: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise QemuError(f"{tool} not found; install the Debian package {package} (scripts/setup.sh does)")
+    return path
+
+
+def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budget: int, *,
+                     target: str = "cortex-m7", reorder: bool = True) -> dict:
+    """What `tinytrain compile` writes into ``out`` (C project + report.json) for a forward graph or a training
+    graph, scheduled and planned as ``engine_c.CTrainer`` does (reorder, in-place memory plan), so the firmware
+    runs the very C the host engine runs. Raises BudgetError, before any linker runs, when it does not fit.
+    Returns the report as JSON."""
+    from tinytrain.codegen import render_project
+    from tinytrain.codegen.emit_train import is_training_graph
+    from tinytrain.memory.report import check_budget, plan_memory
+    from tinytrain.memory.schedule import reorder as reorder_pass
+
+    training = is_training_graph(graph)
+    step = reorder_pass(graph) if training and reorder else graph
+    report = plan_memory(step, sram_budget, flash_budget, target=target)
+    check_budget(report, step)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in render_project(step, report).items():
+        (out / name).write_bytes(text.encode("utf-8"))
+    data = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256,
+            "mode": "training" if training else "inference", **report.to_json()}
+    (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int = 600) -> Firmware:
+    """Write the firmware project of ``compile_dir`` for ``board`` into ``project`` and link it."""
+    _need("arm-none-eabi-gcc", "gcc-arm-none-eabi")
+    project = Path(project)
+    write_firmware(compile_dir, board, project)
+    r = subprocess.run(["make", "-s", ELF], cwd=project, capture_output=True, text=True, timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise QemuError(f"the firmware in {project} does not link:\n{(r.stderr or r.stdout)[-3000:]}")
+    return Firmware(project, project / ELF, board, *section_sizes(project / ELF))
+
+
+def section_sizes(elf: str | Path) -> tuple[int, int]:
+    """(flash bytes, RAM bytes) of a linked firmware, from its section headers."""
+    r = subprocess.run([_need("arm-none-eabi-size", "binutils-arm-none-eabi"), "-A", str(elf)], capture_output=True,
+                       text=True, check=True)
+    sizes = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+", r.stdout, re.M)}
+    flash = sum(sizes.get(s, 0) for s in (".isr_vector", ".text", ".ARM.extab", ".ARM.exidx", ".data"))
+    ram = sum(sizes.get(s, 0) for s in (".stack", ".data", ".bss", ".heap"))
+    return flash, ram
+
+
+def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np.ndarray] | None = None,
+        test: tuple[np.ndarray, np.ndarray] | None = None, state_in: bytes | None = None,
+        timeout: float = DEFAULT_TIMEOUT, work_dir: str | Path | None = None) -> QemuRun:
+    """Run the firmware on the board's QEMU machine: resume from ``state_in`` (tt_state_save bytes) if given,
+    train on ``train`` (one sample per step, in order), then predict ``test``. Images are int8 (N, ...) in the
+    model's input form, labels (N,) integers."""
+    b = get_board(board)
+    if b.qemu is None:
+        raise QemuError(f"{board} is not a QEMU board; use one of qemu-m4, qemu-m7, qemu-m55")
+    qemu = _need("qemu-system-arm", "qemu-system-arm")
+    elf = Path(firmware.elf if isinstance(firmware, Firmware) else firmware).resolve()
+    with tempfile.TemporaryDirectory(prefix="tinytrain-qemu-", dir=work_dir) as tmp:
+        tmp = Path(tmp)
+        if train is not None:
+            samples.write(tmp / "tt_train.bin", *train)
+        if test is not None:
+            samples.write(tmp / "tt_test.bin", *test)
+        if state_in is not None:
+            (tmp / "tt_state_in.bin").write_bytes(state_in)
+        cmd = ["timeout", "--kill-after=5", str(int(timeout)), qemu, "-M", b.qemu.machine, "-nographic",
+               "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
+        r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        if r.returncode == 124 or r.returncode == 137:
+            raise QemuError(f"QEMU did not finish in {timeout:.0f} s ({b.qemu.machine}); output so far:\n{r.stdout[-2000:]}")
+        if r.returncode != 0 or "tt: done" not in r.stdout:
+            raise QemuError(f"the firmware exited with status {r.returncode} on {b.qemu.machine}"
+                            f"{_status_meaning(r.returncode)}:\n{(r.stdout + r.stderr)[-2000:]}")
+        out = parse_output(r.stdout)
+        logits = np.zeros((0, 0), np.int8)
+        if test is not None and len(test[1]):
+            raw = np.fromfile(tmp / "tt_logits.bin", np.int8)
+            logits = raw.reshape(len(test[1]), -1)
+        state = (tmp / "tt_state.bin").read_bytes() if (tmp / "tt_state.bin").exists() else None
+    return QemuRun(out["losses"], out["step_insns"], logits, out["predict_insns"], state, out["stack_bytes"], r.stdout)
+
+
+def _status_meaning(status: int) -> str:
+    if status >= 64 + 2:
+        return f" (fault: exception {status - 64}, see tinytrain/firmware/c/tt_startup.c)"
+    return {1: " (semihosting exit failure)", 2: " (a sample file was unreadable)",
+            3: " (no memory for the state copy)"}.get(status, "")
+
+
+def parse_output(text: str) -> dict:
+    """The harness's records (format in tinytrain/firmware/c/tt_harness_qemu.c) as arrays."""
+    bits, step_insns, predict_insns, stack = [], [], [], 0
+    for line in text.splitlines():
+        m = _LINE.match(line.strip())
+        if not m:
+            continue
+        kind, rest = m.groups()
+        if kind == "step":
+            s = _STEP.match(rest)
+            if not s or int(s.group(1)) != len(bits):
+                raise QemuError(f"unexpected harness line: {line!r}")
+            bits.append(int(s.group(3), 16))
+            step_insns.append(int(s.group(5)))
+        elif kind == "predict":
+            p = _PREDICT.match(rest)
+            if not p or int(p.group(1)) != len(predict_insns):
+                raise QemuError(f"unexpected harness line: {line!r}")
+            predict_insns.append(int(p.group(4)))
+        elif kind == "stack":
+            stack = int(rest.split()[0])
+        elif kind == "error":
+            raise QemuError(f"the firmware reported: {rest}")
+    return {"losses": np.array(bits, np.uint32).view(np.float32), "step_insns": np.array(step_insns, np.int64),
+            "predict_insns": np.array(predict_insns, np.int64), "stack_bytes": stack}
+
+
+class QemuTrainer:
+    """``engine_c.CTrainer``'s interface on a QEMU board: the training graph's firmware, built once, run once
+    per call. The state lives on the host between runs (saved by the firmware, loaded again by the next run),
+    so train / predict / state behave as on the host engine. ``step_insns`` and ``predict_insns`` collect the
+    instruction counts of every run."""
+
+    def __init__(self, graph: Graph, board: str = "qemu-m7", sram_budget: int = 256 * 1024,
+                 flash_budget: int = 1024 * 1024, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.graph = graph
+        self.board = board
+        self.timeout = timeout
+        self._dir = tempfile.TemporaryDirectory(prefix="tinytrain-firmware-")
+        root = Path(self._dir.name)
+        b = get_board(board)
+        self.report = emit_compile_dir(graph, root / "compile", sram_budget, flash_budget, target=b.core)
+        self.firmware = build(root / "compile", board, root / "project")
+        self._state: bytes | None = None
+        self._x_bytes = graph.tensors[graph.inputs[0]].nbytes
+        self.step_insns: list[int] = []
+        self.predict_insns: list[int] = []
+
+    def _run(self, **kw) -> QemuRun:
+        r = run(self.firmware, self.board, state_in=self._state, timeout=self.timeout, **kw)
+        self.step_insns += r.step_insns.tolist()
+        self.predict_insns += r.predict_insns.tolist()
+        return r
+
+    def train(self, xs: np.ndarray, labels: np.ndarray, order=None) -> np.ndarray:
+        """Batch-1 SGD over ``xs[order]``; the per-step losses (float32), bit for bit those of the device."""
+        order = np.arange(len(xs)) if order is None else np.asarray(order)
+        r = self._run(train=(np.ascontiguousarray(xs[order]), np.asarray(labels)[order]))
+        self._state = r.state
+        return r.losses
+
+    def predict(self, xs: np.ndarray) -> np.ndarray:
+        """int8 logits (N, classes) with the current state."""
+        xs = np.ascontiguousarray(xs)
+        return self._run(test=(xs, np.zeros(len(xs), np.int32))).logits
+
+    def state_bytes(self) -> bytes:
+        if self._state is None:
+            self._state = self._run().state
+        return self._state
+
+    def state(self):
+        from tinytrain.codegen.state import unpack
+
+        return unpack(self.graph, self.state_bytes())

@@ -1,0 +1,84 @@
+"""The boards ``tinytrain firmware`` knows: core, compiler flags, memory map, and how the firmware talks.
+
+QEMU boards run the semihosting harness (samples and results as files on the host); real boards run the
+serial harness (samples streamed over a UART, tinytrain/firmware/protocol.py). The memory map gives where
+flash and SRAM start and how much the board has; the linker script uses the compile's budgets, never more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Qemu:
+    machine: str        # qemu-system-arm -M
+    # SysTick tick = NUM/DEN ns = instructions under -icount shift=0 (1 ns each): 25 MHz on MPS2, 32 MHz on MPS3
+    # (measured: tests/test_firmware_qemu.py::test_systick_counts_instructions)
+    tick_ns: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class PlatformIO:
+    platform: str
+    board: str
+    upload_protocol: str | None
+    note: str
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    core: str
+    cpu_flags: tuple[str, ...]
+    flash_origin: int
+    flash_max: int      # flash the application may use on this board
+    ram_origin: int
+    ram_max: int        # SRAM at ram_origin (contiguous)
+    vector_irqs: int    # interrupt vectors after the 16 system exceptions (all routed to the fault exit)
+    qemu: Qemu | None = None
+    pio: PlatformIO | None = None
+    uart_driver: str | None = None  # C file of the serial boards' UART (tinytrain/firmware/c/)
+    uart: str = ""                  # which UART and pins, for the README
+    defines: tuple[tuple[str, str], ...] = ()  # extra #defines of tt_board.h (the UART driver's choices)
+
+    @property
+    def harness(self) -> str:
+        return "tt_harness_qemu.c" if self.qemu else "tt_harness_serial.c"
+
+
+M4F = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+M7_SP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16")  # STM32F746: single precision
+M7_DP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16")     # STM32F767: double precision
+M55 = ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard")
+MB = 1024 * 1024
+
+BOARDS: dict[str, Board] = {b.name: b for b in (
+    # QEMU's MPS2/MPS3 images: code RAM at 0 (4 MB; the AN547 ITCM is 512 KB), data RAM at 0x20000000.
+    Board("qemu-m4", "cortex-m4", M4F, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
+          qemu=Qemu("mps2-an386", (40, 1))),
+    Board("qemu-m7", "cortex-m7", M7_SP, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
+          qemu=Qemu("mps2-an500", (40, 1))),
+    Board("qemu-m55", "cortex-m55", M55, 0x00000000, 512 * 1024, 0x20000000, 512 * 1024, 32,
+          qemu=Qemu("mps3-an547", (125, 4))),
+    Board("disco_f746ng", "cortex-m7", M7_SP, 0x08000000, 1 * MB, 0x20000000, 320 * 1024, 98,
+          pio=PlatformIO("ststm32", "disco_f746ng", "stlink", "ST-LINK/V2-1 on the board's USB"),
+          uart_driver="tt_uart_stm32f7.c", uart="USART1, PA9 TX / PB7 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "1"),)),
+    Board("nucleo_f767zi", "cortex-m7", M7_DP, 0x08000000, 2 * MB, 0x20000000, 512 * 1024, 110,
+          pio=PlatformIO("ststm32", "nucleo_f767zi", "stlink", "ST-LINK/V2-1 on the board's USB"),
+          uart_driver="tt_uart_stm32f7.c", uart="USART3, PD8 TX / PD9 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "3"),)),
+    # The Arduino bootloader keeps the first 64 KB of flash; the application starts at 0x10000.
+    Board("nano33ble", "cortex-m4", M4F, 0x00010000, 1 * MB - 0x10000, 0x20000000, 256 * 1024, 48,
+          pio=PlatformIO("nordicnrf52", "nano33ble", None,
+                         "the Arduino bootloader (double-tap reset, then upload with bossac)"),
+          uart_driver="tt_uart_nrf52840.c",
+          uart="UART0 on D1 (P1.03) TX / D0 (P1.10) RX: a 3.3 V USB-serial adapter, not the board's USB"),
+)}
+
+
+def get_board(name: str) -> Board:
+    from tinytrain.errors import UsageError
+
+    if name not in BOARDS:
+        raise UsageError(f"unknown board {name!r}; known: {', '.join(BOARDS)}")
+    return BOARDS[name]

@@ -1,0 +1,33 @@
+/* tt_frame.h — the frames of the serial protocol (tinytrain/firmware/protocol.py has the full description).
+ *
+ * Request: "Tt" | command (1) | length uint32 LE | label int16 LE | image (length bytes) | CRC-32 LE
+ * Reply:   "tT" | command (1) | length uint32 LE | payload (length bytes)               | CRC-32 LE
+ * The CRC is CRC-32/IEEE (zlib.crc32) of everything between the magic and the CRC.
+ */
+#ifndef TT_FRAME_H
+#define TT_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TT_PROTOCOL_VERSION 1
+
+typedef struct {
+    char command;     /* 'I', 'T', 'P' or 'S' */
+    int label;
+} tt_request;
+
+/* CRC-32/IEEE over n bytes, continuing from crc (start with 0). */
+uint32_t tt_crc32(uint32_t crc, const uint8_t *p, size_t n);
+
+/* Receive the next request. The image (length bytes) goes to image when length == image_bytes for T and P,
+ * or length == 0 for I and S. Returns 0, or -1 after answering an E reply (bad command, length or CRC). */
+int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes);
+
+/* Send a reply whose payload is the concatenation of two parts (either may be empty). */
+void tt_frame_reply(char command, const void *a, size_t na, const void *b, size_t nb);
+
+/* An E reply with an ASCII message. */
+void tt_frame_error(const char *message);
+
+#endif /* TT_FRAME_H */

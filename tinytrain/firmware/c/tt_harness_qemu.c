@@ -1,0 +1,255 @@
+/* tt_harness_qemu.c — train and evaluate under QEMU, all I/O through semihosting.
+ *
+ * Files, relative to QEMU's working directory (format: tt_samples.h):
+ *   tt_train.bin   read: the training samples, one per step, in order (absent: no training)
+ *   tt_test.bin    read: the samples to evaluate after training (absent: no evaluation)
+ *   tt_logits.bin  written: TT_OUTPUT_BYTES int8 logits per test sample
+ *   tt_state_in.bin  read: a state to resume from (tt_state_load) before training (absent: tt_init's)
+ *   tt_state.bin   written: tt_state_save() after training (training firmware only)
+ * Standard output, one record a line (parsed by tinytrain/engine_qemu.py):
+ *   tt: board NAME input BYTES output BYTES training 0|1 tick_ns NUM/DEN
+ *   tt: resumed at step K                                 (when tt_state_in.bin was loaded)
+ *   tt: step K label L loss 0xBITS DECIMAL insns N        (per training step; BITS: the float's bits)
+ *   tt: predict K label L class C insns N                 (per test sample)
+ *   tt: accuracy CORRECT/TOTAL
+ *   tt: state BYTES bytes
+ *   tt: stack BYTES bytes used                            (high-water mark of the painted stack)
+ *   tt: done
+ * Instruction counts are SysTick ticks times the tick length (tt_ticks.h), exact to one tick under
+ * -icount shift=0. Exit status: 0 done, 2 a sample file is unreadable or malformed, 3 no memory for
+ * the state copy, 64 + n a fault (exception n, tt_startup.c).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tinytrain_model.h"
+#include "tt_board.h"
+#include "tt_samples.h"
+#include "tt_ticks.h"
+
+#define TT_EXIT_IO 2
+#define TT_EXIT_MEMORY 3
+
+#if !defined(TT_OUTPUT_BYTES) && defined(TT_LOGITS_BYTES)  /* a training project names its output "logits" */
+#define TT_OUTPUT_BYTES TT_LOGITS_BYTES
+#endif
+
+extern void initialise_monitor_handles(void);  /* newlib rdimon: semihosting stdio */
+
+void tt_board_init(void)
+{
+    initialise_monitor_handles();
+}
+
+/* A sample file opened twice: one handle walks the images, the other the labels. */
+typedef struct {
+    const char *path;
+    FILE *images, *labels;
+    uint32_t count;
+} tt_sample_file;
+
+static void tt_fail(const char *path, const char *what)
+{
+    printf("tt: error %s: %s\n", path, what);
+    exit(TT_EXIT_IO);
+}
+
+static uint32_t tt_le32(const uint8_t *b)
+{
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+
+/* 0 when the file does not exist; exits on a malformed one. */
+static int tt_open_samples(tt_sample_file *f, const char *path)
+{
+    uint8_t header[TT_SAMPLES_HEADER_BYTES];
+    f->path = path;
+    f->images = fopen(path, "rb");
+    if (f->images == NULL) {
+        return 0;
+    }
+    if (fread(header, 1, sizeof header, f->images) != sizeof header || memcmp(header, TT_SAMPLES_MAGIC, 4) != 0) {
+        tt_fail(path, "not a tinytrain sample file (magic TTDS)");
+    }
+    if (tt_le32(header + 4) != TT_SAMPLES_VERSION) {
+        tt_fail(path, "unsupported version");
+    }
+    if (tt_le32(header + 12) != TT_INPUT_BYTES) {
+        tt_fail(path, "sample size is not this model's TT_INPUT_BYTES");
+    }
+    f->count = tt_le32(header + 8);
+    f->labels = fopen(path, "rb");
+    if (f->labels == NULL ||
+        fseek(f->labels, (long)(TT_SAMPLES_HEADER_BYTES + (uint64_t)f->count * TT_INPUT_BYTES), SEEK_SET) != 0) {
+        tt_fail(path, "cannot seek to the labels");
+    }
+    return 1;
+}
+
+/* Read the next image into x (TT_INPUT_BYTES) and return its label. */
+static int tt_next_sample(tt_sample_file *f, int8_t *x)
+{
+    uint8_t b[4];
+    if (fread(x, 1, TT_INPUT_BYTES, f->images) != TT_INPUT_BYTES || fread(b, 1, 4, f->labels) != 4) {
+        tt_fail(f->path, "truncated");
+    }
+    return (int)(int32_t)tt_le32(b);
+}
+
+static void tt_close_samples(tt_sample_file *f)
+{
+    fclose(f->images);
+    fclose(f->labels);
+}
+
+static int tt_argmax(const int8_t *v, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* "12345678" — a uint64 in decimal (newlib-nano's printf has no 64-bit integers). */
+static const char *tt_u64_str(uint64_t v, char buf[21])
+{
+    char *p = buf + 20;
+    *p = '\0';
+    do {
+        *--p = (char)('0' + (int)(v % 10u));
+        v /= 10u;
+    } while (v != 0);
+    return p;
+}
+
+static const char *tt_insns(uint64_t ticks, char buf[21])
+{
+    return tt_u64_str(ticks * TT_TICK_NS_NUM / TT_TICK_NS_DEN, buf);
+}
+
+#if TT_HAS_TRAINING
+static void tt_run_training(void)
+{
+    tt_sample_file f;
+    char buf[21];
+    if (!tt_open_samples(&f, "tt_train.bin")) {
+        return;
+    }
+    int8_t *x = tt_input_buffer();
+    for (uint32_t k = 0; k < f.count; k++) {
+        const int label = tt_next_sample(&f, x);
+        float loss = 0.0f;
+        const uint64_t t0 = tt_ticks();
+        const int status = tt_train_step(x, label, &loss);
+        const uint64_t t1 = tt_ticks();
+        if (status != 0) {
+            tt_fail(f.path, "a label is out of range");
+        }
+        uint32_t bits;
+        memcpy(&bits, &loss, sizeof bits);
+        const long micro = (long)(loss * 1e6f + 0.5f);
+        printf("tt: step %lu label %d loss 0x%08lx %ld.%06ld insns %s\n", (unsigned long)k, label,
+               (unsigned long)bits, micro / 1000000L, micro % 1000000L, tt_insns(t1 - t0, buf));
+    }
+    tt_close_samples(&f);
+}
+
+/* A state copy needs n bytes: the arena when large enough (it is free between calls, and the trainable
+ * tensors live outside it), else the heap (the RAM left in the region). */
+static uint8_t *tt_state_buffer(size_t n)
+{
+    uint8_t *buf = n <= TT_ARENA_BYTES ? (uint8_t *)(uintptr_t)tt_arena_base() : malloc(n);
+    if (buf == NULL) {
+        printf("tt: error no memory for a %lu-byte state copy\n", (unsigned long)n);
+        exit(TT_EXIT_MEMORY);
+    }
+    return buf;
+}
+
+/* Resume from tt_state_in.bin when it exists (a state saved by this model and plan). */
+static void tt_load_state(void)
+{
+    FILE *f = fopen("tt_state_in.bin", "rb");
+    if (f == NULL) {
+        return;
+    }
+    const size_t n = tt_state_size();
+    uint8_t *buf = tt_state_buffer(n);
+    if (fread(buf, 1, n, f) != n || fclose(f) != 0) {
+        tt_fail("tt_state_in.bin", "shorter than tt_state_size()");
+    }
+    if (tt_state_load(buf) != 0) {
+        tt_fail("tt_state_in.bin", "a state of another model or plan");
+    }
+    printf("tt: resumed at step %lu\n", (unsigned long)tt_step_count());
+}
+
+static void tt_save_state(void)
+{
+    const size_t n = tt_state_size();
+    uint8_t *buf = tt_state_buffer(n);
+    tt_state_save(buf);
+    FILE *f = fopen("tt_state.bin", "wb");
+    if (f == NULL || fwrite(buf, 1, n, f) != n || fclose(f) != 0) {
+        tt_fail("tt_state.bin", "cannot write");
+    }
+    printf("tt: state %lu bytes\n", (unsigned long)n);
+}
+#endif
+
+static void tt_run_test(void)
+{
+    tt_sample_file f;
+    char buf[21];
+    int8_t logits[TT_OUTPUT_BYTES];
+    uint32_t correct = 0;
+    if (!tt_open_samples(&f, "tt_test.bin")) {
+        return;
+    }
+    FILE *out = fopen("tt_logits.bin", "wb");
+    if (out == NULL) {
+        tt_fail("tt_logits.bin", "cannot create");
+    }
+    int8_t *x = tt_input_buffer();
+    for (uint32_t k = 0; k < f.count; k++) {
+        const int label = tt_next_sample(&f, x);
+        const uint64_t t0 = tt_ticks();
+        tt_predict(x, logits);
+        const uint64_t t1 = tt_ticks();
+        const int predicted = tt_argmax(logits, TT_OUTPUT_BYTES);
+        correct += predicted == label;
+        if (fwrite(logits, 1, TT_OUTPUT_BYTES, out) != TT_OUTPUT_BYTES) {
+            tt_fail("tt_logits.bin", "cannot write");
+        }
+        printf("tt: predict %lu label %d class %d insns %s\n", (unsigned long)k, label, predicted, tt_insns(t1 - t0, buf));
+    }
+    if (fclose(out) != 0) {
+        tt_fail("tt_logits.bin", "cannot write");
+    }
+    tt_close_samples(&f);
+    printf("tt: accuracy %lu/%lu\n", (unsigned long)correct, (unsigned long)f.count);
+}
+
+int main(void)
+{
+    tt_ticks_start();
+    tt_init();
+    printf("tt: board %s input %d output %d training %d tick_ns %d/%d\n", TT_BOARD_NAME, TT_INPUT_BYTES,
+           TT_OUTPUT_BYTES, TT_HAS_TRAINING, TT_TICK_NS_NUM, TT_TICK_NS_DEN);
+#if TT_HAS_TRAINING
+    tt_load_state();
+    tt_run_training();
+#endif
+    tt_run_test();
+#if TT_HAS_TRAINING
+    tt_save_state();
+#endif
+    printf("tt: stack %lu bytes used\n", (unsigned long)tt_stack_used());
+    printf("tt: done\n");
+    return 0;
+}

@@ -1,0 +1,174 @@
+/* tt_harness_serial.c — on-board training and evaluation, samples streamed over a UART by `tinytrain stream`.
+ *
+ * Stop-and-wait over the frames of tt_frame.h (protocol: tinytrain/firmware/protocol.py):
+ *   I  -> "board=NAME protocol=1 input=BYTES output=BYTES training=0|1 state=BYTES"
+ *   T  -> one tt_train_step on the image and label: float32 loss, uint64 ticks (CPU cycles)
+ *   P  -> tt_predict: int16 class, uint64 ticks, the int8 logits
+ *   S  -> tt_state_save() (training firmware only)
+ * The image is received straight into the model's input bytes (tt_input_buffer()), so the firmware needs
+ * no RAM beyond the compile's plan, a stack and these few statics. Cycle counts come from SysTick (tt_ticks.h).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "tinytrain_model.h"
+#include "tt_board.h"
+#include "tt_frame.h"
+#include "tt_serial.h"
+#include "tt_ticks.h"
+
+#if !defined(TT_OUTPUT_BYTES) && defined(TT_LOGITS_BYTES)  /* a training project names its output "logits" */
+#define TT_OUTPUT_BYTES TT_LOGITS_BYTES
+#endif
+
+void tt_board_init(void)
+{
+}
+
+static void tt_put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+/* Append text, or a number in decimal, to a bounded string. */
+static size_t tt_append(char *s, size_t at, size_t size, const char *text)
+{
+    while (*text && at + 1 < size) {
+        s[at++] = *text++;
+    }
+    s[at] = '\0';
+    return at;
+}
+
+static size_t tt_append_u32(char *s, size_t at, size_t size, uint32_t v)
+{
+    char digits[11];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + (int)(v % 10u));
+        v /= 10u;
+    } while (v != 0);
+    char text[11];
+    for (int i = 0; i < n; i++) {
+        text[i] = digits[n - 1 - i];
+    }
+    text[n] = '\0';
+    return tt_append(s, at, size, text);
+}
+
+static void tt_reply_info(void)
+{
+    char s[128];
+    size_t n = tt_append(s, 0, sizeof s, "board=" TT_BOARD_NAME " protocol=");
+    n = tt_append_u32(s, n, sizeof s, TT_PROTOCOL_VERSION);
+    n = tt_append(s, n, sizeof s, " input=");
+    n = tt_append_u32(s, n, sizeof s, TT_INPUT_BYTES);
+    n = tt_append(s, n, sizeof s, " output=");
+    n = tt_append_u32(s, n, sizeof s, TT_OUTPUT_BYTES);
+    n = tt_append(s, n, sizeof s, TT_HAS_TRAINING ? " training=1 state=" : " training=0 state=");
+#if TT_HAS_TRAINING
+    n = tt_append_u32(s, n, sizeof s, tt_state_size());
+#else
+    n = tt_append_u32(s, n, sizeof s, 0);
+#endif
+    tt_frame_reply('I', s, n, NULL, 0);
+}
+
+static int tt_argmax(const int8_t *v, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+static void tt_reply_predict(const int8_t *x)
+{
+    int8_t logits[TT_OUTPUT_BYTES];
+    uint8_t head[10];
+    const uint64_t t0 = tt_ticks();
+    tt_predict(x, logits);
+    const uint64_t t1 = tt_ticks();
+    tt_put_le(head, (uint64_t)(uint16_t)(int16_t)tt_argmax(logits, TT_OUTPUT_BYTES), 2);
+    tt_put_le(head + 2, t1 - t0, 8);
+    tt_frame_reply('P', head, sizeof head, logits, sizeof logits);
+}
+
+#if TT_HAS_TRAINING
+static void tt_reply_train(const int8_t *x, int label)
+{
+    uint8_t out[12];
+    float loss = 0.0f;
+    uint32_t bits;
+    const uint64_t t0 = tt_ticks();
+    const int status = tt_train_step(x, label, &loss);
+    const uint64_t t1 = tt_ticks();
+    if (status != 0) {
+        tt_frame_error("label out of range");
+        return;
+    }
+    memcpy(&bits, &loss, sizeof bits);
+    tt_put_le(out, bits, 4);
+    tt_put_le(out + 4, t1 - t0, 8);
+    tt_frame_reply('T', out, sizeof out, NULL, 0);
+}
+
+static void tt_reply_state(void)
+{
+    /* The copy goes to the arena (free between calls; the trainable tensors live outside it): no extra RAM. */
+    const uint32_t n = tt_state_size();
+    if (n > TT_ARENA_BYTES) {
+        tt_frame_error("state larger than the arena: not supported by this harness");
+        return;
+    }
+    uint8_t *buf = (uint8_t *)(uintptr_t)tt_arena_base();
+    tt_state_save(buf);
+    tt_frame_reply('S', buf, n, NULL, 0);
+}
+#endif
+
+void tt_serial_fault(int status)
+{
+    char s[32];
+    size_t n = tt_append(s, 0, sizeof s, "exit ");
+    n = tt_append_u32(s, n, sizeof s, (uint32_t)status);
+    tt_frame_reply('E', s, n, NULL, 0);
+}
+
+int main(void)
+{
+    tt_serial_init();
+    tt_ticks_start();
+    tt_init();
+    for (;;) {
+        tt_request req;
+        int8_t *x = tt_input_buffer();
+        if (tt_frame_receive(&req, (uint8_t *)x, TT_INPUT_BYTES) != 0) {
+            continue;
+        }
+        switch (req.command) {
+        case 'I':
+            tt_reply_info();
+            break;
+        case 'P':
+            tt_reply_predict(x);
+            break;
+#if TT_HAS_TRAINING
+        case 'T':
+            tt_reply_train(x, req.label);
+            break;
+        case 'S':
+            tt_reply_state();
+            break;
+#endif
+        default:
+            tt_frame_error("this firmware was built without the training API");
+            break;
+        }
+    }
+}

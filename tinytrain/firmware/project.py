@@ -1,0 +1,113 @@
+"""``tinytrain firmware``: a compile output folder + a board -> a firmware project.
+
+    PROJECT/Makefile          arm-none-eabi-gcc build (+ `make run` on QEMU boards)
+    PROJECT/tinytrain.ld      RAM = the compile's SRAM budget, FLASH = its flash budget, with ASSERTs
+    PROJECT/platformio.ini    real boards: a PlatformIO project over the same sources (+ tinytrain_flags.py)
+    PROJECT/src/              the compile's C (model, runtime) + startup, tick counter, harness, UART driver
+    PROJECT/report.json       the compile's memory report, copied
+
+The firmware is bare metal on every board (no vendor framework): the same startup code and linker script,
+so the SRAM budget is enforced by the linker everywhere and nothing else takes RAM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from tinytrain import __version__
+from tinytrain.errors import UsageError
+from tinytrain.firmware.boards import Board, get_board
+from tinytrain.sizes import format_size
+
+# Common to every board; the harness and UART driver are added per board.
+COMMON_SOURCES = ("tt_startup.c", "tt_ticks.c", "tt_ticks.h")
+QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
+SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
+MODEL_HEADER = "tinytrain_model.h"
+DEFAULT_BAUD = 115200
+# Stack and minimum heap in the RAM region (bytes). The heap holds newlib's stdio buffers on QEMU. The stack is
+# the compile's estimate (memory/report.py STACK_BYTES); measured on qemu-m7: 530-630 bytes for the shipped
+# models' training steps (benchmarks/results/qemu_instructions.md).
+STACK_BYTES = 2048
+HEAP_BYTES = {True: 2048, False: 0}  # keyed by "is a QEMU board"
+
+_TRAINING_API = re.compile(r"\btt_train_step\s*\(")
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("tinytrain.firmware", "templates"),
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
+    """(report.json, C sources by name) of a `tinytrain compile` output folder, or a UsageError saying what is missing."""
+    report_path = compile_dir / "report.json"
+    if not report_path.is_file():
+        raise UsageError(f"{compile_dir} is not a `tinytrain compile` output folder (no report.json); "
+                         "run `tinytrain compile MODEL --sram ... -o DIR` first")
+    try:
+        report = json.loads(report_path.read_text())
+        sizes = {k: int(report[k]) for k in ("sram_budget_bytes", "flash_budget_bytes", "arena_bytes")}
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{report_path}: not a tinytrain memory report ({e})") from None
+    report.update(sizes)
+    sources = {p.name: p.read_bytes() for p in sorted(compile_dir.iterdir()) if p.suffix in (".c", ".h")}
+    if MODEL_HEADER not in sources or "tinytrain_model.c" not in sources:
+        raise UsageError(f"{compile_dir} has no tinytrain_model.c / .h; run `tinytrain compile` again")
+    return report, sources
+
+
+def has_training_api(header: str) -> bool:
+    return bool(_TRAINING_API.search(header))
+
+
+def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = DEFAULT_BAUD,
+                    stack_bytes: int = STACK_BYTES, heap_bytes: int | None = None) -> dict[str, bytes]:
+    """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes)."""
+    b = board if isinstance(board, Board) else get_board(board)
+    report, sources = read_compile_dir(Path(compile_dir))
+    sram, flash_budget = report["sram_budget_bytes"], report["flash_budget_bytes"]
+    if sram > b.ram_max:
+        raise UsageError(f"the compile's SRAM budget {format_size(sram)} is more than {b.name} has "
+                         f"({format_size(b.ram_max)}); compile again with --sram {b.ram_max // 1024}k or less")
+    flash = min(flash_budget, b.flash_max)
+    flash_note = "" if flash == flash_budget else (
+        f"; the budget was {flash_budget}, more than the {b.flash_max} bytes {b.name} gives the application")
+    training = has_training_api(sources[MODEL_HEADER].decode("utf-8"))
+    heap = HEAP_BYTES[b.qemu is not None] if heap_bytes is None else heap_bytes
+    env = _environment()
+    ctx = {"version": __version__, "board": b, "sram_bytes": sram, "flash_bytes": flash, "flash_note": flash_note,
+           "arena_bytes": report["arena_bytes"], "stack_bytes": stack_bytes, "heap_bytes": heap,
+           "training": training, "baud": baud, "model": report.get("model", "?"),
+           "model_sha256": report.get("model_sha256", "?")}
+    files: dict[str, bytes] = {f"src/{name}": data for name, data in sources.items()}
+    c = resources.files("tinytrain.firmware.c")
+    own = COMMON_SOURCES + (QEMU_SOURCES if b.qemu else SERIAL_SOURCES + (b.uart_driver,))
+    for name in own:
+        files[f"src/{name}"] = c.joinpath(name).read_bytes()
+    files["src/tt_board.h"] = env.get_template("tt_board.h.j2").render(**ctx).encode()
+    files["tinytrain.ld"] = env.get_template("tinytrain.ld.j2").render(**ctx).encode()
+    files["Makefile"] = env.get_template("Makefile.j2").render(**ctx).encode()
+    if b.pio:
+        files["platformio.ini"] = env.get_template("platformio.ini.j2").render(**ctx).encode()
+        files["tinytrain_flags.py"] = env.get_template("tinytrain_flags.py.j2").render(**ctx).encode()
+    files["report.json"] = (Path(compile_dir) / "report.json").read_bytes()
+    return files
+
+
+def write_firmware(compile_dir: str | Path, board: str | Board, out_dir: str | Path, **options) -> list[Path]:
+    """Write the firmware project of ``compile_dir`` for ``board`` into ``out_dir``; return the files written."""
+    out = Path(out_dir)
+    written = []
+    for rel, data in render_firmware(compile_dir, board, **options).items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        written.append(path)
+    return written

@@ -1,0 +1,154 @@
+"""The serial protocol between the host (``tinytrain stream``) and a real board's firmware (c/tt_harness_serial.c).
+
+Stop-and-wait: the host sends one request frame, the board answers with one reply frame. All integers are
+little-endian; the CRC is CRC-32 (IEEE 802.3, as zlib.crc32) of every byte after the magic and before the CRC.
+
+Request (host -> board)::
+
+    offset   size  field
+    0        2     magic b"Tt"
+    2        1     command: b"I" info, b"T" train on the sample, b"P" predict the sample, b"S" send the state
+    3        4     length L of the image, uint32 (TT_INPUT_BYTES for T and P, 0 for I and S)
+    7        2     label, int16 (the class for T and P; -1 for I, S and an unlabelled P)
+    9        L     image: int8 NHWC, the model's input form
+    9 + L    4     CRC-32 of bytes 2 .. 9 + L - 1
+
+Reply (board -> host)::
+
+    0        2     magic b"tT"
+    2        1     the request's command, or b"E" for an error (payload: an ASCII message)
+    3        4     length N of the payload, uint32
+    7        N     payload
+    7 + N    4     CRC-32 of bytes 2 .. 7 + N - 1
+
+The magics mix cases and every command is an upper-case letter, so a magic can never be read into a
+command byte: after stray bytes, the receiver resynchronizes on the first magic followed by a command.
+
+Payloads: I  ASCII "key=value" pairs separated by spaces (board, protocol, input, output, training, state);
+T  float32 loss + uint64 ticks (CPU cycles of the step); P  int16 class + uint64 ticks + the int8 logits;
+S  the tt_state_save() bytes (codegen/state.py). A request with a bad CRC or length is answered with E
+and changes nothing; the board then resynchronizes on the next magic.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+from tinytrain.errors import TinyTrainError
+
+REQUEST_MAGIC = b"Tt"
+REPLY_MAGIC = b"tT"
+PROTOCOL_VERSION = 1
+COMMANDS = (b"I", b"T", b"P", b"S")
+REPLY_COMMANDS = COMMANDS + (b"E",)
+_REQ_HEAD = struct.Struct("<2scIh")
+_REPLY_HEAD = struct.Struct("<2scI")
+MAX_REPLY = 1 << 22
+
+
+class ProtocolError(TinyTrainError):
+    """A malformed frame, a CRC mismatch, a timeout, or an error reply from the board."""
+
+
+def crc32(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def request(command: bytes, image: bytes = b"", label: int = -1) -> bytes:
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}")
+    body = _REQ_HEAD.pack(REQUEST_MAGIC, command, len(image), label)[2:] + image
+    return REQUEST_MAGIC + body + struct.pack("<I", crc32(body))
+
+
+def reply(command: bytes, payload: bytes) -> bytes:
+    body = _REPLY_HEAD.pack(REPLY_MAGIC, command, len(payload))[2:] + payload
+    return REPLY_MAGIC + body + struct.pack("<I", crc32(body))
+
+
+@dataclass(frozen=True)
+class Reply:
+    command: bytes
+    payload: bytes
+
+
+def read_reply(read) -> Reply:
+    """One reply frame from ``read(n) -> bytes`` (fewer bytes means a timeout); skips bytes before the magic."""
+    window, command = b"", b""
+    while not command:
+        b = read(1)
+        if not b:
+            raise ProtocolError("timeout waiting for a reply from the board")
+        if window == REPLY_MAGIC and b in REPLY_COMMANDS:
+            command = b
+        else:
+            window = (window + b)[-2:]
+    head = command + _read_exact(read, 4)
+    n = struct.unpack("<I", head[1:])[0]
+    if n > MAX_REPLY:
+        raise ProtocolError(f"reply length {n} is not plausible")
+    payload = _read_exact(read, n)
+    (crc,) = struct.unpack("<I", _read_exact(read, 4))
+    if crc != crc32(head + payload):
+        raise ProtocolError("reply CRC mismatch")
+    if command == b"E":
+        raise ProtocolError(f"the board answered: {payload.decode('ascii', 'replace')}")
+    return Reply(command, payload)
+
+
+def _read_exact(read, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = read(n - len(data))
+        if not chunk:
+            raise ProtocolError(f"timeout in the middle of a reply ({len(data)} of {n} bytes)")
+        data += chunk
+    return data
+
+
+def parse_info(payload: bytes) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in payload.decode("ascii").split() if "=" in item)
+
+
+class Board:
+    """A board running the serial harness, over any object with ``write(bytes)`` and ``read(n)`` (pyserial)."""
+
+    def __init__(self, port) -> None:
+        self.port = port
+        self.info = parse_info(self._call(b"I").payload)
+        if int(self.info.get("protocol", -1)) != PROTOCOL_VERSION:
+            raise ProtocolError(f"the board speaks protocol {self.info.get('protocol')}, this host {PROTOCOL_VERSION}")
+        self.input_bytes = int(self.info["input"])
+        self.output_bytes = int(self.info["output"])
+        self.training = self.info.get("training") == "1"
+
+    def _call(self, command: bytes, image: bytes = b"", label: int = -1) -> Reply:
+        self.port.write(request(command, image, label))
+        r = read_reply(self.port.read)
+        if r.command != command:
+            raise ProtocolError(f"asked {command!r}, the board answered {r.command!r}")
+        return r
+
+    def _image(self, x) -> bytes:
+        data = bytes(memoryview(x).cast("B")) if not isinstance(x, bytes) else x
+        if len(data) != self.input_bytes:
+            raise ValueError(f"an image has {len(data)} bytes; the board's model takes {self.input_bytes}")
+        return data
+
+    def train(self, x, label: int) -> tuple[float, int]:
+        """(loss before the update, CPU cycles of the step)."""
+        if not self.training:
+            raise ProtocolError("this firmware was built without the training API (compile with --plan)")
+        loss, ticks = struct.unpack("<fQ", self._call(b"T", self._image(x), label).payload)
+        return loss, ticks
+
+    def predict(self, x, label: int = -1) -> tuple[int, int, bytes]:
+        """(class, CPU cycles, int8 logits)."""
+        p = self._call(b"P", self._image(x), label).payload
+        cls, ticks = struct.unpack_from("<hQ", p)
+        return cls, ticks, p[10:]
+
+    def state(self) -> bytes:
+        return self._call(b"S").payload
