@@ -1,6 +1,8 @@
 """Small int8 IR graphs for the code generator tests, built directly in the IR (no frontend).
 
 Requantization multipliers are drawn so that outputs spread over the int8 range instead of saturating.
+``single=True`` builds a node's requantization with single rounding (as the ONNX frontend does), else
+TFLite's double rounding.
 """
 
 from __future__ import annotations
@@ -52,14 +54,14 @@ class GraphBuilder:
         self.nodes.append(Node(f"{op}_{k}", op, tuple(inputs), (name,), attrs))
         return name
 
-    def _requant(self, channels: int, depth: int) -> Requant:
+    def _requant(self, channels: int, depth: int, single: bool = False) -> Requant:
         # acc ~ 74 * 73 * sqrt(depth); aim for outputs of about +-40 around the zero point.
         real = 40.0 / (74 * 73 * np.sqrt(depth)) * self.rng.uniform(0.5, 2.0, channels)
-        return Requant.from_scales(real)
+        return Requant.from_scales(real, single)
 
     def conv(self, x: str, cout: int, k, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
              depthwise: bool = False, bias: bool = True, weight_zp: bool = False, act=(-128, 127),
-             per_tensor: bool = False) -> str:
+             per_tensor: bool = False, single: bool = False) -> str:
         cin = self.tensors[x].shape[3]
         kh, kw = (k, k) if isinstance(k, int) else k
         cg = 1 if depthwise else cin
@@ -70,11 +72,12 @@ class GraphBuilder:
         ins = [x, self.const(f"conv{idx}/weight", w, Role.WEIGHT, wq)]
         if bias:
             ins.append(self.const(f"conv{idx}/bias", self.rng.integers(-5000, 5000, cout).astype(np.int32), Role.BIAS))
-        requant = self._requant(1 if per_tensor else cout, kh * kw * cg)
+        requant = self._requant(1 if per_tensor else cout, kh * kw * cg, single)
         attrs = Conv2dAttrs(tuple(stride), tuple(padding), requant, tuple(dilation), cin if depthwise else 1, *act)
         return self.node("conv2d", ins, attrs)
 
-    def fully_connected(self, x: str, cout: int, bias: bool = True, weight_zp: bool = False, act=(-128, 127)) -> str:
+    def fully_connected(self, x: str, cout: int, bias: bool = True, weight_zp: bool = False, act=(-128, 127),
+                        single: bool = False) -> str:
         depth = self.tensors[x].shape[1]
         idx = len(self.nodes)
         w = self.rng.integers(-127, 128, (cout, depth)).astype(np.int8)
@@ -82,28 +85,42 @@ class GraphBuilder:
         ins = [x, self.const(f"fc{idx}/weight", w, Role.WEIGHT, QuantParams((0.02,) * cout, zps, 0))]
         if bias:
             ins.append(self.const(f"fc{idx}/bias", self.rng.integers(-5000, 5000, cout).astype(np.int32), Role.BIAS))
-        return self.node("fully_connected", ins, FullyConnectedAttrs(self._requant(cout, depth), *act))
+        return self.node("fully_connected", ins, FullyConnectedAttrs(self._requant(cout, depth, single), *act))
 
-    def add(self, a: str, b: str, act=(-128, 127)) -> str:
+    def add(self, a: str, b: str, act=(-128, 127), single: bool = False) -> str:
         out_q = self._q()
-        attrs = AddAttrs.from_scales(self.tensors[a].quant.s, self.tensors[b].quant.s, out_q.s, *act)
+        attrs = AddAttrs.from_scales(self.tensors[a].quant.s, self.tensors[b].quant.s, out_q.s, *act,
+                                     single_rounding=single)
         return self.node("add", [a, b], attrs, out_q)
 
-    def avg_pool(self, x: str, kernel, stride, padding=(0, 0, 0, 0), half_up: bool = False, act=(-128, 127)) -> str:
-        attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), *act, half_up)
+    def avg_pool(self, x: str, kernel, stride, padding=(0, 0, 0, 0), half_up: bool = False, act=(-128, 127),
+                 half_even: bool = False, requant: bool = False, single: bool = False) -> str:
+        """``requant``: another output quantization (one multiplier per valid-cell count, as ONNX imports)."""
+        if requant:
+            qi, qo = self.tensors[x].quant, self._q()
+            cells = kernel[0] * kernel[1]
+            output = Requant.from_scales([qi.s / (c * qo.s) for c in range(1, cells + 1)], single)
+            attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), *act, output=output)
+            return self.node("avg_pool2d", [x], attrs, qo)
+        attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), *act, half_up, half_even)
         return self.node("avg_pool2d", [x], attrs, self.tensors[x].quant)
 
-    def mean(self, x: str, same_quant: bool = False, keepdims: bool = True, act=(-128, 127)) -> str:
+    def mean(self, x: str, same_quant: bool = False, keepdims: bool = True, act=(-128, 127), single: bool = False,
+             count_folded: bool = False) -> str:
+        """``count_folded``: the Requant is s_in / (count * s_out) (as ONNX imports), else s_in / s_out."""
         qi = self.tensors[x].quant
         qo = qi if same_quant else self._q()
-        return self.node("mean", [x], MeanAttrs(Requant.from_scales([qi.s / qo.s]), keepdims, *act), qo)
+        shape = self.tensors[x].shape
+        real = qi.s / qo.s / (shape[1] * shape[2] if count_folded else 1)
+        attrs = MeanAttrs(Requant.from_scales([real], single), keepdims, *act, count_folded=count_folded)
+        return self.node("mean", [x], attrs, qo)
 
     def pad(self, x: str, pads) -> str:
         return self.node("pad", [x], PadAttrs(tuple(tuple(p) for p in pads)), self.tensors[x].quant)
 
-    def requantize(self, x: str) -> str:
+    def requantize(self, x: str, single: bool = False) -> str:
         qi, qo = self.tensors[x].quant, self._q()
-        return self.node("requantize", [x], RequantizeAttrs(Requant.from_scales([qi.s / qo.s])), qo)
+        return self.node("requantize", [x], RequantizeAttrs(Requant.from_scales([qi.s / qo.s], single)), qo)
 
     def reshape(self, x: str, shape) -> str:
         return self.node("reshape", [x], ReshapeAttrs(tuple(shape)), self.tensors[x].quant)
@@ -126,7 +143,11 @@ class GraphBuilder:
 
 
 def every_op_graph(seed: int = 0) -> Graph:
-    """One small graph with every forward op and the main variants (for compile / sanitizer / determinism)."""
+    """One small graph with every forward op and the main variants (for compile / sanitizer / determinism).
+
+    Both roundings occur: the TFLite-style nodes round twice, the ONNX-style ones (``single=True``, half-even
+    and per-count average pools, count-folded means) once.
+    """
     b = GraphBuilder(seed, "every_op")
     x = b.input((1, 11, 10, 3))
     p = b.pad(x, ((1, 2), (0, 1), (0, 0)))
@@ -140,6 +161,12 @@ def every_op_graph(seed: int = 0) -> Graph:
     ap = b.avg_pool(r, (2, 2), (1, 1), padding=(0, 0, 1, 1))
     m = b.mean(ap)
     m2 = b.mean(b.conv(ap, 16, 7, padding=(3, 3, 3, 3)), same_quant=True, keepdims=False)
+    # single rounding (ONNX imports)
+    d3 = b.conv(ap, 16, 3, padding=(1, 1, 1, 1), depthwise=True, single=True)
+    s2 = b.add(b.conv(d3, 16, 1, single=True), b.requantize(d3, single=True), single=True)
+    ap2 = b.avg_pool(b.avg_pool(s2, (2, 2), (1, 1), padding=(1, 1, 0, 0), half_even=True), (3, 2), (2, 1),
+                     padding=(1, 0, 1, 1), requant=True, single=True)
+    m3 = b.mean(ap2, keepdims=False, single=True, count_folded=True)
     f = b.reshape(m, (16,))
-    y = b.fully_connected(b.add(f, m2), 10, weight_zp=True)
+    y = b.fully_connected(b.add(b.add(f, m2), m3, single=True), 10, weight_zp=True, single=True)
     return b.build(b.softmax(y))

@@ -1,5 +1,7 @@
 """Fixed-point helpers against a scalar transcription of the TFLite / gemmlowp C code."""
 
+import math
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -71,3 +73,53 @@ def test_vectorized_helpers_broadcast_per_channel():
 def test_activation_range():
     assert activation_range(-128, 0.05, 0.0, None) == (-128, 127)
     assert activation_range(-10, 0.05, 0.0, 6.0) == (-10, 110)
+
+
+def single_rounding_scalar(x: int, m: int, shift: int) -> int:
+    """TFLite MultiplyByQuantizedMultiplier with TFLITE_SINGLE_ROUNDING, transcribed."""
+    total_shift = 31 - shift
+    return (x * m + (1 << (total_shift - 1))) >> total_shift
+
+
+@settings(derandomize=True, max_examples=300)
+@given(st.integers(-(1 << 24), 1 << 24), st.floats(1e-7, 0.99))
+def test_single_rounding_rounds_the_real_product_once(acc, real):
+    m, shift = quantize_multiplier(real, single_rounding=True)
+    got = int(multiply_by_quantized_multiplier(acc, m, shift, single_rounding=True))
+    assert got == single_rounding_scalar(acc, m, shift)
+    exact = acc * m * 2.0 ** (shift - 31)  # the fixed-point product, rounded once (ties toward +inf)
+    assert got == math.floor(exact + 0.5)
+    assert abs(got - acc * real) <= 0.5 + 1e-6 * abs(acc)
+
+
+def test_single_rounding_vectorized_and_per_channel():
+    acc = np.array([[5, -5, 7, -7], [1000, -1000, 12345, -12345]])
+    m, s = quantize_multiplier(0.5, single_rounding=True)
+    # ties go toward +infinity (double rounding: -5 * 0.5 -> -2 as well, 7 * 0.5 -> 4, -7 * 0.5 -> -3)
+    assert multiply_by_quantized_multiplier(acc[0], m, s, single_rounding=True).tolist() == [3, -2, 4, -3]
+    ms = np.array([quantize_multiplier(r, True) for r in (0.1, 0.01, 0.3, 0.7)])
+    got = multiply_by_quantized_multiplier(acc, ms[:, 0], ms[:, 1], single_rounding=True)
+    assert got.tolist() == [[single_rounding_scalar(int(a), int(mm), int(ss)) for a, (mm, ss) in zip(row, ms)]
+                            for row in acc]
+
+
+def test_quantize_multiplier_single_rounding_clamps_large_shifts():
+    assert quantize_multiplier(2.0**31) == (1 << 30, 32)
+    assert quantize_multiplier(2.0**31, single_rounding=True) == ((1 << 31) - 1, 30)
+    assert quantize_multiplier(0.3, single_rounding=True) == quantize_multiplier(0.3)
+
+
+def test_requant_carries_its_rounding():
+    from tinytrain.quant import Requant, requantize
+
+    r2, r1 = Requant.from_scales([0.5]), Requant.from_scales([0.5], single_rounding=True)
+    assert not r2.single_rounding and r1.single_rounding and r1.multiplier == r2.multiplier
+    acc = np.array([[3], [-3], [5], [-5]])
+    # single rounding: ties toward +infinity (1.5 -> 2, -1.5 -> -1, 2.5 -> 3, -2.5 -> -2)
+    assert requantize(acc, r1, 0, -128, 127).ravel().tolist() == [2, -1, 3, -2]
+
+
+def test_activation_range_half_even():
+    # float32(0.1) / float32(0.04) is 2.5 exactly: away from zero -> 3, to even (ONNX QuantizeLinear) -> 2
+    assert activation_range(-128, 0.04, 0.0, 0.1) == (-128, -125)
+    assert activation_range(-128, 0.04, 0.0, 0.1, half_even=True) == (-128, -126)

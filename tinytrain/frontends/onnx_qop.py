@@ -9,8 +9,8 @@ Integer ops carry their quantization parameters as inputs:
   (int32 bias, y_scale present) -> fully_connected; a following ``QLinearAdd`` of a constant is
   folded into the bias;
 - com.microsoft ``QLinearAdd`` of two activations -> add;
-- com.microsoft ``QLinearGlobalAveragePool`` -> mean, ``QLinearAveragePool`` -> avg_pool2d (+
-  requantize when the scales differ, or mean when the window is global);
+- com.microsoft ``QLinearGlobalAveragePool`` -> mean, ``QLinearAveragePool`` -> avg_pool2d (with
+  its own output quantization when the scales differ, or mean when the window is global);
 - integer ``Flatten`` / ``Reshape`` / ``Squeeze`` / ``Pad`` (with the zero point as value);
 - float islands ``DequantizeLinear -> ReduceMean / GlobalAveragePool / Flatten / Reshape ->
   QuantizeLinear`` (onnxruntime leaves ReduceMean unquantized), through the shared QDQ machinery;
