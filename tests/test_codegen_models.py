@@ -1,43 +1,44 @@
-"""Generated C == numpy simulator on real int8 models (MLPerf Tiny VWW) and real images."""
+"""Generated C == numpy simulator, bit for bit, on every shipped model and every int8/uint8 TFLite model of
+../shared, each on 200 real VWW images (resized and quantized for the model by tinytrain.data)."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import shared_file
+from conftest import SHARED, shared_file
 from tinytrain import engine_c, simulator
+from tinytrain.data import load_dataset, model_inputs
+from tinytrain.frontends import load_model
 
-FRONTENDS = Path(__file__).resolve().parents[1] / "tinytrain" / "frontends"
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = sorted(p.name for p in (ROOT / "models").glob("*.onnx"))
+SHARED_TFLITE = ["vww_96_int8.tflite", "person_detect.tflite", "person_detect_litert.tflite",
+                 "mobilenet_v1_0.25_128_quant.tflite", "mobilenet_v1_0.5_160_quant.tflite",
+                 "mobilenet_v2_1.0_224_quant.tflite"]
 
 
-def _load(path: Path, frontend: str):
-    if not (FRONTENDS / f"{frontend}.py").exists():
-        pytest.skip(f"tinytrain/frontends/{frontend}.py is absent: the {frontend} frontend is not merged yet")
-    from tinytrain.frontends import load_model
-
-    return load_model(path)
+def _check_200_images(model_path: Path, cache_dir: Path) -> None:
+    graph = load_model(model_path)
+    images = load_dataset(shared_file("data/vww96/vww96_dev800.npz")).x[:200]
+    x = model_inputs(graph, images)
+    want = simulator.forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
+    got = engine_c.predict(graph, x, cache_dir=cache_dir)
+    differ = np.flatnonzero((got != want).reshape(len(x), -1).any(axis=1))
+    assert differ.size == 0, (f"{differ.size} of {len(x)} images differ, first {differ[0]}: "
+                              f"C {got[differ[0]][:8]} vs simulator {want[differ[0]][:8]}")
+    assert len(np.unique(got.reshape(len(x), -1).argmax(axis=1))) > 1  # not a constant output
 
 
 @pytest.mark.slow
-def test_vww_int8_tflite_on_200_images(tmp_path):
-    graph = _load(shared_file("models/vww_96_int8.tflite"), "tflite")
-    with np.load(shared_file("data/vww96/vww96_dev800.npz")) as data:
-        x = (data["x"][:200].astype(np.int16) - 128).astype(np.int8)  # input q = pixel - 128
-    want = simulator.forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
-    got = engine_c.predict(graph, x, cache_dir=tmp_path)
-    mismatched = np.flatnonzero((got != want).reshape(len(x), -1).any(axis=1))
-    assert mismatched.size == 0, (f"{mismatched.size} of {len(x)} images differ, first {mismatched[0]}: "
-                                  f"C {got[mismatched[0]]} vs simulator {want[mismatched[0]]}")
-    assert len(np.unique(got.reshape(len(x), -1).argmax(axis=1))) == 2  # both classes occur: not a constant output
+@pytest.mark.parametrize("model", ZOO)
+def test_shipped_model_on_200_images(model, tmp_path):
+    _check_200_images(ROOT / "models" / model, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["mobilenet_v1_0.25_128_quant.tflite", "person_detect.tflite"])
-def test_other_tflite_models(model, tmp_path):
-    """uint8 per-tensor weights (non-zero weight zero points, half-up average pool) and grayscale input."""
-    graph = _load(shared_file(f"models/{model}"), "tflite")
-    shape = graph.tensors[graph.inputs[0]].shape[1:]
-    x = np.random.default_rng(0).integers(-128, 128, (6, *shape)).astype(np.int8)
-    want = simulator.forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
-    np.testing.assert_array_equal(engine_c.predict(graph, x, cache_dir=tmp_path), want)
+@pytest.mark.parametrize("model", SHARED_TFLITE)
+def test_shared_tflite_model_on_200_images(model, tmp_path):
+    """Covers per-channel int8 (VWW), grayscale input (person detection), TF1 uint8 models (non-zero
+    weight zero points, half-up average pooling) and residual adds (MobileNetV2 1.0 at 224x224)."""
+    _check_200_images(shared_file(f"models/{model}"), tmp_path)
