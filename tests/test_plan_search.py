@@ -1,0 +1,291 @@
+"""`tinytrain plan`: contribution measurement (cut models, cache), the two searches, channel selection, the CLI."""
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import shared_file
+from ir_builders import tiny_mobilenet
+from tinytrain.cli import main
+from tinytrain.engine_c import CTrainer
+from tinytrain.simulator import forward, init_state, train
+from tinytrain.training.head import new_head
+from tinytrain.training.sparse import Plan, WeightUpdate, layers, load_plan, select_channels, updated_params
+from tinytrain.training.train_graph import build_training_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_CC = shutil.which("gcc") is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no host C compiler (gcc)")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    g, mb = tiny_mobilenet(seed=0)
+    return new_head(g, 2)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The tiny MobileNetV2-shaped model as ONNX and a small learnable 2-class .npz."""
+    from tinytrain.export_onnx import graph_to_onnx, save_onnx
+
+    d = tmp_path_factory.mktemp("plan")
+    g, _ = tiny_mobilenet(seed=0)
+    save_onnx(graph_to_onnx(g), d / "tiny.onnx")
+    rng = np.random.default_rng(0)
+    y = np.arange(40) % 2
+    x = rng.integers(0, 256, (40, 16, 16, 3)).astype(np.uint8)
+    x[y == 1, :8] //= 2
+    np.savez(d / "tiny.npz", x=x, y=y)
+    return d
+
+
+def _images(g, n, seed=0):
+    t = g.tensors[g.inputs[0]]
+    return np.random.default_rng(seed).integers(-128, 128, (n,) + t.shape[1:]).astype(np.int8)
+
+
+# ---- the cut model used by the fine-tunes --------------------------------------------------------------------
+
+@needs_cc
+def test_cut_model_trains_bit_identically_to_the_whole_model(tiny):
+    from tinytrain.search.measure import suffix_model
+
+    n = len(layers(tiny))
+    plan = Plan(2, (WeightUpdate(n - 2, 0.5), WeightUpdate(n - 1, 1.0)), lr=0.05)  # above the residual
+    g, p, cut = suffix_model(tiny, plan)
+    assert cut is not None and len(layers(g)) < n
+    x, y = _images(tiny, 6), np.array([0, 1, 1, 0, 1, 0])
+    whole = CTrainer(build_training_graph(tiny, plan))
+    part = CTrainer(build_training_graph(g, p))
+    from dataclasses import replace
+
+    feats = forward(replace(tiny, outputs=(cut,)), {tiny.inputs[0]: x})[cut]
+    assert np.array_equal(whole.train(x, y), part.train(feats, y))
+    assert whole.state_bytes() == part.state_bytes()
+    assert np.array_equal(whole.predict(x), part.predict(feats))
+
+
+def test_cut_model_is_refused_across_a_residual(tiny):
+    from tinytrain.search.measure import suffix_model
+
+    # layer 2 is inside the tiny model's residual block (its input is read again by the add)
+    adds = [nd for nd in tiny.nodes if nd.op == "add"]
+    assert adds
+    ls = layers(tiny)
+    inside = next(k for k, nd in enumerate(ls) if k > 0 and tiny.nodes.index(nd) < tiny.nodes.index(adds[0])
+                  and k >= 2)
+    g, p, cut = suffix_model(tiny, Plan(1, (WeightUpdate(inside, 1.0), WeightUpdate(len(ls) - 1, 1.0))))
+    assert cut is None and g is tiny
+
+
+# ---- channel selection: plan == simulator == emitted C --------------------------------------------------------
+
+@needs_cc
+def test_the_plans_channels_are_the_rows_the_simulator_and_the_c_update(tiny):
+    from tinytrain.search.space import Space
+
+    space = Space.of(tiny)
+    layer, ratio = space.n_layers - 3, 0.25
+    plan = space.plan(space.weight_option(layer, ratio), lr=0.2)
+    node = layers(tiny)[layer]
+    w = node.inputs[1]
+    c_out = tiny.tensors[w].shape[0]
+    chosen = select_channels(c_out, ratio, plan.channels)
+    assert chosen == tuple(range(c_out // 4))
+    # the plan's parameter list
+    assert next(u for u in updated_params(plan, tiny) if u.param == w).channels == chosen
+    # the simulator's training graph
+    tg = build_training_graph(tiny, plan)
+    sgd = next(nd for nd in tg.nodes if nd.op == "sgd_update" and nd.inputs[0] == w)
+    assert sgd.attrs.channels == chosen
+    x, y = _images(tiny, 8, seed=1), np.array([0, 1] * 4)
+    state = init_state(tg)
+    train(tg, state, x, y)
+    sim_rows = np.flatnonzero(np.any(state.tensors[w] != tiny.tensors[w].data, axis=tuple(range(1, 4))))
+    # the emitted C: its state holds exactly the selected rows, and only they change
+    trainer = CTrainer(tg)
+    trainer.train(x, y)
+    c_w = trainer.state().tensors[w]
+    c_rows = np.flatnonzero(np.any(c_w != tiny.tensors[w].data, axis=tuple(range(1, 4))))
+    assert len(sim_rows) and set(sim_rows) <= set(chosen)
+    assert len(c_rows) and set(c_rows) <= set(chosen)
+    from tinytrain.codegen.state import state_layout
+
+    entry = next(e for e in state_layout(tg) if e.name == w)  # the rows the emitted C keeps in SRAM and saves
+    assert (entry.row0, entry.shape[0]) == (chosen[0], len(chosen))
+
+
+# ---- the searches ---------------------------------------------------------------------------------------
+
+def _synthetic(seed: int):
+    """Random gains and a monotone, non-additive memory model over 5 layers."""
+    from tinytrain.search.space import Gains
+
+    rng = np.random.default_rng(seed)
+    ratios = (0.125, 0.25, 0.5, 1.0)
+    bias = {1: 0.0} | {k: float(rng.normal(0.01 * k, 0.01)) for k in (2, 3, 4, 6)}
+    weight = {(i, r): float(rng.normal(0.02 * r, 0.015)) for i in range(5) for r in ratios}
+    cost = rng.uniform(1, 4, 5)
+
+    def mem(c):
+        depth = min([5 - c.k + 1] + [i for i, _ in c.weights]) if (c.k > 1 or c.weights) else 6
+        weights = [cost[i] * r for i, r in c.weights]
+        return 2 * (6 - depth) + 2 * sum(weights) + max([0] + weights)
+
+    return Gains(bias, weight), mem
+
+
+def _brute_force(gains, fits):
+    from tinytrain.search.space import Choice
+
+    best = None
+    layers_ = gains.layers
+    for k in gains.bias:
+        for rs in itertools.product(*[[0.0] + gains.options(i) for i in layers_]):
+            c = Choice(k, tuple((i, r) for i, r in zip(layers_, rs) if r > 0))
+            if fits(c) and (best is None or gains.score(c) > gains.score(best) + 1e-12):
+                best = c
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_branch_and_bound_is_exact_and_evolution_is_feasible(seed):
+    from tinytrain.search.evolution import evolve
+    from tinytrain.search.exact import branch_and_bound
+
+    gains, mem = _synthetic(seed)
+    budget = 9.0
+    calls = []
+
+    def fits(c):
+        calls.append(c)
+        return mem(c) <= budget
+
+    want = _brute_force(gains, fits)
+    n_brute = len(calls)
+    calls.clear()
+    got = branch_and_bound(gains, fits)
+    assert got["proven_optimal"] and abs(got["score"] - gains.score(want)) < 1e-12 and fits(got["choice"])
+    assert len(calls) < n_brute
+    evo = evolve(gains, fits, population=40, generations=15, seed=seed)
+    assert fits(evo["choice"]) and evo["score"] <= got["score"] + 1e-12
+    assert evo["history"] == sorted(evo["history"])  # elitist: the best never gets worse
+
+
+def test_memory_oracle_is_compiles_peak_and_is_cached(tiny, tmp_path):
+    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.schedule import reorder
+    from tinytrain.search.memory import MemoryOracle
+
+    n = len(layers(tiny))
+    plan = Plan(4, (WeightUpdate(n - 1, 1.0), WeightUpdate(n - 3, 0.5)))
+    oracle = MemoryOracle(tiny, path=tmp_path / "mem.json")
+    want = plan_memory(reorder(build_training_graph(tiny, plan)), 1 << 30, 1 << 30).peak_sram_bytes
+    assert oracle(plan) == want and oracle(plan) == want and oracle.evaluations == 1
+    oracle.save()
+    again = MemoryOracle(tiny, path=tmp_path / "mem.json")
+    assert again(plan) == want and again.evaluations == 0
+
+
+# ---- the command ----------------------------------------------------------------------------------------------
+
+def _plan_cli(files, capsys, sram, *extra):
+    argv = ["plan", str(files / "tiny.onnx"), "--data", str(files / "tiny.npz"), "--new-head", "2",
+            "--sram", sram, "--held-out", "0.25", "--ft-steps", "12", "--bias-k", "1,2,4",
+            "--cache", str(files / "cache"), "--no-progress", "--generations", "5", "--population", "12",
+            "--json", "-o", str(files / f"plan-{sram}.json"), *extra]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@needs_cc
+@pytest.mark.slow
+def test_plan_cli_writes_a_plan_compile_and_train_accept_and_a_second_budget_reuses_the_cache(files, capsys):
+    first = _plan_cli(files, capsys, "8k")
+    assert first["finetunes_run"] > 1 and first["finetunes_cached"] == 0
+    assert first["peak_sram_bytes"] <= 8 * 1024
+    assert {"evolution", "exact"} <= set(first) and first["exact"]["gain"] >= first["evolution"]["gain"] - 1e-9
+    plan_file = files / "plan-8k.json"
+    plan = load_plan(plan_file)  # a strict version-1 plan
+    assert plan.to_json() == first["plan"]
+    assert (files / "plan-8k.search.json").exists()
+    # another (smaller) budget: everything it needs was measured: no fine-tune at all
+    second = _plan_cli(files, capsys, "6k")
+    assert second["finetunes_run"] == 0 and second["finetunes_cached"] >= 1
+    assert second["peak_sram_bytes"] <= 6 * 1024
+    # compile and train take the plan
+    out = files / "build"
+    assert main(["compile", str(files / "tiny.onnx"), "--new-head", "2", "--sram", "8k", "--plan", str(plan_file),
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    report = json.loads((out / "report.json").read_text())
+    assert report["fits"] and report["peak_sram_bytes"] == first["peak_sram_bytes"]
+    assert main(["train", str(files / "tiny.onnx"), "--data", str(files / "tiny.npz"), "--new-head", "2",
+                 "--plan", str(plan_file), "--steps", "4", "--engine", "c", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 4
+
+
+def test_plan_cli_refuses_a_budget_below_the_classifier(files, capsys):
+    argv = ["plan", str(files / "tiny.onnx"), "--data", str(files / "tiny.npz"), "--new-head", "2",
+            "--sram", "1k", "--no-cache", "--no-progress", "-o", str(files / "none.json")]
+    assert main(argv) == 2
+    assert "classifier alone" in capsys.readouterr().err
+
+
+# ---- the study's searched plan: host C == QEMU firmware -----------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="needs arm-none-eabi-gcc and qemu-system-arm")
+def test_searched_vww_plan_trains_identically_on_the_host_c_and_on_qemu(tmp_path, capsys):
+    # the search with a 1-SE noise floor: 6 backbone layers, some at partial ratios (the default plan is the
+    # classifier alone). The no-floor plan (vww_study_plan_z0.json, 253 KB) leaves the QEMU harness no heap for its
+    # sample files' stdio buffers ("cannot seek to the labels"): the harness, not the plan, is over the RAM region.
+    plan = ROOT / "benchmarks" / "results" / "vww_study_plan_z1.json"
+    if not plan.exists():
+        pytest.skip("benchmarks/results/vww_study_plan_z1.json not written yet (run benchmarks/vww_study.py)")
+    model = str(shared_file("models/mobilenet_v1_0.25_128_quant.tflite"))
+    with np.load(shared_file("data/vww96/vww96_dev800.npz")) as f:
+        np.savez(tmp_path / "d.npz", x=f["x"][:4], y=f["y"][:4])
+    out = {}
+    for engine in ("qemu", "c"):
+        assert main(["train", model, "--data", str(tmp_path / "d.npz"), "--new-head", "2", "--plan", str(plan),
+                     "--steps", "4", "--engine", engine, "--state-out", str(tmp_path / f"{engine}.npz"),
+                     "--json"]) == 0
+        out[engine] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (tmp_path / "qemu.npz").read_bytes() == (tmp_path / "c.npz").read_bytes()
+    assert out["qemu"]["final_loss"] == out["c"]["final_loss"]
+
+
+@needs_cc
+def test_contribution_cache_is_resumable_and_keyed_by_the_setting(tiny, tmp_path):
+    from tinytrain.search.measure import ContributionCache, FineTune, Measurement, prepare_job, run_finetunes
+    from tinytrain.search.space import Space
+
+    space = Space.of(tiny)
+    x, y = _images(tiny, 12, seed=2), np.arange(12) % 2
+    ft = FineTune(lr=0.05, steps=6)
+    plans = [(c.key(), space.plan(c, ft.lr)) for c in (space.bias_option(1), space.bias_option(2),
+                                                        space.weight_option(space.n_layers - 2, 0.5))]
+    job = prepare_job(tiny, x, y, np.arange(8), np.arange(8, 12), ft, [p for _, p in plans])
+    ident = Measurement("sha", 2, 0, "data", 0.25, 0, 0.25, ft)
+    path = tmp_path / f"{ident.key()}.json"
+    cache = ContributionCache(path, {})
+    # an "interrupted" run: the deadline has passed after the first result
+    done = run_finetunes(job, [(k, p.to_json()) for k, p in plans[:1]], 1, cache.put, None)
+    assert done and set(ContributionCache(path, {}).results) == {plans[0][0]}
+    resumed = ContributionCache(path, {})
+    todo = [(k, p.to_json()) for k, p in plans if resumed.get(k) is None]
+    assert len(todo) == 2
+    assert not run_finetunes(job, todo, 1, resumed.put, deadline=0.0)  # out of time: nothing runs
+    assert run_finetunes(job, todo, 1, resumed.put, None)
+    assert set(ContributionCache(path, {}).results) == {k for k, _ in plans}
+    again = ContributionCache(path, {}).get(plans[0][0])
+    assert 0 <= again["accuracy"] <= 1
+    # another hyper-parameter is another cache file
+    assert Measurement("sha", 2, 0, "data", 0.25, 0, 0.25, FineTune(lr=0.01, steps=6)).key() != ident.key()

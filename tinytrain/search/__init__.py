@@ -1,0 +1,16 @@
+"""``tinytrain plan``: contribution analysis and the search of a sparse-update plan under an SRAM budget.
+
+As in MCUNetV3 ("On-Device Training Under 256KB Memory", Lin et al. 2022, section 3.2):
+
+1. measure (measure.py) the accuracy gain of each update option alone, over a baseline that updates only the
+   classifier (the last layer's weights and bias): the biases of the last k layers (Δb[k]) and the weights of
+   layer i at ratio r of its output channels (Δw[i, r]), each by a short fine-tune with the device arithmetic
+   on the host C engine; the results are cached on disk (resumable, budget independent);
+2. search (evolution.py, exact.py) the plan maximizing Δb[k] + Σ_i Δw[i, r_i] subject to the true peak SRAM
+   of its training step (build_training_graph -> reorder -> plan_memory, what ``tinytrain compile --plan``
+   reports; memory.py caches it) being within the budget.
+"""
+
+from tinytrain.search.space import Choice, Space
+
+__all__ = ["Choice", "Space"]

@@ -1,0 +1,225 @@
+"""Contribution analysis: the accuracy gain of each update option, by short fine-tunes on the host C engine.
+
+Each option (the biases of the last k layers; the weights of layer i at ratio r) is fine-tuned alone on top
+of the classifier-only baseline (space.py) with the device arithmetic — the emitted C training step of
+``engine_c.CTrainer`` (int8 forward, fp32 backward, QAS SGD, the plan's rounding) — for a fixed number of
+batch-1 steps over the search's training rows, then scored (argmax of the C forward) on the search's
+validation rows. Gain = accuracy - baseline accuracy. Every option uses the same sample order and seed.
+
+Speed: the layers below the first one an option touches are frozen, so their int8 outputs are computed
+once per image (simulator, bit-identical to the C forward) and the C step is built for the model cut there
+(``suffix_model``): the same training step, bit for bit, on the cut tensor. Options run in ``workers``
+processes.
+
+Cache: a JSON file per measurement setting (``Measurement.key``: model sha256, head, data sha256, splits,
+every hyper-parameter, tool version and a fingerprint of the arithmetic's sources), updated after each
+fine-tune, so an interrupted run resumes and a run with another budget re-uses every option already measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain.ir import Graph, Role
+from tinytrain.training.sparse import Plan, WeightUpdate, layers
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """Hyper-parameters of one contribution fine-tune (all part of the cache key)."""
+
+    lr: float = 0.01
+    bias_lr: float | None = None
+    steps: int = 0  # 0: one epoch over the search's training rows
+    qas: bool = True
+    rounding: str = "stochastic"
+    momentum: float = 0.0
+    seed: int = 0
+
+
+def suffix_model(graph: Graph, plan: Plan) -> tuple[Graph, Plan, str | None]:
+    """(model cut just below the first layer the plan touches, the plan re-indexed for it, the cut tensor).
+
+    The cut model's input is the (int8, quantized) input tensor of that layer; training it on that tensor's
+    values is the same training step as training the whole model on the images. Returns the model itself
+    (cut None) when the plan touches layer 0 or a later node reads another tensor from below the cut (a
+    residual crossing it)."""
+    ls = layers(graph)
+    first = min([len(ls) - plan.bias_last_k] + [w.conv for w in plan.weights])
+    if first <= 0:
+        return graph, plan, None
+    start = graph.nodes.index(ls[first])
+    cut = ls[first].inputs[0]
+    below = {o for n in graph.nodes[:start] for o in n.outputs} | set(graph.inputs)
+    nodes = graph.nodes[start:]
+    if cut not in below or any(i in below and i != cut for n in nodes for i in n.inputs):
+        return graph, plan, None
+    used = {cut} | set(graph.outputs) | {i for n in nodes for i in (*n.inputs, *n.outputs) if i}
+    tensors = {k: t for k, t in graph.tensors.items() if k in used}
+    tensors[cut] = replace(tensors[cut], role=Role.INPUT)
+    g = replace(graph, nodes=nodes, inputs=(cut,), tensors=tensors)
+    p = replace(plan, weights=tuple(WeightUpdate(w.conv - first, w.ratio) for w in plan.weights))
+    return g, p, cut
+
+
+def dataset_sha256(x: np.ndarray, y: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in (x, y):
+        h.update(f"{a.dtype.str}{a.shape}".encode() + np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a contribution depends on besides the option: identifies a cache file."""
+
+    model_sha256: str
+    new_head: int | None
+    head_seed: int
+    data_sha256: str
+    held_out: float | None
+    split_seed: int
+    val: float
+    finetune: FineTune
+
+    def key(self) -> str:
+        from tinytrain import __version__
+
+        body = json.dumps({**asdict(self), "version": __version__, "arithmetic": arithmetic_fingerprint()},
+                          sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+
+def arithmetic_fingerprint() -> str:
+    """sha256 of the sources that decide a fine-tune's numbers (op rules, training passes, the emitted C and its
+    runtime): a contribution measured by other arithmetic is not reused."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for sub in ("ops", "training", "codegen", "quant.py", "memory/schedule.py"):
+        p = root / sub
+        for f in sorted(p.rglob("*") if p.is_dir() else [p]):
+            if f.is_file() and f.suffix in (".py", ".c", ".h", ".j2"):
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class ContributionCache:
+    """option key -> {"accuracy": .., "seconds": ..}, one JSON file, rewritten atomically after each result."""
+
+    def __init__(self, path: Path | None, meta: dict) -> None:
+        self.path, self.meta, self.results = path, meta, {}
+        if path is not None and path.exists():
+            try:
+                self.results = dict(json.loads(path.read_text())["results"])
+            except (OSError, ValueError, KeyError, TypeError):
+                self.results = {}
+
+    def get(self, key: str):
+        return self.results.get(key)
+
+    def put(self, key: str, value: dict) -> None:
+        self.results[key] = value
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
+        tmp.write_text(json.dumps({"meta": self.meta, "results": self.results}, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+# ---- one fine-tune (in this process or a worker) -------------------------------------------------------
+
+_JOB: dict = {}  # set before the workers fork: graph, images, labels, rows, order, features, finetune
+
+
+def _setup(job: dict) -> None:
+    _JOB.clear()
+    _JOB.update(job)
+
+
+def finetune_accuracy(plan_json: dict) -> dict:
+    """Fine-tune the classifier-only baseline + one option (``plan_json``) and score it: a worker task."""
+    from tinytrain.engine_c import CTrainer
+    from tinytrain.ops.sgd_update import Rounding
+    from tinytrain.training.qas import UpdateConfig
+    from tinytrain.training.sparse import parse_plan
+    from tinytrain.training.train_graph import build_training_graph
+
+    t0 = time.time()
+    job = _JOB
+    ft: FineTune = job["finetune"]
+    plan = parse_plan(plan_json)
+    g, p, cut = suffix_model(job["graph"], plan)
+    x = job["features"][cut] if cut is not None else job["x"]  # rows: train rows then val rows
+    config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
+    trainer = CTrainer(build_training_graph(g, p, config))
+    n_train = len(job["train_rows"])
+    trainer.train(x[:n_train], job["y_train"], job["order"])
+    pred = trainer.predict(x[n_train:]).argmax(axis=1)
+    return {"accuracy": float((pred == job["y_val"]).mean()), "seconds": round(time.time() - t0, 3)}
+
+
+def prepare_job(graph: Graph, x: np.ndarray, y: np.ndarray, train_rows: np.ndarray, val_rows: np.ndarray,
+                ft: FineTune, plans: list[Plan]) -> dict:
+    """The shared inputs of the fine-tunes: images (train rows then val rows), the sample order, and the
+    frozen features at every cut the ``plans`` need (simulator forward, once)."""
+    from tinytrain.simulator import forward
+
+    rows = np.concatenate([train_rows, val_rows])
+    xs = np.ascontiguousarray(x[rows])
+    cuts = sorted({c for p in plans for c in [suffix_model(graph, p)[2]] if c is not None})
+    features = {}
+    if cuts:
+        features = forward(replace(graph, outputs=tuple(cuts)), {graph.inputs[0]: xs})
+        features = {k: np.ascontiguousarray(v) for k, v in features.items()}
+    rng = np.random.default_rng(ft.seed)
+    n = len(train_rows)
+    steps = ft.steps or n
+    order = np.concatenate([rng.permutation(n) for _ in range(-(-steps // n))])[:steps]
+    return {"graph": graph, "x": xs, "y_train": y[train_rows], "y_val": y[val_rows], "train_rows": train_rows,
+            "order": order, "features": features, "finetune": ft}
+
+
+def run_finetunes(job: dict, tasks: list[tuple[str, dict]], workers: int, on_result, deadline: float | None,
+                  progress=None) -> bool:
+    """Run ``tasks`` ((key, plan json), ...) calling ``on_result(key, result)`` as each ends. Returns False
+    when the deadline stopped it before every task ran (finished results are kept)."""
+    if not tasks:
+        return True
+    if workers <= 1:
+        _setup(job)
+        for key, plan_json in tasks:
+            if deadline is not None and time.time() > deadline:
+                return False
+            on_result(key, finetune_accuracy(plan_json))
+            if progress is not None:
+                progress.update(1)
+        return True
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    _setup(job)  # inherited by the forked workers
+    pool = ctx.Pool(workers)
+    try:
+        pending = {key: pool.apply_async(finetune_accuracy, (plan_json,)) for key, plan_json in tasks}
+        while pending:
+            done = [k for k, r in pending.items() if r.ready()]
+            for k in done:
+                on_result(k, pending.pop(k).get())
+                if progress is not None:
+                    progress.update(1)
+            if deadline is not None and time.time() > deadline and pending:
+                return False
+            if not done:
+                time.sleep(0.05)
+        return True
+    finally:
+        pool.terminate()
+        pool.join()

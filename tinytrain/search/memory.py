@@ -1,0 +1,105 @@
+"""Peak SRAM of a plan's training step, as ``tinytrain compile --plan`` reports it, cached.
+
+A plan's memory is the real thing, not a formula: ``build_training_graph`` -> ``memory.schedule.reorder``
+-> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's defaults), and its
+``peak_sram_bytes`` (arena + trainable SRAM copies + optimizer state + runtime + stack estimate). One
+evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results are kept
+in memory and, with ``path``, in a JSON file shared by every ``tinytrain plan`` run on the same model
+(keyed by the model's sha256, head and update configuration; budget independent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tinytrain.ir import Graph
+from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.sparse import Plan
+
+
+def plan_key(plan: Plan) -> str:
+    return f"b{plan.bias_last_k}" + "".join(f"|w{w.conv}:{w.ratio:g}" for w in plan.weights)
+
+
+def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), planner: str = "greedy") -> int:
+    """``tinytrain compile --plan``'s peak_sram_bytes for this plan (budget-independent)."""
+    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.schedule import reorder
+    from tinytrain.training.train_graph import build_training_graph
+
+    step = reorder(build_training_graph(graph, plan, config))
+    return plan_memory(step, 1 << 62, 1 << 62, planner=planner).peak_sram_bytes
+
+
+class MemoryOracle:
+    """``oracle(plan)`` -> peak SRAM bytes, computed once per plan (and per cache file)."""
+
+    def __init__(self, graph: Graph, config: UpdateConfig = UpdateConfig(), path: Path | None = None,
+                 planner: str = "greedy") -> None:
+        self.graph, self.config, self.path, self.planner = graph, config, path, planner
+        self.values: dict[str, int] = {}
+        self.evaluations = 0  # computed in this process (not from a cache)
+        self._dirty = 0
+        if path is not None and path.exists():
+            try:
+                self.values = {k: int(v) for k, v in json.loads(path.read_text())["peak_sram_bytes"].items()}
+            except (OSError, ValueError, KeyError, TypeError):
+                self.values = {}  # a damaged cache is recomputed, never trusted
+
+    def __call__(self, plan: Plan) -> int:
+        key = plan_key(plan)
+        v = self.values.get(key)
+        if v is None:
+            v = self.values[key] = peak_sram(self.graph, plan, self.config, self.planner)
+            self.evaluations += 1
+            self._dirty += 1
+            if self._dirty >= 200:
+                self.save()
+        return v
+
+    def save(self) -> None:
+        if self.path is None or not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
+        # merge with what another run may have written meanwhile
+        try:
+            old = json.loads(self.path.read_text())["peak_sram_bytes"] if self.path.exists() else {}
+        except (OSError, ValueError, KeyError, TypeError):
+            old = {}
+        merged = {**old, **self.values}
+        tmp.write_text(json.dumps({"peak_sram_bytes": merged}, sort_keys=True))
+        os.replace(tmp, self.path)
+        self._dirty = 0
+
+
+class MonotoneFits:
+    """``fits(choice)`` for the searches: the true check (``oracle(plan) <= budget``), answered without an
+    evaluation when a known result decides it under monotone memory — a choice that updates no more than
+    (k and every ratio <=) a known fitting one fits, one that updates at least as much as a known
+    non-fitting one does not. The plan finally chosen is always checked with the true evaluation."""
+
+    def __init__(self, oracle, budget: int, to_plan) -> None:
+        self.oracle, self.budget, self.to_plan = oracle, budget, to_plan
+        self.fitting: list = []
+        self.failing: list = []
+        self.inferred = 0
+
+    @staticmethod
+    def _le(a, b) -> bool:
+        """a updates no more than b."""
+        rb = dict(b.weights)
+        return a.k <= b.k and all(r <= rb.get(i, 0.0) for i, r in a.weights)
+
+    def __call__(self, choice) -> bool:
+        if any(self._le(choice, f) for f in self.fitting):
+            self.inferred += 1
+            return True
+        if any(self._le(f, choice) for f in self.failing):
+            self.inferred += 1
+            return False
+        ok = self.oracle(self.to_plan(choice)) <= self.budget
+        (self.fitting if ok else self.failing).append(choice)
+        return ok
