@@ -26,7 +26,22 @@ from tinytrain.ir import Graph
 
 HOST_CC = "gcc"
 # Same C as on the device: C99, no fused multiply-add contraction, no fast-math (design.md §4).
-HOST_CFLAGS = ("-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared")
+# -fno-delete-null-pointer-checks works around a GCC 12 wrong-code bug (x86-64, -O2 and -O3): once IPA-CP has
+# propagated constant tt_arena addresses into a kernel, IVOPTs may emit a store as a zero-based TARGET_MEM_REF
+# (`MEM[(float *)0B + C + _k + iv * 4]`). local-pure-const and modref take that for a NULL dereference
+# ("NULL memory access; terminating BB"), skip the store, and mark the kernel pure, so DCE drops the call
+# (mbv1-0.25-vww, bias_last_k=2: both tt_clamp_mask_f32 calls of the backward pass vanished at -O3).
+# The flag turns off that NULL-dereference inference. -fno-ipa-cp-clone is not enough: a kernel with a single
+# call site is specialized without cloning, also at -O2. Reduced case (returns 1 when miscompiled):
+#   static float a[4096];
+#   static __attribute__((noinline)) void f(float *o, const float *g, const signed char *y, int n)
+#   { for (int i = 0; i < n; i++) o[i] = (y[i] > -128 && y[i] < 127) ? g[i] : 0.0f; }
+#   int main(void) { for (int i = 0; i < 1024; i++) ((signed char *)a)[i] = 1;
+#     for (int i = 1024; i < 2048; i++) a[i] = 1.0f;
+#     f(a + 2048, a + 1024, (signed char *)a + 256, 256); return a[2048] != 1.0f; }
+# Reportedly fixed upstream by GCC commit 13dfb01e5c30 (IVOPTs rewrites zero-based TARGET_MEM_REFs as MEM_REFs).
+HOST_CFLAGS = ("-std=c99", "-O2", "-ffp-contract=off", "-fno-delete-null-pointer-checks", "-Wall", "-Wextra",
+               "-Werror", "-fPIC", "-shared")
 # The training step's host build: -O3 vectorizes the int8 loops (1.7x faster on mbv2-w0.35); fp32 results are
 # unchanged (no float reassociation without fast-math, no contraction), tests compare it with an -O1 build.
 TRAIN_CFLAGS = tuple("-O3" if f == "-O2" else f for f in HOST_CFLAGS)
