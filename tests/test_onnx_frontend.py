@@ -1,29 +1,28 @@
 """The ONNX frontends (QDQ and QOperator) against onnxruntime, and their error messages.
 
-Rounding: onnxruntime (run with ``graph_optimization_level = ORT_DISABLE_ALL``: QDQ models execute
-as float ops between DequantizeLinear / QuantizeLinear, QOperator models with their integer kernels)
-requantizes in float32 and rounds half to even, i.e. it rounds the real value once, up to float32
-error. ONNX imports use single-rounding requantization (TFLITE_SINGLE_ROUNDING: the real value
-times a 31-bit multiplier, rounded once, ties toward +infinity), means with 1/count in the
-multiplier, half-to-even average pools (one multiplier per valid-cell count when the output scale
-differs) and half-to-even clamp bounds (onnx_common's docstring lists what remains). So an integer
-tensor differs from onnxruntime's only where the real value is within float32 error (about 1e-5
-LSB here) of a rounding boundary, at exact ties (ours toward +infinity, onnxruntime to even, which
-its float error may break either way), and where we fold a MatMul -> Add into one rounding.
+Rounding: ONNX imports requantize conv / fully connected / mean as onnxruntime's integer kernels do
+(MLAS: the int32 accumulator times the float32 scale float32(float32(s_x * s_w) / s_y), the product
+rounded to float32, then to an integer half to even), emulated exactly in integer arithmetic
+(``Requant.fp32``); add and requantize round the real value once (single rounding), average pools
+half to even, clamp bounds half to even (onnx_requant's docstring lists what remains). onnxruntime's
+float execution of a QDQ graph rounds the real value once up to float32 error, so an integer tensor
+differs from it only where the real value is within float32 error (about 1e-5 LSB here) of a
+rounding boundary, at exact ties, and where we fold a MatMul -> Add into one rounding.
 
-What the tests show, on 100 seeded random inputs of a MobileNetV2-style network (QDQ and
-QOperator; 30 for the uint8 variants):
+The small models below are compared with onnxruntime run with ``ORT_DISABLE_ALL`` (QDQ models as float
+ops between DequantizeLinear / QuantizeLinear, QOperator models with their integer kernels); on 100 seeded
+random inputs of a MobileNetV2-style network (QDQ and QOperator; 30 for the uint8 variants):
 
 1. op by op (each IR node fed onnxruntime's own integer inputs): every integer tensor >= 99 %
    identical to onnxruntime's, none off by more than one LSB;
-2. end to end: >= 99 % of the int8 outputs identical (99.9 % measured), none off by more than 1;
+2. end to end: >= 99 % of the int8 outputs identical (100 % measured), none off by more than 1;
 3. the same IR graph evaluated with exact real-value rounding in float64 (test-local) agrees with
-   our integer arithmetic on >= 99.9 % of the outputs: what remains to onnxruntime is its float32.
+   our integer arithmetic on >= 99 % of the outputs (99.7-99.9 % measured): the rest is float32
+   rounding of near-ties, onnxruntime's and so ours.
 
-On the trained zoo models (``models/*.onnx``, 100 LFW images) the op-by-op differences are the same
-kind (every one a near-tie that onnxruntime's float32 rounds the other way while ours is the exact
-rounding, ~1e-6 of the values), but those networks are deep enough that a single flipped LSB in an
-early layer reaches the logits of ~40 % of the images; see ``test_zoo_model_matches_onnxruntime``.
+The trained zoo models (``models/*.onnx``, 100 LFW images) are compared with onnxruntime's default
+session, what users run: see ``test_zoo_model_matches_onnxruntime`` for why it is the oracle there,
+and for the layer-by-layer account of what remains.
 """
 
 from __future__ import annotations
@@ -206,10 +205,12 @@ def test_mobilenetv2_matches_onnxruntime(mbv2, fmt):
     ort_values = run_onnxruntime(path, xs, sorted(set(names) | {out_name}))
     expected = ort_values[out_name].astype(np.int64)
 
-    # the rounding is the ONNX one: single-rounding requantization, 1/count in the mean's multiplier
+    # the rounding is the ONNX one: onnxruntime's float32 requantization for conv / fully connected / mean
+    # (Requant.fp32, 1/count in the mean's scale), single rounding for the others
     for node in graph.nodes:
         for r in (getattr(node.attrs, f, None) for f in ("requant", "input1", "input2", "output")):
-            assert r is None or r.single_rounding, node.name
+            want = "fp32" if node.op in ("conv2d", "fully_connected", "mean") else "single"
+            assert r is None or r.rounding == want, node.name
     assert all(n.attrs.count_folded for n in graph.nodes if isinstance(n.attrs, MeanAttrs))
 
     # 1. op by op, on onnxruntime's own inputs
@@ -224,19 +225,22 @@ def test_mobilenetv2_matches_onnxruntime(mbv2, fmt):
     ours = to_external(graph, forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]])
     diff = np.abs(ours.astype(np.int64) - expected)
     identical = float((diff == 0).mean())
-    # 3. end to end, exact real-value rounding (half to even, float64) on the same IR graph
+    # 3. end to end, exact real-value rounding (half to even, float64) on the same IR graph: ours differs from it
+    #    only by the float32 rounding of near-ties that we share with onnxruntime
     exact = to_external(graph, forward_exact_rounding(graph, to_internal(graph, x)))
     ours_vs_exact = float((ours == exact).mean())
     print(f"\n{fmt}: {ours.size} int8 outputs: {identical:.1%} identical to onnxruntime, max |diff| {diff.max()}; "
           f"{ours_vs_exact:.1%} identical to exact real-value rounding")
     assert diff.max() <= 1
     assert identical >= 0.99
-    assert ours_vs_exact >= 0.999
+    assert ours_vs_exact >= 0.99 and np.abs(ours.astype(np.int64) - exact).max() <= 1
 
 
 # --------------------------------------------------------------------------- the shipped zoo models
 
-TIE_TOLERANCE = 1e-4  # output LSB: onnxruntime's float32 error on these networks is below 3e-5
+TIE_TOLERANCE = 1e-4  # output LSB: onnxruntime's float32 error on these networks is below 1e-5
+INTEGER_KERNELS = ("QLinearConv", "QGemm", "QLinearGlobalAveragePool")  # MLAS, float32 requantization
+ZOO_BATCH = 25  # onnxruntime's intermediate tensors of this many images at a time
 
 
 def _zoo_inputs(graph, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -250,107 +254,186 @@ def _zoo_inputs(graph, n: int) -> tuple[np.ndarray, np.ndarray]:
     return q, np.ascontiguousarray(xs, np.float32)
 
 
-def zoo_per_op(graph, names: dict[str, str], ort_values: dict[str, np.ndarray], batch: int) -> dict[str, list]:
-    """Teacher-forced op-by-op comparison: per ONNX tensor [op, values, mismatches, max |diff|, unexplained],
-    where a mismatch is explained when the real value lies within TIE_TOLERANCE of a rounding boundary and
-    ours is its exact rounding (so onnxruntime's float32 rounded it the other way)."""
-    ref = {ir: (on, _ir_layout(ort_values[on])) for on, ir in names.items()
-           if on in ort_values and ort_values[on].dtype == np.int8}
-    values = {ir: v for ir, (_, v) in ref.items()}
-    out: dict[str, list] = {}
+def run_default_session(path, xs: np.ndarray, graph) -> np.ndarray:
+    """The int8 output of onnxruntime's default session (all graph optimizations) on the unmodified model, per
+    sample. Its float output is DequantizeLinear of the int8 one, so dividing by the scale recovers it exactly
+    (exposing the int8 tensor as a graph output instead could change what onnxruntime fuses)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+    f = np.concatenate([session.run(None, {input_name: xs[i : i + 1]})[0] for i in range(len(xs))])
+    q = graph.tensors[graph.outputs[0]].quant
+    return np.rint(f.astype(np.float64) / q.s + q.zp).astype(np.int64)
+
+
+def default_session_observer(path, tmp_path):
+    """onnxruntime's default session, node by node: its optimized graph (``SessionOptions.
+    optimized_model_filepath``) is run again without further optimization, every quantized node output exposed.
+
+    Returns (run, kinds): ``run(xs)`` -> ({ONNX source node name: int8 output in IR layout}, float model output);
+    ``kinds``: {source node: how onnxruntime computes it}: an integer kernel it fused (QLinearConv, QGemm,
+    QLinearGlobalAveragePool; named after the source node plus "_token_N") or "float Conv" / "float Add" for
+    a node it left in float between DequantizeLinear and QuantizeLinear (the tensor after that QuantizeLinear)."""
+    import re
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.optimized_model_filepath = str(tmp_path / f"{path.stem}.optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    model = onnx.load(options.optimized_model_filepath)
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    picks = {}  # source node -> (kind, tensor name, channels last)
+    for node in model.graph.node:
+        source = re.sub(r"_token_\d+$", "", node.name)
+        if node.domain == "com.microsoft" and node.op_type in INTEGER_KERNELS:
+            nhwc = any(a.name == "channels_last" and a.i for a in node.attribute)
+            picks[source] = (node.op_type, node.output[0], nhwc)
+        elif node.domain in ("", "ai.onnx") and node.op_type in ("Conv", "Gemm", "MatMul", "Add", "GlobalAveragePool"):
+            qs = [c for c in consumers.get(node.output[0], []) if c.op_type == "QuantizeLinear"]
+            if len(qs) == 1:
+                picks[source] = (f"float {node.op_type}", qs[0].output[0], False)
+    out_name = model.graph.output[0].name
+    names = [out_name] + [t for _, t, _ in picks.values()]
+    for name in names[1:]:
+        model.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+
+    def run(xs):
+        runs = [session.run(names, {input_name: xs[i : i + 1]}) for i in range(len(xs))]
+        values = {}
+        for k, (source, (_, _, nhwc)) in enumerate(picks.items(), start=1):
+            v = np.concatenate([r[k] for r in runs])
+            v = (v.astype(np.int16) - 128).astype(np.int8) if v.dtype == np.uint8 else v
+            values[source] = v.transpose(0, 2, 3, 1) if v.ndim == 4 and not nhwc else v
+        return values, np.concatenate([r[0] for r in runs])
+
+    return run, {source: kind for source, (kind, _, _) in picks.items()}
+
+
+def zoo_per_layer(graph, observed: dict[str, np.ndarray], q: np.ndarray, stats: dict[str, list]) -> None:
+    """Teacher-forced comparison with the default session: each IR node gets onnxruntime's values of its inputs.
+    Accumulates per source node [IR op, values, differing, max |diff|, differing not at a float32 near-tie] (a
+    near-tie: the exact real value lies within TIE_TOLERANCE of a rounding boundary)."""
+    import re
+
+    by_source = {}
+    for node in graph.nodes:
+        m = re.search(r"'([^']*)'", node.name)
+        if m and m.group(1) in observed and node.op in ("conv2d", "fully_connected", "add", "mean"):
+            by_source[node.outputs[0]] = m.group(1)
+    values = {graph.inputs[0]: q}
     for node in graph.nodes:
         ts = [graph.tensors[i] for i in node.inputs]
         arrays = [t.data if t.is_constant else values[t.name] for t in ts]
         o = graph.tensors[node.outputs[0]]
         (y,) = get_op(node.op).reference(node.attrs, arrays, ts, [o])
-        if o.name not in ref:
+        source = by_source.get(o.name)
+        if source is None:
             values[o.name] = y
             continue
-        onnx_name, expected = ref[o.name]
+        expected = observed[source].reshape(y.shape)
         bad = y != expected
-        unexplained = int(bad.sum())
+        row = stats.setdefault(source, [node.op, 0, 0, 0, 0])
+        row[1] += y.size
+        row[2] += int(bad.sum())
         if bad.any():
-            v = exact_real(node, arrays, ts, o, batch)
-            if v is not None:
-                lo, hi = (-128, 127) if node.op == "requantize" else (node.attrs.act_min, node.attrs.act_max)
-                near_tie = np.abs(v - np.floor(v) - 0.5) < TIE_TOLERANCE
-                exact = np.clip(np.floor(v + 0.5), lo, hi) == y
-                unexplained = int((bad & ~(near_tie & exact)).sum())
-        out[onnx_name] = [node.op, y.size, int(bad.sum()), int(np.abs(y.astype(int) - expected).max()), unexplained]
+            row[3] = max(row[3], int(np.abs(y.astype(np.int64) - expected).max()))
+            v = exact_real(node, arrays, ts, o, len(q))
+            near_tie = np.abs(v - np.floor(v) - 0.5) < TIE_TOLERANCE
+            row[4] += int((bad & ~near_tie).sum())
         values[o.name] = expected
-    return out
-
-
-def run_onnxruntime_default(path, xs: np.ndarray, name: str) -> np.ndarray:
-    """The named tensor from onnxruntime's default session (all graph optimizations: QDQ groups fused into
-    integer kernels such as QLinearConv, which requantize in float32), per sample."""
-    model = onnx.load(str(path))
-    if name not in {o.name for o in model.graph.output}:
-        model.graph.output.append(onnx.ValueInfoProto(name=name))
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    input_name = session.get_inputs()[0].name
-    return np.concatenate([session.run([name], {input_name: xs[i : i + 1]})[0] for i in range(len(xs))])
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not ZOO_FILES, reason="no models/*.onnx (python -m models.build writes them)")
 @pytest.mark.parametrize("path", ZOO_FILES, ids=[p.name for p in ZOO_FILES])
-def test_zoo_model_matches_onnxruntime(path):
-    """A shipped int8 QDQ model on 100 LFW images against onnxruntime (ORT_DISABLE_ALL, as the rest of this
-    file): issue 3 asks for >= 99 % of the int8 outputs identical and none off by more than one LSB.
+def test_zoo_model_matches_onnxruntime(path, tmp_path):
+    """A shipped int8 QDQ model on 100 LFW images against onnxruntime's default session: issue 3 asks for
+    >= 99 % of the int8 outputs identical and none off by more than one LSB.
 
-    Measured on the files of 21 Nov 2025 (identical / max |diff|; before = TFLite double rounding):
-    mbv2-w0.35 55.1 % / 2 -> 91.8 % / 1, proxyless-w0.3 66.0 % / 2 -> 95.0 % / 1, mcunet-5fps
-    70.8 % / 3 -> 98.1 % / 1, mbv1-0.25-vww 14.5 % / 12 -> 96.5 % / 2. Op by op (each node fed
-    onnxruntime's own inputs) every tensor is >= 99.998 % identical, and every difference is a value
-    within 3e-5 LSB of a rounding boundary that onnxruntime's float32 rounds the other way while ours
-    is the exact rounding (~100 values of ~70 million per model). These deep networks carry one such
-    flip from an early layer to the logits of 5-40 % of the images. onnxruntime disagrees with itself
-    the same way: its default session (QDQ fused into integer kernels) matches its ORT_DISABLE_ALL
-    outputs on 91.7 / 96.8 / 97.7 / 96.5 % (max |diff| 1 / 1 / 1 / 2) of them, and matches ours on
-    99.9 / 96.2 / 99.0 / 100 %. So the issue's bound is kept as the assertion, and a model that misses
-    it is reported as an expected failure (with its numbers) only when the op-by-op comparison proves
-    that every difference is such a float32 near-tie; otherwise the test fails.
+    The oracle is the default session (``InferenceSession(path)``, all graph optimizations), not
+    ``ORT_DISABLE_ALL``: it is what users run, and it is onnxruntime's integer execution of the model (QDQ
+    groups fused into QLinearConv / QGemm / QLinearGlobalAveragePool, integer accumulation, MLAS's float32
+    requantization), the computation an int8 deployment stands for. ``ORT_DISABLE_ALL`` executes the QDQ graph
+    as float ops between DequantizeLinear / QuantizeLinear, a simulation of the quantization whose float32
+    rounding near ties differs from onnxruntime's own integer execution: the two sessions agree on only
+    96.5 / 91.7 / 97.7 / 96.8 % of the outputs (mbv1 / mbv2 / mcunet / proxyless; max |diff| 2 / 1 / 1 / 1).
+
+    Measured (identical / max |diff|), before -> after ONNX conv / fully connected / mean switched from single
+    rounding to onnxruntime's float32 rounding (``Requant.fp32``): vs the default session mbv1-0.25-vww
+    100 % / 0 -> 100 % / 0, mbv2-w0.35 99.9 % / 1 -> 100 % / 0, mcunet-5fps 99.0 % / 1 -> 100 % / 0,
+    proxyless-w0.3 96.2 % / 1 -> 99.0 % / 1; vs ORT_DISABLE_ALL 96.5 / 91.8 / 98.1 / 95.0 % ->
+    96.5 / 91.7 / 97.7 / 96.0 %. (Choosing the fixed-point multiplier from onnxruntime's float32 scale alone,
+    without the float32 rounding of the product, gave 100 / 100 / 98.7 / 96.5 %.)
+
+    Layer by layer (each IR node fed the default session's own inputs; its graph observed through
+    ``optimized_model_filepath``): every layer onnxruntime runs as an integer kernel is bit-exact (with
+    single rounding 39 / 16 / 22 / 4 values of 61 / 74 / 65 / 23 million differed in proxyless / mbv2 /
+    mcunet / mbv1, all float32 near-ties: the product's float32 rounding puts values within 2^-24 relative
+    of a tie onto the tie, then rounds it half to even; and the scale itself is a float32). The rest is
+    structural and x86-specific: onnxruntime converts int8 activations to uint8 for its kernels except the
+    ones that feed two consumers (the source of each residual Add), so a Conv reading or writing such a
+    tensor mixes int8 and uint8 and is left in float (proxyless 18 of 61 Convs, mbv2 15 of 52, mcunet 12 of
+    42), as is every Add. Those float layers accumulate in float32 (SGEMM) and round near-ties either way:
+    32 of 15.6 million values in proxyless (mbv2 11 of 17.8, mcunet 12 of 15.4 million; Adds none), each
+    within 1e-5 LSB of a tie, which no integer arithmetic can reproduce. Through proxyless's depth they
+    reach 10 of its 1000 logits: 99.0 %, the bound exactly (a CPU with another SGEMM kernel, or another
+    onnxruntime version, may move this by a few logits).
     """
-    graph, names = convert_onnx(path.read_bytes(), path.stem)
-    out_name = output_int_tensor(onnx.load(str(path)))
+    graph, _ = convert_onnx(path.read_bytes(), path.stem)
     q, xs = _zoo_inputs(graph, N_SAMPLES)
     np.testing.assert_array_equal(to_internal(graph, quantize_input(graph, xs)), q)
     ours = forward(graph, {graph.inputs[0]: q})[graph.outputs[0]].astype(np.int64)
-    expected, per_op = [], {}
-    for i in range(0, len(xs), 25):  # onnxruntime's intermediate tensors of 25 images at a time
-        ort_values = run_onnxruntime(path, xs[i : i + 25], sorted(set(names) | {out_name}))
-        expected.append(_ir_layout(to_internal(graph, ort_values[out_name])))
-        for name, row in zoo_per_op(graph, names, ort_values, len(xs[i : i + 25])).items():
-            acc = per_op.setdefault(name, [row[0], 0, 0, 0, 0])
-            acc[1] += row[1]
-            acc[2] += row[2]
-            acc[3] = max(acc[3], row[3])
-            acc[4] += row[4]
-    diff = np.abs(ours - np.concatenate(expected).astype(np.int64))
+    expected = run_default_session(path, xs, graph)
+    observe, kinds = default_session_observer(path, tmp_path)
+    stats: dict[str, list] = {}
+    for i in range(0, len(xs), ZOO_BATCH):
+        observed, logits = observe(xs[i : i + ZOO_BATCH])
+        q_ir = graph.tensors[graph.outputs[0]].quant
+        np.testing.assert_array_equal(np.rint(logits.astype(np.float64) / q_ir.s + q_ir.zp),
+                                      expected[i : i + ZOO_BATCH])  # the observed run is the default session
+        zoo_per_layer(graph, observed, q[i : i + ZOO_BATCH], stats)
+    diff = np.abs(ours - expected)
     identical = float((diff == 0).mean())
-    default = _ir_layout(to_internal(graph, run_onnxruntime_default(path, xs, out_name))).astype(np.int64)
-    diff_default = np.abs(ours - default)
-    ort_self = np.abs(default - np.concatenate(expected).astype(np.int64))
-    n_unexplained = sum(r[4] for r in per_op.values())
-    summary = (f"{path.name}: {diff.size} int8 outputs, {identical:.1%} identical to onnxruntime, max |diff| "
-               f"{diff.max()}; op by op: {len(per_op)} tensors, {sum(r[2] for r in per_op.values())} differing "
-               f"values (worst op {min(1 - r[2] / r[1] for r in per_op.values()):.4%} identical), {n_unexplained} "
-               f"not float32 near-ties; onnxruntime's default session: {(diff_default == 0).mean():.1%} identical "
-               f"to ours (max {diff_default.max()}), {(ort_self == 0).mean():.1%} to ORT_DISABLE_ALL "
-               f"(max {ort_self.max()})")
+    out_name = output_int_tensor(onnx.load(str(path)))
+    disable_all = np.concatenate([
+        _ir_layout(to_internal(graph, run_onnxruntime(path, xs[i : i + ZOO_BATCH], [out_name])[out_name]))
+        for i in range(0, len(xs), ZOO_BATCH)]).astype(np.int64)
+    by_kind: dict[str, list] = {}
+    for source, (op, n, bad, worst, unexplained) in stats.items():
+        acc = by_kind.setdefault(kinds[source], [0, 0, 0, 0, 0])
+        acc[0] += 1
+        acc[1] += n
+        acc[2] += bad
+        acc[3] = max(acc[3], worst)
+        acc[4] += unexplained
+    summary = (f"{path.name}: {diff.size} int8 outputs, {identical:.1%} identical to onnxruntime's default session, "
+               f"max |diff| {diff.max()} (ORT_DISABLE_ALL: {(ours == disable_all).mean():.1%}, max "
+               f"{np.abs(ours - disable_all).max()}; default vs ORT_DISABLE_ALL "
+               f"{(expected == disable_all).mean():.1%}); "
+               + "; ".join(f"{k}: {c} layers, {b} of {n} values differ (max {w}), {u} not near-ties"
+                           for k, (c, n, b, w, u) in sorted(by_kind.items())))
     print("\n" + summary)
-    for name, (op, n, bad, mx, unexp) in per_op.items():
+    for source, (op, n, bad, worst, unexplained) in stats.items():
         if bad:
-            print(f"  {op} {name}: {bad} of {n} differ (max {mx}), {unexp} not near-ties")
-    assert len(per_op) >= len(graph.nodes) // 2
-    assert all(r[3] <= 1 and r[2] <= 1e-4 * r[1] for r in per_op.values()), summary
-    assert n_unexplained == 0, f"{summary}: {[(k, r) for k, r in per_op.items() if r[4]]}"
-    if identical < 0.99 or diff.max() > 1:
-        pytest.xfail(f"{summary}: misses issue 3's bound only through onnxruntime's float32 rounding of near-ties, "
-                     f"propagated through the network")
+            print(f"  {kinds[source]} {source} ({op}): {bad} of {n} differ (max {worst}), {unexplained} not near-ties")
+    layers = [n for n in graph.nodes if n.op in ("conv2d", "fully_connected", "add", "mean")]
+    assert len(stats) == len(layers), f"{summary}: observed {len(stats)} of {len(layers)} layers"
+    for source, (op, n, bad, worst, unexplained) in stats.items():
+        if kinds[source] in INTEGER_KERNELS:
+            assert bad == 0, f"{kinds[source]} {source}: {bad} of {n} values differ from onnxruntime's integer kernel"
+        else:
+            assert worst <= 1 and unexplained == 0 and bad <= 1e-5 * n, f"{kinds[source]} {source}: {stats[source]}"
+    assert diff.max() <= 1, summary
+    assert identical >= 0.99, summary
 
 
 def test_load_model_dispatches_onnx(mbv2):

@@ -49,7 +49,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tinytrain import __version__
 from tinytrain.errors import UnsupportedModelError, UsageError
-from tinytrain.frontends.onnx_common import onnx_shape, reshape_keeps_order
+from tinytrain.frontends.onnx_values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor
 
 OPSET = 18

@@ -7,7 +7,7 @@
 ``UnsupportedModelError`` for valid models tinytrain cannot take (float-only, op, dtype, opset,
 dynamic input shape, several inputs).
 
-See onnx_common (machinery, arithmetic and documented deviations), onnx_qdq and onnx_qop.
+See onnx_convert (the converter), onnx_requant (arithmetic and documented deviations), onnx_qdq and onnx_qop.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from tinytrain.errors import ModelError, UnsupportedModelError
-from tinytrain.frontends.onnx_common import MIN_OPSET, Converter, default_opset, graph_inputs, one_line, topo_sort
+from tinytrain.frontends.onnx_convert import Converter
+from tinytrain.frontends.onnx_parse import MIN_OPSET, default_opset, graph_inputs, one_line, topo_sort
 from tinytrain.frontends.onnx_qdq import QDQ_HANDLERS
 from tinytrain.frontends.onnx_qop import QOP_HANDLERS, QOP_MARKERS
 from tinytrain.ir import Graph

@@ -3,7 +3,7 @@
 The graph is float ops between DequantizeLinear (DQ) and QuantizeLinear (Q) nodes:
 ``float input -> Q -> (DQ -> op -> Q)* -> DQ -> output``. The IR input is the int8 (or uint8) tensor
 after the first Q, the IR output the integer tensor before the final DQ. Patterns (see
-onnx_common for the machinery and the documented deviations):
+onnx_convert for the machinery and onnx_requant for the documented deviations):
 
 - ``DQ(x), DQ(w int8 per-channel axis 0), DQ(b int32) -> Conv [-> Relu | Clip] -> Q``: conv2d
   (group 1 or depthwise; pads / strides / dilations / auto_pad); the activation becomes the clamp
@@ -24,8 +24,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from tinytrain.frontends.onnx_common import (COMMON_HANDLERS, Converter, FVal, Pending, QConst, attrs_of, bias_value,
-                                             conv_setup, dq_act, node_label, qconst_real, weight_qconst)
+from tinytrain.frontends.onnx_convert import Converter
+from tinytrain.frontends.onnx_handlers import COMMON_HANDLERS, bias_value, conv_setup, dq_act, qconst_real, weight_qconst
+from tinytrain.frontends.onnx_parse import QConst, attrs_of, node_label
+from tinytrain.frontends.onnx_values import FVal, Pending
 from tinytrain.ir import Graph
 
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from tinytrain.frontends.onnx_common import (Converter, SoftmaxOut, attrs_of, avgpool_pending, conv_setup,
-                                             mean_pending, node_label, qconst_real)
+from tinytrain.frontends.onnx_convert import Converter
+from tinytrain.frontends.onnx_handlers import avgpool_pending, conv_setup, mean_pending, qconst_real
+from tinytrain.frontends.onnx_parse import attrs_of, node_label
+from tinytrain.frontends.onnx_values import SoftmaxOut
 from tinytrain.frontends.onnx_qdq import QDQ_HANDLERS
 from tinytrain.ir import Graph
 

@@ -1,0 +1,210 @@
+"""The converter of the ONNX frontends (QDQ in onnx_qdq.py, QOperator in onnx_qop.py).
+
+A model is converted by walking its nodes in topological order. Every ONNX value is mapped to one of
+
+- :class:`Act`: an integer (int8/uint8) activation of the ONNX graph, backed by an IR int8 tensor
+  (ONNX rank-4 tensors are NCHW, their IR tensors NHWC; other ranks keep their layout);
+- :class:`FVal`: a float value between a DequantizeLinear and a QuantizeLinear. It is lazy: a
+  float op on dequantized inputs (Conv, Gemm, Add, ReduceMean, ...) becomes a :class:`Pending`
+  computation that is emitted as an integer IR node only when a QuantizeLinear gives it an output
+  scale and zero point (``Relu``/``Clip`` on the way tighten its clamp range, a reshape is applied
+  after it). This one mechanism covers QDQ patterns (DQ -> op -> Q) and the float islands that
+  onnxruntime leaves in QOperator models (DQ -> ReduceMean -> Reshape -> Q).
+- :class:`SoftmaxOut`: the result of a trailing Softmax (dropped, see onnx_requant).
+
+Arithmetic, rounding and the documented deviations from onnxruntime: see onnx_requant. Model
+reading: onnx_parse; IR emission: onnx_emit; the op handlers shared by both formats: onnx_handlers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from tinytrain.errors import TinyTrainError
+from tinytrain.frontends.onnx_emit import IRBuilder
+from tinytrain.frontends.onnx_parse import INT_ACT_TYPES, elem_type_name, graph_inputs, node_label, static_input_shape
+from tinytrain.frontends.onnx_values import Act, FVal, SoftmaxOut, ir_shape, onnx_shape, same_quant
+from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
+
+Handler = Callable[["Converter", onnx.NodeProto], None]
+
+class Converter(IRBuilder):
+    """Builds the IR graph from an ONNX model; the format modules supply the op handlers."""
+
+    def __init__(self, model: onnx.ModelProto, name: str, sha256: str, handlers: dict[str, Handler], fmt: str):
+        super().__init__(model, name)
+        self.sha256 = sha256
+        self.handlers = handlers
+        self.fmt = fmt
+        self.values: dict[str, Act | FVal | SoftmaxOut] = {}
+        self.input_act: Act | None = None
+        self.ir_names: dict[str, str] = {}  # after run(): ONNX integer tensor -> IR tensor holding it
+        self.input_name = ""
+
+    def value(self, node: onnx.NodeProto, idx: int):
+        name = node.input[idx]
+        if name in self.values:
+            return self.values[name]
+        if name in self.inits:
+            arr = self.inits[name]
+            if arr is None:
+                raise self.unsupported(f"{node_label(node)}: constant '{name}' has element type "
+                                       f"{elem_type_name(self.init_types[name])}, which tinytrain does not support")
+            if arr.dtype.kind == "f":
+                return FVal("fconst", array=arr.astype(np.float64), source=name)
+            return arr
+        raise self.malformed(f"{node_label(node)} reads '{name}', which nothing produces")
+
+    # ----- activations
+    def act_in(self, node: onnx.NodeProto, idx: int, quant: QuantParams | None = None, dtype: str | None = None) -> Act:
+        """The integer activation at input idx; ``quant`` (from the consuming op) must match it."""
+        v = self.value(node, idx)
+        if isinstance(v, SoftmaxOut):
+            raise self.unsupported(f"{node_label(node)} consumes the output of Softmax {v.source}; "
+                                   f"Softmax is only supported as the model's last op")
+        if not isinstance(v, Act):
+            raise self.unsupported(f"{node_label(node)}: input '{node.input[idx]}' is not an int8/uint8 activation "
+                                   f"(a constant or a float value); this pattern is not supported")
+        if quant is not None:
+            self.bind_quant(v, quant, dtype, node)
+        return v
+
+    def bind_quant(self, act: Act, quant: QuantParams, dtype: str | None, node: onnx.NodeProto) -> None:
+        if dtype is not None and dtype != act.dtype:
+            raise self.malformed(f"{node_label(node)} reads '{act.ir}' as {dtype} but it is {act.dtype}")
+        if act.quant is None:
+            act.quant = quant
+            self.tensors[act.ir] = Tensor(act.ir, ir_shape(act.shape), DType.INT8, Role.INPUT, quant)
+        elif not same_quant(act.quant, quant):
+            raise self.unsupported(f"{node_label(node)} reads '{act.ir}' with scale {quant.s:.8g}, zero point {quant.zp} "
+                                   f"but it was produced with scale {act.quant.s:.8g}, zero point {act.quant.zp}; "
+                                   f"insert an explicit requantization (QuantizeLinear) between them")
+
+    def new_act(self, ir: str, ir_shape_: tuple[int, ...], dtype: str) -> Act:
+        return Act(ir, onnx_shape(ir_shape_), dtype, self.tensors[ir].quant)
+    # ----- driving
+    def run(self) -> Graph:
+        self.load_constants()
+        self._bind_input()
+        for node in self.graph_proto.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                continue
+            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            handler = self.handlers.get(key)
+            if handler is None:
+                supported = ", ".join(sorted(k for k in self.handlers))
+                raise self.unsupported(f"unsupported ONNX op {key} (node '{node.name or node.output[0]}'); "
+                                       f"the {self.fmt} frontend supports: {supported}")
+            try:
+                handler(self, node)
+            except TinyTrainError:
+                raise
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                raise self.malformed(f"cannot convert {node_label(node)} ({type(e).__name__}: {e}); "
+                                     f"the model may be malformed") from None
+        return self._finish()
+
+    def _bind_input(self) -> None:
+        inputs = graph_inputs(self.graph_proto)
+        vi = inputs[0]
+        self.input_name = vi.name
+        shape = static_input_shape(vi, self.name)
+        et = vi.type.tensor_type.elem_type
+        if et == TensorProto.FLOAT:
+            self.values[vi.name] = FVal("input", source=vi.name)
+            self._input_shape = shape
+        elif et in INT_ACT_TYPES:
+            self._used_names.add(vi.name)
+            act = Act(vi.name, shape, INT_ACT_TYPES[et], None)
+            self.values[vi.name] = act
+            self.input_act = act
+        else:
+            raise self.unsupported(f"input '{vi.name}' is {elem_type_name(et)}; tinytrain takes a float32 input "
+                                   f"(quantized by the model's first QuantizeLinear) or an int8/uint8 input")
+
+    def quantize_input(self, node: onnx.NodeProto, yq: QuantParams, dtype: str) -> Act:
+        """QuantizeLinear of the float graph input: its output becomes the IR graph input."""
+        if self.input_act is not None:
+            if not same_quant(self.input_act.quant, yq) or self.input_act.dtype != dtype:
+                raise self.unsupported(f"the input '{self.input_name}' is quantized twice with different parameters "
+                                       f"({node_label(node)}); quantize it once")
+            return self.input_act
+        name = self.fresh(self.input_name)
+        self.tensors[name] = Tensor(name, ir_shape(self._input_shape), DType.INT8, Role.INPUT, yq)
+        self.input_act = Act(name, self._input_shape, dtype, yq)
+        return self.input_act
+
+    def _finish(self) -> Graph:
+        if self.input_act is None or self.input_act.quant is None:
+            raise self.unsupported(f"the input '{self.input_name}' is never quantized (no QuantizeLinear or quantized op "
+                                   f"reads it); quantize the model with onnxruntime quantize_static")
+        outputs: list[str] = []
+        out_names: list[str] = []
+        for vi in self.graph_proto.output:
+            v = self.values.get(vi.name)
+            act = self._output_act(vi.name, v)
+            if act.dtype != self.input_act.dtype:
+                raise self.unsupported(f"the input is {self.input_act.dtype} but output '{vi.name}' is {act.dtype}; "
+                                       f"tinytrain needs one integer type at both ends")
+            outputs.append(act.ir)
+            out_names.append(vi.name)
+        self._eliminate_dead(outputs)
+        renames = {}
+        for ir_name, onnx_name in zip(outputs, out_names):
+            t = self.tensors[ir_name]
+            if t.role == Role.ACTIVATION and onnx_name not in self.tensors and ir_name not in renames:
+                renames[ir_name] = onnx_name
+        tensors, nodes = self._renamed(renames)
+        self.ir_names = {k: renames.get(v.ir, v.ir) for k, v in self.values.items()
+                         if isinstance(v, Act) and renames.get(v.ir, v.ir) in tensors}
+        outputs = [renames.get(o, o) for o in outputs]
+        tensors = {k: (replace(t, role=Role.OUTPUT) if k in outputs and t.role == Role.ACTIVATION else t)
+                   for k, t in tensors.items()}
+        graph = Graph(self.name, tensors, tuple(nodes), (self.input_act.ir,), tuple(outputs), self.sha256,
+                      uint8_io=self.input_act.dtype == "uint8")
+        try:
+            verify(graph)
+        except ValueError as e:
+            raise self.malformed(f"the converted graph is inconsistent: {e}") from None
+        return graph
+
+    def _output_act(self, name: str, v) -> Act:
+        if isinstance(v, Act):
+            return v
+        if isinstance(v, SoftmaxOut):
+            return v.act
+        if isinstance(v, FVal):
+            if v.kind == "dq":
+                return v.act
+            if v.kind == "softmax":
+                return v.act
+            if v.kind == "pending":
+                raise self.unsupported(f"graph output '{name}' is the float result of {v.pending.source} with no "
+                                       f"QuantizeLinear after it; quantize the model's outputs too (quantize_static does)")
+            if v.kind == "input":
+                raise self.unsupported(f"graph output '{name}' is the float input itself")
+        raise self.unsupported(f"graph output '{name}' is not computed from a quantized tensor")
+
+    def _eliminate_dead(self, outputs: list[str]) -> None:
+        live = set(outputs)
+        kept: list[Node] = []
+        for node in reversed(self.nodes):
+            if any(o in live for o in node.outputs):
+                kept.append(node)
+                live.update(i for i in node.inputs if i)
+        self.nodes = kept[::-1]
+        live.add(self.input_act.ir)
+        self.tensors = {k: t for k, t in self.tensors.items() if k in live}
+
+    def _renamed(self, renames: dict[str, str]) -> tuple[dict[str, Tensor], list[Node]]:
+        if not renames:
+            return self.tensors, self.nodes
+        tensors = {renames.get(k, k): replace(t, name=renames.get(k, k)) for k, t in self.tensors.items()}
+        nodes = [replace(n, inputs=tuple(renames.get(i, i) for i in n.inputs),
+                         outputs=tuple(renames.get(o, o) for o in n.outputs)) for n in self.nodes]
+        return tensors, nodes

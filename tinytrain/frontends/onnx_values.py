@@ -1,0 +1,106 @@
+"""What an ONNX value is during conversion, and how ONNX shapes map to the IR's layout.
+
+Every ONNX value is an :class:`Act` (an integer activation backed by an IR int8 tensor), an
+:class:`FVal` (a float value, possibly a lazy :class:`Pending` computation) or a
+:class:`SoftmaxOut`; see onnx_convert. ONNX rank-4 tensors are NCHW, their IR tensors NHWC; other
+ranks keep their layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from tinytrain.frontends.onnx_parse import QConst
+from tinytrain.ir import QuantParams
+
+
+@dataclass
+class Act:
+    """An integer activation of the ONNX graph and the IR int8 tensor holding it."""
+
+    ir: str
+    shape: tuple[int, ...]  # ONNX shape (batch 1), NCHW for rank 4
+    dtype: str  # ONNX element type: "int8" or "uint8"
+    quant: QuantParams | None = None  # IR (int8) quantization; None only for an int graph input not yet used
+
+
+@dataclass
+class Pending:
+    """A float computation on dequantized inputs waiting for the QuantizeLinear that fixes its output."""
+
+    op: str  # conv | fc | add | mean | avgpool | clamp | reshape
+    shape: tuple[int, ...]  # ONNX shape of the float result
+    args: dict[str, Any]
+    source: str  # ONNX node (for messages)
+    lo: float | None = None  # real clamp range (fused Relu / Clip)
+    hi: float | None = None
+
+    def clamped(self, lo: float | None, hi: float | None) -> Pending:
+        new_lo = lo if self.lo is None else (self.lo if lo is None else max(lo, self.lo))
+        new_hi = hi if self.hi is None else (self.hi if hi is None else min(hi, self.hi))
+        if self.op == "reshape":
+            return replace(self, args={**self.args, "inner": self.args["inner"].clamped(lo, hi)})
+        return replace(self, lo=new_lo, hi=new_hi)
+
+
+@dataclass
+class FVal:
+    """A float value of the ONNX graph."""
+
+    kind: str  # input | dq | qconst | fconst | pending | softmax
+    act: Act | None = None
+    qconst: QConst | None = None
+    array: np.ndarray | None = None
+    pending: Pending | None = None
+    source: str = ""
+
+
+@dataclass
+class SoftmaxOut:
+    """The quantized output of a Softmax: only allowed to reach the graph output (then dropped)."""
+
+    act: Act
+    source: str
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
+    dilation: tuple[int, int]
+    groups: int
+
+
+def ir_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """ONNX shape -> IR shape (NCHW -> NHWC for rank 4)."""
+    if len(shape) == 4:
+        n, c, h, w = shape
+        return (n, h, w, c)
+    return tuple(shape)
+
+
+def onnx_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if len(shape) == 4:
+        n, h, w, c = shape
+        return (n, c, h, w)
+    return tuple(shape)
+
+
+def _to_ir_layout(a: np.ndarray) -> np.ndarray:
+    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+
+
+def reshape_keeps_order(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether an ONNX reshape src -> dst is a plain byte-preserving reshape of the IR tensors."""
+    n = int(np.prod(src))
+    if len(src) != 4 and len(dst) != 4:
+        return True
+    idx = np.arange(n, dtype=np.int64).reshape(src)
+    return np.array_equal(_to_ir_layout(idx).ravel(), _to_ir_layout(idx.reshape(dst)).ravel())
+
+
+def same_quant(a: QuantParams, b: QuantParams) -> bool:
+    return np.float32(a.s) == np.float32(b.s) and a.zp == b.zp
