@@ -1,8 +1,9 @@
 """Small int8 IR graphs for the code generator tests, built directly in the IR (no frontend).
 
 Requantization multipliers are drawn so that outputs spread over the int8 range instead of saturating.
-``single=True`` builds a node's requantization with single rounding (as the ONNX frontend does), else
-TFLite's double rounding.
+``single=True`` builds a node's requantization with single rounding, ``single="fp32"`` (conv, fully
+connected, count-folded mean) with onnxruntime's float32 rounding (as the ONNX frontend does for those ops,
+from float32 scales), else TFLite's double rounding.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant
+
+
+def _requant_of(real, single: bool | str) -> Requant:
+    if single == "fp32":
+        return Requant.from_scales([float(np.float32(r)) for r in real], fp32=True)
+    return Requant.from_scales(real, bool(single))
 
 
 class GraphBuilder:
@@ -54,14 +61,14 @@ class GraphBuilder:
         self.nodes.append(Node(f"{op}_{k}", op, tuple(inputs), (name,), attrs))
         return name
 
-    def _requant(self, channels: int, depth: int, single: bool = False) -> Requant:
+    def _requant(self, channels: int, depth: int, single: bool | str = False) -> Requant:
         # acc ~ 74 * 73 * sqrt(depth); aim for outputs of about +-40 around the zero point.
         real = 40.0 / (74 * 73 * np.sqrt(depth)) * self.rng.uniform(0.5, 2.0, channels)
-        return Requant.from_scales(real, single)
+        return _requant_of(real, single)
 
     def conv(self, x: str, cout: int, k, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
              depthwise: bool = False, bias: bool = True, weight_zp: bool = False, act=(-128, 127),
-             per_tensor: bool = False, single: bool = False) -> str:
+             per_tensor: bool = False, single: bool | str = False) -> str:
         cin = self.tensors[x].shape[3]
         kh, kw = (k, k) if isinstance(k, int) else k
         cg = 1 if depthwise else cin
@@ -77,7 +84,7 @@ class GraphBuilder:
         return self.node("conv2d", ins, attrs)
 
     def fully_connected(self, x: str, cout: int, bias: bool = True, weight_zp: bool = False, act=(-128, 127),
-                        single: bool = False) -> str:
+                        single: bool | str = False) -> str:
         depth = self.tensors[x].shape[1]
         idx = len(self.nodes)
         w = self.rng.integers(-127, 128, (cout, depth)).astype(np.int8)
@@ -105,14 +112,14 @@ class GraphBuilder:
         attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), *act, half_up, half_even)
         return self.node("avg_pool2d", [x], attrs, self.tensors[x].quant)
 
-    def mean(self, x: str, same_quant: bool = False, keepdims: bool = True, act=(-128, 127), single: bool = False,
-             count_folded: bool = False) -> str:
+    def mean(self, x: str, same_quant: bool = False, keepdims: bool = True, act=(-128, 127),
+             single: bool | str = False, count_folded: bool = False) -> str:
         """``count_folded``: the Requant is s_in / (count * s_out) (as ONNX imports), else s_in / s_out."""
         qi = self.tensors[x].quant
         qo = qi if same_quant else self._q()
         shape = self.tensors[x].shape
         real = qi.s / qo.s / (shape[1] * shape[2] if count_folded else 1)
-        attrs = MeanAttrs(Requant.from_scales([real], single), keepdims, *act, count_folded=count_folded)
+        attrs = MeanAttrs(_requant_of([real], single), keepdims, *act, count_folded=count_folded)
         return self.node("mean", [x], attrs, qo)
 
     def pad(self, x: str, pads) -> str:

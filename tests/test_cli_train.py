@@ -1,6 +1,9 @@
 """`tinytrain train` / `tinytrain eval` on a real int8 model (../shared) and a tiny .npz dataset."""
 
+import contextlib
+import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,8 +62,10 @@ def test_eval_json(model, data, capsys):
 @pytest.mark.parametrize("args,message", [
     (["--plan", "absent.json"], "cannot read plan"),
     (["--update", "sideways"], "expected full, bias-only or last-k:N"),
-    (["--engine", "qemu"], "not available yet"),
+    (["--engine", "qemu", "--sram", "8k"], "does not fit"),  # refused by the compile, before any linker
     (["--new-head", "1"], "at least 2 classes"),
+    (["--held-out", "1.5"], "between 0 and 1"),
+    (["--held-out", "0.1"], "both must be non-empty"),  # 6 samples: nothing would be held out
 ])
 def test_train_errors_are_one_line(model, data, args, message, capsys):
     assert main(["train", model, "--data", data, "--steps", "1", *args]) == 2
@@ -73,3 +78,62 @@ def test_labels_beyond_the_model_suggest_a_new_head(model, tmp_path, capsys):
     np.savez(path, x=np.zeros((2, 96, 96, 3), np.uint8), y=np.array([0, 4]))
     assert main(["eval", model, "--data", str(path)]) == 2
     assert "--new-head 5" in capsys.readouterr().err
+
+
+ZOO_MODEL = str(Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx")
+LFW_RUN = ["--data", "lfw", "--new-head", "2", "--held-out", "0.25"]
+
+
+@pytest.fixture(scope="module")
+def lfw_runs(tmp_path_factory):
+    """A shipped Fashion-MNIST model fine-tuned on lfw (150 train / 50 held out), with and without QAS."""
+    if not Path(ZOO_MODEL).exists():
+        pytest.skip(f"{ZOO_MODEL} is not built (python -m models.build)")
+    tmp = tmp_path_factory.mktemp("lfw")
+    runs = {}
+    for name, extra in (("qas", []), ("no_qas", ["--no-qas"])):
+        state = tmp / f"{name}.npz"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["train", ZOO_MODEL, *LFW_RUN, "--update", "last-k:2", "--lr", "0.03", "--epochs", "2",
+                         "--json", "--state-out", str(state), *extra]) == 0
+        runs[name] = (json.loads(out.getvalue().strip().splitlines()[-1]), state)
+    return runs
+
+
+def test_held_out_accuracy_improves_with_qas_and_not_without(lfw_runs):
+    qas, _ = lfw_runs["qas"]
+    no_qas, _ = lfw_runs["no_qas"]
+    for r in (qas, no_qas):
+        assert (r["n_train"], r["n_held_out"], r["steps"], r["held_out"], r["split_seed"]) == (150, 50, 300, 0.25, 0)
+    assert qas["qas"] is True and no_qas["qas"] is False
+    assert qas["accuracy_before"] == no_qas["accuracy_before"] <= 0.6  # the same untrained new head
+    assert qas["accuracy_after"] >= qas["accuracy_before"] + 0.15
+    # plain int8 SGD at the same lr: steps of lr s^2 G in the weights' LSBs, far below one LSB
+    assert no_qas["accuracy_after"] < qas["accuracy_after"] and no_qas["final_loss"] > qas["final_loss"]
+
+
+def test_eval_reproduces_held_out_accuracy_before_and_after(lfw_runs, capsys):
+    qas, state = lfw_runs["qas"]
+    assert main(["eval", ZOO_MODEL, *LFW_RUN, "--json"]) == 0
+    before = _last_json(capsys)
+    assert (before["accuracy"], before["n"]) == (qas["accuracy_before"], 50)
+    assert main(["eval", ZOO_MODEL, *LFW_RUN, "--state", str(state), "--json"]) == 0
+    after = _last_json(capsys)
+    assert (after["accuracy"], after["n"]) == (qas["accuracy_after"], 50)
+
+
+def test_train_progress_output_names_both_held_out_accuracies(capsys):
+    if not Path(ZOO_MODEL).exists():
+        pytest.skip(f"{ZOO_MODEL} is not built (python -m models.build)")
+    assert main(["train", ZOO_MODEL, *LFW_RUN, "--update", "last-k:1", "--steps", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out accuracy before training" in out and "on 50 samples (training on 150)" in out
+    assert "held-out accuracy after training" in out and "points)" in out
+
+
+def test_eval_state_of_another_model_is_refused(lfw_runs, capsys):
+    _, state = lfw_runs["qas"]
+    assert main(["eval", ZOO_MODEL, "--data", "lfw", "--state", str(state)]) == 2  # no --new-head: other head
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--new-head" in err[0]

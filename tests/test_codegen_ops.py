@@ -1,8 +1,9 @@
 """Generated C == numpy simulator, bit for bit, op by op (design.md §4), on graphs built in the IR.
 
 Hypothesis draws shapes, strides, paddings and variants (derandomized), including the rounding of every
-requantization (TFLite's double rounding or single rounding, as ONNX imports use); every example is
-compiled by the host engine into a per-session cache and run on a small batch including the int8 extremes.
+requantization (TFLite's double rounding, single rounding, or onnxruntime's float32 rounding, as ONNX imports
+use for conv / fully connected / mean); every example is compiled by the host engine into a per-session cache
+and run on a small batch including the int8 extremes.
 """
 
 import shutil
@@ -41,7 +42,7 @@ def assert_c_matches_simulator(b: GraphBuilder, g, cache, n: int = 3) -> None:
        kw=st.sampled_from([None, 1, 3]), stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
        dilation=st.sampled_from([(1, 1), (1, 1), (2, 2), (1, 2)]), padded=st.booleans(),
        pads=st.tuples(*[st.integers(0, 3)] * 4), bias=st.booleans(), weight_zp=st.booleans(), relu=st.booleans(),
-       per_tensor=st.booleans(), single=st.booleans(), seed=st.integers(0, 2**16))
+       per_tensor=st.booleans(), single=st.sampled_from([False, True, "fp32"]), seed=st.integers(0, 2**16))
 def test_conv2d(cache, variant, hw, cin, cout, mult, k, kw, stride, dilation, padded, pads, bias, weight_zp, relu,
                 per_tensor, single, seed):
     b = GraphBuilder(seed)
@@ -58,6 +59,54 @@ def test_conv2d(cache, variant, hw, cin, cout, mult, k, kw, stride, dilation, pa
         assume(False)  # kernel larger than the padded input
     g = b.build(b.nodes[-1].outputs[0])
     assert_c_matches_simulator(b, g, cache)
+
+
+def _predict_arm_dsp(g, x: np.ndarray, cache) -> np.ndarray:
+    """The C of a cortex-m7 compile (TT_ARM_DSP 1: tt_simd.h's SXTB16 / SMLAD path) run on the host, where the
+    instructions are C models: the DSP algorithm checked bit for bit without an emulator."""
+    import ctypes
+    import dataclasses
+
+    from tinytrain.codegen import render_project
+    from tinytrain.memory.report import plan_forward
+
+    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7")
+    files = render_project(g, plan)
+    assert "#define TT_ARM_DSP 1" in files["tinytrain_model.c"]
+    lib = ctypes.CDLL(str(engine_c.compile_files(files, cache)))
+    lib.tt_init()
+    y = np.empty((len(x),) + g.tensors[g.outputs[0]].shape[1:], np.int8)
+    for i in range(len(x)):
+        lib.tt_predict(ctypes.c_void_p(x[i].ctypes.data), ctypes.c_void_p(y[i].ctypes.data))
+    return y
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(variant=st.sampled_from(["regular", "pointwise", "fc"]), hw=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+       cin=st.integers(1, 37), cout=st.integers(1, 7), k=st.sampled_from([1, 2, 3]), stride=st.integers(1, 2),
+       dilation=st.sampled_from([1, 2]), pad=st.integers(0, 2), weight_zp=st.booleans(),
+       single=st.sampled_from([False, True, "fp32"]), seed=st.integers(0, 2**16))
+def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw, cin, cout, k, stride, dilation, pad,
+                                                               weight_zp, single, seed):
+    """Pointwise, regular and fully connected kernels of a DSP target == the simulator (== the portable C), with
+    channel counts around the 4-byte SIMD blocks."""
+    b = GraphBuilder(seed)
+    x = b.input((1, *hw, cin))
+    try:
+        if variant == "fc":
+            flat = b.reshape(x, (hw[0] * hw[1] * cin,))
+            b.fully_connected(flat, cout, bias=True, weight_zp=weight_zp, single=single)
+        elif variant == "pointwise":
+            b.conv(x, cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=weight_zp, single=single)
+        else:
+            b.conv(x, cout, (k, k), (stride, stride), (pad,) * 4, (dilation, dilation), bias=True,
+                   weight_zp=weight_zp, single=single)
+    except ValueError:
+        assume(False)
+    g = b.build(b.nodes[-1].outputs[0])
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
 
 
 @settings(max_examples=25, **SETTINGS)
@@ -77,6 +126,23 @@ def test_pooling_and_mean(cache, hw, c, kernel, stride, pads, pool, same_quant, 
     m1 = b.mean(p, same_quant=same_quant, keepdims=keepdims, single=single, count_folded=count_folded)
     m2 = b.mean(x, same_quant=not same_quant, keepdims=keepdims, single=not single, count_folded=not count_folded)
     g = b.build(b.add(m1, m2, single=single))
+    assert_c_matches_simulator(b, g, cache, n=4)
+
+
+@settings(max_examples=10, **SETTINGS)
+@given(hw=st.tuples(st.integers(1, 7), st.integers(1, 7)), c=st.integers(1, 9), classes=st.integers(1, 12),
+       keepdims=st.booleans(), weight_zp=st.booleans(), seed=st.integers(0, 2**16))
+def test_fp32_rounding_conv_mean_fc(cache, hw, c, classes, keepdims, weight_zp, seed):
+    """onnxruntime's float32 requantization (ONNX imports' conv2d / mean / fully_connected): C == simulator."""
+    b = GraphBuilder(seed)
+    x = b.input((1, *hw, c))
+    h = b.conv(x, c, 3, padding=(1, 1, 1, 1), depthwise=True, act=(-100, 127), single="fp32")
+    h = b.conv(h, 8, 1, weight_zp=weight_zp, single="fp32")
+    m = b.mean(h, keepdims=keepdims, single="fp32", count_folded=True)
+    if keepdims:
+        m = b.reshape(m, (8,))
+    g = b.build(b.fully_connected(m, classes, weight_zp=weight_zp, single="fp32"))
+    assert all(n.attrs.requant.fp32 for n in g.nodes if hasattr(n.attrs, "requant"))
     assert_c_matches_simulator(b, g, cache, n=4)
 
 
@@ -157,3 +223,59 @@ def test_requantize_helpers_match_quant_py(tmp_path):
     assert left_ok.mean() > 0.4 and fits.mean() > 0.4
     np.testing.assert_array_equal(got[left_ok, 0], double[left_ok])
     np.testing.assert_array_equal(got[fits, 1], single[fits])
+
+
+FP32_MAIN = r"""
+#include <stdio.h>
+#include "tt_fixedpoint.h"
+
+int main(void) {
+    long long acc, multiplier, shift;
+    while (scanf("%lld %lld %lld", &acc, &multiplier, &shift) == 3) {
+        printf("%ld\n", (long)tt_requantize_fp32((int32_t)acc, (int32_t)multiplier, (int32_t)shift));
+    }
+    return 0;
+}
+"""
+
+
+def test_requantize_fp32_helper_matches_quant_py_and_float32(tmp_path):
+    """tt_requantize_fp32 == quant.multiply_by_float32_scale == onnxruntime's float32 arithmetic
+    nearbyint((float)acc * scale) (numpy float32 here), over all int32 magnitudes, float32 scales 2^-40..2^10
+    and accumulators crowded around rounding ties (where the float32 product's own rounding decides)."""
+    from tinytrain.quant import INT32_MAX, INT32_MIN, multiply_by_float32_scale, quantize_multiplier
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
+    (tmp_path / "tt_fixedpoint.h").write_text(header)
+    (tmp_path / "main.c").write_text(FP32_MAIN)
+    exe = tmp_path / "requant_fp32"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", str(tmp_path / "main.c"), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rng = np.random.default_rng(1)
+    n = 20000
+    scale = (rng.uniform(0.5, 1.0, n) * 2.0 ** rng.integers(-40, 11, n)).astype(np.float32)
+    scale[:4] = [np.float32(1 / 3), 0.5, 1.0, np.float32(0.0372)]
+    acc = rng.integers(-(1 << 31), 1 << 31, n) >> rng.integers(0, 32, n)
+    acc[:8] = [INT32_MIN, INT32_MAX, 12345, -1, 1, 0, -(1 << 24) - 1, (1 << 24) + 3]
+    # near ties: acc = (j + 1/2) / scale, rounded, for small scales
+    near = slice(8, 8 + n // 4)
+    j = rng.integers(-300, 300, n // 4)
+    acc[near] = np.clip(np.rint((j + 0.5) / scale[near].astype(np.float64)), INT32_MIN, INT32_MAX).astype(np.int64)
+    pairs = [quantize_multiplier(float(s)) for s in scale]
+    multiplier = np.array([p[0] for p in pairs], np.int64)
+    shift = np.array([p[1] for p in pairs], np.int64)
+    lines = "".join(f"{a} {m} {s}\n" for a, m, s in zip(acc, multiplier, shift))
+    r = subprocess.run([str(exe)], input=lines, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = np.array([int(v) for v in r.stdout.split()])
+    ours = multiply_by_float32_scale(acc, multiplier, shift)
+    with np.errstate(over="ignore"):
+        flt = np.rint((acc.astype(np.float32) * scale).astype(np.float32)).astype(np.float64)
+    flt = np.clip(flt, -(1 << 30), 1 << 30)
+    np.testing.assert_array_equal(got, ours)
+    np.testing.assert_array_equal(ours, flt)
+    assert (np.abs(ours) < 1 << 30).mean() > 0.5 and (np.abs(ours[near]) <= 300).mean() > 0.5

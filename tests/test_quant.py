@@ -119,6 +119,49 @@ def test_requant_carries_its_rounding():
     assert requantize(acc, r1, 0, -128, 127).ravel().tolist() == [2, -1, 3, -2]
 
 
+@settings(max_examples=300, deadline=None)
+@given(acc=int32, scale=st.floats(2.0**-40, 2.0**20, allow_nan=False, width=32))
+def test_fp32_rounding_is_onnxruntimes_float32_arithmetic(acc, scale):
+    """multiply_by_float32_scale == nearbyint(float32(float32(acc) * scale)) (MLAS MlasRequantizeOutput)."""
+    from tinytrain.quant import multiply_by_float32_scale
+
+    m, shift = quantize_multiplier(scale)
+    assert m & 0x7F == 0  # a float32 scale is exact in the 31-bit multiplier
+    with np.errstate(over="ignore"):
+        want = float(np.rint(np.float32(np.float32(acc) * np.float32(scale))))
+    assert int(multiply_by_float32_scale(acc, m, shift)) == max(-(1 << 30), min(1 << 30, want))
+
+
+def test_fp32_rounding_ties_and_float32_product():
+    from tinytrain.quant import Requant, multiply_by_float32_scale, requantize
+
+    r = Requant.from_scales([0.5], fp32=True)
+    assert r.fp32 and not r.single_rounding and r.rounding == "fp32"
+    acc = np.array([[3], [-3], [5], [-5]])
+    assert requantize(acc, r, 0, -128, 127).ravel().tolist() == [2, -2, 2, -2]  # ties to even
+    # 2^25 + 3 is not a float32: (float)acc rounds it to 2^25 + 4 first, as onnxruntime does (x 0.5: 2^24 + 2)
+    assert int(multiply_by_float32_scale((1 << 25) + 3, *quantize_multiplier(0.5))) == (1 << 24) + 2
+    # every accumulator in a range, against numpy's float32 (product roundings onto ties included)
+    s = float(np.float32(0.1))
+    acc = np.arange(-2_000_000, 2_000_000)
+    got = requantize(acc, Requant.from_scales([s], fp32=True), 0, -128, 127)
+    np.testing.assert_array_equal(got, np.clip(np.rint((acc.astype(np.float32) * np.float32(s)).astype(np.float32)),
+                                               -128, 127))
+
+
+def test_fp32_requant_needs_float32_scales():
+    import pytest
+
+    from tinytrain.quant import Requant
+
+    with pytest.raises(ValueError, match="float32"):
+        Requant.from_scales([0.1], fp32=True)  # 0.1 is not a float32 value
+    with pytest.raises(ValueError, match="exclusive|single_rounding"):
+        Requant((1 << 30,), (0,), True, True)
+    with pytest.raises(ValueError, match="24-bit|2\\^23"):
+        Requant((1 << 30 | 1,), (0,), False, True)
+
+
 def test_activation_range_half_even():
     # float32(0.1) / float32(0.04) is 2.5 exactly: away from zero -> 3, to even (ONNX QuantizeLinear) -> 2
     assert activation_range(-128, 0.04, 0.0, 0.1) == (-128, -125)

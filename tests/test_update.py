@@ -202,6 +202,46 @@ def test_new_head_is_deterministic_and_well_formed(model):
     assert (h1.tensors[fc.inputs[2]].data == 0).all()
 
 
+def test_new_head_rounds_like_the_base_graph(model):
+    """The head's requantization keeps the replaced layer's rounding: TFLite-style graphs double rounding,
+    ONNX imports onnxruntime's float32 rounding (a float32 scale; the head then computes exactly as onnxruntime's
+    QGemm would), a single-rounding layer single rounding."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from tinytrain.frontends import load_model
+    from tinytrain.ops.fully_connected import accumulate as fc_accumulate
+    from tinytrain.quant import Requant
+
+    g, _ = model
+    assert layers(g)[-1].attrs.requant.rounding == "double"
+    assert layers(new_head(g, 3))[-1].attrs.requant.rounding == "double"
+    last = layers(g)[-1]
+    r = last.attrs.requant
+    single = replace(g, nodes=tuple(replace(n, attrs=replace(n.attrs, requant=Requant(r.multiplier, r.shift, True)))
+                                    if n is last else n for n in g.nodes))
+    assert layers(new_head(single, 3))[-1].attrs.requant.rounding == "single"
+
+    path = Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx"
+    if not path.exists():
+        pytest.skip("no models/mbv1-0.25-vww.onnx")
+    base = load_model(path)
+    assert layers(base)[-1].attrs.requant.rounding == "fp32"
+    h = new_head(base, 5, seed=3)
+    fc = layers(h)[-1]
+    assert fc.attrs.requant.fp32 and len(fc.attrs.requant.multiplier) == 5
+    x_t, w_t, y_t = h.tensors[fc.inputs[0]], h.tensors[fc.inputs[1]], h.tensors[fc.outputs[0]]
+    x = np.random.default_rng(0).integers(-128, 128, (64,) + x_t.shape[1:]).astype(np.int8)
+    bias = np.arange(5, dtype=np.int32) * 1000 - 2000
+    (y,) = get_op("fully_connected").reference(fc.attrs, [x, w_t.data, bias], [x_t, w_t, h.tensors[fc.inputs[2]]],
+                                               [y_t])
+    acc = fc_accumulate(x, x_t.quant.zp, w_t.data, w_t.quant.zero_point, bias)
+    f = np.float32
+    scale = (f(x_t.quant.s) * f(w_t.quant.scale[0])) / f(y_t.quant.s)  # onnxruntime's QGemm output scale
+    want = np.clip(np.rint((acc.astype(np.float32) * scale).astype(np.float32)) + y_t.quant.zp, -128, 127)
+    np.testing.assert_array_equal(y, want)
+
+
 def test_new_head_learns_even_with_nearest_rounding(model):
     """The head's scale makes early steps >= 1 LSB: most weights move, the loss falls."""
     g, mb = model

@@ -192,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_firmware import add_firmware_commands
 
     add_firmware_commands(sub)
+
+    from tinytrain.cli_plan import add_plan_command
+
+    add_plan_command(sub)
     return p
 
 

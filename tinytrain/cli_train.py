@@ -1,7 +1,10 @@
 """``tinytrain train`` and ``tinytrain eval`` (design.md §5a), kept apart from cli.py's other commands.
 
-train: fine-tune on the host with the device's arithmetic (``--engine sim``: the numpy simulator), batch-1
-SGD with QAS under a sparse-update plan; eval: accuracy of the int8 forward pass.
+train: fine-tune on the host with the device's arithmetic (``--engine sim``: the numpy simulator; ``--engine c``:
+the emitted C training step built with the host compiler, engine_c.CTrainer, scored with its tt_predict), batch-1
+SGD with QAS (``--no-qas``: plain int8 SGD, the paper's baseline) under a sparse-update plan; eval: accuracy
+of the int8 forward pass. ``--held-out FRACTION`` (both commands, same ``--split-seed``) holds out a
+stratified part of DATA: train learns on the rest and reports held-out accuracy before and after.
 """
 
 from __future__ import annotations
@@ -47,71 +50,231 @@ def accuracy(graph, x: np.ndarray, y: np.ndarray) -> float:
     return float((out.reshape(len(y), -1).argmax(axis=1) == y).mean())
 
 
+def _split(args, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(train rows, held-out rows) of ``--held-out FRACTION --split-seed S`` (stratified), or None."""
+    from tinytrain.data import stratified_split
+
+    if args.held_out is None:
+        return None
+    train_rows, test_rows = stratified_split(y, args.held_out, args.split_seed)
+    if len(train_rows) == 0 or len(test_rows) == 0:
+        raise UsageError(f"--held-out {args.held_out} of {len(y)} samples leaves {len(train_rows)} to train on and "
+                         f"{len(test_rows)} held out; both must be non-empty")
+    return train_rows, test_rows
+
+
+_PREFIX_OUTPUTS: dict[str, dict[str, np.ndarray]] = {}  # content digest -> outputs (a few entries, in-process)
+
+
+def _prefix_outputs(prefix, x: np.ndarray) -> dict[str, np.ndarray]:
+    """``forward(prefix, x)``, remembered by content (nodes, tensors, images) so that several runs in one
+    process (benchmarks, tests) on the same frozen layers and images compute it once."""
+    import hashlib
+    import pickle
+
+    from tinytrain.simulator import forward
+
+    if not prefix.nodes:
+        return {name: x for name in prefix.outputs}
+    h = hashlib.sha256(pickle.dumps((prefix.nodes, prefix.inputs, prefix.outputs)))
+    for name in sorted({i for n in prefix.nodes for i in (*n.inputs, *n.outputs) if i}):
+        h.update(pickle.dumps(prefix.tensors[name]))
+    h.update(pickle.dumps((x.shape, x.dtype.str)) + np.ascontiguousarray(x).tobytes())
+    key = h.hexdigest()
+    if key not in _PREFIX_OUTPUTS:
+        while len(_PREFIX_OUTPUTS) >= 4:
+            _PREFIX_OUTPUTS.pop(next(iter(_PREFIX_OUTPUTS)))
+        _PREFIX_OUTPUTS[key] = forward(prefix, {prefix.inputs[0]: x})
+    return _PREFIX_OUTPUTS[key]
+
+
+def _frozen(graph, tg, x: np.ndarray):
+    """(features, forward suffix) of a training run: the outputs, for every image of ``x``, of the layers no
+    update of the training graph ``tg`` can change (simulator.split_frozen) — what the training graph's suffix
+    reads at each step and what the forward graph's suffix needs to score an image. Scoring through the
+    suffix is bit-identical to the whole forward pass."""
+    from dataclasses import replace
+
+    from tinytrain.simulator import split_frozen, written_tensors
+
+    t_prefix, _ = split_frozen(tg)
+    f_prefix, f_suffix = split_frozen(graph, live=written_tensors(tg))
+    produced = {o for n in f_prefix.nodes for o in n.outputs} | set(graph.inputs[:1])
+    both = tuple(dict.fromkeys(t_prefix.outputs + f_prefix.outputs))
+    if produced.issuperset(both):  # the usual case: one pass over the frozen forward layers serves both
+        return _prefix_outputs(replace(f_prefix, outputs=both), x), f_suffix
+    return {**_prefix_outputs(t_prefix, x), **_prefix_outputs(f_prefix, x)}, f_suffix
+
+
+def _suffix_accuracy(suffix, features, rows: np.ndarray, y: np.ndarray, state=None) -> float:
+    from tinytrain.simulator import forward, with_state
+
+    g = suffix if state is None else with_state(suffix, state)
+    out = forward(g, {k: features[k][rows] for k in g.inputs})[g.outputs[0]]
+    return float((out.reshape(len(rows), -1).argmax(axis=1) == y[rows]).mean())
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.ops.sgd_update import Rounding
-    from tinytrain.simulator import init_state, train, with_state
+    from tinytrain.simulator import init_state, train
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import load_plan, preset
     from tinytrain.training.train_graph import build_training_graph
 
-    if args.engine != "sim":
-        raise UsageError(f"--engine {args.engine} is not available yet; use --engine sim")
-    if args.output:
-        raise UsageError("-o TRAINED.onnx is not available yet; use --state-out STATE.npz")
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: its folder does not exist")
     if args.plan and args.update:
         raise UsageError("give either --plan or --update, not both")
     graph = _model(args)
     plan = load_plan(args.plan) if args.plan else preset(args.update or "bias-only", graph, lr=args.lr or 0.01)
     if args.lr and args.plan:
         raise UsageError("--lr applies to --update presets; a plan file carries its own lr")
-    config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), seed=args.seed)
+    config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), qas=not args.no_qas,
+                          seed=args.seed)
     tg = build_training_graph(graph, plan, config)
     x, y = _data(graph, args.data)
+    split = _split(args, y)
+    rows = split[0] if split else np.arange(len(y))  # the training rows of x
     rng = np.random.default_rng(args.seed)
-    steps = args.steps if args.steps is not None else args.epochs * len(y)
+    steps = args.steps if args.steps is not None else args.epochs * len(rows)
     if steps <= 0:
         raise UsageError("nothing to do: --steps / --epochs must be positive")
-    order = np.concatenate([rng.permutation(len(y)) for _ in range(-(-steps // len(y)))])[:steps]
-    state = init_state(tg)
+    order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(-(-steps // len(rows)))])[:steps]]
+    result = {}
+    if args.engine in ("c", "qemu"):
+        t0 = time.time()
+        if args.engine == "qemu":  # the firmware of the training step on an emulated board (engine_qemu.py)
+            from tinytrain.engine_qemu import QemuTrainer
+            from tinytrain.sizes import parse_size
+
+            trainer = QemuTrainer(tg, board=args.board, sram_budget=parse_size(args.sram))
+        else:
+            from tinytrain.engine_c import CTrainer
+
+            trainer = CTrainer(tg)
+        result["build_seconds"] = round(time.time() - t0, 3)
+
+        def score(rows_, state_=None):  # the device's prediction: argmax of tt_predict's int8 logits
+            return float((trainer.predict(x[rows_]).argmax(axis=1) == y[rows_]).mean())
+    else:
+        features, suffix = _frozen(graph, tg, x)
+
+        def score(rows_, state_=None):
+            return _suffix_accuracy(suffix, features, rows_, y, state_)
+    if split:
+        result.update(n_train=int(len(rows)), n_held_out=int(len(split[1])), held_out=args.held_out,
+                      split_seed=args.split_seed, accuracy_before=score(split[1]))
+        if not args.json:
+            print(f"held-out accuracy before training {result['accuracy_before']:.4f} on {len(split[1])} samples "
+                  f"(training on {len(rows)})", flush=True)
     t0 = time.time()
-    losses = train(tg, state, x, y, order)
+    if args.engine in ("c", "qemu"):
+        losses = trainer.train(x, y, order)
+        state = trainer.state()
+        if args.engine == "qemu":
+            result.update(board=args.board, insns_per_step=float(np.mean(trainer.step_insns)))
+            if not args.json:
+                print(f"{args.board}: {result['insns_per_step'] / 1e6:.1f}M instructions per training step "
+                      "(QEMU -icount shift=0, SysTick)")
+    else:
+        state = init_state(tg)
+        losses = train(tg, state, x, y, order, features=features)
     seconds = time.time() - t0
-    tail = losses[-min(len(losses), len(y)):]
+    tail = losses[-min(len(losses), len(rows)):]
     result = {"final_loss": float(tail.mean()), "steps": int(steps), "seconds": round(seconds, 3),
-              "engine": args.engine, "plan": plan.to_json(), "rounding": config.rounding.value,
-              "train_accuracy": accuracy(with_state(graph, state), x, y)}
+              "engine": args.engine, "plan": plan.to_json(), "rounding": config.rounding.value, "qas": config.qas,
+              "train_accuracy": score(rows, state), **result}
+    if split:
+        result["accuracy_after"] = score(split[1], state)
     if args.state_out:
         _save_state(Path(args.state_out), state)
         result["state_out"] = args.state_out
+    if args.output:  # the forward graph with the trained weights / biases (and new head), as int8 QDQ ONNX
+        from tinytrain.export_onnx import graph_to_onnx, save_onnx
+        from tinytrain.simulator import with_state
+
+        save_onnx(graph_to_onnx(with_state(graph, state)), args.output)
+        result["output"] = args.output
     if not args.json:
         print(f"trained {steps} steps in {seconds:.1f} s: mean loss of the last {len(tail)} steps "
               f"{result['final_loss']:.4f}, training accuracy {result['train_accuracy']:.3f}")
+        if split:
+            change = 100 * (result["accuracy_after"] - result["accuracy_before"])
+            print(f"held-out accuracy after training {result['accuracy_after']:.4f} on {len(split[1])} samples "
+                  f"({change:+.1f} points)")
         if args.state_out:
             print(f"wrote {args.state_out}")
+        if args.output:
+            print(f"wrote {args.output} (int8 QDQ ONNX of the trained model)")
     else:
         print(json.dumps(result))
 
 
 def _save_state(path: Path, state) -> None:
+    """An .npz (``step`` and every state tensor, by name), byte-identical for identical states whatever the
+    engine: members in name order, stored, with a fixed timestamp (np.savez stamps the current time)."""
+    import io
     import os
+    import zipfile
 
     tmp = path.with_name(path.name + ".partial.npz")
     try:
-        np.savez(tmp, step=np.int64(state.step), **{k: v for k, v in sorted(state.tensors.items())})
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+            for name, value in [("step", np.int64(state.step)), *sorted(state.tensors.items())]:
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, np.asanyarray(value), allow_pickle=False)
+                z.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue())
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
 
 
+def _load_state(path: str, graph):
+    """A ``--state-out`` file as a TrainState for ``graph`` (the model it was trained from, same --new-head/--seed)."""
+    from tinytrain.simulator import TrainState
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            saved = {k: f[k] for k in f.files if k != "step"}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read state {path} ({e})") from None
+    tensors = {}
+    for name, value in saved.items():
+        if name.endswith(".momentum") and name[: -len(".momentum")] in saved:
+            continue  # optimizer state (qas.add_updates names it PARAM.momentum): not part of the model
+        t = graph.tensors.get(name)
+        if t is None or not t.has_data or value.shape != t.shape or value.dtype != t.dtype.np:
+            found = "not in the model" if t is None else f"{t.dtype.value}{t.shape} in the model"
+            raise UsageError(f"{path}: {name} ({value.dtype}{value.shape}) is {found}; give the model (and "
+                             f"--new-head / --seed) it was trained from")
+        tensors[name] = value
+    return TrainState(tensors)
+
+
 def cmd_eval(args: argparse.Namespace) -> None:
+    from tinytrain.simulator import with_state
+
     graph = _model(args)
+    if args.state:
+        graph = with_state(graph, _load_state(args.state, graph))
     x, y = _data(graph, args.data)
-    acc = accuracy(graph, x, y)
-    if args.json:
-        print(json.dumps({"accuracy": acc, "n": int(len(y))}))
+    split = _split(args, y)
+    result = {}
+    if split:
+        x, y = x[split[1]], y[split[1]]
+        result.update(held_out=args.held_out, split_seed=args.split_seed)
+    if args.engine == "c":  # the emitted int8 forward pass, built with the host compiler (bit-identical to sim)
+        from tinytrain.engine_c import predict
+
+        out = predict(graph, x)
+        acc = float((out.reshape(len(y), -1).argmax(axis=1) == y).mean())
     else:
-        print(f"accuracy {acc:.4f} on {len(y)} samples")
+        acc = accuracy(graph, x, y)
+    if args.json:
+        print(json.dumps({"accuracy": acc, "n": int(len(y)), **result}))
+    else:
+        print(f"accuracy {acc:.4f} on {len(y)} {'held-out ' if split else ''}samples")
 
 
 def add_train_commands(sub) -> None:
@@ -124,18 +287,38 @@ def add_train_commands(sub) -> None:
     n = s.add_mutually_exclusive_group()
     n.add_argument("--epochs", type=int, default=1)
     n.add_argument("--steps", type=int)
-    s.add_argument("--engine", choices=("sim", "c", "qemu"), default="sim")
+    s.add_argument("--engine", choices=("sim", "c", "qemu"), default="sim",
+                   help="sim: the numpy simulator; c: the emitted C built with the host compiler; qemu: that C as "
+                        "firmware on an emulated Cortex-M (--board, --sram)")
+    s.add_argument("--board", default="qemu-m7", choices=("qemu-m4", "qemu-m7", "qemu-m55"),
+                   help="--engine qemu: the emulated board (default qemu-m7)")
+    s.add_argument("--sram", default="256k", help="--engine qemu: SRAM budget = the firmware's RAM region (default 256k)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
+    s.add_argument("--no-qas", action="store_true",
+                   help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
+    _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
     s.add_argument("--seed", type=int, default=0, help="sample order, rounding stream and new-head init")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
-    s.add_argument("-o", "--output", help="TRAINED.onnx (not available yet)")
+    s.add_argument("-o", "--output", help="write the trained model as int8 QDQ ONNX (TRAINED.onnx)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("eval", help="accuracy of the int8 model with the device's arithmetic")
     s.add_argument("model")
     s.add_argument("--data", required=True)
+    s.add_argument("--new-head", type=int, metavar="N", help="with a new N-class head (as train --new-head)")
+    s.add_argument("--seed", type=int, default=0, help="new-head init (as train --seed)")
+    s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
+    s.add_argument("--engine", choices=("sim", "c"), default="sim",
+                   help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler")
+    _add_split_arguments(s, "evaluate on the held-out part only (the same split as train's)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)
+
+
+def _add_split_arguments(s, what: str) -> None:
+    s.add_argument("--held-out", type=float, metavar="FRACTION",
+                   help=f"hold out this fraction of DATA (stratified by class): {what}")
+    s.add_argument("--split-seed", type=int, default=0, help="seed of the --held-out split")

@@ -5,7 +5,9 @@ double rounding (TFLite's default MultiplyByQuantizedMultiplier: SaturatingRound
 then RoundingDivideByPOT; tflite-micro's reference kernels, kept bit-exact for TFLite imports) and
 single rounding (``TFLITE_SINGLE_ROUNDING`` / CMSIS-NN ``CMSIS_NN_USE_SINGLE_ROUNDING``:
 (x * m + 2^(30 - shift)) >> (31 - shift) in 64 bits, one rounding of x * m * 2^(shift - 31), ties
-toward +infinity; ONNX imports, closest to onnxruntime's float requantization).
+toward +infinity), plus onnxruntime's own float32 requantization emulated in integer arithmetic
+(``Requant.fp32``: y = nearbyint((float)acc * scale) with a float32 scale, as MLAS requantizes in
+QLinearConv / QGemm / QLinearGlobalAveragePool; ONNX imports' conv2d / fully_connected / mean).
 
 Every function reproduces its C counterpart bit for bit, including C's truncating integer division.
 Arrays are computed in int64 and returned as int64 unless stated otherwise.
@@ -29,18 +31,40 @@ class Requant:
     ``shift`` follows TFLite: positive is a left shift, negative a rounding right shift.
     ``single_rounding``: TFLITE_SINGLE_ROUNDING arithmetic (one rounding, shift <= 30) instead of
     TFLite's default double rounding; a property of the model's origin, set by the frontend.
+    ``fp32``: onnxruntime's float32 requantization (:func:`multiply_by_float32_scale`): multiplier * 2^(shift - 31)
+    is then exactly a float32 scale (the multiplier's low 7 bits are zero, shift <= 23); exclusive with
+    ``single_rounding``.
     """
 
     multiplier: tuple[int, ...]
     shift: tuple[int, ...]
     single_rounding: bool = False
+    fp32: bool = False
 
     def __post_init__(self) -> None:
         if len(self.multiplier) != len(self.shift) or not self.multiplier:
             raise ValueError("requantization needs one shift per multiplier")
+        if self.fp32:
+            if self.single_rounding:
+                raise ValueError("fp32 requantization has its own rounding; single_rounding must be False")
+            if any(m & 0x7F or (m and s > 23) for m, s in zip(self.multiplier, self.shift)):
+                raise ValueError("fp32 requantization needs float32 scales below 2^23 (24-bit multipliers)")
+
+    @property
+    def rounding(self) -> str:
+        """"double" (TFLite default), "single" (TFLITE_SINGLE_ROUNDING) or "fp32" (onnxruntime's float32)."""
+        return "fp32" if self.fp32 else ("single" if self.single_rounding else "double")
 
     @staticmethod
-    def from_scales(real_scales, single_rounding: bool = False) -> Requant:
+    def from_scales(real_scales, single_rounding: bool = False, fp32: bool = False) -> Requant:
+        """Multipliers of real scales. With ``fp32`` every scale must be a float32 value (the frontend computes
+        it as onnxruntime does), which QuantizeMultiplier represents exactly."""
+        if fp32:
+            for s in real_scales:
+                if float(np.float32(s)) != float(s):
+                    raise ValueError(f"fp32 requantization needs float32 scales, got {s!r}")
+            pairs = [quantize_multiplier(float(s)) for s in real_scales]
+            return Requant(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), False, True)
         pairs = [quantize_multiplier(float(s), single_rounding) for s in real_scales]
         return Requant(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), single_rounding)
 
@@ -101,13 +125,82 @@ def rounding_divide_by_pot(x, exponent) -> np.ndarray:
     return (x >> exponent) + (remainder > threshold)
 
 
-def multiply_by_quantized_multiplier(x, multiplier, shift, single_rounding: bool = False) -> np.ndarray:
+_POWERS_OF_TWO = np.int64(1) << np.arange(63, dtype=np.int64)
+
+
+def _bit_length(a: np.ndarray) -> np.ndarray:
+    """Number of significant bits of non-negative int64 values (0 for 0): how many powers of two are <= a."""
+    return np.searchsorted(_POWERS_OF_TWO, a, side="right").astype(np.int64)
+
+
+def shift_round_half_even(x, k) -> np.ndarray:
+    """x / 2^k rounded to nearest, ties to even, for 1 <= k <= 62 (floor shift plus remainder)."""
+    x = np.asarray(x, np.int64)
+    k = np.asarray(k, np.int64)
+    q = x >> k
+    r = x & ((np.int64(1) << k) - 1)
+    half = np.int64(1) << (k - 1)
+    return q + ((r > half) | ((r == half) & ((q & 1) == 1)))
+
+
+def round_to_float32(x) -> np.ndarray:
+    """The integer value of (float)x: int64 x (|x| < 2^62) rounded to 24 significant bits, ties to even."""
+    x = np.asarray(x, np.int64)
+    ax = np.abs(x)
+    if ax.size == 0 or ax.max() < (1 << 24):
+        return x
+    k = _bit_length(ax) - 24
+    kk = np.maximum(k, 1)
+    return np.where(k > 0, shift_round_half_even(x, kk) << kk, x)
+
+
+FP32_LIMIT = 1 << 30  # multiply_by_float32_scale saturates here, so adding a zero point cannot overflow int32
+
+
+def multiply_by_float32_scale(x, multiplier, shift) -> np.ndarray:
+    """onnxruntime's requantization, nearbyint((float)x * scale) in float32 with ties to even (MLAS
+    MlasRequantizeOutput, used by QLinearConv, QGemm and QLinearGlobalAveragePool), in integer arithmetic.
+
+    scale = multiplier * 2^(shift - 31) is a float32 value: its significand is m = multiplier >> 7
+    (24 bits), so scale = m * 2^(shift - 24). (float)x and the float32 product are x and p = (float)x * m
+    each rounded to 24 significant bits (:func:`round_to_float32`); p * 2^(shift - 24) is then rounded to
+    an integer, ties to even. Everything is exact in int64 (|x| < 2^31, m < 2^24). The result saturates
+    at +-2^30 (MLAS clamps to the output range first; any int8 clamp after this gives the same value).
+    C: tt_requantize_fp32 in tt_fixedpoint.h.
+    """
+    x = np.asarray(x, np.int64)
+    m = np.asarray(multiplier, np.int64)
+    shift = np.asarray(shift, np.int64)
+    if np.any((m != 0) & (shift > 23)):
+        raise ValueError("fp32 requantization needs shift <= 23")
+    p = round_to_float32(x) * (m >> 7)
+    k = np.clip(24 - shift, 1, 62)  # per channel, broadcast
+    # Rounding p to 24 bits moves it by at most 2^(d - 1), d = bit_length(|p|) - 24, so it can change the
+    # final rounding only where p is that close to a tie: round those exactly, the rest once (same values,
+    # only faster).
+    y = shift_round_half_even(p, k)
+    d_max = int(_bit_length(np.abs(p).max(initial=0))) - 24
+    if d_max > 0:
+        tie = np.int64(1) << (k - 1)
+        near = np.abs((p & ((np.int64(1) << k) - 1)) - tie) <= (np.int64(1) << (d_max - 1))
+        if near.any():
+            y = np.array(y, copy=True)
+            y[near] = shift_round_half_even(round_to_float32(p[near]), np.broadcast_to(k, p.shape)[near])
+    y = np.where(m == 0, 0, y)
+    return np.clip(y, -FP32_LIMIT, FP32_LIMIT)
+
+
+def multiply_by_quantized_multiplier(x, multiplier, shift, single_rounding: bool = False,
+                                     fp32: bool = False) -> np.ndarray:
     """TFLite MultiplyByQuantizedMultiplier, broadcasting multiplier/shift.
 
     Double rounding by default; ``single_rounding``: the TFLITE_SINGLE_ROUNDING variant (= CMSIS-NN
     arm_nn_requantize with CMSIS_NN_USE_SINGLE_ROUNDING), (x * m + 2^(total - 1)) >> total with
-    total = 31 - shift, in int64 (shift <= 30; |x| < 2^32 so that x * m fits).
+    total = 31 - shift, in int64 (shift <= 30; |x| < 2^32 so that x * m fits); ``fp32``:
+    :func:`multiply_by_float32_scale` (onnxruntime's float32 requantization).
     """
+    if fp32:
+        return multiply_by_float32_scale(x, multiplier, shift)
     x = np.asarray(x, np.int64)
     shift = np.asarray(shift, np.int64)
     if single_rounding:
@@ -139,7 +232,7 @@ def requantize(acc, requant: Requant, zero_point: int, qmin: int, qmax: int, cha
         shape = [1] * acc.ndim
         shape[channel_axis] = len(m)
         m, s = m.reshape(shape), s.reshape(shape)
-    y = multiply_by_quantized_multiplier(acc, m, s, requant.single_rounding) + zero_point
+    y = multiply_by_quantized_multiplier(acc, m, s, requant.single_rounding, requant.fp32) + zero_point
     return np.clip(y, qmin, qmax).astype(np.int8)
 
 

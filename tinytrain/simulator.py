@@ -12,7 +12,7 @@ real weight, k[c] = lr / s_w[c] (QAS, training/qas.py) and R the stochastic (or 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -148,15 +148,17 @@ def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = 
     return values
 
 
-def split_frozen(graph: Graph) -> tuple[Graph, Graph]:
+def split_frozen(graph: Graph, live: Iterable[str] = ()) -> tuple[Graph, Graph]:
     """(prefix, suffix) of a training graph: the prefix holds the nodes no update can change (they read no
     written tensor, label or step, directly or not); its outputs are what the suffix reads of them. Running
-    the prefix once per image and the suffix every step is bit-identical to running the whole graph."""
+    the prefix once per image and the suffix every step is bit-identical to running the whole graph.
+    ``live`` adds tensors that change (the written tensors of a training graph, to split its forward graph
+    the same way)."""
     from dataclasses import replace
 
     from tinytrain.training.autodiff import LABEL
 
-    live = set(written_tensors(graph)) | {LABEL, STEP_INPUT}
+    live = set(written_tensors(graph)) | {LABEL, STEP_INPUT} | set(live)
     frozen, rest = [], []
     for node in graph.nodes:
         if get_op(node.op).writes or any(i in live for i in node.inputs):
@@ -172,15 +174,20 @@ def split_frozen(graph: Graph) -> tuple[Graph, Graph]:
 
 
 def train(graph: Graph, state: TrainState, xs: np.ndarray, labels: np.ndarray, order=None,
-          frozen_cache: bool = True) -> np.ndarray:
+          frozen_cache: bool = True, features: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
     """Batch-1 SGD, one update per sample, in ``order`` (default: as given); returns the per-sample losses.
 
-    With ``frozen_cache`` the frozen prefix (``split_frozen``) runs once per image, batched."""
+    With ``frozen_cache`` the frozen prefix (``split_frozen``) runs once per image, batched. ``features``
+    gives the prefix's outputs for every row of ``xs`` instead (computed once by the caller, e.g. for several
+    runs on the same images); the prefix is then not run."""
     from tinytrain.training.autodiff import LOSS
 
     order = np.arange(len(xs)) if order is None else np.asarray(order)
     used = np.unique(order)  # images actually visited; row r of feats is image used[r]
-    if frozen_cache:
+    if features is not None:
+        prefix, suffix = split_frozen(graph)
+        feats = {k: np.asarray(features[k])[used] for k in prefix.outputs}
+    elif frozen_cache:
         prefix, suffix = split_frozen(graph)
         feats = forward(prefix, {prefix.inputs[0]: xs[used]}) if prefix.nodes else {prefix.inputs[0]: xs[used]}
         feats = {k: v for k, v in feats.items() if k in suffix.inputs}

@@ -11,8 +11,9 @@ Every binding reads the node and its tensors through the emitter's context (``ct
 graph constant in flash) and ``ctx.table(node, what, values)`` (a derived int32 table in flash).
 
 Requantization rounds as the node's ``Requant`` says: the template parameter ``rq`` names the C helper
-(``tt_requantize``, TFLite's double rounding, or ``tt_requantize_single``, TFLITE_SINGLE_ROUNDING) and
-single-rounding kernels carry ``_sr`` in their name.
+(``tt_requantize``, TFLite's double rounding, ``tt_requantize_single``, TFLITE_SINGLE_ROUNDING, or
+``tt_requantize_fp32``, onnxruntime's float32 requantization in integers); single-rounding kernels carry
+``_sr`` in their name, float32-rounding ones ``_f32``.
 """
 
 from __future__ import annotations
@@ -84,15 +85,22 @@ def _per_channel(values, cout: int) -> np.ndarray:
 
 def _rq(requant) -> str:
     """The C requantization helper of a Requant (a template parameter of the kernel)."""
+    if requant.fp32:
+        return "tt_requantize_fp32"
     return "tt_requantize_single" if requant.single_rounding else "tt_requantize"
 
 
 def _sr(*requants) -> str:
-    """Kernel name suffix of the rounding: "" (double), "_sr" (single), "_sr" + one bit per Requant if mixed."""
-    flags = [r.single_rounding for r in requants]
-    if not any(flags):
+    """Kernel name suffix of the rounding: "" (double), "_sr" (single), "_f32" (onnxruntime's float32), or if
+    mixed "_sr" + one code per Requant (0 double, 1 single, f float32)."""
+    codes = ["f" if r.fp32 else str(int(r.single_rounding)) for r in requants]
+    if all(c == "0" for c in codes):
         return ""
-    return "_sr" if all(flags) else "_sr" + "".join(str(int(f)) for f in flags)
+    if all(c == "1" for c in codes):
+        return "_sr"
+    if all(c == "f" for c in codes):
+        return "_f32"
+    return "_sr" + "".join(codes)
 
 
 def _requant_tables(sig: _Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:

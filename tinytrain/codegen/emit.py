@@ -21,7 +21,16 @@ from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Tensor
 from tinytrain.memory.report import MemoryReport
 
-RUNTIME_FILES = ("tt_fixedpoint.h",)
+RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h")
+# Cores with the Arm DSP extension (SXTB16, SMLAD): a project compiled for one of them (the plan's target, from
+# `tinytrain compile --target` or the firmware board's core) defines TT_ARM_DSP 1, which selects tt_simd.h's DSP
+# inner products. This is the one place the target chooses code; any other target gets the portable C reference.
+DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55"})
+
+
+def arm_dsp(target: str) -> bool:
+    """Whether a project for ``target`` uses the Arm DSP inner products (tt_simd.h)."""
+    return target in DSP_TARGETS
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
 
@@ -126,7 +135,9 @@ def _signature(kernel: Kernel, width: int = 96) -> str:
     for i, (decl, c) in enumerate(lines):
         text = decl + ("," if i < len(lines) - 1 else ")")
         out.append(f"    {text:<{column}}  /* {c} */" if c else f"    {text}")
-    return f"static void {kernel.name}(\n" + "\n".join(out)
+    # noinline: one out-of-line function per kernel, called once per layer; gcc -O3 specializing a kernel inlined
+    # into the schedule for each layer's constants made the host forward pass 25% slower (mbv2-w0.35).
+    return f"static __attribute__((noinline)) void {kernel.name}(\n" + "\n".join(out)
 
 
 def _step_comment(k: int, node: Node, graph: Graph) -> str:
@@ -204,6 +215,7 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         "input": io(graph.inputs[0]),
         "output": io(graph.outputs[0]),
         "uint8_io": graph.uint8_io,
+        "arm_dsp": arm_dsp(plan.target),
     }
     files = {
         MODEL_HEADER: env.get_template("model.h.j2").render(**common),

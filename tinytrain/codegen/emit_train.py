@@ -30,7 +30,7 @@ from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS, Call, Kernel
 from tinytrain.codegen.bindings_train import TRAIN_BINDINGS
 from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _Array, _Context, _environment,
-                                    _signature, _step_comment, arena_offsets)
+                                    _signature, _step_comment, arena_offsets, arm_dsp)
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
@@ -244,6 +244,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         "logits": {"shape": cformat.shape(q.shape), "nbytes": q.nbytes, "offset": offsets[logits], "zp": q.quant.zp,
                    "scale": repr(q.quant.s), "classes": q.shape[-1]},
         "uint8_io": graph.uint8_io,
+        "arm_dsp": arm_dsp(plan.target),
         "state": state,
         "state_bytes": state_size(layout),
         "state_magic": MAGIC.decode("ascii"),

@@ -48,11 +48,12 @@ def infer_shapes(a: AddAttrs, ins) -> list[tuple[int, ...]]:
 def reference(a: AddAttrs, arrays, ins, outs) -> list[np.ndarray]:
     def scaled(x: np.ndarray, zp: int, r: Requant) -> np.ndarray:
         shifted = (x.astype(np.int64) - zp) << a.left_shift
-        return multiply_by_quantized_multiplier(shifted, r.multiplier[0], r.shift[0], r.single_rounding)
+        return multiply_by_quantized_multiplier(shifted, r.multiplier[0], r.shift[0], r.single_rounding, r.fp32)
 
     raw = scaled(arrays[0], ins[0].quant.zp, a.input1) + scaled(arrays[1], ins[1].quant.zp, a.input2)
     out = a.output
-    y = multiply_by_quantized_multiplier(raw, out.multiplier[0], out.shift[0], out.single_rounding) + outs[0].quant.zp
+    y = multiply_by_quantized_multiplier(raw, out.multiplier[0], out.shift[0], out.single_rounding,
+                                         out.fp32) + outs[0].quant.zp
     return [np.clip(y, a.act_min, a.act_max).astype(np.int8)]
 
 

@@ -82,7 +82,8 @@ def reference(a: AvgPool2dAttrs, arrays, ins, outs) -> list[np.ndarray]:
     if a.output is not None:
         m, s = a.output.arrays()
         centered = sums - ins[0].quant.zp * counts
-        y = multiply_by_quantized_multiplier(centered, m[valid - 1], s[valid - 1], a.output.single_rounding)
+        y = multiply_by_quantized_multiplier(centered, m[valid - 1], s[valid - 1], a.output.single_rounding,
+                                             a.output.fp32)
         y = y + outs[0].quant.zp
     elif a.round_half_even:
         y = divide_half_even(sums - ins[0].quant.zp * counts, valid) + ins[0].quant.zp

@@ -5,7 +5,8 @@ The multiplier m, shift of s_in / s_out (``requant``) absorbs 1/count: k = min(f
 31 + shift), m' = (m << k) // count, shift' = shift - k; y = clamp(MBQM(sum(x) - zx * count, m', shift') + zy).
 With ``count_folded`` (ONNX imports) ``requant`` is already s_in / (count * s_out), computed in double, and
 is used as is: m' = m, shift' = shift, one rounding of the real mean (no truncated division of m).
-MBQM rounds as ``requant.single_rounding`` says. Output (N,1,1,C) with ``keepdims`` else (N,C).
+MBQM rounds as ``requant`` says (double, single, or onnxruntime's float32 rounding with ``requant.fp32``,
+which needs ``count_folded``). Output (N,1,1,C) with ``keepdims`` else (N,C).
 
 Backward (fp32, real values): clamp mask of y, then mean_grad spreads g / (H*W) over the input.
 """
@@ -28,6 +29,10 @@ class MeanAttrs:
     act_max: int = 127
     count_folded: bool = False  # requant is s_in / (count * s_out), not s_in / s_out
 
+    def __post_init__(self) -> None:
+        if self.requant.fp32 and not self.count_folded:
+            raise ValueError("mean: fp32 requantization needs count_folded (a float32 scale with 1/count in it)")
+
 
 def mean_multiplier(a: MeanAttrs, count: int) -> tuple[int, int]:
     """The (multiplier, shift) applied to sum(x) - zx * count (the C binding passes the same)."""
@@ -48,7 +53,7 @@ def reference(a: MeanAttrs, arrays, ins, outs) -> list[np.ndarray]:
     sums = x.sum(axis=(1, 2))
     multiplier, shift = mean_multiplier(a, count)
     acc = multiply_by_quantized_multiplier(sums - ins[0].quant.zp * count, multiplier, shift,
-                                           a.requant.single_rounding)
+                                           a.requant.single_rounding, a.requant.fp32)
     y = acc + outs[0].quant.zp
     y = np.clip(y, a.act_min, a.act_max).astype(np.int8)
     return [y.reshape((x.shape[0],) + outs[0].shape[1:])]

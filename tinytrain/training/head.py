@@ -9,7 +9,10 @@ Quantization, chosen so learning is not stuck at zero: the weight scale is s_W =
 weights use a quarter of the int8 range, leaving room to grow 4x), so a QAS step lr G / s_W of a typical
 gradient is about lr |g x| 32 sqrt(K) LSB — about one LSB for lr = 0.01 and K = 32, several for K >= 256;
 a coarser scale would round most early steps to zero. Logits are quantized with s = 1/8, zp = 0
-(range [-16, 15.875], wide enough for a confident softmax). Bias scale s_x s_W, requantization per channel.
+(range [-16, 15.875], wide enough for a confident softmax). Bias scale s_x s_W, requantization per channel,
+rounded as the replaced layer's was (the base graph's origin: TFLite's double rounding, or an ONNX import's
+float32 rounding of onnxruntime, ``Requant.fp32``, or single rounding), so the head computes like the rest of
+the model and like the runtime the model came from.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def new_head(graph: Graph, n_classes: int, seed: int = 0) -> Graph:
     tensors[b_name] = Tensor(b_name, (n_classes,), DType.INT32, Role.BIAS,
                              QuantParams((float(s_b),) * n_classes, (0,) * n_classes, 0), np.zeros(n_classes, np.int32))
     y_quant = QuantParams.per_tensor(LOGIT_SCALE, 0)
-    requant = Requant.from_scales([float(s_b) / LOGIT_SCALE] * n_classes)
+    requant = _head_requant(node.attrs.requant, float(np.float32(s_b) / np.float32(LOGIT_SCALE)), n_classes)
     if node.op == "conv2d":
         attrs = Conv2dAttrs((1, 1), (0, 0, 0, 0), requant)
     else:
@@ -84,6 +87,14 @@ def new_head(graph: Graph, n_classes: int, seed: int = 0) -> Graph:
     for j in range(k_last + 1, len(nodes)):
         nodes[j] = _reshape_after(nodes[j], tensors, n_classes)
     return replace(graph, tensors=tensors, nodes=tuple(nodes))
+
+
+def _head_requant(old: Requant, scale: float, n_classes: int) -> Requant:
+    """The new head's requantization, rounded like the layer it replaces. ``scale`` = float32(s_b / s_y), as
+    onnxruntime computes it (s_y = LOGIT_SCALE is a power of two, so the division is exact)."""
+    if old.fp32:
+        return Requant.from_scales([scale] * n_classes, fp32=True)
+    return Requant.from_scales([scale] * n_classes, old.single_rounding)
 
 
 def _reshape_after(node: Node, tensors: dict[str, Tensor], n_classes: int) -> Node:

@@ -55,6 +55,64 @@ static inline int32_t tt_requantize_single(int32_t acc, int32_t multiplier, int3
     return (int32_t)(((int64_t)acc * (int64_t)multiplier + round) >> total_shift);
 }
 
+/* Number of significant bits of x (0 for 0). */
+static inline int tt_bit_length64(uint64_t x) {
+    int n = 0;
+    if (x >> 32) { x >>= 32; n += 32; }
+    if (x >> 16) { x >>= 16; n += 16; }
+    if (x >> 8) { x >>= 8; n += 8; }
+    if (x >> 4) { x >>= 4; n += 4; }
+    if (x >> 2) { x >>= 2; n += 2; }
+    if (x >> 1) { x >>= 1; n += 1; }
+    return n + (int)x;
+}
+
+/* x / 2^k rounded to nearest, ties to even; 1 <= k <= 62 (floor shift plus non-negative remainder). */
+static inline int64_t tt_shift_round_half_even(int64_t x, int k) {
+    const int64_t q = x >> k;
+    const int64_t r = (int64_t)((uint64_t)x & (((uint64_t)1 << k) - 1));
+    const int64_t half = (int64_t)1 << (k - 1);
+    return q + ((r > half || (r == half && (q & 1))) ? 1 : 0);
+}
+
+/* The integer value of (float)x: x (|x| < 2^62) rounded to 24 significant bits, ties to even. */
+static inline int64_t tt_round_to_float32(int64_t x) {
+    const uint64_t ax = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    const int k = tt_bit_length64(ax) - 24;
+    return k > 0 ? tt_shift_round_half_even(x, k) * ((int64_t)1 << k) : x;
+}
+
+/* tt_requantize_fp32: onnxruntime's requantization nearbyint((float)acc * scale) in float32, ties to even
+ * (MLAS MlasRequantizeOutput: QLinearConv, QGemm, QLinearGlobalAveragePool), in integer arithmetic
+ * (quant.py multiply_by_float32_scale). scale = multiplier * 2^(shift - 31) is a float32 value, its
+ * significand multiplier >> 7 (24 bits), shift <= 23. Saturates at +-2^30.
+ *
+ * Exact path: p = (float)acc * m rounded to 24 significant bits, then p / 2^k (k = 24 - shift) rounded half
+ * to even. Fast path, same result: when |acc| < 2^24 ((float)acc exact) and |p| < 2^(k + 12), rounding p to
+ * 24 bits moves it by at most 2^(k - 13), so where p's remainder is farther than that from the tie 2^(k - 1)
+ * p / 2^k rounds the same without it (all but about 2^-12 of the values of an int8 layer). */
+static inline int32_t tt_requantize_fp32(int32_t acc, int32_t multiplier, int32_t shift) {
+    const int64_t m = (int64_t)(multiplier >> 7);
+    const int k = 24 - (int)shift;
+    const int64_t limit = (int64_t)1 << 30;
+    int64_t y;
+    if (m == 0) {
+        return 0;
+    }
+    if (acc > -(1 << 24) && acc < (1 << 24) && k <= 50) {
+        const int64_t p = (int64_t)acc * m;
+        const int64_t bound = (int64_t)1 << (k + 12);
+        if (p > -bound && p < bound) {
+            const int64_t dist = (int64_t)((uint64_t)p & (((uint64_t)1 << k) - 1)) - ((int64_t)1 << (k - 1));
+            if ((dist < 0 ? -dist : dist) * 8192 > ((int64_t)1 << k)) {
+                return (int32_t)((p >> k) + (dist > 0 ? 1 : 0));  /* |p| < 2^(k + 12): no saturation */
+            }
+        }
+    }
+    y = tt_shift_round_half_even(tt_round_to_float32(tt_round_to_float32(acc) * m), k > 62 ? 62 : k);
+    return (int32_t)(y > limit ? limit : (y < -limit ? -limit : y));
+}
+
 /* gemmlowp SaturatingRoundingMultiplyByPOT for a positive exponent (1..30). */
 static inline int32_t tt_saturating_left_shift(int32_t x, int exponent) {
     const int32_t threshold = (int32_t)(((int64_t)1 << (31 - exponent)) - 1);
