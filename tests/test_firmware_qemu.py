@@ -247,3 +247,16 @@ def test_inference_firmware_from_the_cli_gives_the_host_logits_on_m55(tmp_path, 
     r = engine_qemu.run(tmp_path / "fw" / "firmware.elf", "qemu-m55", test=(x, y))
     assert np.array_equal(r.logits, engine_c.predict(g, x).reshape(len(x), -1))
     assert r.state is None and len(r.losses) == 0 and r.predict_insns.min() > 0
+
+
+@pytest.mark.slow
+def test_a_plan_that_fills_the_budget_still_reads_its_samples(tmp_path, capsys, monkeypatch):
+    """The searched VWW plan leaves ~3 KB of the 256 KB for the heap: the harness's stdio must not take
+    buffers from it (regression: 'cannot seek to the labels' when both sample streams were buffered)."""
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "cache"))
+    plan = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "vww_study_plan_z0.json"
+    model = shared_file("models/mobilenet_v1_0.25_128_quant.tflite")
+    assert main(["train", str(model), "--data", "lfw", "--new-head", "2", "--plan", str(plan), "--steps", "2",
+                 "--engine", "qemu", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["steps"] == 2

@@ -70,6 +70,7 @@ static int tt_open_samples(tt_sample_file *f, const char *path)
     if (f->images == NULL) {
         return 0;
     }
+    setvbuf(f->images, NULL, _IONBF, 0); /* no stdio buffer from the heap: whole images are read at once */
     if (fread(header, 1, sizeof header, f->images) != sizeof header || memcmp(header, TT_SAMPLES_MAGIC, 4) != 0) {
         tt_fail(path, "not a tinytrain sample file (magic TTDS)");
     }
@@ -81,6 +82,9 @@ static int tt_open_samples(tt_sample_file *f, const char *path)
     }
     f->count = tt_le32(header + 8);
     f->labels = fopen(path, "rb");
+    if (f->labels != NULL) {
+        setvbuf(f->labels, NULL, _IONBF, 0);
+    }
     if (f->labels == NULL ||
         fseek(f->labels, (long)(TT_SAMPLES_HEADER_BYTES + (uint64_t)f->count * TT_INPUT_BYTES), SEEK_SET) != 0) {
         tt_fail(path, "cannot seek to the labels");
