@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from tinytrain import __version__
 from tinytrain.errors import TinyTrainError, UsageError
+from tinytrain.outputs import AtomicDir, write_atomic
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +47,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise UsageError(f"input {args.input} is {x.dtype} {x.shape}; the model takes {want} "
                          f"(N,{','.join(map(str, t.shape[1:]))}), quantized, NHWC")
     y = forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]]
-    _atomic_save_npy(Path(args.output), to_external(graph, y))
+    buffer = io.BytesIO()
+    np.save(buffer, to_external(graph, y))
+    write_atomic(args.output, buffer.getvalue())
 
 
 def cmd_compile(args: argparse.Namespace) -> None:
@@ -91,7 +93,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
         files, note = {}, f"note: no C project written for the training step yet ({e})"
     out = Path(args.output)
     text = report_text(report, step)
-    with _atomic_dir(out) as tmp:
+    with AtomicDir(out) as tmp:
         for name, body in files.items():
             (tmp / name).write_bytes(body.encode("utf-8"))
         body = {**meta, **report.to_json(), "schedule": [f"{n.op} {n.name}" for n in step.nodes]}
@@ -112,41 +114,6 @@ def cmd_convert(args: argparse.Namespace) -> None:
     save_onnx(graph_to_onnx(graph), args.output)
     note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_io else ""
     print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}")
-
-
-def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
-
-
-class _atomic_dir:
-    """Build an output folder next to its destination and move it into place only on success."""
-
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-
-    def __enter__(self) -> Path:
-        parent = self.dest.resolve().parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", dir=parent))
-        except OSError as e:
-            raise UsageError(f"cannot create {self.dest}: {e.strerror}") from None
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
-        if self.dest.exists():
-            shutil.rmtree(self.dest)
-        os.replace(self.tmp, self.dest)
 
 
 def build_parser() -> argparse.ArgumentParser:

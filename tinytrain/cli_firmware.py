@@ -18,14 +18,14 @@ from tinytrain.errors import UsageError
 
 
 def cmd_firmware(args: argparse.Namespace) -> None:
-    from tinytrain.cli import _atomic_dir
+    from tinytrain.outputs import AtomicDir
     from tinytrain.firmware import get_board, render_firmware
     from tinytrain.sizes import parse_size
 
     board = get_board(args.board)
     files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack))
     out = Path(args.output)
-    with _atomic_dir(out) as tmp:
+    with AtomicDir(out) as tmp:
         for rel, data in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)

@@ -40,7 +40,6 @@ source model's uint8 output minus 128.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +47,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tinytrain import __version__
-from tinytrain.errors import UnsupportedModelError, UsageError
+from tinytrain.errors import UnsupportedModelError
 from tinytrain.frontends.onnx_values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor
+from tinytrain.outputs import write_atomic
 
 OPSET = 18
 IR_VERSION = 9  # onnx 1.14 / onnxruntime >= 1.15 load it; opset 18 needs >= 8
@@ -72,14 +72,7 @@ def graph_to_onnx(graph: Graph) -> onnx.ModelProto:
 
 def save_onnx(model: onnx.ModelProto, path: str | Path) -> None:
     """Write ``model`` to ``path`` atomically (a partial file next to it, renamed on success)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        tmp.write_bytes(model.SerializeToString())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    write_atomic(path, model.SerializeToString())
 
 
 class _Exporter:

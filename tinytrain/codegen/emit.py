@@ -146,6 +146,24 @@ def _step_comment(k: int, node: Node, graph: Graph) -> str:
     return f"{k}: {node.op} {cformat.comment(node.name)}: {ins} -> {outs}"
 
 
+def bind_call(env: jinja2.Environment, bindings: dict, node: Node, ctx, kernels: dict[str, tuple[Kernel, str]]) -> Call:
+    """The kernel call of ``node``; its kernel (one per specialization) is rendered into ``kernels`` once."""
+    binding = bindings.get(node.op)
+    if binding is None:
+        raise UnsupportedModelError(f"codegen: no C kernel for op {node.op!r} (node {node.name}); "
+                                    f"supported: {', '.join(sorted(bindings))}, reshape")
+    call: Call = binding(node, ctx)
+    kern = call.kernel
+    if kern.name in kernels:
+        if kernels[kern.name][0] != kern:
+            raise AssertionError(f"two different kernels named {kern.name}")
+    else:
+        text = env.get_template(f"kernels/{kern.family}.c.j2").render(
+            name=kern.name, k=dict(kern.consts), signature=_signature(kern))
+        kernels[kern.name] = (kern, text.strip("\n"))
+    return call
+
+
 def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     """File name -> text of the emitted project (model source, header, runtime).
 
@@ -171,20 +189,8 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             ctx.act(node.outputs[0])
             steps.append({"comment": _step_comment(k, node, graph) + " (a view: same arena bytes, no code)", "code": ""})
             continue
-        binding = BINDINGS.get(node.op)
-        if binding is None:
-            raise UnsupportedModelError(f"codegen: no C kernel for op {node.op!r} (node {node.name}); "
-                                        f"supported: {', '.join(sorted(BINDINGS))}, reshape")
-        call: Call = binding(node, ctx)
-        kern = call.kernel
-        if kern.name in kernels:
-            if kernels[kern.name][0] != kern:
-                raise AssertionError(f"two different kernels named {kern.name}")
-        else:
-            text = env.get_template(f"kernels/{kern.family}.c.j2").render(
-                name=kern.name, k=dict(kern.consts), signature=_signature(kern))
-            kernels[kern.name] = (kern, text.strip("\n"))
-        steps.append({"comment": _step_comment(k, node, graph), "code": f"{kern.name}({', '.join(call.args)});"})
+        call = bind_call(env, BINDINGS, node, ctx, kernels)
+        steps.append({"comment": _step_comment(k, node, graph), "code": f"{call.kernel.name}({', '.join(call.args)});"})
         used.update(call.args)
 
     ctx.act(graph.outputs[0])

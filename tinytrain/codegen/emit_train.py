@@ -27,10 +27,10 @@ import numpy as np
 
 from tinytrain import __version__
 from tinytrain.codegen import cformat
-from tinytrain.codegen.bindings import BINDINGS, Call, Kernel
+from tinytrain.codegen.bindings import BINDINGS, Kernel
 from tinytrain.codegen.bindings_train import TRAIN_BINDINGS
 from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _Array, _Context, _environment,
-                                    _signature, _step_comment, arena_offsets, arm_dsp)
+                                    _step_comment, arena_offsets, arm_dsp, bind_call)
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
@@ -156,20 +156,8 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
         if _view(node):
             steps.append({"comment": comment + " (a view: same arena bytes, no code)", "code": ""})
             continue
-        binding = ALL_BINDINGS.get(node.op)
-        if binding is None:
-            raise UnsupportedModelError(f"codegen: no C kernel for op {node.op!r} (node {node.name}); "
-                                        f"supported: {', '.join(sorted(ALL_BINDINGS))}, reshape")
-        call: Call = binding(node, ctx)
-        kern: Kernel = call.kernel
-        if kern.name in kernels:
-            if kernels[kern.name][0] != kern:
-                raise AssertionError(f"two different kernels named {kern.name}")
-        else:
-            text = env.get_template(f"kernels/{kern.family}.c.j2").render(
-                name=kern.name, k=dict(kern.consts), signature=_signature(kern))
-            kernels[kern.name] = (kern, text.strip("\n"))
-        steps.append({"comment": comment, "code": f"{kern.name}({', '.join(call.args)});"})
+        call = bind_call(env, ALL_BINDINGS, node, ctx, kernels)
+        steps.append({"comment": comment, "code": f"{call.kernel.name}({', '.join(call.args)});"})
         used.update(call.args)
     return steps, used
 
