@@ -158,18 +158,22 @@ def torch_twin(graph):
                 self.steps.append((k, node))
 
         def forward(self, x):  # x: N,C,H,W float
-            for k, node in self.steps:
+            return self.run(x, 0, len(self.steps)).flatten(1)
+
+        def run(self, x, lo: int, hi: int):
+            """steps[lo:hi] on x (N,C,H,W): the part of the network between two nodes, shapes kept."""
+            for k, node in self.steps[lo:hi]:
                 a = node.attrs
                 if node.op in ("conv2d", "fully_connected", "avg_pool2d"):
                     yq = graph.tensors[node.outputs[0]].quant
-                    lo, hi = (a.act_min - yq.zp) * yq.s, (a.act_max - yq.zp) * yq.s
+                    c_lo, c_hi = (a.act_min - yq.zp) * yq.s, (a.act_max - yq.zp) * yq.s
                 b = self.params[f"b{k}"] if f"b{k}" in self.params else None
                 if node.op == "conv2d":
                     pt, pl, pb, pr = a.padding
                     x = F.conv2d(F.pad(x, (pl, pr, pt, pb)), self.params[f"w{k}"], b, a.stride, 0, a.dilation, a.groups)
-                    x = torch.clamp(x, lo, hi)
+                    x = torch.clamp(x, c_lo, c_hi)
                 elif node.op == "fully_connected":
-                    x = torch.clamp(F.linear(x.flatten(1), self.params[f"w{k}"], b), lo, hi)
+                    x = torch.clamp(F.linear(x.flatten(1), self.params[f"w{k}"], b), c_lo, c_hi)
                 elif node.op == "avg_pool2d":
                     pt, pl, pb, pr = a.padding
                     x = F.avg_pool2d(F.pad(x, (pl, pr, pt, pb)), a.kernel, a.stride)
@@ -179,7 +183,7 @@ def torch_twin(graph):
                     pass  # logits are trained with softmax cross-entropy
                 else:
                     raise NotImplementedError(f"torch twin: {node.op}")
-            return x.flatten(1)
+            return x
 
     return Twin()
 
@@ -355,6 +359,23 @@ def _search_summary(path: Path) -> dict:
                for k in ("evolution", "exact")}}
 
 
+def _ceiling_lines() -> list[str]:
+    """The reading of benchmarks/vww_ceiling.py's result (the fp32 cross-validated upper bound), if it was run."""
+    path = OUT / "vww_ceiling.json"
+    if not path.exists():
+        return ["- Run `benchmarks/vww_ceiling.py` for the fp32 cross-validated upper bound of a backbone update."]
+    c = json.loads(path.read_text())
+    compared = [row for row in c["rows"] if row["reference"] != row["config"]["name"] and not row["config"]["flip"]]
+    top = max(compared, key=lambda row: row["gain_points"])
+    return [f"- Not even fp32 with unlimited memory gets 2 points here: in `benchmarks/results/vww_ceiling.md` "
+            f"({c['folds']}-fold cross-validation, all {c['images']} images held out once, gains paired per image) "
+            f"the best backbone update, {top['config']['name']}, is {top['gain_points']:+.1f} ± "
+            f"{top['gain_standard_error_points']:.1f} points over classifier-only trained as long; updating more "
+            "layers loses accuracy (" + ", ".join(
+                f"{row['config']['name'].split(' (')[0]}: {row['gain_points']:+.1f}" for row in compared
+                if row["config"]["name"].startswith("last-k")) + " points)."]
+
+
 def _kb(b) -> str:
     return "—" if b is None else f"{b / 1024:.1f} KB"
 
@@ -407,6 +428,7 @@ def markdown(r: dict) -> str:
         f"data: the searched plan is {m['searched_minus_classifier_only_points']:+.1f} points from classifier-only "
         f"and {m['searched_minus_bias_only_points']:+.1f} from bias-only; it is "
         f"{-m['fp32_minus_searched_points']:+.1f} points from fp32 full fine-tuning (within 2 points).",
+        *_ceiling_lines(),
         f"- The contributions are short fine-tunes (one epoch) scored on {s['measurement']['n_val']} "
         f"validation images, whose standard error is {100 * s['noise_floor']['standard_error']:.1f} points. "
         f"Summing every measured gain, as published, adds up noise: that plan (no noise floor) claims "
