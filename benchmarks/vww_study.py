@@ -280,6 +280,7 @@ def main() -> None:
     from tinytrain.search.memory import peak_sram
 
     all_bias_peak = peak_sram(graph, Plan(n, (WeightUpdate(n - 1, 1.0),), lr=lr))
+    next_last_peak = peak_sram(graph, preset(f"last-k:{k_last + 1}", graph, lr=lr)) if k_last < n else None
     searched_plan = json.loads((ROOT / plan_path).read_text())
     rows = [
         ("searched sparse plan (QAS)", MODEL, plan_path, ()),
@@ -331,6 +332,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)", "python": platform.python_version(),
         "model": MODEL, "data": DATA, "held_out": HELD_OUT, "split_seed": SPLIT_SEED, "epochs": epochs, "lr": lr,
         "sram_budget_bytes": BUDGET_BYTES, "all_biases_peak_sram_bytes": all_bias_peak,
+        "last_k_fitting": {"k": k_last, "next_peak_sram_bytes": next_last_peak},
         "searched_plan": searched_plan,
         "search": {k: search[k] for k in ("evolution", "exact", "baseline", "options", "noise_floor", "measurement",
                                                                           "finetunes_run", "finetunes_cached",
@@ -413,9 +415,9 @@ def markdown(r: dict) -> str:
         f"{m['searched_minus_bias_only_points']:+.1f} points; minus classifier-only: "
         f"{m['searched_minus_classifier_only_points']:+.1f} points; fp32 full fine-tuning minus searched: "
         f"{m['fp32_minus_searched_points']:+.1f} points. One held-out image is 0.5 points. Every bias (the "
-        f"`bias-only` preset) needs {_kb(r['all_biases_peak_sram_bytes'])}; `last-k:2` already needs more than 256 KB "
-        "(the fp32 weight gradient of conv 26, 256x256, is 256 KB), so the largest last-k under the budget is "
-        "the classifier alone.",
+        f"`bias-only` preset) needs {_kb(r['all_biases_peak_sram_bytes'])}; the largest last-k under the budget is "
+        f"last-k:{r['last_k_fitting']['k']} (last-k:{r['last_k_fitting']['k'] + 1} needs "
+        f"{_kb(r['last_k_fitting']['next_peak_sram_bytes'])}).",
         "",
         "## Reading",
         "",

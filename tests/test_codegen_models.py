@@ -1,5 +1,6 @@
 """Generated C == numpy simulator, bit for bit, on every shipped model and every int8/uint8 TFLite model of
-../shared, each on 200 real VWW images (resized and quantized for the model by tinytrain.data)."""
+../shared, each on 200 real VWW images (resized and quantized for the model by tinytrain.data): the portable C and
+the C of a Cortex-M7 compile (tt_simd.h's Arm DSP path, on C models of its instructions)."""
 
 from pathlib import Path
 
@@ -18,27 +19,34 @@ SHARED_TFLITE = ["vww_96_int8.tflite", "person_detect.tflite", "person_detect_li
                  "mobilenet_v2_1.0_224_quant.tflite"]
 
 
-def _check_200_images(model_path: Path, cache_dir: Path) -> None:
+def _check_200_images(model_path: Path, cache_dir: Path, arm_dsp: bool) -> None:
+    from test_codegen_ops import _predict_arm_dsp
+
     graph = load_model(model_path)
     images = load_dataset(shared_file("data/vww96/vww96_dev800.npz")).x[:200]
     x = model_inputs(graph, images)
     want = simulator.forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
-    got = engine_c.predict(graph, x, cache_dir=cache_dir)
+    got = _predict_arm_dsp(graph, x, cache_dir) if arm_dsp else engine_c.predict(graph, x, cache_dir=cache_dir)
     differ = np.flatnonzero((got != want).reshape(len(x), -1).any(axis=1))
     assert differ.size == 0, (f"{differ.size} of {len(x)} images differ, first {differ[0]}: "
                               f"C {got[differ[0]][:8]} vs simulator {want[differ[0]][:8]}")
     assert len(np.unique(got.reshape(len(x), -1).argmax(axis=1))) > 1  # not a constant output
 
 
+ARM_DSP = pytest.mark.parametrize("arm_dsp", [False, True], ids=["portable", "arm-dsp"])
+
+
 @pytest.mark.slow
+@ARM_DSP
 @pytest.mark.parametrize("model", ZOO)
-def test_shipped_model_on_200_images(model, tmp_path):
-    _check_200_images(ROOT / "models" / model, tmp_path)
+def test_shipped_model_on_200_images(model, arm_dsp, tmp_path):
+    _check_200_images(ROOT / "models" / model, tmp_path, arm_dsp)
 
 
 @pytest.mark.slow
+@ARM_DSP
 @pytest.mark.parametrize("model", SHARED_TFLITE)
-def test_shared_tflite_model_on_200_images(model, tmp_path):
+def test_shared_tflite_model_on_200_images(model, arm_dsp, tmp_path):
     """Covers per-channel int8 (VWW), grayscale input (person detection), TF1 uint8 models (non-zero
     weight zero points, half-up average pooling) and residual adds (MobileNetV2 1.0 at 224x224)."""
-    _check_200_images(shared_file(f"models/{model}"), tmp_path)
+    _check_200_images(shared_file(f"models/{model}"), tmp_path, arm_dsp)

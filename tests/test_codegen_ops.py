@@ -81,19 +81,22 @@ def _predict_arm_dsp(g, x: np.ndarray, cache) -> np.ndarray:
     return y
 
 
-@settings(max_examples=12, **SETTINGS)
-@given(variant=st.sampled_from(["regular", "pointwise", "fc"]), hw=st.tuples(st.integers(1, 6), st.integers(1, 6)),
-       cin=st.integers(1, 37), cout=st.integers(1, 7), k=st.sampled_from([1, 2, 3]), stride=st.integers(1, 2),
-       dilation=st.sampled_from([1, 2]), pad=st.integers(0, 2), weight_zp=st.booleans(),
-       single=st.sampled_from([False, True, "fp32"]), seed=st.integers(0, 2**16))
+@settings(max_examples=20, **SETTINGS)
+@given(variant=st.sampled_from(["regular", "pointwise", "fc", "depthwise"]),
+       hw=st.tuples(st.integers(1, 6), st.integers(1, 6)), cin=st.integers(1, 37), cout=st.integers(1, 7),
+       k=st.sampled_from([1, 2, 3]), stride=st.integers(1, 2), dilation=st.sampled_from([1, 2]), pad=st.integers(0, 2),
+       weight_zp=st.booleans(), single=st.sampled_from([False, True, "fp32"]), seed=st.integers(0, 2**16))
 def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw, cin, cout, k, stride, dilation, pad,
                                                                weight_zp, single, seed):
-    """Pointwise, regular and fully connected kernels of a DSP target == the simulator (== the portable C), with
-    channel counts around the 4-byte SIMD blocks."""
+    """Pointwise, regular, depthwise and fully connected kernels of a DSP target == the simulator (== the portable
+    C), with channel counts around the 4-byte SIMD blocks, windows inside the input and clipped at its border."""
     b = GraphBuilder(seed)
     x = b.input((1, *hw, cin))
     try:
-        if variant == "fc":
+        if variant == "depthwise":
+            b.conv(x, cin, (k, k), (stride, stride), (pad,) * 4, (dilation, dilation), depthwise=True, bias=True,
+                   weight_zp=weight_zp, single=single)
+        elif variant == "fc":
             flat = b.reshape(x, (hw[0] * hw[1] * cin,))
             b.fully_connected(flat, cout, bias=True, weight_zp=weight_zp, single=single)
         elif variant == "pointwise":
@@ -104,6 +107,25 @@ def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw,
     except ValueError:
         assume(False)
     g = b.build(b.nodes[-1].outputs[0])
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
+
+
+@pytest.mark.parametrize("c, single", [(19, "fp32"), (8, False), (13, True)])
+def test_arm_dsp_depthwise_equals_the_portable_reference(cache, c, single):
+    """Depthwise kernels of a DSP target (tt_mac4_s8: four channels per SXTAB16 / SMLABB step, taps unrolled inside
+    the input, clipped at its border) == the simulator: a chain of windows, strides, paddings, dilations, weight
+    zero points and a channel multiplier, with channel counts that leave 0 to 3 channels after the blocks of 4."""
+    b = GraphBuilder(c)
+    h = b.input((1, 13, 11, c))
+    layers = [((3, 3), 1, (1, 1, 1, 1), 1, False), ((3, 3), 2, (1, 1, 1, 1), 1, True),
+              ((5, 5), 1, (2, 2, 2, 2), 1, False), ((3, 3), 1, (0, 0, 0, 0), 2, True),
+              ((7, 3), 2, (3, 1, 3, 1), 1, False), ((3, 3), 1, (0, 2, 1, 0), 1, False)]
+    for k, stride, pad, dilation, weight_zp in layers:
+        h = b.conv(h, c, k, (stride, stride), pad, (dilation, dilation), depthwise=True, weight_zp=weight_zp,
+                   single=single, act=(-100, 110))
+    g = b.build(b.conv(h, 2 * c, (3, 3), (1, 1), (1, 1, 1, 1), depthwise=True, single=single))
     xs = b.inputs_batch(g, 3)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
     assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
@@ -146,6 +168,35 @@ def test_fp32_rounding_conv_mean_fc(cache, hw, c, classes, keepdims, weight_zp, 
     assert_c_matches_simulator(b, g, cache, n=4)
 
 
+@pytest.mark.parametrize("arm_dsp", [False, True])
+def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
+    """Float32 requantization with shifts outside -32..-2 (scales of 0.4 and more, or below 2^-32: multiplier 0)
+    gets the exact arithmetic alone (tt_requantize_fp32_wide, "_f32w" kernels); a node with all shifts inside gets
+    the fast path ("_f32"): C == simulator, portable and DSP."""
+    import dataclasses
+
+    from tinytrain.codegen import render_project
+    from tinytrain.memory.report import plan_forward
+    from tinytrain.quant import Requant
+
+    b = GraphBuilder(7)
+    x = b.input((1, 5, 6, 8))
+    h = b.conv(x, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
+    h = b.conv(h, 6, 1, single="fp32")
+    scales = [3.0, 0.7, 0.4, 2.0 ** -40, 2.0 ** -31, 1e-3]
+    b.nodes[-1] = dataclasses.replace(b.nodes[-1], attrs=dataclasses.replace(
+        b.nodes[-1].attrs, requant=Requant.from_scales([float(np.float32(s)) for s in scales], fp32=True)))
+    g = b.build(h)
+    assert g.nodes[1].attrs.requant.shift[:5] == (2, 0, -1, 0, -30)
+    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
+    source = render_project(g, plan)["tinytrain_model.c"]
+    assert "tt_depthwise_conv_3x3_s1_p1x1_s8_f32(" in source and "tt_conv_1x1_xw_s8_f32w(" in source
+    xs = b.inputs_batch(g, 4)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    got = _predict_arm_dsp(g, xs, cache) if arm_dsp else engine_c.predict(g, xs, cache_dir=cache)
+    assert np.array_equal(got, want)
+
+
 @settings(max_examples=15, **SETTINGS)
 @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), pads=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=3, max_size=3),
        classes=st.integers(1, 12), beta=st.sampled_from([0.5, 1.0, 3.0]), fc_bias=st.booleans(), weight_zp=st.booleans(),
@@ -180,8 +231,9 @@ int main(void) {
     long long acc, multiplier, shift, left_ok;
     while (scanf("%lld %lld %lld %lld", &acc, &multiplier, &shift, &left_ok) == 4) {
         /* tt_requantize shifts acc left in int32: only called where that cannot overflow, as in the kernels */
-        printf("%ld %ld\n", left_ok ? (long)tt_requantize((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L,
-               (long)tt_requantize_single((int32_t)acc, (int32_t)multiplier, (int32_t)shift));
+        printf("%ld %ld %ld\n", left_ok ? (long)tt_requantize((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L,
+               (long)tt_requantize_single((int32_t)acc, (int32_t)multiplier, (int32_t)shift),
+               left_ok ? (long)tt_requantize_s8((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L);
     }
     return 0;
 }
@@ -190,7 +242,8 @@ int main(void) {
 
 def test_requantize_helpers_match_quant_py(tmp_path):
     """tt_requantize / tt_requantize_single == quant.multiply_by_quantized_multiplier (double / single rounding)
-    over the whole int32 accumulator range, every shift -31..30 and the extreme multipliers."""
+    over the whole int32 accumulator range, every shift -31..30 and the extreme multipliers; so is the kernels'
+    tt_requantize_s8 (its own arithmetic for shifts <= 0)."""
     from tinytrain.quant import INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier
 
     if shutil.which("gcc") is None:
@@ -222,6 +275,7 @@ def test_requantize_helpers_match_quant_py(tmp_path):
     fits = np.abs(single) <= INT32_MAX  # TFLite DCHECKs that the result fits int32
     assert left_ok.mean() > 0.4 and fits.mean() > 0.4
     np.testing.assert_array_equal(got[left_ok, 0], double[left_ok])
+    np.testing.assert_array_equal(got[left_ok, 2], double[left_ok])
     np.testing.assert_array_equal(got[fits, 1], single[fits])
 
 
@@ -279,3 +333,81 @@ def test_requantize_fp32_helper_matches_quant_py_and_float32(tmp_path):
     np.testing.assert_array_equal(got, ours)
     np.testing.assert_array_equal(ours, flt)
     assert (np.abs(ours) < 1 << 30).mean() > 0.5 and (np.abs(ours[near]) <= 300).mean() > 0.5
+
+
+FP32_S8_MAIN = r"""
+#include <math.h>
+#include <stdio.h>
+#include "tt_fixedpoint.h"
+
+static uint64_t state = 0x9E3779B97F4A7C15u;
+static uint64_t next(void) {  /* xorshift64 */
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+}
+
+int main(void) {
+    long tested = 0, differ = 0;
+    for (long i = 0; i < 4000000; i++) {
+        const int32_t shift = -32 + (int32_t)(next() % 31);                          /* -32..-2 */
+        const int32_t m = (int32_t)((1u << 23) + (uint32_t)(next() % (1u << 23)));  /* 24-bit significand */
+        const int32_t zp = (int32_t)(next() % 256) - 128;
+        int32_t lo = (int32_t)(next() % 256) - 128, hi = (int32_t)(next() % 256) - 128;
+        const int k = 24 - shift;
+        int64_t acc;
+        if (i % 4 == 3) {  /* the whole int8 range */
+            lo = -128;
+            hi = 127;
+        } else if (lo > hi) {
+            const int32_t t = lo;
+            lo = hi;
+            hi = t;
+        }
+        if (i % 2) {  /* near a tie (2j + 1) * 2^(k - 1) of p = acc * m, about as near as the fast path's band */
+            const int64_t span = i % 8 == 1 ? 4200 : 300;  /* mostly results that land in the int8 range */
+            const double j = (double)((int64_t)(next() % (uint64_t)(2 * span)) - span);
+            const int64_t reach = k > 35 ? (int64_t)1 << (k - 33) : 3;
+            acc = (int64_t)floor((2.0 * j + 1.0) * ldexp(1.0, k - 1) / (double)m) +
+                  (int64_t)(next() % (uint64_t)(2 * reach + 1)) - reach;
+        } else {  /* any magnitude */
+            acc = (int64_t)(int32_t)(uint32_t)next() >> (next() % 32);
+        }
+        if (acc < INT32_MIN || acc > INT32_MAX) {
+            continue;
+        }
+        tested++;
+        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, shift) + zp, lo, hi);
+        const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32((int32_t)acc, m * 128, shift) + zp, lo, hi);
+        if (fast != want && differ++ < 5) {
+            printf("acc %lld multiplier %ld shift %ld zp %ld range %ld..%ld: %d, want %d\n", (long long)acc,
+                   (long)m * 128, (long)shift, (long)zp, (long)lo, (long)hi, fast, want);
+        }
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+def test_requantize_fp32_s8_equals_the_exact_helper(tmp_path):
+    """clamp(tt_requantize_fp32_s8 + zero point) (the kernels' int8 output, with a 32-bit fast path) ==
+    clamp(tt_requantize_fp32 + zero point) on 4 M values: every shift it takes (-32..-2), random 24-bit
+    significands, zero points and clamp ranges, accumulators of all magnitudes and near rounding ties, as near as
+    the fast path's tie band (where the float32 roundings of wide accumulators decide), for results in the int8
+    range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
+    (tmp_path / "tt_fixedpoint.h").write_text(header)
+    (tmp_path / "main.c").write_text(FP32_S8_MAIN)
+    for word64 in (0, 1):  # both ways tt_fixedpoint.h computes the fast path (32-bit cores, 64-bit hosts)
+        exe = tmp_path / f"requant_fp32_s8_{word64}"
+        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
+                            "-fno-sanitize-recover=all", f"-DTT_WORD64={word64}", str(tmp_path / "main.c"), "-o",
+                            str(exe), "-lm"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run([str(exe)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "differ 0" in r.stdout

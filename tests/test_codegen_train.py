@@ -34,6 +34,7 @@ from tinytrain.ir import DType, QuantParams
 from tinytrain.ops import get_op
 from tinytrain.ops.sgd_update import Rounding
 from tinytrain.simulator import init_state, train_step
+from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
@@ -223,14 +224,59 @@ def test_state_bytes_round_trip_and_foreign_state_is_refused(setup, model):
     assert trainer._lib.tt_state_load(bytes(bad)) == -1
 
 
+# Fused (ops/grad_weight_sgd_update.py) against unfused C: besides CONFIGS, a partial pointwise / depthwise / fully
+# connected update with momentum and stochastic rounding (whose draws are indexed over the whole selection).
+FUSION_CONFIGS = {
+    **CONFIGS,
+    "channels+momentum+stochastic": lambda g: (
+        Plan(bias_last_k=2, weights=(WeightUpdate(1, 0.5), WeightUpdate(2, 0.5), WeightUpdate(5, 0.5)), lr=0.05),
+        UpdateConfig(momentum=0.9, seed=5)),
+}
+
+
+@pytest.mark.parametrize("config", sorted(FUSION_CONFIGS))
+def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config, tmp_path_factory):
+    """8 steps of the C with each weight gradient fused into its update, in blocks of one row, of a few rows (some
+    blocks shorter) and as compile chooses them: the same losses and the same state (weights, biases, momentum)
+    bit for bit as the C with whole gradients."""
+    from tinytrain.memory.schedule import reorder
+
+    g, mb = model
+    plan, update_config = FUSION_CONFIGS[config](g)
+    tg = build_training_graph(g, plan, update_config)
+    cache = tmp_path_factory.mktemp("cache")
+    rng = np.random.default_rng(3)
+    xs = rng.integers(-128, 128, (8,) + mb.calibration_input().shape[1:]).astype(np.int8)
+    ys = rng.integers(0, 5, 8)
+    unfused = CTrainer(reorder(tg), cache, reorder=False)
+    want_losses, want = unfused.train(xs, ys), unfused.state()
+    assert "grad_weight_sgd_update" not in unfused.files[MODEL_SOURCE]
+    for scratch_bytes in (1, 120, None):
+        fused = CTrainer(tg, cache) if scratch_bytes is None else \
+            CTrainer(reorder(fuse_updates(tg, scratch_bytes)), cache, reorder=False)
+        nodes = [n for n in fused.schedule.nodes if n.op.endswith("_grad_weight_sgd_update")]
+        assert len(nodes) == sum(1 for n in tg.nodes if n.op.endswith("_grad_weight"))
+        rows = [len(n.attrs.channels or range(tg.tensors[n.inputs[0]].shape[0])) for n in nodes]
+        if scratch_bytes == 1:
+            assert all(n.attrs.block == 1 for n in nodes)
+        if scratch_bytes == 120:  # some last block shorter than the others
+            assert any(r % n.attrs.block for r, n in zip(rows, nodes))
+        np.testing.assert_array_equal(fused.train(xs, ys), want_losses)
+        got = fused.state()
+        assert got.step == want.step == 8 and got.tensors.keys() == want.tensors.keys()
+        for name, value in want.tensors.items():
+            np.testing.assert_array_equal(got.tensors[name], value, err_msg=f"{name}, scratch {scratch_bytes}")
+
+
 @pytest.fixture(scope="module")
 def project(model, tmp_path_factory):
+    """What compile emits: updates fused with their weight gradients, reordered."""
     from tinytrain.memory.report import plan_memory
     from tinytrain.memory.schedule import reorder
 
     g, _ = model
     plan, config = CONFIGS["full"](g)
-    tg = reorder(build_training_graph(g, plan, config))
+    tg = reorder(fuse_updates(build_training_graph(g, plan, config)))
     out = tmp_path_factory.mktemp("train_project")
     files = render_project(tg, plan_memory(tg, 1 << 30, 1 << 30))
     for name, text in files.items():
@@ -245,7 +291,7 @@ def test_project_is_deterministic_and_names_version_and_model_hash(project, mode
     out, tg, files = project
     g2, _ = train_ops_model()  # rebuilt from scratch
     plan, config = CONFIGS["full"](g2)
-    tg2 = reorder(build_training_graph(g2, plan, config))
+    tg2 = reorder(fuse_updates(build_training_graph(g2, plan, config)))
     again = render_project(tg2, plan_memory(tg2, 1 << 30, 1 << 30))
     assert again == files
     for name in (MODEL_SOURCE, MODEL_HEADER):

@@ -8,9 +8,11 @@ import pytest
 from tinytrain.cli import main
 from tinytrain.memory.report import RUNTIME_BYTES, STACK_BYTES, plan_memory, trainable_copies
 from tinytrain.memory.schedule import reorder
+from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.sparse import Plan, WeightUpdate, load_plan, preset
 from tinytrain.training.train_graph import build_training_graph
 
+from conftest import shared_file
 from ir_builders import tiny_mobilenet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +79,49 @@ def test_full_update_is_refused_with_one_clear_line(model, tmp_path, capsys):
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+def _compile_fused(model, argv, tmp_path) -> tuple[dict, list[int]]:
+    """(compile's report.json, the sizes of its scratch buffers); asserts that no whole weight gradient exists:
+    each fused node computes it a block of rows at a time into its own scratch, alive at its step only."""
+    out = tmp_path / "out"
+    assert main(["compile", str(model), "--sram", "256k", *argv, "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert not any(s.split()[0].endswith("_grad_weight") for s in report["schedule"])
+    scratch = [b for b in report["buffers"] if b["role"] == "scratch"]
+    assert all(b["first_use"] == b["last_use"] for b in scratch)
+    assert len(scratch) == sum(1 for s in report["schedule"] if s.split()[0].endswith("_grad_weight_sgd_update"))
+    return report, sorted(b["size"] for b in scratch)
+
+
+def test_fusing_weight_gradients_with_updates_fits_mobilenet_v1_last_k2(tmp_path):
+    """ImageNet MobileNetV1-0.25 with a new 2-class head, last two layers updated: the 256x256 pointwise conv's
+    fp32 weight gradient alone was 256 KB (peak 352040 B, in its update); fused, the peak is the forward pass's."""
+    from tinytrain.frontends import load_model
+    from tinytrain.training.head import new_head
+
+    model = shared_file("models/mobilenet_v1_0.25_128_quant.tflite")
+    report, scratch = _compile_fused(model, ["--update", "last-k:2", "--new-head", "2"], tmp_path)
+    assert scratch == [2048, 2048]  # blocks of 2 rows of 256 floats: the 256x256 conv and the 2x256 head
+    assert report["fits"] and report["peak_sram_bytes"] == 151336
+    assert report["schedule"][report["peak_step"]].startswith("conv2d ")  # the first convolution
+    g = new_head(load_model(model), 2)
+    unfused = reorder(build_training_graph(g, preset("last-k:2", g)))
+    assert plan_memory(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 352040
+
+
+def test_fusing_weight_gradients_with_updates_fits_mcunet_last_k2(tmp_path):
+    """MCUNet-5fps, last two layers updated (the 576 -> 160 pointwise conv and the classifier): the conv's 360 KB
+    fp32 weight gradient made the peak 484872 B; fused, the peak is the forward pass's."""
+    from tinytrain.frontends import load_model
+
+    model = ROOT / "models" / "mcunet-5fps.onnx"
+    report, scratch = _compile_fused(model, ["--update", "last-k:2"], tmp_path)
+    assert scratch == [1920, 2304]  # 3 of the 10 classifier rows of 160 floats; one conv row of 576 floats (> 2 KB)
+    assert report["fits"] and report["peak_sram_bytes"] == 227864
+    g = load_model(model)
+    unfused = reorder(build_training_graph(g, preset("last-k:2", g)))
+    assert plan_memory(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 484872
+
+
 def test_compile_rejects_plan_and_update_together(tmp_path, capsys):
     plan = ROOT / "models" / "plans" / "mbv2-w0.35-sparse.json"
     assert main(["compile", str(ROOT / "models" / "mbv2-w0.35.onnx"), "--plan", str(plan), "--update", "full",
@@ -95,7 +140,7 @@ def test_arena_within_five_percent_of_the_largest_live_set(model):
     for plan in (preset("full", g), preset("bias-only", g), preset("last-k:6", g),
                  load_plan(ROOT / "models" / "plans" / f"{model}-sparse.json")):
         step = build_training_graph(g, plan)
-        graphs += [step, reorder(step)]
+        graphs += [step, reorder(step), reorder(fuse_updates(step))]
     for graph in graphs:
         for inplace in (False, True):
             r = plan_memory(graph, 1 << 30, 1 << 30, inplace=inplace)

@@ -181,15 +181,22 @@ def test_memory_oracle_is_compiles_peak_and_is_cached(tiny, tmp_path):
     from tinytrain.memory.report import plan_memory
     from tinytrain.memory.schedule import reorder
     from tinytrain.search.memory import MemoryOracle
+    from tinytrain.training.fuse import fuse_updates
 
     n = len(layers(tiny))
     plan = Plan(4, (WeightUpdate(n - 1, 1.0), WeightUpdate(n - 3, 0.5)))
     oracle = MemoryOracle(tiny, path=tmp_path / "mem.json")
-    want = plan_memory(reorder(build_training_graph(tiny, plan)), 1 << 30, 1 << 30).peak_sram_bytes
+    want = plan_memory(reorder(fuse_updates(build_training_graph(tiny, plan))), 1 << 30, 1 << 30).peak_sram_bytes
     assert oracle(plan) == want and oracle(plan) == want and oracle.evaluations == 1
     oracle.save()
     again = MemoryOracle(tiny, path=tmp_path / "mem.json")
     assert again(plan) == want and again.evaluations == 0
+    # figures of another memory model (e.g. before gradients were fused with their updates) are not reused
+    stale = json.loads((tmp_path / "mem.json").read_text())
+    stale["memory_model"] = "0" * 16
+    (tmp_path / "mem.json").write_text(json.dumps(stale))
+    fresh = MemoryOracle(tiny, path=tmp_path / "mem.json")
+    assert fresh(plan) == want and fresh.evaluations == 1
 
 
 # ---- the command ----------------------------------------------------------------------------------------------

@@ -72,13 +72,14 @@ def cmd_compile(args: argparse.Namespace) -> None:
         graph = new_head(graph, args.new_head)
     meta = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256}
     if args.plan or args.update:
+        from tinytrain.training.fuse import fuse_updates
         from tinytrain.training.sparse import load_plan, preset
         from tinytrain.training.train_graph import build_training_graph
 
         plan = load_plan(args.plan) if args.plan else preset(args.update, graph)
         step = build_training_graph(graph, plan)
         if not args.no_reorder:
-            step = reorder(step)
+            step = reorder(fuse_updates(step))
         meta.update(mode="training", plan=plan.to_json(), reorder=not args.no_reorder)
     else:
         step = graph

@@ -117,6 +117,7 @@ def _suffix_accuracy(suffix, features, rows: np.ndarray, y: np.ndarray, state=No
 def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.simulator import init_state, train
+    from tinytrain.training.fuse import fuse_updates
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import load_plan, preset
     from tinytrain.training.train_graph import build_training_graph
@@ -131,7 +132,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise UsageError("--lr applies to --update presets; a plan file carries its own lr")
     config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), qas=not args.no_qas,
                           seed=args.seed)
-    tg = build_training_graph(graph, plan, config)
+    tg = fuse_updates(build_training_graph(graph, plan, config))  # the device's step, as every engine runs it
     x, y = _data(graph, args.data)
     split = _split(args, y)
     rows = split[0] if split else np.arange(len(y))  # the training rows of x

@@ -12,8 +12,9 @@ graph constant in flash) and ``ctx.table(node, what, values)`` (a derived int32 
 
 Requantization rounds as the node's ``Requant`` says: the template parameter ``rq`` names the C helper
 (``tt_requantize``, TFLite's double rounding, ``tt_requantize_single``, TFLITE_SINGLE_ROUNDING, or
-``tt_requantize_fp32``, onnxruntime's float32 requantization in integers); single-rounding kernels carry
-``_sr`` in their name, float32-rounding ones ``_f32``.
+``tt_requantize_fp32`` / ``tt_requantize_fp32_wide``, onnxruntime's float32 requantization in integers, the
+first for shifts in -32..-2 only); single-rounding kernels carry ``_sr`` in their name, float32-rounding ones
+``_f32`` (``_f32w``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Kernel:
     name: str                           # the C function, unique per specialization
     consts: tuple[tuple[str, Any], ...]  # template parameters
     params: tuple[Param, ...]
+    calls: tuple[Kernel, ...] = ()      # kernels its body calls (emitted before it)
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,8 @@ class _Signature:
         for name, v in values.items():
             self.add(f"int32_t {name}", int(v))
 
-    def call(self, family: str, name: str, consts: dict[str, Any]) -> Call:
-        return Call(Kernel(family, name, tuple(sorted(consts.items())), tuple(self.params)), tuple(self.args))
+    def call(self, family: str, name: str, consts: dict[str, Any], calls: tuple[Kernel, ...] = ()) -> Call:
+        return Call(Kernel(family, name, tuple(sorted(consts.items())), tuple(self.params), calls), tuple(self.args))
 
 
 def _bias(node: Node) -> str | None:
@@ -83,31 +85,42 @@ def _per_channel(values, cout: int) -> np.ndarray:
     return np.broadcast_to(v, (cout,)).astype(np.int32)
 
 
+# The longest input vector a convolution kernel widens into a stack buffer once per output pixel (conv2d.c.j2 "xw"):
+# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window) within the 2 KB stack (memory/report.py).
+XW_MAX = 256
+FP32_FAST_SHIFTS = range(-32, -1)  # tt_requantize_fp32_s8's precondition: scales 2^-32 .. 2^-2, as int8 layers have
+
+
 def _rq(requant) -> str:
-    """The C requantization helper of a Requant (a template parameter of the kernel)."""
+    """The C requantization helper of a Requant (a template parameter of the kernel). Float32 rounding with every
+    shift in FP32_FAST_SHIFTS gets tt_requantize_fp32 (whose int8-output form has a 32-bit fast path), any other
+    tt_requantize_fp32_wide (the exact arithmetic alone)."""
     if requant.fp32:
-        return "tt_requantize_fp32"
+        return "tt_requantize_fp32" if all(s in FP32_FAST_SHIFTS for s in requant.shift) else "tt_requantize_fp32_wide"
     return "tt_requantize_single" if requant.single_rounding else "tt_requantize"
 
 
 def _sr(*requants) -> str:
-    """Kernel name suffix of the rounding: "" (double), "_sr" (single), "_f32" (onnxruntime's float32), or if
-    mixed "_sr" + one code per Requant (0 double, 1 single, f float32)."""
-    codes = ["f" if r.fp32 else str(int(r.single_rounding)) for r in requants]
+    """Kernel name suffix of the rounding: "" (double), "_sr" (single), "_f32" / "_f32w" (onnxruntime's float32,
+    tt_requantize_fp32 / _wide), or if mixed "_sr" + one code per Requant (0 double, 1 single, f / w float32)."""
+    codes = [{"tt_requantize_fp32": "f", "tt_requantize_fp32_wide": "w"}.get(_rq(r), str(int(r.single_rounding)))
+             for r in requants]
     if all(c == "0" for c in codes):
         return ""
     if all(c == "1" for c in codes):
         return "_sr"
-    if all(c == "f" for c in codes):
-        return "_f32"
+    if all(c in "fw" for c in codes) and len(set(codes)) == 1:
+        return "_f32" if codes[0] == "f" else "_f32w"
     return "_sr" + "".join(codes)
 
 
 def _requant_tables(sig: _Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:
+    """Per output channel: the weight zero points (if any) and the requantization, multiplier and shift side by side
+    (one double-word load per output on a Cortex-M)."""
     if wzp is not None:
         sig.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
-    sig.add("const int32_t *multiplier", ctx.table(node, "multiplier", _per_channel(requant.multiplier, cout)), "(Co,)")
-    sig.add("const int32_t *shift", ctx.table(node, "shift", _per_channel(requant.shift, cout)), "(Co,)")
+    rq = np.stack([_per_channel(requant.multiplier, cout), _per_channel(requant.shift, cout)], axis=1)
+    sig.add("const int32_t *rq", ctx.table(node, "requant", rq.reshape(-1)), "(Co,2): multiplier, shift")
 
 
 def _weight(sig: _Signature, ctx, w: Tensor, comment: str) -> bool:
@@ -179,10 +192,15 @@ def conv2d(node: Node, ctx) -> Call:
         name = f"tt_depthwise_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
             f"_m{mult}" if mult > 1 else "") + f"_s8{suffix}"
         return s.call("depthwise_conv2d", name, dict(k, mult=mult))
+    # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
+    # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
+    # blocks of 4 rows are read as a row and offsets from it).
+    xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
+    stage = "_xw" if xw else ""
     if pointwise:
-        return s.call("conv2d", f"tt_conv_1x1_s8{suffix}", dict(k, pointwise=True))
-    return s.call("conv2d", f"tt_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}_s8{suffix}",
-                  dict(k, pointwise=False))
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}", dict(k, pointwise=True, xw=xw))
+    return s.call("conv2d", f"tt_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}",
+                  dict(k, pointwise=False, xw=xw))
 
 
 def fully_connected(node: Node, ctx) -> Call:

@@ -3,8 +3,9 @@
 Same contract as ``bindings.py`` (kernel family, template parameters, parameter list and call arguments
 from one place). Training bindings read the emitter's training context, which adds to the forward one:
 ``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.state(name)`` (a tensor the step updates in place:
-the SRAM copy of a trainable weight or bias, or a momentum buffer) and ``ctx.scalar(name)`` (the C
-expression of an int32 graph input of one element: the label or the step counter).
+the SRAM copy of a trainable weight or bias, or a momentum buffer), ``ctx.scalar(name)`` (the C
+expression of an int32 graph input of one element: the label or the step counter) and ``ctx.scratch(node)``
+(the fp32 scratch the memory plan reserved for the node's kernel, ``OpDef.scratch``).
 
 Every fp32 kernel reads saved int8 activations and int8 weights and dequantizes them on the fly, with
 the float32 scale of the simulator (``ops/conv2d.py: dequantize_input / dequantize_weight``).
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.codegen.bindings import Binding, Call, _Signature, _weight, _weight_zero_points, _window_name
+from tinytrain.codegen.bindings import Binding, Call, Param, _Signature, _weight, _weight_zero_points, _window_name
 from tinytrain.codegen.cformat import float_literal
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node, Tensor
+from tinytrain.ops import grad_weight_sgd_update as fused
 from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, SCALE, STEP, Rounding
 
 
@@ -94,15 +96,19 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:
-    a = node.attrs
-    g, x, gw = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    return _conv2d_grad_weight(node, ctx, node.attrs, node.inputs, ctx.fp(node.outputs[0]))
+
+
+def _conv2d_grad_weight(node: Node, ctx, a, inputs, gw: str) -> Call:
+    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression)."""
+    g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
     _, ho, wo, cout = g.shape
     _, h, wd, cin = x.shape
     c0, cs = _channel_range(a.channels, cout, node)
     tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     pointwise = k["variant"] == "pointwise"
     s = _Signature()
-    s.add("float *gw", ctx.fp(gw.name), "(Cs,Ci)" if pointwise else (
+    s.add("float *gw", gw, "(Cs,Ci)" if pointwise else (
         f"(Cs,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Cs,{k['kh']},{k['kw']},Ci)"))
     s.add("const float *gz", ctx.fp(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
     s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
@@ -131,11 +137,16 @@ def fully_connected_grad_input(node: Node, ctx) -> Call:
 
 
 def fully_connected_grad_weight(node: Node, ctx) -> Call:
-    g, x, gw = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    return _fully_connected_grad_weight(node, ctx, node.attrs, node.inputs, ctx.fp(node.outputs[0]))
+
+
+def _fully_connected_grad_weight(node: Node, ctx, a, inputs, gw: str) -> Call:
+    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression)."""
+    g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
     cout, depth = g.shape[1], x.shape[1]
-    c0, cs = _channel_range(node.attrs.channels, cout, node)
+    c0, cs = _channel_range(a.channels, cout, node)
     s = _Signature()
-    s.add("float *gw", ctx.fp(gw.name), "(Cs,K)")
+    s.add("float *gw", gw, "(Cs,K)")
     s.add("const float *gz", ctx.fp(g.name), "(Co,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(K,)")
     s.ints(K=depth, c0=c0, Cs=cs)
@@ -233,9 +244,15 @@ def pad_grad(node: Node, ctx) -> Call:
 
 
 def sgd_update(node: Node, ctx) -> Call:
-    a = node.attrs
     names = list(node.inputs) + [""] * (STEP + 1 - len(node.inputs))
-    p, g, k = ctx.tensor(names[PARAM]), ctx.tensor(names[GRAD]), ctx.tensor(names[SCALE])
+    return _sgd_update(node, ctx, node.attrs, names[PARAM], ctx.fp(names[GRAD]), names[SCALE], names[MOMENTUM],
+                       names[STEP], block=False)
+
+
+def _sgd_update(node: Node, ctx, a, param: str, grad: str, scale: str, momentum: str, step: str, block: bool) -> Call:
+    """The update of ``param`` by the gradient at ``grad`` (a C pointer expression). ``block``: a kernel that
+    updates a block of rows of the selection, given the index i0 of its first element (0 here)."""
+    p, k = ctx.tensor(param), ctx.tensor(scale)
     ptype = {DType.INT8: "int8_t", DType.INT32: "int32_t"}.get(p.dtype)
     if ptype is None:
         raise UnsupportedModelError(f"codegen: cannot update {p.dtype.value} parameter {p.name}")
@@ -243,24 +260,79 @@ def sgd_update(node: Node, ctx) -> Call:
     c0, cs = _channel_range(a.channels, cout, node)
     if ctx.trainable_rows(p.name) not in (None, cs):
         raise AssertionError(f"{p.name}: {ctx.trainable_rows(p.name)} rows in SRAM, {cs} updated")
-    momentum = bool(names[MOMENTUM])
     stochastic = a.rounding is Rounding.STOCHASTIC
+    block = block and stochastic  # only the draws depend on the element's index in the selection
     s = _Signature()
     s.add(f"{ptype} *param", ctx.state(p.name), "(Cs,E)")
-    s.add("const float *grad", ctx.fp(g.name), "(Cs,E)")
+    s.add("const float *grad", grad, "(Cs,E)")
     s.add("const float *scale", ctx.const(k.name), "(Cs,)")
     if momentum:
-        s.add("float *momentum", ctx.state(names[MOMENTUM]), "(Cs,E)")
+        s.add("float *momentum", ctx.state(momentum), "(Cs,E)")
     s.ints(Cs=cs, E=p.size // cout)
     if momentum:
         s.add("float mu", float_literal(a.momentum))
     if stochastic:
         s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
         s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
-        s.add("uint32_t step", f"(uint32_t){ctx.scalar(names[STEP])}")
+        s.add("uint32_t step", f"(uint32_t){ctx.scalar(step)}")
+    if block:
+        s.ints(i0=0)
     bits = "s8" if ptype == "int8_t" else "s32"
-    name = f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
-    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=momentum))
+    name = (f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
+            + ("_block" if block else ""))
+    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block))
+
+
+# The fused kernel (template grad_weight_sgd_update) calls the two kernels on the block of rows r0 .. r0+rows-1 of
+# the selection: their parameters named here get these arguments, the others the fused kernel's parameter of the
+# same name (its parameters: the union of theirs but the block's own, plus scratch and B).
+_BLOCK_GRAD_ARGS = {"gw": "scratch", "c0": "c0 + r0", "Cs": "rows"}
+_BLOCK_UPDATE_ARGS = {"param": "param + r0 * E", "grad": "scratch", "scale": "scale + r0",
+                      "momentum": "momentum + r0 * E", "Cs": "rows", "i0": "r0 * E"}
+_BLOCK_ONLY = ("gw", "grad", "i0")
+
+
+def _param_name(p: Param) -> str:
+    return p.decl.split()[-1].lstrip("*")
+
+
+def _grad_weight_sgd_update(node: Node, ctx, grad_weight) -> Call:
+    """The fused node (ops/grad_weight_sgd_update.py): ``grad_weight`` (a grad-weight binding body) and the update,
+    called per block of ``attrs.block`` rows with the block's gradient in the node's scratch."""
+    a = node.attrs
+    names = list(node.inputs) + [""] * (fused.STEP + 1 - len(node.inputs))
+    scratch = ctx.scratch(node)
+    update = _sgd_update(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
+                         names[fused.STEP], block=True)
+    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch)
+    s = _Signature()
+    args: dict[str, str] = {}
+    for call in (update, grad):
+        for p, arg in zip(call.kernel.params, call.args, strict=True):
+            name = _param_name(p)
+            if name in _BLOCK_ONLY:
+                continue
+            if name in args:
+                if args[name] != arg:
+                    raise AssertionError(f"{node.name}: {name} is {args[name]} for the update, {arg} for the gradient")
+                continue
+            args[name] = arg
+            s.add(p.decl, arg, p.comment)
+    s.add("float *scratch", scratch, "(B,E)")
+    s.ints(B=a.block)
+    consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
+                  grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
+                  update_args=tuple(_BLOCK_UPDATE_ARGS.get(n, n) for n in map(_param_name, update.kernel.params)))
+    return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
+                  (grad.kernel, update.kernel))
+
+
+def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:
+    return _grad_weight_sgd_update(node, ctx, _conv2d_grad_weight)
+
+
+def fully_connected_grad_weight_sgd_update(node: Node, ctx) -> Call:
+    return _grad_weight_sgd_update(node, ctx, _fully_connected_grad_weight)
 
 
 TRAIN_BINDINGS: dict[str, Binding] = {
@@ -269,8 +341,10 @@ TRAIN_BINDINGS: dict[str, Binding] = {
     "clamp_mask": clamp_mask,
     "conv2d_grad_input": conv2d_grad_input,
     "conv2d_grad_weight": conv2d_grad_weight,
+    "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,
     "fully_connected_grad_input": fully_connected_grad_input,
     "fully_connected_grad_weight": fully_connected_grad_weight,
+    "fully_connected_grad_weight_sgd_update": fully_connected_grad_weight_sgd_update,
     "grad_accumulate": grad_accumulate,
     "mean_grad": mean_grad,
     "pad_grad": pad_grad,

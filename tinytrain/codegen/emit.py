@@ -153,15 +153,21 @@ def bind_call(env: jinja2.Environment, bindings: dict, node: Node, ctx, kernels:
         raise UnsupportedModelError(f"codegen: no C kernel for op {node.op!r} (node {node.name}); "
                                     f"supported: {', '.join(sorted(bindings))}, reshape")
     call: Call = binding(node, ctx)
-    kern = call.kernel
+    _render_kernel(env, call.kernel, kernels)
+    return call
+
+
+def _render_kernel(env: jinja2.Environment, kern: Kernel, kernels: dict[str, tuple[Kernel, str]]) -> None:
+    """Render ``kern`` into ``kernels`` unless it is there, after the kernels it calls."""
+    for inner in kern.calls:
+        _render_kernel(env, inner, kernels)
     if kern.name in kernels:
         if kernels[kern.name][0] != kern:
             raise AssertionError(f"two different kernels named {kern.name}")
-    else:
-        text = env.get_template(f"kernels/{kern.family}.c.j2").render(
-            name=kern.name, k=dict(kern.consts), signature=_signature(kern))
-        kernels[kern.name] = (kern, text.strip("\n"))
-    return call
+        return
+    text = env.get_template(f"kernels/{kern.family}.c.j2").render(
+        name=kern.name, k=dict(kern.consts), signature=_signature(kern))
+    kernels[kern.name] = (kern, text.strip("\n"))
 
 
 def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:

@@ -5,8 +5,8 @@ image, label[, step]; output loss; ``sgd_update`` nodes) and the memory plan of 
 returns the project's files. As for the forward pass, codegen only reads the graph and the plan: every
 activation and gradient sits at the offset of its planned buffer, the schedule is the node order.
 
-Memory: one static arena of ``TT_ARENA_BYTES`` holds the int8 activations and the fp32 gradients at the
-planner's offsets. Its declared type is ``float`` and int8 tensors are accessed through ``int8_t``
+Memory: one static arena of ``TT_ARENA_BYTES`` holds the int8 activations, the fp32 gradients and the kernels'
+scratch at the planner's offsets. Its declared type is ``float`` and int8 tensors are accessed through ``int8_t``
 (a character type, which may alias any object), so no access violates C's strict-aliasing rule and the
 project needs no ``-fno-strict-aliasing`` (offsets are 16-byte aligned, so every fp32 tensor is aligned).
 The tensors the step updates live outside the arena: trainable weights and biases are SRAM arrays copied
@@ -34,7 +34,8 @@ from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
-from tinytrain.memory.report import MemoryReport
+from tinytrain.memory.lifetimes import scratch_name
+from tinytrain.memory.report import MemoryReport, PlannedBuffer
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
 ALL_BINDINGS = {**BINDINGS, **TRAIN_BINDINGS}
@@ -49,8 +50,10 @@ def is_training_graph(graph: Graph) -> bool:
 class _TrainContext(_Context):
     """The forward context plus fp32 arena tensors, SRAM copies of the state and scalar inputs."""
 
-    def __init__(self, graph: Graph, offsets: dict[str, int], layout: list[StateEntry], scalars: dict[str, str]) -> None:
+    def __init__(self, graph: Graph, offsets: dict[str, int], layout: list[StateEntry], scalars: dict[str, str],
+                 scratch: dict[str, PlannedBuffer]) -> None:
         super().__init__(graph, offsets)
+        self.scratch_buffers = scratch            # kernel scratch buffer name -> its planned buffer
         self.ctypes: dict[str, str] = {}          # pointer variable -> element type
         self.sram: dict[str, _Array] = {}         # tensor -> SRAM array (name, ctype, initial values: its rows)
         self.rows: dict[str, int] = {}            # weight -> rows in SRAM, when the plan updates only those
@@ -69,7 +72,7 @@ class _TrainContext(_Context):
                                        f"{cformat.comment(e.name)}")
 
     def _pointer(self, name: str, ctype: str, prefix: str) -> str:
-        if name not in self.offsets:
+        if name not in self.offsets and name not in self.scratch_buffers:
             raise ValueError(f"memory plan has no buffer for {name!r}; plan this graph before emitting it")
         var = self.pointers.get(name)
         if var is None:
@@ -90,6 +93,10 @@ class _TrainContext(_Context):
         if self.offsets.get(name, 0) % 4:
             raise ValueError(f"memory plan puts fp32 tensor {name!r} at {self.offsets[name]}, not a multiple of 4")
         return self._pointer(name, "float", "f")
+
+    def scratch(self, node: Node) -> str:
+        """The fp32 scratch the memory plan reserved for ``node``'s kernel (``OpDef.scratch``)."""
+        return self._pointer(scratch_name(node.name), "float", "f")
 
     def const(self, name: str) -> str:
         if name in self.sram:  # a trainable weight or bias: kernels read the SRAM copy
@@ -167,12 +174,16 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
     for name, var in ctx.pointers.items():
         if var not in used:
             continue
-        t = graph.tensors[name]
-        off = ctx.offsets[name]
         ctype = ctx.ctypes[var]
+        if name in ctx.scratch_buffers:
+            b = ctx.scratch_buffers[name]
+            off, comment = b.offset, f"({b.use.size // 4},) float32 {b.use.role} {cformat.comment(name)}"
+        else:
+            t = graph.tensors[name]
+            off = ctx.offsets[name]
+            comment = f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}"
         init = f"tt_arena + {off // 4}" if ctype == "float" else f"(int8_t *)tt_arena + {off}"
-        decls.append({"decl": f"{ctype} *const {var} = {init};",
-                      "comment": f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}"})
+        decls.append({"decl": f"{ctype} *const {var} = {init};", "comment": comment})
     width = max((len(d["decl"]) for d in decls), default=0)
     for d in decls:
         d["pad"] = width - len(d["decl"])
@@ -195,7 +206,8 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         t = graph.tensors[e.name]
         if t.role is Role.OPTIMIZER_STATE and np.any(t.data):
             raise UnsupportedModelError(f"codegen: optimizer state {e.name} does not start at zero")
-    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"})
+    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"},
+                        {b.use.tensor: b for b in plan.scratch})
     loss_node = _loss_node(graph)
     logits = loss_node.inputs[0]
     forward, training = _phases(graph)

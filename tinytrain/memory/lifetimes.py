@@ -72,6 +72,11 @@ def activation_lifetimes(graph: Graph) -> list[BufferUse]:
     return buffer_lifetimes(graph)
 
 
+def scratch_name(node: str) -> str:
+    """The buffer name of node ``node``'s kernel scratch."""
+    return f"{node}:{SCRATCH}"
+
+
 def scratch_requests(graph: Graph) -> list[BufferUse]:
     """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only."""
     from tinytrain.ops import get_op
@@ -84,5 +89,5 @@ def scratch_requests(graph: Graph) -> list[BufferUse]:
         ins = [graph.tensors[i] if i else None for i in node.inputs]
         size = int(op.scratch(node.attrs, ins, [graph.tensors[o] for o in node.outputs]))
         if size > 0:
-            uses.append(BufferUse(f"{node.name}:{SCRATCH}", SCRATCH, size, k, k))
+            uses.append(BufferUse(scratch_name(node.name), SCRATCH, size, k, k))
     return uses

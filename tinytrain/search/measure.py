@@ -100,9 +100,14 @@ class Measurement:
 def arithmetic_fingerprint() -> str:
     """sha256 of the sources that decide a fine-tune's numbers (op rules, training passes, the emitted C and its
     runtime): a contribution measured by other arithmetic is not reused."""
+    return source_fingerprint(("ops", "training", "codegen", "quant.py", "memory/schedule.py"))
+
+
+def source_fingerprint(subs: tuple[str, ...]) -> str:
+    """sha256 (16 hex digits) of the .py / .c / .h / .j2 sources under ``subs`` (paths in the package)."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for sub in ("ops", "training", "codegen", "quant.py", "memory/schedule.py"):
+    for sub in subs:
         p = root / sub
         for f in sorted(p.rglob("*") if p.is_dir() else [p]):
             if f.is_file() and f.suffix in (".py", ".c", ".h", ".j2"):

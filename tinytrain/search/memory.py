@@ -1,11 +1,12 @@
 """Peak SRAM of a plan's training step, as ``tinytrain compile --plan`` reports it, cached.
 
-A plan's memory is the real thing, not a formula: ``build_training_graph`` -> ``memory.schedule.reorder``
--> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's defaults), and its
-``peak_sram_bytes`` (arena + trainable SRAM copies + optimizer state + runtime + stack estimate). One
-evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results are kept
-in memory and, with ``path``, in a JSON file shared by every ``tinytrain plan`` run on the same model
-(keyed by the model's sha256, head and update configuration; budget independent).
+A plan's memory is the real thing, not a formula: ``build_training_graph`` -> ``training.fuse.fuse_updates``
+-> ``memory.schedule.reorder`` -> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's
+defaults), and its ``peak_sram_bytes`` (arena + trainable SRAM copies + optimizer state + runtime + stack
+estimate). One evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results
+are kept in memory and, with ``path``, in a JSON file shared by every ``tinytrain plan`` run on the same model
+(keyed by the model's sha256, head and update configuration; budget independent), valid for the sources that
+decide the figure (``MEMORY_SOURCES``): a file written by another memory model is not reused.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import os
 from pathlib import Path
 
 from tinytrain.ir import Graph
+from tinytrain.search.measure import source_fingerprint
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan
+
+MEMORY_SOURCES = ("ops", "training", "memory")
 
 
 def plan_key(plan: Plan) -> str:
@@ -27,9 +31,10 @@ def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), p
     """``tinytrain compile --plan``'s peak_sram_bytes for this plan (budget-independent)."""
     from tinytrain.memory.report import plan_memory
     from tinytrain.memory.schedule import reorder
+    from tinytrain.training.fuse import fuse_updates
     from tinytrain.training.train_graph import build_training_graph
 
-    step = reorder(build_training_graph(graph, plan, config))
+    step = reorder(fuse_updates(build_training_graph(graph, plan, config)))
     return plan_memory(step, 1 << 62, 1 << 62, planner=planner).peak_sram_bytes
 
 
@@ -39,14 +44,22 @@ class MemoryOracle:
     def __init__(self, graph: Graph, config: UpdateConfig = UpdateConfig(), path: Path | None = None,
                  planner: str = "greedy") -> None:
         self.graph, self.config, self.path, self.planner = graph, config, path, planner
-        self.values: dict[str, int] = {}
         self.evaluations = 0  # computed in this process (not from a cache)
         self._dirty = 0
-        if path is not None and path.exists():
-            try:
-                self.values = {k: int(v) for k, v in json.loads(path.read_text())["peak_sram_bytes"].items()}
-            except (OSError, ValueError, KeyError, TypeError):
-                self.values = {}  # a damaged cache is recomputed, never trusted
+        self._model = source_fingerprint(MEMORY_SOURCES)
+        self.values: dict[str, int] = self._stored()
+
+    def _stored(self) -> dict[str, int]:
+        """The cache file's figures; none when it is absent, damaged or written by another memory model."""
+        if self.path is None or not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+            if data["memory_model"] != self._model:
+                return {}
+            return {k: int(v) for k, v in data["peak_sram_bytes"].items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}  # a damaged cache is recomputed, never trusted
 
     def __call__(self, plan: Plan) -> int:
         key = plan_key(plan)
@@ -64,13 +77,8 @@ class MemoryOracle:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
-        # merge with what another run may have written meanwhile
-        try:
-            old = json.loads(self.path.read_text())["peak_sram_bytes"] if self.path.exists() else {}
-        except (OSError, ValueError, KeyError, TypeError):
-            old = {}
-        merged = {**old, **self.values}
-        tmp.write_text(json.dumps({"peak_sram_bytes": merged}, sort_keys=True))
+        merged = {**self._stored(), **self.values}  # with what another run may have written meanwhile
+        tmp.write_text(json.dumps({"memory_model": self._model, "peak_sram_bytes": merged}, sort_keys=True))
         os.replace(tmp, self.path)
         self._dirty = 0
 

@@ -2,12 +2,19 @@
  *
  * The math only; kernels (the generated tinytrain_model.c) call these. Each function is the C
  * counterpart of a function in tinytrain/quant.py or tinytrain/ops/softmax.py and must agree with
- * it bit for bit. Portable C99: signed right shifts are arithmetic on every compiler we target.
+ * it bit for bit (the _s8 forms: their int8 outputs). Portable C99: signed right shifts are arithmetic
+ * on every compiler we target; one GCC / Clang attribute keeps a rarely taken exact path out of line.
  */
 #ifndef TT_FIXEDPOINT_H
 #define TT_FIXEDPOINT_H
 
 #include <stdint.h>
+
+/* TT_WORD64: whether 64-bit integer shifts are single instructions (64-bit hosts) or not (Cortex-M); it only
+ * chooses between two ways of computing the same integers in tt_requantize_fp32_s8. */
+#ifndef TT_WORD64
+#define TT_WORD64 (UINTPTR_MAX > 0xFFFFFFFFu)
+#endif
 
 /* SaturatingRoundingDoublingHighMul: (a * b * 2) >> 32, rounded, saturated on INT32_MIN * INT32_MIN. */
 static inline int32_t tt_srdhm(int32_t a, int32_t b) {
@@ -85,31 +92,18 @@ static inline int64_t tt_round_to_float32(int64_t x) {
 /* tt_requantize_fp32: onnxruntime's requantization nearbyint((float)acc * scale) in float32, ties to even
  * (MLAS MlasRequantizeOutput: QLinearConv, QGemm, QLinearGlobalAveragePool), in integer arithmetic
  * (quant.py multiply_by_float32_scale). scale = multiplier * 2^(shift - 31) is a float32 value, its
- * significand multiplier >> 7 (24 bits), shift <= 23. Saturates at +-2^30.
- *
- * Exact path: p = (float)acc * m rounded to 24 significant bits, then p / 2^k (k = 24 - shift) rounded half
- * to even. Fast path, same result: when |acc| < 2^24 ((float)acc exact) and |p| < 2^(k + 12), rounding p to
- * 24 bits moves it by at most 2^(k - 13), so where p's remainder is farther than that from the tie 2^(k - 1)
- * p / 2^k rounds the same without it (all but about 2^-12 of the values of an int8 layer). */
-static inline int32_t tt_requantize_fp32(int32_t acc, int32_t multiplier, int32_t shift) {
+ * significand m = multiplier >> 7 (24 bits; the multiplier's low 7 bits are zero), shift <= 23. Saturates at
+ * +-2^30. (float)acc and p = (float)acc * m are rounded to 24 significant bits, then p / 2^k (k = 24 - shift)
+ * is rounded half to even. Out of line (unused in projects without float32 rounding): the kernels call
+ * tt_requantize_fp32_s8, which needs it for about 1 output in 4000, or tt_requantize_fp32_wide_s8. */
+static __attribute__((noinline, unused)) int32_t tt_requantize_fp32(int32_t acc, int32_t multiplier, int32_t shift) {
     const int64_t m = (int64_t)(multiplier >> 7);
     const int k = 24 - (int)shift;
     const int64_t limit = (int64_t)1 << 30;
-    int64_t y;
     if (m == 0) {
         return 0;
     }
-    if (acc > -(1 << 24) && acc < (1 << 24) && k <= 50) {
-        const int64_t p = (int64_t)acc * m;
-        const int64_t bound = (int64_t)1 << (k + 12);
-        if (p > -bound && p < bound) {
-            const int64_t dist = (int64_t)((uint64_t)p & (((uint64_t)1 << k) - 1)) - ((int64_t)1 << (k - 1));
-            if ((dist < 0 ? -dist : dist) * 8192 > ((int64_t)1 << k)) {
-                return (int32_t)((p >> k) + (dist > 0 ? 1 : 0));  /* |p| < 2^(k + 12): no saturation */
-            }
-        }
-    }
-    y = tt_shift_round_half_even(tt_round_to_float32(tt_round_to_float32(acc) * m), k > 62 ? 62 : k);
+    const int64_t y = tt_shift_round_half_even(tt_round_to_float32(tt_round_to_float32(acc) * m), k > 62 ? 62 : k);
     return (int32_t)(y > limit ? limit : (y < -limit ? -limit : y));
 }
 
@@ -153,6 +147,68 @@ static inline int32_t tt_divide_round_half_even(int32_t acc, int32_t count) {
 
 static inline int32_t tt_clamp(int32_t x, int32_t lo, int32_t hi) {
     return x < lo ? lo : (x > hi ? hi : x);
+}
+
+/* ---- int8 outputs ----
+ * A requantizing kernel stores clamp(requantize(acc, multiplier, shift) + out_zp, act_min, act_max) for an int8
+ * zero point (-128 <= out_zp <= 127) and an int8 range (-128 <= act_min <= act_max <= 127). The _s8 helper of each
+ * rounding returns a v for which clamp(v + out_zp, act_min, act_max) is that int8 for every such zero point and
+ * range (v is the exact result wherever that matters); the kernels call these. */
+
+/* tt_requantize without its left shift (shift <= 0, every int8 layer's) and for a multiplier >= 0: the doubling high
+ * product is then floor((acc * multiplier + 2^30) / 2^31) (TFLite's nudge and truncating division give that for
+ * every product but INT32_MIN * INT32_MIN), then the rounding right shift. Other shifts take tt_requantize. */
+static inline int32_t tt_requantize_s8(int32_t acc, int32_t multiplier, int32_t shift) {
+    if (shift > 0 || multiplier < 0) {
+        return tt_requantize(acc, multiplier, shift);
+    }
+    const int right = -(int)shift;
+    const int32_t x = (int32_t)(((int64_t)acc * multiplier + (1 << 30)) >> 31);
+    const int32_t mask = (int32_t)(((uint32_t)1 << right) - 1u);
+    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> right) + ((x & mask) > threshold ? 1 : 0);
+}
+
+static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, int32_t shift) {
+    return tt_requantize_single(acc, multiplier, shift);
+}
+
+/* tt_requantize_fp32's int8-output form, for -32 <= shift <= -2 (26 <= k <= 56: the scales of int8 layers;
+ * bindings.py picks tt_requantize_fp32_wide for a node with any other shift). A fast path in 32-bit words:
+ * q = floor(p * 2^(32 - k)) = floor(acc * multiplier / 2^e), e = -1 - shift in 1..31, is the 64-bit product
+ * shifted right by e (p = acc * m exact); its high word is floor(p / 2^k), its low word f the remainder of p
+ * modulo 2^k in units of 2^(k - 32), floored. The fast result is high word + (f >= 2^31), p / 2^k rounded half
+ * up; where f is not within 2^19 of the tie 2^31 it stands for the exact one:
+ *   |p| < 2^(k + 9): the float32 roundings of acc and of p move p by at most |p| * 2^-23 (1 + 2^-24), under
+ *     2^18 + 1 units of f; farther from the tie than that the exact p' rounds as p does: the same result.
+ *   |p| >= 2^(k + 9): both results have magnitude >= 511 and the same sign: both clamp to act_min or act_max.
+ * About 1 output in 4000 lies within 2^19 of the tie and takes tt_requantize_fp32. */
+static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int32_t shift) {
+    const int e = -1 - (int)shift;
+#if TT_WORD64  /* one 64-bit shift */
+    const int64_t q = ((int64_t)acc * multiplier) >> e;
+    const uint32_t f = (uint32_t)q;
+    const int32_t high = (int32_t)(q >> 32);
+#else  /* the two words shifted (gcc makes a 64-bit shift by a variable a branchy sequence on 32-bit cores) */
+    const int64_t prod = (int64_t)acc * multiplier;
+    const uint32_t lo = (uint32_t)prod, hi = (uint32_t)((uint64_t)prod >> 32);
+    const uint32_t f = (lo >> e) | (hi << (32 - e));
+    const int32_t high = (int32_t)hi >> e;
+#endif
+    if ((f ^ 0x80000000u) + 0x80000u < 0x100000u) {  /* f in [2^31 - 2^19, 2^31 + 2^19) */
+        return tt_requantize_fp32(acc, multiplier, shift);
+    }
+    return high + (int32_t)(f >> 31);
+}
+
+/* tt_requantize_fp32 under the name bindings.py gives nodes with a shift outside -32..-2, and its int8-output
+ * form: the exact arithmetic. */
+static inline int32_t tt_requantize_fp32_wide(int32_t acc, int32_t multiplier, int32_t shift) {
+    return tt_requantize_fp32(acc, multiplier, shift);
+}
+
+static inline int32_t tt_requantize_fp32_wide_s8(int32_t acc, int32_t multiplier, int32_t shift) {
+    return tt_requantize_fp32(acc, multiplier, shift);
 }
 
 /* ---- gemmlowp fixed point for the int8 softmax (tinytrain/ops/softmax.py) ---- */

@@ -1,18 +1,24 @@
-/* tt_simd.h — the int8 inner products of the forward kernels (pointwise / regular convolution rows, fully
- * connected): sum_c (x[c] - in_zp) * w[c] in int32.
+/* tt_simd.h — the int8 inner loops of the forward kernels: sum_c (x[c] - in_zp) * w[c] in int32 over contiguous
+ * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, and tt_dot4w_s8 against an
+ * input widened once per output pixel, tt_widen_s8), one window tap of four neighbouring depthwise channels
+ * (tt_mac4_s8), and the clamped store of four int8 outputs (tt_store4_s8).
  *
  * Two implementations of the same integers, chosen ONCE per project by TT_ARM_DSP, which the generated
  * tinytrain_model.c defines from the compile's --target (codegen/emit.py: arm_dsp) before including this file:
  *   TT_ARM_DSP 0: portable C99, the reference. Plain loops over contiguous channels with 16-bit operands and
  *                 int32 accumulators, which gcc -O3 vectorizes on the host (pmaddwd) and compiles to tight
- *                 loops on any core.
+ *                 loops on any core; a "widened input" is a view of the int8 input.
  *   TT_ARM_DSP 1: the Arm DSP extension (Cortex-M4/M7/M55), as CMSIS-NN: 4 int8 per 32-bit load, SXTB16 /
  *                 SXTAB16 widen them to two pairs of int16 (SXTAB16 subtracts the input zero point on the way),
- *                 SMLAD does two multiply-accumulates. Compiled for a core without the extension (a host), the
- *                 same algorithm runs on C models of those instructions, so the DSP path is also testable there.
- * Both give the same int32 for every input: the products (x - in_zp) * w fit 17 bits and the sums are the
+ *                 SMLAD does two multiply-accumulates, SMLABB / SMLATB one from a chosen halfword; an output
+ *                 pixel's input can be widened once into a buffer for all its output channels; four outputs
+ *                 are saturated (SSAT), packed (BFI) and clamped (SSUB8 + SEL) as one word. Compiled for a core
+ *                 without the extension (a host), the same algorithm runs on C models of those instructions, so
+ *                 the DSP path is also testable there.
+ * Both give the same integers for every input: the products (x - in_zp) * w fit 17 bits and the sums are the
  * same integers, only added in another order (int32 addition is associative; accumulators never approach
- * 2^31 for the layer sizes int8 models have). Kernels call tt_dot_s8 / tt_dot2_s8 and never test TT_ARM_DSP.
+ * 2^31 for the layer sizes int8 models have), and clamping to an int8 range after saturating to int8 is the
+ * same clamp. Kernels call the tt_widen / tt_dot / tt_mac4 / tt_store4 functions and never test TT_ARM_DSP.
  */
 #ifndef TT_SIMD_H
 #define TT_SIMD_H
@@ -29,11 +35,14 @@ static inline uint32_t tt_pack16(int32_t lo, int32_t hi) {  /* two int16 in one 
 }
 
 #if TT_ARM_DSP && defined(__ARM_FEATURE_DSP)
-/* The instructions: ACLE intrinsics, the rotated forms as inline asm (ACLE has none). */
+/* The instructions: ACLE intrinsics; the rotated forms, BFI and the GE-flag pair SSUB8 + SEL as inline asm. */
 #include <arm_acle.h>
 static inline uint32_t tt_sxtb16(uint32_t x) { return (uint32_t)__sxtb16((int32_t)x); }
 static inline uint32_t tt_sxtab16(uint32_t a, uint32_t x) { return (uint32_t)__sxtab16((int32_t)a, (int32_t)x); }
 static inline int32_t tt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad((int32_t)a, (int32_t)b, acc); }
+static inline int32_t tt_smlabb(uint32_t a, int32_t b, int32_t acc) { return __smlabb((int32_t)a, b, acc); }
+static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) { return __smlatb((int32_t)a, b, acc); }
+static inline int32_t tt_ssat8(int32_t x) { return __ssat(x, 8); }
 static inline uint32_t tt_sxtb16_ror8(uint32_t x) {
     uint32_t r;
     __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
@@ -44,8 +53,26 @@ static inline uint32_t tt_sxtab16_ror8(uint32_t a, uint32_t x) {
     __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(x));
     return r;
 }
+/* The low bytes of b0..b3 as bytes 0..3 of one word. */
+static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
+    uint32_t r = (uint32_t)b0;
+    __asm__("bfi %0, %1, #8, #8\n\tbfi %0, %2, #16, #8\n\tbfi %0, %3, #24, #8" : "+r"(r) : "r"(b1), "r"(b2), "r"(b3));
+    return r;
+}
+/* Bytewise signed max / min of two words. */
+static inline uint32_t tt_max_s8x4(uint32_t a, uint32_t b) {
+    uint32_t r;
+    __asm__("ssub8 %0, %1, %2\n\tsel %0, %1, %2" : "=&r"(r) : "r"(a), "r"(b) : "cc");
+    return r;
+}
+static inline uint32_t tt_min_s8x4(uint32_t a, uint32_t b) {
+    uint32_t r;
+    __asm__("ssub8 %0, %1, %2\n\tsel %0, %2, %1" : "=&r"(r) : "r"(a), "r"(b) : "cc");
+    return r;
+}
 #elif TT_ARM_DSP
-/* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16 and SMLAD (the sum wraps mod 2^32). */
+/* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB and SMLATB (sums wrap mod 2^32), SSAT
+ * to 8 bits, BFI of bytes and SSUB8 + SEL. */
 static inline uint32_t tt_sxtab16(uint32_t a, uint32_t x) {
     return tt_pack16((int32_t)(a & 0xFFFFu) + (int8_t)(x & 0xFFu), (int32_t)(a >> 16) + (int8_t)((x >> 16) & 0xFFu));
 }
@@ -57,9 +84,40 @@ static inline int32_t tt_smlad(uint32_t a, uint32_t b, int32_t acc) {
     const int32_t hi = (int32_t)(int16_t)(a >> 16) * (int16_t)(b >> 16);
     return (int32_t)((uint32_t)acc + (uint32_t)lo + (uint32_t)hi);
 }
+static inline int32_t tt_smlabb(uint32_t a, int32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)((uint32_t)b & 0xFFFFu)));
+}
+static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a >> 16) * (int16_t)((uint32_t)b & 0xFFFFu)));
+}
+static inline int32_t tt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
+static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
+    return ((uint32_t)b0 & 0xFFu) | (((uint32_t)b1 & 0xFFu) << 8) | (((uint32_t)b2 & 0xFFu) << 16) |
+           ((uint32_t)b3 << 24);
+}
+static inline uint32_t tt_max_s8x4(uint32_t a, uint32_t b) {
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i += 8) {
+        const int8_t x = (int8_t)(a >> i), y = (int8_t)(b >> i);
+        r |= (uint32_t)(uint8_t)(x >= y ? x : y) << i;
+    }
+    return r;
+}
+static inline uint32_t tt_min_s8x4(uint32_t a, uint32_t b) {
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i += 8) {
+        const int8_t x = (int8_t)(a >> i), y = (int8_t)(b >> i);
+        r |= (uint32_t)(uint8_t)(x >= y ? y : x) << i;
+    }
+    return r;
+}
 #endif
 
 #if TT_ARM_DSP
+
+/* A widened input vector (tt_widen_s8): int16 pairs, TT_XW_LEN(n) of them for n channels. */
+typedef uint32_t tt_xw_t;
+#define TT_XW_LEN(n) (((n) + 1) / 2)
 
 static inline uint32_t tt_read_u32(const int8_t *p) {  /* may be unaligned: one LDR on ARMv7E-M */
     uint32_t v;
@@ -83,11 +141,11 @@ static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int n, int32_t
     return acc;
 }
 
-/* Two rows at once, sharing the widened input: acc0 = x . w0, acc1 = x . w1 (with x - in_zp). */
+/* Two rows at once, sharing the widened input: acc[0] += x . w0, acc[1] += x . w1 (with x - in_zp). */
 static inline void tt_dot2_s8(const int8_t *x, const int8_t *w0, const int8_t *w1, int n, int32_t in_zp,
-                              int32_t *acc0, int32_t *acc1) {
+                              int32_t acc[2]) {
     const uint32_t off = tt_pack16(-in_zp, -in_zp);
-    int32_t a0 = 0, a1 = 0;
+    int32_t a0 = acc[0], a1 = acc[1];
     int c = 0;
     for (; c + 4 <= n; c += 4) {
         const uint32_t xv = tt_read_u32(x + c);
@@ -103,8 +161,77 @@ static inline void tt_dot2_s8(const int8_t *x, const int8_t *w0, const int8_t *w
         a0 += xc * (int32_t)w0[c];
         a1 += xc * (int32_t)w1[c];
     }
-    *acc0 = a0;
-    *acc1 = a1;
+    acc[0] = a0;
+    acc[1] = a1;
+}
+
+/* The input vector of one output pixel widened once for all its output channels: xw holds x[c] - in_zp, c < n, as
+ * int16 pairs, four channels a group in the order SXTB16 splits a weight word (x0, x2 | x1, x3), the last n % 4 in
+ * order. */
+static inline void tt_widen_s8(tt_xw_t *xw, const int8_t *x, int n, int32_t in_zp) {
+    const uint32_t off = tt_pack16(-in_zp, -in_zp);
+    const int rest = n % 4;
+    const int8_t *end4 = x + (n - rest);
+    for (; x != end4; x += 4, xw += 2) {
+        const uint32_t xv = tt_read_u32(x);
+        xw[0] = tt_sxtab16(off, xv);
+        xw[1] = tt_sxtab16_ror8(off, xv);
+    }
+    for (int c = 0; c < rest; c += 2) {
+        xw[c / 2] = tt_pack16((int32_t)x[c] - in_zp, c + 1 < rest ? (int32_t)x[c + 1] - in_zp : 0);
+    }
+}
+
+/* Four consecutive rows against a widened input (tt_widen_s8): acc[q] += xw . w[q * stride ..], q < 4, over n
+ * channels. Rows 2 and 3 are read at an offset from rows 0 and 1: one pointer register fewer. */
+static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, int n, int32_t acc[4]) {
+    const int8_t *w0 = w, *w1 = w + stride, *end4 = w0 + (n - n % 4), *end = w0 + n;
+    const int d = 2 * stride;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (; w0 != end4; w0 += 4, w1 += 4, xw += 2) {
+        const uint32_t xa = xw[0], xb = xw[1];
+        uint32_t v = tt_read_u32(w0);
+        a0 = tt_smlad(xb, tt_sxtb16_ror8(v), tt_smlad(xa, tt_sxtb16(v), a0));
+        v = tt_read_u32(w1);
+        a1 = tt_smlad(xb, tt_sxtb16_ror8(v), tt_smlad(xa, tt_sxtb16(v), a1));
+        v = tt_read_u32(w0 + d);
+        a2 = tt_smlad(xb, tt_sxtb16_ror8(v), tt_smlad(xa, tt_sxtb16(v), a2));
+        v = tt_read_u32(w1 + d);
+        a3 = tt_smlad(xb, tt_sxtb16_ror8(v), tt_smlad(xa, tt_sxtb16(v), a3));
+    }
+    for (int c = 0; w0 != end; w0++, w1++, c++) {
+        const int32_t xc = (int16_t)(xw[c / 2] >> (16 * (c % 2)));
+        a0 += xc * (int32_t)w0[0];
+        a1 += xc * (int32_t)w1[0];
+        a2 += xc * (int32_t)w0[d];
+        a3 += xc * (int32_t)w1[d];
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4, |w_q| < 2^15. One load
+ * feeds the four channels: SXTAB16 gives x0, x2 and (rotated) x1, x3 as halfwords, SMLABB / SMLATB multiply one. */
+static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
+                              int32_t acc[4]) {
+    const uint32_t off = tt_pack16(-in_zp, -in_zp);
+    const uint32_t xv = tt_read_u32(x);
+    const uint32_t xa = tt_sxtab16(off, xv), xb = tt_sxtab16_ror8(off, xv);
+    acc[0] = tt_smlabb(xa, w0, acc[0]);
+    acc[1] = tt_smlabb(xb, w1, acc[1]);
+    acc[2] = tt_smlatb(xa, w2, acc[2]);
+    acc[3] = tt_smlatb(xb, w3, acc[3]);
+}
+
+/* y[q] = clamp(v_q, lo, hi), q < 4, for -128 <= lo <= hi <= 127: saturated to int8, packed, clamped bytewise, one
+ * store (y may be unaligned). */
+static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3, int32_t lo, int32_t hi) {
+    const uint32_t lo4 = (uint32_t)(uint8_t)lo * 0x01010101u, hi4 = (uint32_t)(uint8_t)hi * 0x01010101u;
+    const uint32_t r = tt_min_s8x4(tt_max_s8x4(tt_pack4(tt_ssat8(v0), tt_ssat8(v1), tt_ssat8(v2), tt_ssat8(v3)), lo4),
+                                   hi4);
+    memcpy(y, &r, sizeof r);
 }
 
 #else /* portable C: the reference */
@@ -120,18 +247,56 @@ static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int n, int32_t
     return acc;
 }
 
-/* Two rows at once, sharing the input: acc0 = x . w0, acc1 = x . w1 (with x - in_zp). */
+/* Two rows at once, sharing the input: acc[0] += x . w0, acc[1] += x . w1 (with x - in_zp). */
 static inline void tt_dot2_s8(const int8_t *x, const int8_t *w0, const int8_t *w1, int n, int32_t in_zp,
-                              int32_t *acc0, int32_t *acc1) {
+                              int32_t acc[2]) {
     const int16_t zp = (int16_t)in_zp;
-    int32_t a0 = 0, a1 = 0;
+    int32_t a0 = acc[0], a1 = acc[1];
     for (int c = 0; c < n; c++) {
         const int16_t xc = (int16_t)(x[c] - zp);
         a0 += xc * (int16_t)w0[c];
         a1 += xc * (int16_t)w1[c];
     }
-    *acc0 = a0;
-    *acc1 = a1;
+    acc[0] = a0;
+    acc[1] = a1;
+}
+
+/* The portable "widened input" is a view of the int8 input and its zero point (tt_widen_s8 copies nothing; the
+ * inner products widen on the way, as tt_dot2_s8, in loops gcc vectorizes). */
+typedef struct {
+    const int8_t *x;
+    int32_t in_zp;
+} tt_xw_t;
+#define TT_XW_LEN(n) 1
+
+static inline void tt_widen_s8(tt_xw_t *xw, const int8_t *x, int n, int32_t in_zp) {
+    (void)n;
+    xw->x = x;
+    xw->in_zp = in_zp;
+}
+
+/* Four consecutive rows against a widened input (tt_widen_s8): acc[q] += (x - in_zp) . w[q * stride ..], q < 4,
+ * over n channels. */
+static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, int n, int32_t acc[4]) {
+    tt_dot2_s8(xw->x, w, w + stride, n, xw->in_zp, acc);
+    tt_dot2_s8(xw->x, w + 2 * stride, w + 3 * stride, n, xw->in_zp, acc + 2);
+}
+
+/* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4. */
+static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
+                              int32_t acc[4]) {
+    acc[0] += ((int32_t)x[0] - in_zp) * w0;
+    acc[1] += ((int32_t)x[1] - in_zp) * w1;
+    acc[2] += ((int32_t)x[2] - in_zp) * w2;
+    acc[3] += ((int32_t)x[3] - in_zp) * w3;
+}
+
+/* y[q] = clamp(v_q, lo, hi), q < 4. */
+static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3, int32_t lo, int32_t hi) {
+    y[0] = (int8_t)(v0 < lo ? lo : (v0 > hi ? hi : v0));
+    y[1] = (int8_t)(v1 < lo ? lo : (v1 > hi ? hi : v1));
+    y[2] = (int8_t)(v2 < lo ? lo : (v2 > hi ? hi : v2));
+    y[3] = (int8_t)(v3 < lo ? lo : (v3 > hi ? hi : v3));
 }
 
 #endif /* TT_ARM_DSP */
