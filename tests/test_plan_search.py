@@ -251,7 +251,7 @@ def test_plan_cli_refuses_a_budget_below_the_classifier(files, capsys):
                     reason="needs arm-none-eabi-gcc and qemu-system-arm")
 def test_searched_vww_plan_trains_identically_on_the_host_c_and_on_qemu(tmp_path, capsys):
     # the search with a 1-SE noise floor: 6 backbone layers, some at partial ratios (the default plan is the
-    # classifier alone). The no-floor plan (vww_study_plan_z0.json, 253 KB) leaves the QEMU harness no heap for its
+    # classifier alone). The no-floor plan (vww_study_plan_z0.json, 251 KB) leaves the QEMU harness no heap for its
     # sample files' stdio buffers ("cannot seek to the labels"): the harness, not the plan, is over the RAM region.
     plan = ROOT / "benchmarks" / "results" / "vww_study_plan_z1.json"
     if not plan.exists():
