@@ -56,9 +56,11 @@ def test_compile_sparse_plan_writes_report_table_and_timeline(tmp_path, capsys):
     for key in ("peak_sram_bytes", "arena_bytes", "flash_bytes", "sram_budget_bytes", "fits", "buffers"):
         assert key in report
     assert report["fits"] is True and report["mode"] == "training" and report["sram_budget_bytes"] == 262144
-    assert report["peak_sram_bytes"] == 247560 <= 262144
+    # The frozen forward streams (memory/stream.py): its peak (247560 B layer by layer) moves to the backward pass.
+    assert report["peak_sram_bytes"] == 201576 <= 262144
+    assert report["streamed"]["steps"] > 0 and report["streamed"]["line_buffers"]
     roles = {b["role"] for b in report["buffers"]}
-    assert {"saved", "gradient", "activation"} <= roles
+    assert {"saved", "gradient", "activation", "ring"} <= roles
     assert all(b["first_use"] <= b["last_use"] for b in report["buffers"])
     assert len(report["schedule"]) == max(b["last_use"] for b in report["buffers"]) + 1
     text = (out / "report.txt").read_text()
@@ -101,7 +103,7 @@ def test_fusing_weight_gradients_with_updates_fits_mobilenet_v1_last_k2(tmp_path
     model = shared_file("models/mobilenet_v1_0.25_128_quant.tflite")
     report, scratch = _compile_fused(model, ["--update", "last-k:2", "--new-head", "2"], tmp_path)
     assert scratch == [2048, 2048]  # blocks of 2 rows of 256 floats: the 256x256 conv and the 2x256 head
-    assert report["fits"] and report["peak_sram_bytes"] == 151336
+    assert report["fits"] and report["peak_sram_bytes"] == 102184
     assert report["schedule"][report["peak_step"]].startswith("conv2d ")  # the first convolution
     g = new_head(load_model(model), 2)
     unfused = reorder(build_training_graph(g, preset("last-k:2", g)))
@@ -116,7 +118,7 @@ def test_fusing_weight_gradients_with_updates_fits_mcunet_last_k2(tmp_path):
     model = ROOT / "models" / "mcunet-5fps.onnx"
     report, scratch = _compile_fused(model, ["--update", "last-k:2"], tmp_path)
     assert scratch == [1920, 2304]  # 3 of the 10 classifier rows of 160 floats; one conv row of 576 floats (> 2 KB)
-    assert report["fits"] and report["peak_sram_bytes"] == 227864
+    assert report["fits"] and report["peak_sram_bytes"] == 144392
     g = load_model(model)
     unfused = reorder(build_training_graph(g, preset("last-k:2", g)))
     assert plan_memory(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 484872

@@ -141,6 +141,26 @@ def _suffix(has_bias: bool, has_wzp: bool) -> str:
     return ("" if has_bias else "_nobias") + ("_wzp" if has_wzp else "")
 
 
+@dataclass(frozen=True)
+class Band:
+    """A band of output rows of a windowed kernel in a streamed region (codegen/emit_stream.py): C expressions
+    of the first and end output rows and of the rows the input and output buffers start at (line buffers)."""
+
+    oy_begin: str
+    oy_end: str
+    in_row0: str
+    out_row0: str
+
+
+def _band(sig: _Signature, band: Band) -> None:
+    """The rows a windowed kernel computes (template parameter ``band``): output rows [oy_begin, oy_end), input
+    row r at inp + (r - in_row0) * W * Ci, output row oy at out + (oy - out_row0) * Wo * Co."""
+    sig.add("int oy_begin", band.oy_begin)
+    sig.add("int oy_end", band.oy_end)
+    sig.add("int in_row0", band.in_row0)
+    sig.add("int out_row0", band.out_row0)
+
+
 def _window_name(kh: int, kw: int, sh: int, sw: int, dh: int = 1, dw: int = 1, pt: int = 0, pl: int = 0,
                  padded: bool = False) -> str:
     s = f"{kh}x{kw}_s{sh}" + ("" if sh == sw else f"x{sw}")
@@ -178,15 +198,17 @@ def conv2d(node: Node, ctx) -> Call:
     if bias is not None:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     _requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
+    band = None if pointwise else ctx.band(node)
     if pointwise:
         s.ints(P=h * wd, Ci=cin, Co=cout)
-    elif padded:
-        s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
-    else:  # no bounds checks: the input height is not needed
-        s.ints(W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
+    else:  # without padding no bounds checks: the input height is not needed
+        s.ints(**({"H": h} if padded else {}), W=wd, Ci=cin, **({} if band else {"Ho": ho}), Wo=wo, Co=cout)
+    if band:
+        _band(s, band)
     s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
-    suffix = _suffix(bias is not None, has_wzp) + _sr(a.requant) + ("_split" if split else "")
-    k["rq"], k["split"] = _rq(a.requant), split
+    suffix = (_suffix(bias is not None, has_wzp) + _sr(a.requant) + ("_split" if split else "")
+              + ("_band" if band else ""))
+    k["rq"], k["split"], k["band"] = _rq(a.requant), split, band is not None
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{_window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (

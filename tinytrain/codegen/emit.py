@@ -16,12 +16,12 @@ import numpy as np
 
 from tinytrain import __version__
 from tinytrain.codegen import cformat
-from tinytrain.codegen.bindings import BINDINGS, Call, Kernel
+from tinytrain.codegen.bindings import BINDINGS, Band, Call, Kernel
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Tensor
 from tinytrain.memory.report import MemoryReport
 
-RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h")
+RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_stream.h")
 # Cores with the Arm DSP extension (SXTB16, SMLAD): a project compiled for one of them (the plan's target, from
 # `tinytrain compile --target` or the firmware board's core) defines TT_ARM_DSP 1, which selects tt_simd.h's DSP
 # inner products. This is the one place the target chooses code; any other target gets the portable C reference.
@@ -49,16 +49,22 @@ def _environment() -> jinja2.Environment:
                               keep_trailing_newline=True, autoescape=False)
 
 
+def streamed_input(plan: MemoryReport) -> bool:
+    """Whether the step reads its input row by row into a line buffer (memory/stream.py sources)."""
+    return plan.stream is not None and any(b.source for b in plan.stream.buffers)
+
+
 def arena_offsets(graph: Graph, plan: MemoryReport) -> dict[str, int]:
     """Tensor name -> arena offset, from the planner's buffers (views share their buffer's offset)."""
     offsets: dict[str, int] = {}
     for b in plan.buffers:
         for name in (b.use.tensor,) + tuple(b.use.views):
             t = graph.tensors.get(name)
-            if t is None or t.nbytes > b.use.size:
+            whole = plan.stream is None or name not in {r.tensor for r in plan.stream.rings}
+            if t is None or (whole and t.nbytes > b.use.size):
                 raise ValueError(f"memory plan buffer {name!r} does not match this graph; plan it with "
                                  "tinytrain.memory.report.plan_forward(graph, ...)")
-            if b.offset % 16 or b.offset + t.nbytes > plan.arena_bytes:
+            if b.offset % 16 or b.offset + b.use.size > plan.arena_bytes:
                 raise ValueError(f"memory plan puts {name!r} at {b.offset}, outside a {plan.arena_bytes}-byte arena")
             offsets[name] = b.offset
     return offsets
@@ -105,6 +111,10 @@ class _Context:
 
     def frozen(self, name: str) -> str:
         raise ValueError(f"{name} has no separate frozen rows")
+
+    def band(self, node: Node) -> Band | None:
+        """The output rows a windowed kernel computes when ``node`` runs in a streamed region; None: all of them."""
+        return None
 
     def table(self, node: Node, what: str, values: np.ndarray) -> str:
         cname = self._unique(f"tt_{cformat.identifier(node.name, 32)}_{what}")
@@ -181,6 +191,7 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise UnsupportedModelError(f"codegen: the C API takes one input and one output; this model has "
                                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
+    from tinytrain.codegen.emit_stream import render_region
     from tinytrain.ops import get_op
 
     env = _environment()
@@ -190,6 +201,13 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     steps = []
     used: set[str] = set()  # pointer variables some kernel call reads or writes
     for k, node in enumerate(graph.nodes):
+        if plan.stream is not None and k < plan.stream.steps:
+            if k == 0:
+                step, region_used = render_region(graph, plan.stream, ctx, lambda n, c: bind_call(env, BINDINGS, n, c, kernels),
+                                                  lambda j, n: _step_comment(j, n, graph))
+                steps.append(step)
+                used.update(region_used)
+            continue
         if get_op(node.op).view:
             ctx.act(node.inputs[0])
             ctx.act(node.outputs[0])
@@ -217,7 +235,9 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     def io(name: str) -> dict:
         t = graph.tensors[name]
         return {"shape": cformat.shape(t.shape), "nbytes": t.nbytes, "offset": ctx.offsets[name],
-                "zp": t.quant.zp if t.quant else 0, "scale": repr(t.quant.s) if t.quant else "1.0"}
+                "zp": t.quant.zp if t.quant else 0, "scale": repr(t.quant.s) if t.quant else "1.0",
+                "rows": t.shape[1] if len(t.shape) > 2 else 1,
+                "row_bytes": t.nbytes // t.shape[1] if len(t.shape) > 2 else t.nbytes}
 
     common = {
         "version": __version__,
@@ -228,6 +248,7 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         "output": io(graph.outputs[0]),
         "uint8_io": graph.uint8_io,
         "arm_dsp": arm_dsp(plan.target),
+        "streamed_input": streamed_input(plan),
     }
     files = {
         MODEL_HEADER: env.get_template("model.h.j2").render(**common),

@@ -30,11 +30,14 @@ from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS, Kernel
 from tinytrain.codegen.bindings_train import TRAIN_BINDINGS
 from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _Array, _Context, _environment,
-                                    _step_comment, arena_offsets, arm_dsp, bind_call)
+                                    _step_comment, arena_offsets, arm_dsp, bind_call,
+                                    streamed_input)
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
+from tinytrain.codegen.emit_stream import render_region
 from tinytrain.memory.lifetimes import scratch_name
+from tinytrain.memory.stream import StreamPlan
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
@@ -155,9 +158,17 @@ def _loss_node(graph: Graph) -> Node:
     return nodes[0]
 
 
-def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kernels: dict) -> tuple[list[dict], set[str]]:
+def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kernels: dict,
+                  stream: StreamPlan | None = None) -> tuple[list[dict], set[str]]:
+    """The steps of ``nodes``; those of a streamed region (a prefix of the schedule) as one step."""
     index = {n.name: k for k, n in enumerate(graph.nodes)}
     steps, used = [], set()
+    if stream is not None and nodes and index[nodes[0].name] == 0:
+        step, region_used = render_region(graph, stream, ctx, lambda n, c: bind_call(env, ALL_BINDINGS, n, c, kernels),
+                                          lambda j, n: _step_comment(j, n, graph))
+        steps.append(step)
+        used.update(region_used)
+        nodes = nodes[stream.steps:]
     for node in nodes:
         comment = _step_comment(index[node.name], node, graph)
         if _view(node):
@@ -213,7 +224,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     forward, training = _phases(graph)
     ctx.act(image)
     kernels: dict[str, tuple[Kernel, str]] = {}
-    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels)
+    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream)
     train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
     ctx.act(logits)
     ctx.fp(LOSS)
@@ -240,11 +251,13 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         "sha256": graph.source_sha256 or "(none: graph built in memory)",
         "arena_bytes": plan.arena_bytes,
         "input": {"shape": cformat.shape(x.shape), "nbytes": x.nbytes, "offset": offsets[image], "zp": x.quant.zp,
-                  "scale": repr(x.quant.s)},
+                  "scale": repr(x.quant.s), "rows": x.shape[1] if len(x.shape) > 2 else 1,
+                  "row_bytes": x.nbytes // x.shape[1] if len(x.shape) > 2 else x.nbytes},
         "logits": {"shape": cformat.shape(q.shape), "nbytes": q.nbytes, "offset": offsets[logits], "zp": q.quant.zp,
                    "scale": repr(q.quant.s), "classes": q.shape[-1]},
         "uint8_io": graph.uint8_io,
         "arm_dsp": arm_dsp(plan.target),
+        "streamed_input": streamed_input(plan),
         "state": state,
         "state_bytes": state_size(layout),
         "state_magic": MAGIC.decode("ascii"),
@@ -260,7 +273,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,
             fwd_steps=fwd_steps, train_steps=train_steps,
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
-            n_steps=len(graph.nodes), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
+            n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
     runtime = resources.files("tinytrain.codegen.runtime")
     for name in TRAIN_RUNTIME_FILES:

@@ -56,14 +56,17 @@ def min_gap(min_read: np.ndarray, out_itemsize: int, in_itemsize: int) -> int:
     return int((q1 * out_itemsize - later * in_itemsize).max())
 
 
-def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16) -> list[InPlace]:
-    """Per node, the best input its output 0 may overwrite (if any), with its delta and saving."""
+def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16, first_step: int = 0) -> list[InPlace]:
+    """Per node from ``first_step`` on (the nodes before it run streamed), the best input its output 0 may
+    overwrite (if any), with its delta and saving."""
     from tinytrain.ops import get_op
 
     by_name = {u.tensor: u for u in uses}
     viewed = {v for u in uses for v in u.views} | {u.tensor for u in uses if u.views}
     result = []
     for k, node in enumerate(graph.nodes):
+        if k < first_step:
+            continue
         op = get_op(node.op)
         if op.min_read is None or len(node.outputs) != 1 or op.view:
             continue
@@ -92,7 +95,8 @@ def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16) -> list
     return result
 
 
-def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: float = SLACK) -> list[InPlace]:
+def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: float = SLACK,
+           first_step: int = 0) -> list[InPlace]:
     """The in-place pairs to use: candidates by decreasing saving, chained while the chain stays compact."""
     sizes = {u.tensor: _align(u.size, alignment) for u in uses}
     group: dict[str, tuple[str, int]] = {}      # tensor -> (chain id, offset in the chain)
@@ -111,7 +115,7 @@ def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: floa
         for k in range(u.first_use, u.last_use + 1):
             crowd[k] += sizes[u.tensor]
     chosen = []
-    for c in sorted(candidates(graph, uses, alignment), key=lambda c: (-crowd[c.step], -c.saving, c.step)):
+    for c in sorted(candidates(graph, uses, alignment, first_step), key=lambda c: (-crowd[c.step], -c.saving, c.step)):
         (gi, ri), (go, ro) = find(c.input), find(c.output)
         if gi == go:
             continue

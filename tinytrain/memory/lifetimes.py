@@ -10,10 +10,15 @@ gradient right after the update that consumes it — the schedule (memory/schedu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tinytrain.ir import Graph
 
+if TYPE_CHECKING:
+    from tinytrain.memory.stream import StreamPlan
+
 SCRATCH = "scratch"
+RING = "ring"
 
 
 @dataclass(frozen=True)
@@ -28,13 +33,17 @@ class BufferUse:
     views: tuple[str, ...] = ()  # tensors that are these same bytes under another shape (e.g. reshape outputs)
 
 
-def buffer_lifetimes(graph: Graph) -> list[BufferUse]:
+def buffer_lifetimes(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
     """Every computed tensor of a batch-1 step: from its producer to its last reader, in graph order.
 
     Graph inputs are alive from step 0; graph outputs stay alive until the last step. The output of a
     view op (``OpDef.view``, e.g. reshape) is no buffer of its own: it is listed in ``views`` of the
     buffer it aliases, whose lifetime extends to the view's last reader. Roles: ``input``, ``output``, or
     the tensor's role (``activation``, ``saved``, ``gradient``).
+
+    With a streamed region (memory/stream.py) its nodes run interleaved, row by row, over steps 0 .. steps - 1:
+    a line buffer (role ``ring``) is its ring's rows, alive over the whole region; a whole tensor the region
+    computes is alive from step 0 (its rows are computed from the region's start on) to its last reader.
     """
     from tinytrain.ops import get_op
 
@@ -57,13 +66,19 @@ def buffer_lifetimes(graph: Graph) -> list[BufferUse]:
     views: dict[str, list[str]] = {}
     for view, r in root.items():
         views.setdefault(r, []).append(view)
+    rings = {b.tensor: b for b in stream.buffers} if stream else {}
     uses = []
     for name in first:
         t = graph.tensors[name]
         group = [name] + views.get(name, [])
         role = ("input" if name in graph.inputs else
                 "output" if any(g in graph.outputs for g in group) else t.role.value)
-        uses.append(BufferUse(name, role, t.nbytes, first[name], final[name], tuple(views.get(name, ()))))
+        size, start, end = t.nbytes, first[name], final[name]
+        if name in rings:
+            start, end = 0, max(end, stream.steps - 1)
+            if not rings[name].whole:
+                role, size = RING, rings[name].nbytes
+        uses.append(BufferUse(name, role, size, start, end, tuple(views.get(name, ()))))
     return uses
 
 
@@ -77,8 +92,9 @@ def scratch_name(node: str) -> str:
     return f"{node}:{SCRATCH}"
 
 
-def scratch_requests(graph: Graph) -> list[BufferUse]:
-    """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only."""
+def scratch_requests(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
+    """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only
+    (over the whole streamed region for a node of it)."""
     from tinytrain.ops import get_op
 
     uses = []
@@ -89,5 +105,7 @@ def scratch_requests(graph: Graph) -> list[BufferUse]:
         ins = [graph.tensors[i] if i else None for i in node.inputs]
         size = int(op.scratch(node.attrs, ins, [graph.tensors[o] for o in node.outputs]))
         if size > 0:
-            uses.append(BufferUse(scratch_name(node.name), SCRATCH, size, k, k))
+            region = stream is not None and k < stream.steps
+            uses.append(BufferUse(scratch_name(node.name), SCRATCH, size, 0 if region else k,
+                                  stream.steps - 1 if region else k))
     return uses

@@ -17,6 +17,7 @@ from tinytrain.ir import Graph, Role
 from tinytrain.memory.inplace import InPlace, choose
 from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requests
 from tinytrain.memory.planner import PLANNERS
+from tinytrain.memory.stream import StreamPlan, plan_stream
 from tinytrain.sizes import format_size
 
 ALIGNMENT = 16
@@ -57,6 +58,7 @@ class MemoryReport:
     inplace: tuple[InPlace, ...] = ()
     trainable: tuple[tuple[str, int], ...] = ()  # (parameter, bytes of its SRAM copy)
     target: str = ""
+    stream: StreamPlan | None = None  # the row-streamed region of the schedule (memory/stream.py), if any
 
     @property
     def peak_sram_bytes(self) -> int:
@@ -131,6 +133,10 @@ class MemoryReport:
             "trainable": [{"param": p, "sram_bytes": n} for p, n in self.trainable],
             "in_place": [{"step": p.step, "input": p.input, "output": p.output, "delta": p.delta}
                          for p in self.inplace],
+            "streamed": None if self.stream is None else {
+                "steps": self.stream.steps,
+                "line_buffers": [{"tensor": b.tensor, "rows": b.rows, "height": b.height, "row_bytes": b.row_bytes}
+                                 for b in self.stream.rings]},
             "buffers": [entry(b) for b in self.buffers + self.scratch],
         }
 
@@ -165,14 +171,16 @@ def code_estimate(graph: Graph) -> int:
 
 def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy", inplace: bool = True,
                 runtime_bytes: int = RUNTIME_BYTES, stack_bytes: int = STACK_BYTES, code_bytes: int | None = None,
-                target: str = "") -> MemoryReport:
+                target: str = "", stream: bool = True) -> MemoryReport:
     """Plan the arena of ``graph`` executed in node order, with in-place outputs where ops allow it, and
     account SRAM and flash. Works for a forward graph and for a (reordered) training step.
 
+    With ``stream`` the schedule's streamable prefix runs row by row in line buffers (memory/stream.py).
     With ``inplace`` the arena is also planned without in-place outputs and the smaller plan is kept (a
     chain of in-place buffers is placed as one rigid unit, which can cost more than it saves)."""
-    uses = buffer_lifetimes(graph)
-    scratch = scratch_requests(graph)
+    region = plan_stream(graph) if stream else None
+    uses = buffer_lifetimes(graph, region)
+    scratch = scratch_requests(graph, region)
 
     def arena(pairs: list[InPlace]):
         p = PLANNERS[planner](alignment=ALIGNMENT)
@@ -181,7 +189,7 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
             p.tie(ids[pair.output], ids[pair.input], -pair.delta)
         return p, ids
 
-    pairs = choose(graph, uses, ALIGNMENT) if inplace else []
+    pairs = choose(graph, uses, ALIGNMENT, first_step=region.steps if region else 0) if inplace else []
     p, ids = arena(pairs)
     if pairs:
         alone, alone_ids = arena([])
@@ -198,14 +206,14 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
     weights = sum(t.nbytes for t in graph.constants())
     return MemoryReport(p.total_size(), sum(n for _, n in copies), runtime_bytes, weights + code, sram_budget,
                         flash_budget, max(live, default=0), peak_step, planned, planner, optimizer, stack_bytes,
-                        code, planned_scratch, tuple(pairs), tuple(copies), target)
+                        code, planned_scratch, tuple(pairs), tuple(copies), target, region)
 
 
 def plan_forward(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy",
-                 runtime_bytes: int = 0) -> MemoryReport:
+                 runtime_bytes: int = 0, stream: bool = True) -> MemoryReport:
     """Plan the arena of the int8 forward pass as separate buffers (no in-place); flash = weights only."""
     return plan_memory(graph, sram_budget, flash_budget, planner, inplace=False, runtime_bytes=runtime_bytes,
-                       stack_bytes=0, code_bytes=0)
+                       stack_bytes=0, code_bytes=0, stream=stream)
 
 
 def check_budget(report: MemoryReport, graph: Graph) -> None:

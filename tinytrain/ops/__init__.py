@@ -30,6 +30,32 @@ Scratch = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
 
 
 @dataclass(frozen=True)
+class RowWindow:
+    """The rows of an NHWC input that output row r reads: [r * stride + offset, r * stride + offset + extent),
+    clipped to the input (rows outside it are padding)."""
+
+    stride: int
+    offset: int
+    extent: int
+
+    def first(self, r: int) -> int:
+        return r * self.stride + self.offset
+
+    def end(self, r: int) -> int:
+        return r * self.stride + self.offset + self.extent
+
+    @property
+    def aligned(self) -> bool:
+        """Output row r reads exactly input row r (elementwise and 1x1 stride-1 ops)."""
+        return (self.stride, self.offset, self.extent) == (1, 0, 1)
+
+
+# rows(attrs, in_tensors, out_tensors, k) -> the input rows of input k that an output row reads; None for an input
+# not read by rows (a constant).
+Rows = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "RowWindow | None"]
+
+
+@dataclass(frozen=True)
 class OpDef:
     """What the compiler knows about one op.
 
@@ -47,6 +73,10 @@ class OpDef:
     stride-2 depthwise output can start exactly on its input, a 3x3 stride-1 one a row + a pixel before it.
     ``scratch`` is the kernel's request for temporary memory (CMSIS-NN's ``*_get_buffer_size``); the planner
     reserves it in the arena for the node's step (None: no scratch).
+    ``rows`` makes the op row-streamable (memory/stream.py): its NHWC output 0 can be computed one row at a time,
+    row r reading only the input rows ``rows(...)`` names; its C binding then runs a band of output rows — an
+    op whose windows are all ``aligned`` on one-row views of its tensors, any other through a ``band`` of the
+    emitter's context (codegen/emit_stream.py).
     """
 
     name: str
@@ -59,11 +89,17 @@ class OpDef:
     writes: tuple[int, ...] = ()
     min_read: MinRead | None = None
     scratch: Scratch | None = None
+    rows: Rows | None = None
 
 
 def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> np.ndarray:
     """``min_read`` of an op whose output element q reads element q of each input (same shape)."""
     return np.arange(outs[0].size, dtype=np.int64)
+
+
+def elementwise_rows(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> RowWindow | None:
+    """``rows`` of an op whose output element q reads element q of each input (same NHWC shape)."""
+    return RowWindow(1, 0, 1) if len(outs[0].shape) == 4 and ins[k] is not None else None
 
 
 def _registry() -> dict[str, OpDef]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, elementwise_min_read
+from tinytrain.ops import OpDef, elementwise_min_read, elementwise_rows
 from tinytrain.quant import Requant, multiply_by_quantized_multiplier
 
 
@@ -77,4 +77,5 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [gz if b.needs_grad(i) else None for i in node.inputs]
 
 
-OP = OpDef("add", AddAttrs, infer_shapes, reference, macs, backward=backward, min_read=elementwise_min_read)
+OP = OpDef("add", AddAttrs, infer_shapes, reference, macs, backward=backward, min_read=elementwise_min_read,
+           rows=elementwise_rows)

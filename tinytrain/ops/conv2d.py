@@ -17,7 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tinytrain.ir import Tensor
-from tinytrain.ops import OpDef
+from tinytrain.ops import OpDef, RowWindow
 from tinytrain.quant import Requant, requantize
 
 
@@ -282,7 +282,16 @@ def min_read(a: Conv2dAttrs, ins, outs, k: int) -> np.ndarray | None:
     return np.where(only_padding, n * h * w * cin, idx).reshape(-1)
 
 
-OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read)
+def row_window(a: Conv2dAttrs, ins, outs, k: int) -> RowWindow | None:
+    """``OpDef.rows`` of input 0: output row r reads the kh window rows from r * stride - pad_top."""
+    if k != 0:
+        return None
+    kh = ins[1].shape[1]
+    return RowWindow(a.stride[0], -a.padding[0], (kh - 1) * a.dilation[0] + 1)
+
+
+OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read,
+            rows=row_window)
 GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
                     grad_weight_macs)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs, elementwise_min_read
+from tinytrain.ops import OpDef, no_macs, elementwise_min_read, elementwise_rows
 from tinytrain.quant import Requant, requantize
 
 
@@ -35,4 +35,4 @@ def backward(b, node, out_grads) -> list[str | None]:
 
 
 OP = OpDef("requantize", RequantizeAttrs, infer_shapes, reference, no_macs, backward=backward,
-           min_read=elementwise_min_read)
+           min_read=elementwise_min_read, rows=elementwise_rows)
