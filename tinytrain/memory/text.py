@@ -13,6 +13,21 @@ def _row(b, ties) -> str:
             f"{b.use.role:<10} {b.use.tensor}{note}")
 
 
+def _stream_lines(report: MemoryReport, graph: Graph) -> list[str]:
+    """The streamed region: its steps, line buffers against the whole tensors they replace, and the input."""
+    region = report.stream
+    rings = region.rings
+    whole = sum(graph.tensors[b.tensor].nbytes for b in rings)
+    lines = [f"  streamed     steps 0-{region.steps - 1} row by row: {len(rings)} line buffers, "
+             f"{format_size(sum(b.nbytes for b in rings))} instead of {format_size(whole)} of whole tensors"]
+    for b in region.buffers:
+        if b.source:
+            lines.append(f"               input {b.tensor} read from a row source into {b.rows} of its {b.height} "
+                         f"rows ({format_size(b.nbytes)}; tt_predict / tt_train_step copy the rows from the caller's "
+                         f"image x, {format_size(graph.tensors[b.tensor].nbytes)})")
+    return lines
+
+
 def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
     node = graph.nodes[report.peak_step]
     ties = {p.output: p.input for p in report.inplace}
@@ -28,9 +43,10 @@ def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
         f"    runtime + stack  {format_size(report.runtime_sram_bytes + report.stack_bytes):>10}  (estimate)",
         f"  flash      {format_size(report.flash_bytes):>10}  of {format_size(report.flash_budget_bytes)} budget"
         f"  (weights {format_size(report.weights_flash_bytes)}, code estimate {format_size(report.code_bytes)})",
-        "",
-        "  largest buffers:",
     ]
+    if report.stream is not None:
+        lines.extend(_stream_lines(report, graph))
+    lines += ["", "  largest buffers:"]
     for b in sorted(report.buffers + report.scratch, key=lambda b: (-b.use.size, b.use.tensor))[:top]:
         lines.append(_row(b, ties))
     alive = report.alive_at(report.peak_step)

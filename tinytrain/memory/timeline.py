@@ -11,13 +11,14 @@ from tinytrain.memory.report import MemoryReport
 BANDS = (
     ("weights", "trainable copies + optimizer state", "#8c6bb1"),
     ("runtime", "runtime + stack (estimate)", "#bdbdbd"),
+    ("lines", "line buffers (streamed region)", "#9ecae1"),
     ("activations", "activations", "#6baed6"),
     ("saved", "saved for backward", "#fd8d3c"),
     ("gradients", "gradients", "#e6550d"),
     ("scratch", "kernel scratch", "#74c476"),
 )
 ROLE_BAND = {"input": "activations", "output": "activations", "activation": "activations", "saved": "saved",
-             "gradient": "gradients", "scratch": "scratch"}
+             "gradient": "gradients", "scratch": "scratch", "ring": "lines"}
 
 
 def band_series(report: MemoryReport) -> dict[str, list[int]]:
@@ -48,6 +49,11 @@ def write_timeline(report: MemoryReport, graph: Graph, path: str | Path, title: 
                label=f"budget {report.sram_budget_bytes / kb:.0f} KB")
     ax.axhline(report.peak_sram_bytes / kb, color="black", linestyle=":", linewidth=1,
                label=f"peak SRAM {report.peak_sram_bytes / kb:.1f} KB (arena as planned)")
+    if report.stream is not None:
+        last = report.stream.steps - 1
+        ax.axvspan(-0.5, last + 0.5, color="#deebf7", alpha=0.5, linewidth=0, zorder=0)
+        ax.annotate(f"steps 0-{last} streamed row by row", xy=(last / 2, 0), xytext=(0, 4),
+                    textcoords="offset points", ha="center", fontsize=7)
     node = graph.nodes[report.peak_step]
     ax.annotate(f"peak: step {report.peak_step} ({node.op})", xy=(report.peak_step, report.peak_sram_bytes / kb),
                 xytext=(12, -22), textcoords="offset points", fontsize=8,
