@@ -57,7 +57,7 @@ def test_compile_sparse_plan_writes_report_table_and_timeline(tmp_path, capsys):
         assert key in report
     assert report["fits"] is True and report["mode"] == "training" and report["sram_budget_bytes"] == 262144
     # The frozen forward streams (memory/stream.py): its peak (247560 B layer by layer) moves to the backward pass.
-    assert report["peak_sram_bytes"] == 201576 <= 262144
+    assert report["peak_sram_bytes"] == 201320 <= 262144
     assert report["streamed"]["steps"] > 0 and report["streamed"]["line_buffers"]
     roles = {b["role"] for b in report["buffers"]}
     assert {"saved", "gradient", "activation", "ring"} <= roles

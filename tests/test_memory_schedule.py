@@ -71,5 +71,5 @@ def test_shipped_sparse_plans_peak_sram(model):
     best = plan_memory(reorder(fuse_updates(step)), 256 * 1024, 1 << 20)
     assert best.peak_sram_bytes <= reordered.peak_sram_bytes < naive.peak_sram_bytes
     assert not naive.fits and best.fits
-    assert best.peak_sram_bytes == {"mbv2-w0.35": 201576, "proxyless-w0.3": 176472, "mcunet-5fps": 246168}[model]
+    assert best.peak_sram_bytes == {"mbv2-w0.35": 201320, "proxyless-w0.3": 176472, "mcunet-5fps": 246168}[model]
     assert best.peak_sram_bytes <= plan_memory(reorder(step), 256 * 1024, 1 << 20).peak_sram_bytes
