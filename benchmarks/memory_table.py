@@ -52,15 +52,14 @@ def plan_path(model: str) -> Path:
 def ours(model: str, spec: str) -> dict:
     from tinytrain.frontends import load_model
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
-    from tinytrain.training.fuse import fuse_updates
+    from tinytrain.training.device_step import device_schedule
     from tinytrain.training.sparse import load_plan, preset
     from tinytrain.training.train_graph import build_training_graph
 
     graph = load_model(ROOT / "models" / f"{model}.onnx")
     plan = load_plan(plan_path(model)) if spec == "sparse" else preset(spec, graph)
     step = build_training_graph(graph, plan)
-    reordered = reorder(fuse_updates(step))
+    reordered = device_schedule(step)
     result = {}
     for name, do_reorder, inplace in VARIANTS:
         g = reordered if do_reorder else step

@@ -6,7 +6,7 @@ the C step computed is read back from its arena (linear memory plan: nothing is 
 - integer work, exactly: every int8 forward activation; every updated int8 weight / int32 bias (and momentum)
   equals ``sgd_update``'s reference applied to the C's own fp32 gradient and the pre-step state;
 - fp32 work, each op given the C's own inputs (so errors do not compound), with these tolerances:
-  * exact (bit-identical): clamp_mask, grad_accumulate, pad_grad, mean_grad (one float32 division, as the
+  * exact (bit-identical): clamp_mask, clamp_mask_packed, grad_accumulate, pad_grad, mean_grad (one float32 division, as the
     simulator), fully_connected_grad_weight (batch 1: one float32 product, which float64-then-round equals);
   * sums — conv2d_grad_input / conv2d_grad_weight (regular, depthwise, pointwise), fully_connected_grad_input,
     bias_grad, avg_pool2d_grad: |C - sim| <= SUM_RTOL * sum|terms| (sum|terms| is the op applied to the
@@ -34,7 +34,9 @@ from tinytrain.ir import DType, QuantParams
 from tinytrain.ops import get_op
 from tinytrain.ops.sgd_update import Rounding
 from tinytrain.simulator import init_state, train_step
+from tinytrain.training.device_step import device_schedule
 from tinytrain.training.fuse import fuse_updates
+from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
@@ -44,7 +46,7 @@ WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
 SUM_RTOL = 2.0 ** -16
 LOSS_ATOL = 4e-6
 GRAD_ATOL = 2e-6
-EXACT = {"clamp_mask", "grad_accumulate", "pad_grad", "mean_grad", "fully_connected_grad_weight"}
+EXACT = {"clamp_mask", "clamp_mask_packed", "grad_accumulate", "pad_grad", "mean_grad", "fully_connected_grad_weight"}
 SUMS = {"conv2d_grad_input", "conv2d_grad_weight", "fully_connected_grad_input", "bias_grad", "avg_pool2d_grad"}
 
 
@@ -171,8 +173,13 @@ def check_step(tg, trainer: CTrainer, state, x: np.ndarray, label: int) -> dict[
     return ratios
 
 
-def test_each_step_from_identical_state_agrees_per_op(setup):
+@pytest.mark.parametrize("masks", [False, True], ids=["int8-saved", "bit-masks"])
+def test_each_step_from_identical_state_agrees_per_op(setup, masks):
+    """``masks``: the clamp masks saved as bits (training/masks.py): packed bit for bit, applied exactly."""
     tg, mb, cache = setup
+    if masks:
+        tg = save_masks(tg)
+        assert {"pack_clamp_mask", "clamp_mask_packed"} <= {n.op for n in tg.nodes}
     trainer = CTrainer(tg, cache, planner="linear", inplace=False, reorder=False)
     state = init_state(tg)
     x = mb.calibration_input()
@@ -237,8 +244,8 @@ FUSION_CONFIGS = {
 @pytest.mark.parametrize("config", sorted(FUSION_CONFIGS))
 def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config, tmp_path_factory):
     """8 steps of the C with each weight gradient fused into its update, in blocks of one row, of a few rows (some
-    blocks shorter) and as compile chooses them: the same losses and the same state (weights, biases, momentum)
-    bit for bit as the C with whole gradients."""
+    blocks shorter) and as compile chooses them (with clamp masks in bits): the same losses and the same state
+    (weights, biases, momentum) bit for bit as the C with whole gradients and int8 saved outputs."""
     from tinytrain.memory.schedule import reorder
 
     g, mb = model
@@ -270,13 +277,12 @@ def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config,
 
 @pytest.fixture(scope="module")
 def project(model, tmp_path_factory):
-    """What compile emits: updates fused with their weight gradients, reordered."""
+    """What compile emits: clamp masks in bits, updates fused with their weight gradients, reordered."""
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
 
     g, _ = model
     plan, config = CONFIGS["full"](g)
-    tg = reorder(fuse_updates(build_training_graph(g, plan, config)))
+    tg = device_schedule(build_training_graph(g, plan, config))
     out = tmp_path_factory.mktemp("train_project")
     files = render_project(tg, plan_memory(tg, 1 << 30, 1 << 30))
     for name, text in files.items():
@@ -286,12 +292,11 @@ def project(model, tmp_path_factory):
 
 def test_project_is_deterministic_and_names_version_and_model_hash(project, model):
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
 
     out, tg, files = project
     g2, _ = train_ops_model()  # rebuilt from scratch
     plan, config = CONFIGS["full"](g2)
-    tg2 = reorder(fuse_updates(build_training_graph(g2, plan, config)))
+    tg2 = device_schedule(build_training_graph(g2, plan, config))
     again = render_project(tg2, plan_memory(tg2, 1 << 30, 1 << 30))
     assert again == files
     for name in (MODEL_SOURCE, MODEL_HEADER):

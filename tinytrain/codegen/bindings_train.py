@@ -2,7 +2,7 @@
 
 Same contract as ``bindings.py`` (kernel family, template parameters, parameter list and call arguments
 from one place). Training bindings read the emitter's training context, which adds to the forward one:
-``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.state(name)`` (a tensor the step updates in place:
+``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.bits(name)`` (a packed uint8 clamp mask in the arena), ``ctx.state(name)`` (a tensor the step updates in place:
 the SRAM copy of a trainable weight or bias, or a momentum buffer), ``ctx.scalar(name)`` (the C
 expression of an int32 graph input of one element: the label or the step counter) and ``ctx.scratch(node)``
 (the fp32 scratch the memory plan reserved for the node's kernel, ``OpDef.scratch``).
@@ -185,6 +185,27 @@ def clamp_mask(node: Node, ctx) -> Call:
     return s.call("clamp_mask", "tt_clamp_mask_f32", {})
 
 
+def pack_clamp_mask(node: Node, ctx) -> Call:
+    """A forward node of the training step: the clamp mask of a saved output, in bits (``ctx.bits``)."""
+    y, bits = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    s = _Signature()
+    s.add("uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
+    s.add("const int8_t *y", ctx.act(y.name), "(N,)")
+    s.ints(N=y.size)
+    s.int32s(act_min=node.attrs.act_min, act_max=node.attrs.act_max)
+    return s.call("pack_clamp_mask", "tt_pack_clamp_mask_s8", {})
+
+
+def clamp_mask_packed(node: Node, ctx) -> Call:
+    g, bits, out = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    s = _Signature()
+    s.add("float *out", ctx.fp(out.name), "(N,)")
+    s.add("const float *g", ctx.fp(g.name), "(N,)")
+    s.add("const uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
+    s.ints(N=out.size)
+    return s.call("clamp_mask_packed", "tt_clamp_mask_packed_f32", {})
+
+
 def grad_accumulate(node: Node, ctx) -> Call:
     a, b, out = (ctx.tensor(n) for n in (*node.inputs, node.outputs[0]))
     s = _Signature()
@@ -339,6 +360,7 @@ TRAIN_BINDINGS: dict[str, Binding] = {
     "avg_pool2d_grad": avg_pool2d_grad,
     "bias_grad": bias_grad,
     "clamp_mask": clamp_mask,
+    "clamp_mask_packed": clamp_mask_packed,
     "conv2d_grad_input": conv2d_grad_input,
     "conv2d_grad_weight": conv2d_grad_weight,
     "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,
@@ -347,6 +369,7 @@ TRAIN_BINDINGS: dict[str, Binding] = {
     "fully_connected_grad_weight_sgd_update": fully_connected_grad_weight_sgd_update,
     "grad_accumulate": grad_accumulate,
     "mean_grad": mean_grad,
+    "pack_clamp_mask": pack_clamp_mask,
     "pad_grad": pad_grad,
     "sgd_update": sgd_update,
     "softmax_xent": softmax_xent,

@@ -69,10 +69,12 @@ def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequenc
 def _registry() -> dict[str, OpDef]:
     from tinytrain.ops import (add, avg_pool2d, conv2d, dequantize, fully_connected, mean, pad, quantize,
                                requantize, reshape, softmax)
-    from tinytrain.ops import bias_grad, clamp_mask, grad_accumulate, grad_weight_sgd_update, sgd_update, softmax_xent
+    from tinytrain.ops import (bias_grad, clamp_mask, clamp_mask_packed, grad_accumulate, grad_weight_sgd_update,
+                               sgd_update, softmax_xent)
 
     modules = (add, avg_pool2d, conv2d, dequantize, fully_connected, mean, pad, quantize, requantize, reshape, softmax,
-               bias_grad, clamp_mask, grad_accumulate, grad_weight_sgd_update, sgd_update, softmax_xent)
+               bias_grad, clamp_mask, clamp_mask_packed, grad_accumulate, grad_weight_sgd_update, sgd_update,
+               softmax_xent)
     return {op.name: op for m in modules for op in (m.OPS if hasattr(m, "OPS") else (m.OP,))}
 
 
