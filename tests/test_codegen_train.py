@@ -6,8 +6,8 @@ the C step computed is read back from its arena (linear memory plan: nothing is 
 - integer work, exactly: every int8 forward activation; every updated int8 weight / int32 bias (and momentum)
   equals ``sgd_update``'s reference applied to the C's own fp32 gradient and the pre-step state;
 - fp32 work, each op given the C's own inputs (so errors do not compound), with these tolerances:
-  * exact (bit-identical): clamp_mask, clamp_mask_packed, grad_accumulate, pad_grad, mean_grad (one float32 division, as the
-    simulator), fully_connected_grad_weight (batch 1: one float32 product, which float64-then-round equals);
+  * exact (bit-identical): clamp_mask, clamp_mask_packed, grad_accumulate, pad_grad, mean_grad and mean_grad_masked
+    (one float32 division, as the simulator), fully_connected_grad_weight (batch 1: one float32 product, which float64-then-round equals);
   * sums — conv2d_grad_input / conv2d_grad_weight (regular, depthwise, pointwise), fully_connected_grad_input,
     bias_grad, avg_pool2d_grad: |C - sim| <= SUM_RTOL * sum|terms| (sum|terms| is the op applied to the
     absolute values of its centred inputs). The C sums float32 products in float32 in a fixed order, the
@@ -36,6 +36,7 @@ from tinytrain.ops.sgd_update import Rounding
 from tinytrain.simulator import init_state, train_step
 from tinytrain.training.device_step import device_schedule
 from tinytrain.training.fuse import fuse_updates
+from tinytrain.training.fuse_masks import fuse_mean_masks
 from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
@@ -46,7 +47,8 @@ WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
 SUM_RTOL = 2.0 ** -16
 LOSS_ATOL = 4e-6
 GRAD_ATOL = 2e-6
-EXACT = {"clamp_mask", "clamp_mask_packed", "grad_accumulate", "pad_grad", "mean_grad", "fully_connected_grad_weight"}
+EXACT = {"clamp_mask", "clamp_mask_packed", "grad_accumulate", "pad_grad", "mean_grad", "mean_grad_masked",
+         "fully_connected_grad_weight"}
 SUMS = {"conv2d_grad_input", "conv2d_grad_weight", "fully_connected_grad_input", "bias_grad", "avg_pool2d_grad"}
 
 
@@ -175,11 +177,12 @@ def check_step(tg, trainer: CTrainer, state, x: np.ndarray, label: int) -> dict[
 
 @pytest.mark.parametrize("masks", [False, True], ids=["int8-saved", "bit-masks"])
 def test_each_step_from_identical_state_agrees_per_op(setup, masks):
-    """``masks``: the clamp masks saved as bits (training/masks.py): packed bit for bit, applied exactly."""
+    """``masks``: the clamp masks saved as bits (training/masks.py): packed bit for bit, applied exactly, the mean's
+    gradient fused with one (training/fuse_masks.py)."""
     tg, mb, cache = setup
     if masks:
-        tg = save_masks(tg)
-        assert {"pack_clamp_mask", "clamp_mask_packed"} <= {n.op for n in tg.nodes}
+        tg = fuse_mean_masks(save_masks(tg))
+        assert {"pack_clamp_mask", "clamp_mask_packed", "mean_grad_masked"} <= {n.op for n in tg.nodes}
     trainer = CTrainer(tg, cache, planner="linear", inplace=False, reorder=False)
     state = init_state(tg)
     x = mb.calibration_input()

@@ -12,6 +12,7 @@ from tinytrain.ops.clamp_mask import ClampMaskAttrs
 from tinytrain.ops.clamp_mask_packed import ClampMaskPackedAttrs, packed_shape
 from tinytrain.simulator import init_state, train_step
 from tinytrain.training.autodiff import is_forward
+from tinytrain.training.fuse_masks import fuse_mean_masks
 from tinytrain.training.masks import save_masks
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
@@ -110,4 +111,28 @@ def test_masked_training_state_is_the_unmasked_one_exactly(model, plan):
         state = init_state(graph)
         losses = [train_step(graph, state, xs[k : k + 1], k % 5)["loss"].tobytes() for k in range(4)]
         runs.append((losses, {k: v.tobytes() for k, v in sorted(state.tensors.items())}))
+    assert runs[0] == runs[1]
+
+
+def test_mean_gradient_is_fused_into_the_packed_mask(model):
+    """The mean's broadcast gradient is written masked (training/fuse_masks.py): no mean_grad, no broadcast tensor,
+    the same masked gradient by name; the state after 4 steps is the unfused graph's exactly."""
+    g, mb = model
+    tg = save_masks(build_training_graph(g, PLANS["sparse"](g)))
+    f = fuse_mean_masks(tg)
+    verify(f)
+    assert fuse_mean_masks(f) == f
+    (broadcast,) = [n for n in tg.nodes if n.op == "mean_grad"]
+    (mask,) = [n for n in tg.nodes if n.inputs[0] == broadcast.outputs[0]]
+    (fused,) = [n for n in f.nodes if n.op == "mean_grad_masked"]
+    assert not any(n.op == "mean_grad" for n in f.nodes) and broadcast.outputs[0] not in f.tensors
+    assert (fused.name, fused.inputs, fused.outputs) == (mask.name, (broadcast.inputs[0], mask.inputs[1]), mask.outputs)
+    assert [n.name for n in f.nodes] == [n.name for n in tg.nodes if n is not broadcast]
+    rng = np.random.default_rng(6)
+    xs = rng.integers(-128, 128, (4,) + mb.calibration_input().shape[1:]).astype(np.int8)
+    runs = []
+    for graph in (tg, f):
+        state = init_state(graph)
+        out = [train_step(graph, state, xs[k : k + 1], k % 5, keep_all=True) for k in range(4)]
+        runs.append(([o[fused.outputs[0]].tobytes() for o in out], {k: v.tobytes() for k, v in state.tensors.items()}))
     assert runs[0] == runs[1]

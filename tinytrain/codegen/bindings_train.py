@@ -236,6 +236,17 @@ def mean_grad(node: Node, ctx) -> Call:
     return s.call("mean_grad", "tt_mean_grad_f32", {})
 
 
+def mean_grad_masked(node: Node, ctx) -> Call:
+    g, bits, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = gx.shape
+    s = _Signature()
+    s.add("float *gx", ctx.fp(gx.name), "(P,C)")
+    s.add("const float *g", ctx.fp(g.name), "(C,)")
+    s.add("const uint8_t *bits", ctx.bits(bits.name), "((P*C+7)/8,)")
+    s.ints(P=h * wd, C=c)
+    return s.call("mean_grad_masked", "tt_mean_grad_masked_f32", {})
+
+
 def avg_pool2d_grad(node: Node, ctx) -> Call:
     a = node.attrs
     g, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
@@ -369,6 +380,7 @@ TRAIN_BINDINGS: dict[str, Binding] = {
     "fully_connected_grad_weight_sgd_update": fully_connected_grad_weight_sgd_update,
     "grad_accumulate": grad_accumulate,
     "mean_grad": mean_grad,
+    "mean_grad_masked": mean_grad_masked,
     "pack_clamp_mask": pack_clamp_mask,
     "pad_grad": pad_grad,
     "sgd_update": sgd_update,

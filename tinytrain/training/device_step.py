@@ -2,6 +2,7 @@
 
     build_training_graph (loss, backward, plan, QAS-scaled SGD, prune)
       ->  save_masks (1-bit clamp masks where the backward reads no activation values)
+      ->  fuse_mean_masks (the mean's broadcast gradient written masked, never stored whole)
       ->  fuse_updates (weight gradient + SGD update a block of rows at a time)
       ->  reorder (updates as early as possible, buffers freed early)
 
@@ -21,9 +22,10 @@ def device_schedule(training_graph: Graph) -> Graph:
     """The device's schedule of a training graph (``build_training_graph``'s result, fused or not)."""
     from tinytrain.memory.schedule import reorder
     from tinytrain.training.fuse import fuse_updates
+    from tinytrain.training.fuse_masks import fuse_mean_masks
     from tinytrain.training.masks import save_masks
 
-    return reorder(fuse_updates(save_masks(training_graph)))
+    return reorder(fuse_updates(fuse_mean_masks(save_masks(training_graph))))
 
 
 def device_step(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig()) -> Graph:
