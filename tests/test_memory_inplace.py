@@ -1,6 +1,7 @@
 """In-place outputs: the safe distance derived from ``OpDef.min_read``, checked against an independent model
 of the kernels' access order, and the emitted C run with overlapping buffers against the simulator."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +42,10 @@ def _reads(a, x, wt, y):
                 yield idx
 
 
-def _safe(a, x, wt, y, delta, s_out=1, s_in=1) -> bool:
+def _safe(a, x, wt, y, delta, s_out=1, s_in=1, reads=None) -> bool:
     """Write outputs in order at (input start - delta): is every input byte read before it is overwritten?"""
     clobbered = -1  # highest input byte (relative to the input start) overwritten so far
-    for q, idx in enumerate(_reads(a, x, wt, y)):
+    for q, idx in enumerate(reads if reads is not None else _reads(a, x, wt, y)):
         if idx and min(idx) * s_in <= clobbered:
             return False
         clobbered = max(clobbered, (q + 1) * s_out - 1 - delta)
@@ -68,6 +69,44 @@ def test_conv_min_gap_is_the_smallest_safe_distance(spec):
         return
     assert _safe(a, x, wt, y, gap)
     assert not _safe(a, x, wt, y, gap - 1)
+
+
+def _grad_reads(a, x, wt, y):
+    """Per element of a depthwise input gradient g_x (shaped as x) in C order, every g_z index (shaped as y) it reads:
+    the windows holding it enumerated directly."""
+    _, h, w, cin = x.shape
+    _, ho, wo, cout = y.shape
+    kh, kw = wt.shape[1:3]
+    m = cout // cin
+    for iy in range(h):
+        for ix in range(w):
+            for c in range(cin):
+                yield [(oy * wo + ox) * cout + o for o in range(c * m, (c + 1) * m) for oy in range(ho)
+                       for ox in range(wo) if 0 <= iy + a.padding[0] - oy * a.stride[0] < kh
+                       and 0 <= ix + a.padding[1] - ox * a.stride[1] < kw]
+
+
+@settings(derandomize=True, max_examples=120, deadline=None)
+@given(convs)
+def test_depthwise_grad_input_min_gap_is_the_smallest_safe_distance(spec):
+    """The gathering depthwise input gradient (conv2d_grad_input.c.j2) writes g_x over its g_z."""
+    from tinytrain.ops.conv2d import Conv2dGradInputAttrs, grad_input_min_read
+
+    h, w, cin, m, k, stride, pad, _ = spec
+    if pad >= k or h + 2 * pad < k or w + 2 * pad < k:
+        return
+    cin += 1  # groups = C_in > 1 (one channel is a regular convolution, whose kernel scatters)
+    a, x, wt, y = _conv(h, w, cin, cin * m, k, stride, pad, True)
+    ga = Conv2dGradInputAttrs(a.stride, a.padding, (h, w), groups=cin)
+    gz, gx = Tensor("gz", y.shape, DType.FLOAT32, Role.GRADIENT), Tensor("gx", x.shape, DType.FLOAT32, Role.GRADIENT)
+    gap = min_gap(grad_input_min_read(ga, [gz, wt], [gx], 0), 1, 1)
+    reads = list(_grad_reads(a, x, wt, y))
+    if x.size == 1:
+        return
+    assert _safe(a, y, wt, x, gap, reads=reads)
+    if all(reads):  # (elements that read nothing count as reading past the end: safe, not always the tightest)
+        assert not _safe(a, y, wt, x, gap - 1, reads=reads)
+    assert grad_input_min_read(dataclasses.replace(ga, groups=1), [gz, wt], [gx], 0) is None
 
 
 def test_known_distances():

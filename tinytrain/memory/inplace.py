@@ -15,8 +15,10 @@ ends). The pair then needs max(S_out, delta + S_in) bytes instead of S_in + S_ou
 An input can be overwritten only when this node is its last reader (so never a saved activation the
 backward still needs, nor a graph input or output, nor a buffer with views). Pairs chain (an in-place
 output overwritten in turn by the next node); a chain is placed as one rigid unit, so a link is accepted
-only while the chain's extent stays within ``SLACK`` of its largest member; links are considered from the
-most crowded step down.
+only while the chain's extent stays within ``SLACK`` of its largest member — ``GRADIENT_SLACK`` for a chain of
+gradients only: the backward's chains (masked gradient -> depthwise input gradient -> masked gradient, each
+depthwise link a row and a pixel further) live among a few small saved masks, not among the forward's long-lived
+activations, so drifting costs little there; links are considered from the most crowded step down.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ir import Graph
+from tinytrain.ir import Graph, Role
 from tinytrain.memory.lifetimes import BufferUse
 
 SLACK = 1 / 16
+GRADIENT_SLACK = 1 / 2
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,11 @@ def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16) -> list
     return result
 
 
-def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: float = SLACK) -> list[InPlace]:
+def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: float = SLACK,
+           gradient_slack: float = GRADIENT_SLACK) -> list[InPlace]:
     """The in-place pairs to use: candidates by decreasing saving, chained while the chain stays compact."""
     sizes = {u.tensor: _align(u.size, alignment) for u in uses}
+    gradients = {u.tensor for u in uses if u.role == Role.GRADIENT.value}
     group: dict[str, tuple[str, int]] = {}      # tensor -> (chain id, offset in the chain)
     members: dict[str, list[str]] = {}
 
@@ -120,7 +125,8 @@ def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: floa
         merged = [(n, group[n][1]) for n in members[gi]] + [(n, group[n][1] + shift) for n in members[go]]
         low = min(r for _, r in merged)
         extent = max(r + sizes[n] for n, r in merged) - low
-        if extent > (1 + slack) * max(sizes[n] for n, _ in merged):
+        allowed = gradient_slack if all(n in gradients for n, _ in merged) else slack
+        if extent > (1 + allowed) * max(sizes[n] for n, _ in merged):
             continue
         for n in members.pop(go):
             group[n] = (gi, group[n][1] + shift)

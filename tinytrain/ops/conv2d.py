@@ -282,8 +282,38 @@ def min_read(a: Conv2dAttrs, ins, outs, k: int) -> np.ndarray | None:
     return np.where(only_padding, n * h * w * cin, idx).reshape(-1)
 
 
+def _first_source(n_in: int, stride: int, pad: int, dilation: int, taps: int, n_out: int) -> np.ndarray:
+    """Per input row (or column) of a transposed convolution: the first output row whose window holds it,
+    ``n_out`` when none does (the taps i with (row + pad - i * dilation) / stride an output row; the last valid
+    tap gives the first row)."""
+    t = np.arange(n_in, dtype=np.int64)[:, None] + pad - np.arange(taps, dtype=np.int64)[None, :] * dilation
+    valid = (t >= 0) & (t % stride == 0) & (t // stride < n_out)
+    return np.where(valid, t // stride, n_out).min(axis=1)
+
+
+def grad_input_min_read(a: Conv2dGradInputAttrs, ins, outs, k: int) -> np.ndarray | None:
+    """``OpDef.min_read`` of a depthwise input gradient over g_z (input 0): the C kernel gathers each g_x element
+    (iy,ix,c), in C order, from the g_z windows that hold it, channels c*m .. c*m+m-1, and stores it after its sum;
+    so it reads first at the first output row and column holding it. Regular and pointwise kernels scatter into a
+    zeroed g_x: never in place."""
+    if k != 0 or a.groups == 1:
+        return None
+    n, ho, wo, cout = ins[0].shape
+    _, h, w, cin = outs[0].shape
+    (kh, kw) = ins[1].shape[1:3]
+    rows = _first_source(h, a.stride[0], a.padding[0], a.dilation[0], kh, ho)
+    cols = _first_source(w, a.stride[1], a.padding[1], a.dilation[1], kw, wo)
+    chans = np.arange(cin, dtype=np.int64) * (cout // cin)
+    batch = np.arange(n, dtype=np.int64)
+    idx = (((batch[:, None, None, None] * ho + rows[None, :, None, None]) * wo + cols[None, None, :, None]) * cout
+           + chans[None, None, None, :])
+    reads_nothing = (rows[None, :, None, None] >= ho) | (cols[None, None, :, None] >= wo)
+    return np.where(reads_nothing, n * ho * wo * cout, idx).reshape(-1)
+
+
 OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read)
-GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs)
+GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs,
+                   min_read=grad_input_min_read)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
                     grad_weight_macs)
 OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)
