@@ -411,9 +411,9 @@ def test_every_forward_op_and_weight_zero_points_agree_per_op(tmp_path):
 
 
 def test_in_place_backward_is_bit_identical_to_separate_buffers(tmp_path_factory):
-    """The device schedule of a MobileNetV2-shaped model, where the plan writes depthwise input gradients (and masked
-    gradients) over the gradient they read (ops/conv2d.py grad_input_min_read): 6 steps give the same losses and
-    state bit for bit as the same C with every buffer separate."""
+    """The device schedule of a MobileNetV2-shaped model, where the plan writes depthwise and pointwise input
+    gradients (and masked gradients) over the gradient they read (ops/conv2d.py grad_input_min_read): 6 steps give
+    the same losses and state bit for bit as the same C with every buffer separate."""
     from ir_builders import tiny_mobilenet
 
     g, mb = tiny_mobilenet()
@@ -422,7 +422,8 @@ def test_in_place_backward_is_bit_identical_to_separate_buffers(tmp_path_factory
     in_place = CTrainer(tg, cache)
     steps = {p.step: p for p in in_place.plan.inplace}
     nodes = in_place.schedule.nodes
-    assert any(nodes[k].op == "conv2d_grad_input" and nodes[k].attrs.groups > 1 for k in steps)
+    grads = [nodes[k].attrs for k in steps if nodes[k].op == "conv2d_grad_input"]
+    assert any(a.groups > 1 for a in grads) and any(a.groups == 1 for a in grads)  # depthwise and pointwise
     assert any(nodes[k].op == "clamp_mask_packed" for k in steps)
     separate = CTrainer(tg, cache, inplace=False)
     rng = np.random.default_rng(7)

@@ -106,7 +106,20 @@ def test_depthwise_grad_input_min_gap_is_the_smallest_safe_distance(spec):
     assert _safe(a, y, wt, x, gap, reads=reads)
     if all(reads):  # (elements that read nothing count as reading past the end: safe, not always the tightest)
         assert not _safe(a, y, wt, x, gap - 1, reads=reads)
-    assert grad_input_min_read(dataclasses.replace(ga, groups=1), [gz, wt], [gx], 0) is None
+    assert grad_input_min_read(dataclasses.replace(ga, groups=1, stride=(2, 2)), [gz, wt], [gx], 0) is None
+
+
+@pytest.mark.parametrize("ci, co", [(8, 48), (48, 8), (16, 16)])
+def test_pointwise_grad_input_min_gap_is_the_smallest_safe_distance(ci, co):
+    """The gathering pointwise input gradient: element (p, c) reads g_z pixel p, all Co channels."""
+    from tinytrain.ops.conv2d import Conv2dGradInputAttrs, grad_input_min_read
+
+    a, x, wt, y = _conv(3, 4, ci, co, 1, 1, 0, False)
+    ga = Conv2dGradInputAttrs((1, 1), (0, 0, 0, 0), (3, 4))
+    gz, gx = Tensor("gz", y.shape, DType.FLOAT32, Role.GRADIENT), Tensor("gx", x.shape, DType.FLOAT32, Role.GRADIENT)
+    gap = min_gap(grad_input_min_read(ga, [gz, wt], [gx], 0), 1, 1)
+    reads = [[p * co + o for o in range(co)] for p in range(12) for _ in range(ci)]
+    assert _safe(a, y, wt, x, gap, reads=reads) and not _safe(a, y, wt, x, gap - 1, reads=reads)
 
 
 def test_known_distances():

@@ -292,15 +292,19 @@ def _first_source(n_in: int, stride: int, pad: int, dilation: int, taps: int, n_
 
 
 def grad_input_min_read(a: Conv2dGradInputAttrs, ins, outs, k: int) -> np.ndarray | None:
-    """``OpDef.min_read`` of a depthwise input gradient over g_z (input 0): the C kernel gathers each g_x element
-    (iy,ix,c), in C order, from the g_z windows that hold it, channels c*m .. c*m+m-1, and stores it after its sum;
-    so it reads first at the first output row and column holding it. Regular and pointwise kernels scatter into a
-    zeroed g_x: never in place."""
-    if k != 0 or a.groups == 1:
+    """``OpDef.min_read`` over g_z (input 0) of the depthwise and pointwise input gradients: their C kernels gather
+    each g_x element, in C order, and store it after its sum — a depthwise element (iy,ix,c) from the g_z windows
+    that hold it, channels c*m .. c*m+m-1, so it reads first at the first output row and column holding it; a
+    pointwise element (p,c) from g_z pixel p. The regular kernel scatters into a zeroed g_x: never in place."""
+    if k != 0:
         return None
     n, ho, wo, cout = ins[0].shape
     _, h, w, cin = outs[0].shape
     (kh, kw) = ins[1].shape[1:3]
+    if a.groups == 1:
+        if (kh, kw) != (1, 1) or a.stride != (1, 1) or any(a.padding):
+            return None
+        return np.repeat(np.arange(n * h * w, dtype=np.int64) * cout, cin)
     rows = _first_source(h, a.stride[0], a.padding[0], a.dilation[0], kh, ho)
     cols = _first_source(w, a.stride[1], a.padding[1], a.dilation[1], kw, wo)
     chans = np.arange(cin, dtype=np.int64) * (cout // cin)
