@@ -410,21 +410,38 @@ def test_every_forward_op_and_weight_zero_points_agree_per_op(tmp_path):
         check_step(tg, trainer, state, xs[k], k)
 
 
-def test_in_place_backward_is_bit_identical_to_separate_buffers(tmp_path_factory):
-    """The device schedule of a MobileNetV2-shaped model, where the plan writes depthwise and pointwise input
-    gradients (and masked gradients) over the gradient they read (ops/conv2d.py grad_input_min_read): 6 steps give
-    the same losses and state bit for bit as the same C with every buffer separate."""
+def large_kernel_model():
+    """A 7x7 depthwise on a 4x4 map of 96 channels (whose input gradient goes through a block of channels in scratch,
+    ops/conv2d.py grad_input_block) and a 3x3 one on 48 channels (gathered in C order)."""
+    mb = ModelBuilder("large_kernel", 1)
+    h = mb.conv(mb.input((8, 8, 3)), 16, 3, 2)
+    h = mb.inverted_residual(h, 16, 6, k=7)
+    h = mb.inverted_residual(h, 16, 3)
+    return mb.build(mb.classifier(h, 5)), mb
+
+
+@pytest.mark.parametrize("which", ["tiny_mobilenet", "large_kernel"])
+def test_in_place_backward_is_bit_identical_to_separate_buffers(which, tmp_path_factory):
+    """The device schedule, where the plan writes depthwise and pointwise input gradients (and masked gradients) over
+    the gradient they read (ops/conv2d.py grad_input_min_read, grad_input_block): 6 steps give the same losses and
+    state bit for bit as the same C with every buffer separate; each op agrees with the simulator."""
     from ir_builders import tiny_mobilenet
 
-    g, mb = tiny_mobilenet()
-    tg = build_training_graph(g, CONFIGS["channels+momentum+nearest"](g)[0])
+    g, mb = tiny_mobilenet() if which == "tiny_mobilenet" else large_kernel_model()
+    plan = CONFIGS["channels+momentum+nearest"](g)[0] if which == "tiny_mobilenet" else preset("bias-only", g)
+    tg = build_training_graph(g, plan)
     cache = tmp_path_factory.mktemp("cache")
     in_place = CTrainer(tg, cache)
-    steps = {p.step: p for p in in_place.plan.inplace}
     nodes = in_place.schedule.nodes
-    grads = [nodes[k].attrs for k in steps if nodes[k].op == "conv2d_grad_input"]
+    grads = [nodes[p.step].attrs for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input"]
     assert any(a.groups > 1 for a in grads) and any(a.groups == 1 for a in grads)  # depthwise and pointwise
-    assert any(nodes[k].op == "clamp_mask_packed" for k in steps)
+    assert any(nodes[p.step].op == "clamp_mask_packed" for p in in_place.plan.inplace)
+    if which == "large_kernel":  # the 7x7 one in blocks, exactly over its g_z; the 3x3 one a row and a pixel ahead
+        assert "_grad_input_f32_blocked(" in in_place.files[MODEL_SOURCE]
+        depthwise = [p for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input"
+                     and nodes[p.step].attrs.groups > 1]
+        assert sorted((p.delta, in_place.schedule.tensors[p.input].shape) for p in depthwise) == \
+            [(0, (1, 4, 4, 96)), ((4 + 1) * 48 * 4, (1, 4, 4, 48))]
     separate = CTrainer(tg, cache, inplace=False)
     rng = np.random.default_rng(7)
     xs = rng.integers(-128, 128, (6,) + mb.calibration_input().shape[1:]).astype(np.int8)
@@ -432,3 +449,9 @@ def test_in_place_backward_is_bit_identical_to_separate_buffers(tmp_path_factory
     np.testing.assert_array_equal(in_place.train(xs, ys), separate.train(xs, ys))
     for name, value in separate.state().tensors.items():
         np.testing.assert_array_equal(in_place.state().tensors[name], value, err_msg=name)
+    # and each op of that schedule against the simulator, from identical states
+    schedule = in_place.schedule
+    lock = CTrainer(schedule, cache, planner="linear", inplace=False, reorder=False)
+    state = init_state(schedule)
+    for k in range(2):
+        check_step(schedule, lock, state, xs[k], int(ys[k]))

@@ -208,3 +208,28 @@ def test_c_forward_with_in_place_buffers_matches_the_simulator(tmp_path):
     want = forward(g, {g.inputs[0]: x})[g.outputs[0]]
     got = _compile_and_run(g, plan, x, tmp_path)
     np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def test_blocked_depthwise_grad_input_takes_its_gradients_bytes():
+    """A 7x7 depthwise input gradient on a 4x4 map (C order would need 3 rows and 3 pixels ahead) goes a block of
+    channels at a time through a scratch of at most 2 KB, exactly over its g_z (``OpDef.overwrites``); a 3x3 one on a
+    64x64 map of 16 channels stays in C order (a row and a pixel ahead: less than one channel's scratch)."""
+    from tinytrain.ops.conv2d import (BLOCK_SCRATCH_BYTES, Conv2dGradInputAttrs, grad_input_block, grad_input_min_read,
+                                      grad_input_overwrites, grad_input_scratch)
+
+    def case(hw, c, k):
+        a = Conv2dGradInputAttrs((1, 1), (k // 2,) * 4, (hw, hw), groups=c)
+        gz = Tensor("gz", (1, hw, hw, c), DType.FLOAT32, Role.GRADIENT)
+        wt = Tensor("w", (c, k, k, 1), DType.INT8, Role.WEIGHT)
+        return a, [gz, wt], [gz]
+
+    a, ins, outs = case(4, 384, 7)
+    assert grad_input_block(a, ins, outs) == BLOCK_SCRATCH_BYTES // (16 * 4) == 32
+    assert grad_input_scratch(a, ins, outs) == 2048 and grad_input_overwrites(a, ins, outs) == 0
+    assert grad_input_min_read(a, ins, outs, 0) is None
+    a, ins, outs = case(16, 48, 3)  # 2 channels (2 KB) against a row and a pixel (3264 bytes)
+    assert grad_input_block(a, ins, outs) == 2 and grad_input_scratch(a, ins, outs) == 2048
+    a, ins, outs = case(64, 16, 3)  # one channel (16 KB) against a row and a pixel (4160 bytes)
+    assert grad_input_block(a, ins, outs) == 0 and grad_input_scratch(a, ins, outs) == 0
+    assert grad_input_overwrites(a, ins, outs) is None
+    assert min_gap(grad_input_min_read(a, ins, outs, 0), 4, 4) == (64 + 1) * 16 * 4

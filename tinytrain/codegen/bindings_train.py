@@ -20,6 +20,7 @@ from tinytrain.codegen.cformat import float_literal
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node, Tensor
 from tinytrain.ops import grad_weight_sgd_update as fused
+from tinytrain.ops.conv2d import grad_input_block
 from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, SCALE, STEP, Rounding
 
 
@@ -91,8 +92,13 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     else:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     k["has_wzp"] = has_wzp
+    block = grad_input_block(a, [g, w], [gx])
+    k["block"] = block > 0
+    if block:  # B channels at a time through the node's scratch (ops/conv2d.py)
+        s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
+        s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
-                  + ("_split" if k["split"] else ""), k)
+                  + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:

@@ -27,6 +27,8 @@ Backward = Callable[[Any, Node, Sequence[str | None]], list[str | None]]
 MinRead = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "np.ndarray | None"]
 # scratch(attrs, in_tensors, out_tensors) -> bytes of temporary memory one call of the C kernel needs.
 Scratch = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
+# overwrites(attrs, in_tensors, out_tensors) -> the input whose bytes output 0 may take over exactly, or None.
+Overwrites = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class OpDef:
     stride-2 depthwise output can start exactly on its input, a 3x3 stride-1 one a row + a pixel before it.
     ``scratch`` is the kernel's request for temporary memory (CMSIS-NN's ``*_get_buffer_size``); the planner
     reserves it in the arena for the node's step (None: no scratch).
+    ``overwrites`` is the other in-place promise, for kernels that do not write in C order: output 0 may occupy
+    exactly the bytes of the input it names (same size), the kernel reading each block of that input into its
+    scratch before writing the block's outputs (e.g. a depthwise input gradient a few channels at a time).
     """
 
     name: str
@@ -59,6 +64,7 @@ class OpDef:
     writes: tuple[int, ...] = ()
     min_read: MinRead | None = None
     scratch: Scratch | None = None
+    overwrites: Overwrites | None = None
 
 
 def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> np.ndarray:

@@ -295,9 +295,43 @@ def grad_input_min_read(a: Conv2dGradInputAttrs, ins, outs, k: int) -> np.ndarra
     """``OpDef.min_read`` over g_z (input 0) of the depthwise and pointwise input gradients: their C kernels gather
     each g_x element, in C order, and store it after its sum — a depthwise element (iy,ix,c) from the g_z windows
     that hold it, channels c*m .. c*m+m-1, so it reads first at the first output row and column holding it; a
-    pointwise element (p,c) from g_z pixel p. The regular kernel scatters into a zeroed g_x: never in place."""
-    if k != 0:
+    pointwise element (p,c) from g_z pixel p. The regular kernel scatters into a zeroed g_x, the blocked depthwise
+    kernel (``grad_input_block``) writes a block of channels at a time: neither in C order."""
+    if k != 0 or (a.groups != 1 and grad_input_block(a, ins, outs)):
         return None
+    return _gather_min_read(a, ins, outs)
+
+
+# The blocked depthwise input gradient's scratch: a block of channels of g_x, at most this many bytes (or one channel).
+BLOCK_SCRATCH_BYTES = 2048
+
+
+def grad_input_block(a: Conv2dGradInputAttrs, ins, outs) -> int:
+    """Channels per block of the blocked depthwise input gradient, 0 for the kernel gathering in C order. Blocked
+    when g_x has g_z's shape (stride 1, multiplier 1: it may then take g_z's very bytes, ``OpDef.overwrites``) and its
+    scratch — the most channels whose g_x fits BLOCK_SCRATCH_BYTES, at least one — is smaller than the distance the
+    C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for 7x7)."""
+    from tinytrain.memory.inplace import min_gap
+
+    g, gx = ins[0], outs[0]
+    if a.groups == 1 or g.shape != gx.shape:
+        return 0
+    plane = gx.size // gx.shape[-1] * 4
+    block = max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // plane))
+    return block if block * plane < min_gap(_gather_min_read(a, ins, outs), 4, 4) else 0
+
+
+def grad_input_overwrites(a: Conv2dGradInputAttrs, ins, outs) -> int | None:
+    return 0 if a.groups != 1 and grad_input_block(a, ins, outs) else None
+
+
+def grad_input_scratch(a: Conv2dGradInputAttrs, ins, outs) -> int:
+    if a.groups == 1:
+        return 0
+    return grad_input_block(a, ins, outs) * (outs[0].size // outs[0].shape[-1]) * 4
+
+
+def _gather_min_read(a: Conv2dGradInputAttrs, ins, outs) -> np.ndarray | None:
     n, ho, wo, cout = ins[0].shape
     _, h, w, cin = outs[0].shape
     (kh, kw) = ins[1].shape[1:3]
@@ -317,7 +351,7 @@ def grad_input_min_read(a: Conv2dGradInputAttrs, ins, outs, k: int) -> np.ndarra
 
 OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read)
 GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs,
-                   min_read=grad_input_min_read)
+                   min_read=grad_input_min_read, scratch=grad_input_scratch, overwrites=grad_input_overwrites)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
                     grad_weight_macs)
 OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)
