@@ -8,9 +8,10 @@ MCUNet-5fps) and plan (full update, last-k:6, bias-only, the shipped sparse plan
 training graph is planned three ways:
 
 - naive: the graph as autodiff builds it (every update after the whole backward pass), one buffer per tensor;
-- reorder: each weight gradient fused with its update, computed and applied a block of output-channel rows at a
-  time (training/fuse.py), updates applied as soon as their gradient exists, backward list-scheduled
-  (memory/schedule.py);
+- reorder: the device step (training/device_step.py): 1-bit clamp masks where the backward reads an int8 output
+  only through its clamp (training/masks.py), each weight gradient fused with its update, computed and applied a
+  block of output-channel rows at a time (training/fuse.py), updates applied as soon as their gradient exists,
+  backward list-scheduled (memory/schedule.py);
 - reorder + in-place: and outputs overwriting dead inputs where ops allow it (memory/inplace.py) — the
   default of ``tinytrain compile``.
 
@@ -106,11 +107,12 @@ def markdown(results: dict, with_torch: bool) -> str:
         "tinytrain: int8 forward, fp32 backward, SGD without momentum; peak SRAM = planned arena + SRAM copies of",
         "the updated parameters (a partially updated weight: only its selected output-channel rows) + runtime",
         "(256 B) + stack (2 KB), both estimates. *naive*: updates after the whole backward, one buffer per tensor;",
-        "*reorder*: each weight gradient fused with its update (computed and applied a block of output-channel rows",
-        "at a time, in a scratch of at most 2 KB or one row), each update as early as it can run, backward",
-        "list-scheduled to free buffers early;",
+        "*reorder*: the device step (training/device_step.py): 1-bit clamp masks saved instead of int8 outputs",
+        "the backward reads only through a clamp, each weight gradient fused with its update (computed and applied",
+        "a block of output-channel rows at a time, in a scratch of at most 2 KB or one row), each update as early",
+        "as it can run, backward list-scheduled to free buffers early;",
         "*+in-place*: outputs overwrite dead inputs where the op's access pattern allows (depthwise, 1×1,",
-        "elementwise). Published: design.md §7 (sparse update + reordering; full update). PyTorch: the same",
+        "elementwise; depthwise and 1×1 input gradients over their output gradient). Published: design.md §7 (sparse update + reordering; full update). PyTorch: the same",
         "architecture in fp32 (BatchNorm folded), `requires_grad` only on the plan's tensors (whole tensors),",
         "one SGD step measured in a fresh process — *tensors*: peak bytes of live tensors (parameters + the step's",
         "allocations, from the profiler's memory timeline), *RSS*: the process's peak resident set (Δ: its growth",
