@@ -7,7 +7,8 @@ the C step computed is read back from its arena (linear memory plan: nothing is 
   equals ``sgd_update``'s reference applied to the C's own fp32 gradient and the pre-step state;
 - fp32 work, each op given the C's own inputs (so errors do not compound), with these tolerances:
   * exact (bit-identical): clamp_mask, clamp_mask_packed, grad_accumulate, pad_grad, mean_grad and mean_grad_masked
-    (one float32 division, as the simulator), fully_connected_grad_weight (batch 1: one float32 product, which float64-then-round equals);
+    (one float32 division, as the simulator), fully_connected_grad_weight (batch 1: one float32 product, which
+    float64-then-round equals);
   * sums — conv2d_grad_input / conv2d_grad_weight (regular, depthwise, pointwise), fully_connected_grad_input,
     bias_grad, avg_pool2d_grad: |C - sim| <= SUM_RTOL * sum|terms| (sum|terms| is the op applied to the
     absolute values of its centred inputs). The C sums float32 products in float32 in a fixed order, the

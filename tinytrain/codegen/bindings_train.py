@@ -2,8 +2,9 @@
 
 Same contract as ``bindings.py`` (kernel family, template parameters, parameter list and call arguments
 from one place). Training bindings read the emitter's training context, which adds to the forward one:
-``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.bits(name)`` (a packed uint8 clamp mask in the arena), ``ctx.state(name)`` (a tensor the step updates in place:
-the SRAM copy of a trainable weight or bias, or a momentum buffer), ``ctx.scalar(name)`` (the C
+``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.bits(name)`` (a packed uint8 clamp mask in the arena),
+``ctx.state(name)`` (a tensor the step updates in place: the SRAM copy of a trainable weight or bias, or a
+momentum buffer), ``ctx.scalar(name)`` (the C
 expression of an int32 graph input of one element: the label or the step counter) and ``ctx.scratch(node)``
 (the fp32 scratch the memory plan reserved for the node's kernel, ``OpDef.scratch``).
 
