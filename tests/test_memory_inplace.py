@@ -111,15 +111,20 @@ def test_depthwise_grad_input_min_gap_is_the_smallest_safe_distance(spec):
 
 @pytest.mark.parametrize("ci, co", [(8, 48), (48, 8), (16, 16)])
 def test_pointwise_grad_input_min_gap_is_the_smallest_safe_distance(ci, co):
-    """The gathering pointwise input gradient: element (p, c) reads g_z pixel p, all Co channels."""
+    """The pointwise input gradient zeroes and accumulates g_x pixel p while it reads g_z pixel p: in place, g_x
+    pixel p must end before g_z pixel p starts (g_z pixels before p are read already)."""
     from tinytrain.ops.conv2d import Conv2dGradInputAttrs, grad_input_min_read
 
-    a, x, wt, y = _conv(3, 4, ci, co, 1, 1, 0, False)
+    _, _, wt, _ = _conv(3, 4, ci, co, 1, 1, 0, False)
     ga = Conv2dGradInputAttrs((1, 1), (0, 0, 0, 0), (3, 4))
-    gz, gx = Tensor("gz", y.shape, DType.FLOAT32, Role.GRADIENT), Tensor("gx", x.shape, DType.FLOAT32, Role.GRADIENT)
-    gap = min_gap(grad_input_min_read(ga, [gz, wt], [gx], 0), 1, 1)
-    reads = [[p * co + o for o in range(co)] for p in range(12) for _ in range(ci)]
-    assert _safe(a, y, wt, x, gap, reads=reads) and not _safe(a, y, wt, x, gap - 1, reads=reads)
+    gz = Tensor("gz", (1, 3, 4, co), DType.FLOAT32, Role.GRADIENT)
+    gx = Tensor("gx", (1, 3, 4, ci), DType.FLOAT32, Role.GRADIENT)
+    gap = min_gap(grad_input_min_read(ga, [gz, wt], [gx], 0), 4, 4)
+
+    def safe(delta: int) -> bool:
+        return all((p + 1) * ci * 4 - delta <= p * co * 4 for p in range(12))
+
+    assert safe(gap) and not safe(gap - 1)
 
 
 def test_known_distances():

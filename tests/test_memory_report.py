@@ -134,13 +134,14 @@ def test_compile_rejects_plan_and_update_together(tmp_path, capsys):
 def test_arena_within_five_percent_of_the_largest_live_set(model):
     """On every shipped model and plan, with and without reordering and in-place outputs."""
     from tinytrain.frontends import load_model
+    from tinytrain.training.device_step import device_schedule
 
     g = load_model(ROOT / "models" / f"{model}.onnx")
     graphs = [g]
     for plan in (preset("full", g), preset("bias-only", g), preset("last-k:6", g),
                  load_plan(ROOT / "models" / "plans" / f"{model}-sparse.json")):
         step = build_training_graph(g, plan)
-        graphs += [step, reorder(step), reorder(fuse_updates(step))]
+        graphs += [step, reorder(step), reorder(fuse_updates(step)), device_schedule(step)]
     for graph in graphs:
         for inplace in (False, True):
             r = plan_memory(graph, 1 << 30, 1 << 30, inplace=inplace)

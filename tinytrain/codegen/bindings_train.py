@@ -98,8 +98,6 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     if block:  # B channels at a time through the node's scratch (ops/conv2d.py)
         s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
         s.ints(B=block)
-    if pointwise:  # one pixel of gz copied at a time
-        s.add("float *scratch", ctx.scratch(node), "(Co,)")
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
                   + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else ""), k)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tinytrain.errors import BudgetError
 from tinytrain.ir import Graph, Role
-from tinytrain.memory.inplace import InPlace, choose
+from tinytrain.memory.inplace import SLACK, InPlace, choose
 from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requests
 from tinytrain.memory.planner import PLANNERS
 from tinytrain.sizes import format_size
@@ -169,8 +169,9 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
     """Plan the arena of ``graph`` executed in node order, with in-place outputs where ops allow it, and
     account SRAM and flash. Works for a forward graph and for a (reordered) training step.
 
-    With ``inplace`` the arena is also planned without in-place outputs and the smaller plan is kept (a
-    chain of in-place buffers is placed as one rigid unit, which can cost more than it saves)."""
+    With ``inplace`` the arena is also planned with gradient chains as compact as the others (``memory.inplace``:
+    ``GRADIENT_SLACK``) and without in-place outputs, and the smallest plan is kept (a chain of in-place buffers is
+    placed as one rigid unit, which can cost more than it saves)."""
     uses = buffer_lifetimes(graph)
     scratch = scratch_requests(graph)
 
@@ -184,6 +185,11 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
     pairs = choose(graph, uses, ALIGNMENT) if inplace else []
     p, ids = arena(pairs)
     if pairs:
+        compact = choose(graph, uses, ALIGNMENT, gradient_slack=SLACK)  # gradient chains kept compact too
+        if compact != pairs:
+            other, other_ids = arena(compact)
+            if other.total_size() < p.total_size():
+                p, ids, pairs = other, other_ids, compact
         alone, alone_ids = arena([])
         if alone.total_size() <= p.total_size():
             p, ids, pairs = alone, alone_ids, []

@@ -294,10 +294,10 @@ def _first_source(n_in: int, stride: int, pad: int, dilation: int, taps: int, n_
 def grad_input_min_read(a: Conv2dGradInputAttrs, ins, outs, k: int) -> np.ndarray | None:
     """``OpDef.min_read`` over g_z (input 0) of the depthwise and pointwise input gradients: their C kernels gather
     each g_x element, in C order, and store it after its sum — a depthwise element (iy,ix,c) from the g_z windows
-    that hold it, channels c*m .. c*m+m-1, so it reads first at the first output row and column holding it; the
-    pointwise kernel goes pixel by pixel, copying g_z pixel p to its scratch before it writes g_x pixel p (so element
-    (p,c) reads from pixel p on). The regular kernel scatters into a zeroed g_x, the blocked depthwise kernel
-    (``grad_input_block``) writes a block of channels at a time: neither in C order."""
+    that hold it, channels c*m .. c*m+m-1, so it reads first at the first output row and column holding it. The
+    pointwise kernel goes pixel by pixel, zeroing and accumulating g_x pixel p while it reads g_z pixel p: its
+    min_read puts g_x pixel p before g_z pixel p. The regular kernel scatters into a zeroed g_x, the blocked
+    depthwise kernel (``grad_input_block``) writes a block of channels at a time: neither in C order."""
     if k != 0 or (a.groups != 1 and grad_input_block(a, ins, outs)):
         return None
     return _gather_min_read(a, ins, outs)
@@ -327,10 +327,8 @@ def grad_input_overwrites(a: Conv2dGradInputAttrs, ins, outs) -> int | None:
 
 
 def grad_input_scratch(a: Conv2dGradInputAttrs, ins, outs) -> int:
-    """The blocked depthwise kernel's block of g_x channels; the pointwise kernel's copy of one g_z pixel."""
-    if a.groups != 1:
-        return grad_input_block(a, ins, outs) * (outs[0].size // outs[0].shape[-1]) * 4
-    return ins[0].shape[-1] * 4 if _pointwise(a, ins[1]) else 0
+    """The blocked depthwise kernel's block of g_x channels."""
+    return grad_input_block(a, ins, outs) * (outs[0].size // outs[0].shape[-1]) * 4 if a.groups != 1 else 0
 
 
 def _pointwise(a: Conv2dGradInputAttrs, w: Tensor) -> bool:
@@ -342,7 +340,11 @@ def _gather_min_read(a: Conv2dGradInputAttrs, ins, outs) -> np.ndarray | None:
     _, h, w, cin = outs[0].shape
     (kh, kw) = ins[1].shape[1:3]
     if a.groups == 1:
-        return np.repeat(np.arange(n * h * w, dtype=np.int64) * cout, cin) if _pointwise(a, ins[1]) else None
+        if not _pointwise(a, ins[1]):
+            return None
+        # pixel p's elements are all written while pixel p of g_z is read: as if element (p,c) read from
+        # p*Co - Ci + c, so that g_x pixel p ends before g_z pixel p starts
+        return (np.arange(n * h * w, dtype=np.int64)[:, None] * cout - cin + np.arange(cin)[None, :]).reshape(-1)
     rows = _first_source(h, a.stride[0], a.padding[0], a.dilation[0], kh, ho)
     cols = _first_source(w, a.stride[1], a.padding[1], a.dilation[1], kw, wo)
     chans = np.arange(cin, dtype=np.int64) * (cout // cin)
