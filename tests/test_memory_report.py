@@ -59,6 +59,7 @@ def test_compile_sparse_plan_writes_report_table_and_timeline(tmp_path, capsys):
     assert report["peak_sram_bytes"] == 247560 <= 262144
     roles = {b["role"] for b in report["buffers"]}
     assert {"saved", "gradient", "activation"} <= roles
+    assert any(s.startswith("pack_clamp_mask ") for s in report["schedule"])  # the device step (training.device_step)
     assert all(b["first_use"] <= b["last_use"] for b in report["buffers"])
     assert len(report["schedule"]) == max(b["last_use"] for b in report["buffers"]) + 1
     text = (out / "report.txt").read_text()
