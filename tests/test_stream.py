@@ -155,14 +155,12 @@ def test_mobilenet_v2_inference_streams_below_64_kb():
 def test_region_stops_where_the_backward_pass_reads():
     """In a training step only the frozen prefix streams: no saved activation is a line buffer."""
     from tinytrain.frontends import load_model
-    from tinytrain.memory.schedule import reorder
-    from tinytrain.training.fuse import fuse_updates
-    from tinytrain.training.sparse import load_plan
-    from tinytrain.training.train_graph import build_training_graph
     from tinytrain.ir import Role
+    from tinytrain.training.device_step import device_step
+    from tinytrain.training.sparse import load_plan
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
-    step = reorder(fuse_updates(build_training_graph(g, load_plan(ROOT / "models" / "plans" / "mbv2-w0.35-sparse.json"))))
+    step = device_step(g, load_plan(ROOT / "models" / "plans" / "mbv2-w0.35-sparse.json"))
     region = stream_prefix(step, 30)
     assert region is not None
     for b in region.buffers:

@@ -97,6 +97,13 @@ class _TrainContext(_Context):
             raise ValueError(f"memory plan puts fp32 tensor {name!r} at {self.offsets[name]}, not a multiple of 4")
         return self._pointer(name, "float", "f")
 
+    def bits(self, name: str) -> str:
+        """A packed clamp mask (uint8, ops/clamp_mask_packed.py) in the arena."""
+        t = self.graph.tensors[name]
+        if t.has_data or t.dtype != DType.UINT8:
+            raise UnsupportedModelError(f"codegen: {name} ({t.dtype.value} {t.role.value}) used as packed bits")
+        return self._pointer(name, "uint8_t", "m")
+
     def scratch(self, node: Node) -> str:
         """The fp32 scratch the memory plan reserved for ``node``'s kernel (``OpDef.scratch``)."""
         return self._pointer(scratch_name(node.name), "float", "f")
@@ -193,7 +200,7 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
             t = graph.tensors[name]
             off = ctx.offsets[name]
             comment = f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}"
-        init = f"tt_arena + {off // 4}" if ctype == "float" else f"(int8_t *)tt_arena + {off}"
+        init = f"tt_arena + {off // 4}" if ctype == "float" else f"({ctype} *)tt_arena + {off}"
         decls.append({"decl": f"{ctype} *const {var} = {init};", "comment": comment})
     width = max((len(d["decl"]) for d in decls), default=0)
     for d in decls:
