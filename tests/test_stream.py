@@ -18,7 +18,7 @@ from ir_builders import ModelBuilder
 from tinytrain import engine_c
 from tinytrain.codegen import render_project
 from tinytrain.memory.report import plan_forward, plan_memory
-from tinytrain.memory.stream import plan_stream, stream_prefix
+from tinytrain.memory.stream import plan_stream, stream_prefix, streamable_prefix
 from tinytrain.simulator import forward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,11 +83,11 @@ def test_every_streamable_prefix_computes_the_same_output(kind, cache):
     x = np.random.default_rng(2).integers(-128, 128, (1,) + g.tensors[g.inputs[0]].shape[1:], dtype=np.int8)
     want = forward(g, {g.inputs[0]: x})[g.outputs[0]]
     tried = 0
-    for steps in range(2, len(g.nodes)):
-        region = stream_prefix(g, steps) if _prefix_streams(g, steps) else None
+    for steps in range(2, streamable_prefix(g) + 1):
+        region = stream_prefix(g, steps)
         if region is None:
             continue
-        plan = _plan_with(g, region)
+        plan = plan_forward(g, 1 << 62, 1 << 62, stream=region)
         lib = ctypes.CDLL(str(engine_c.compile_files(render_project(g, plan), cache)))
         lib.tt_init()
         got = np.empty_like(want)
@@ -95,24 +95,6 @@ def test_every_streamable_prefix_computes_the_same_output(kind, cache):
         np.testing.assert_array_equal(got, want, err_msg=f"prefix of {steps} nodes")
         tried += 1
     assert tried >= 3
-
-
-def _prefix_streams(g, steps: int) -> bool:
-    from tinytrain.memory.stream import _region_length
-
-    return steps <= _region_length(g)
-
-
-def _plan_with(g, region):
-    """plan_forward with a given region (the planner's own choice replaced)."""
-    import tinytrain.memory.report as report
-
-    original = report.plan_stream
-    report.plan_stream = lambda graph: region
-    try:
-        return plan_forward(g, 1 << 62, 1 << 62)
-    finally:
-        report.plan_stream = original
 
 
 def test_row_source_is_read_once_per_row_in_order(cache):

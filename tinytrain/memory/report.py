@@ -171,16 +171,17 @@ def code_estimate(graph: Graph) -> int:
 
 def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy", inplace: bool = True,
                 runtime_bytes: int = RUNTIME_BYTES, stack_bytes: int = STACK_BYTES, code_bytes: int | None = None,
-                target: str = "", stream: bool = True) -> MemoryReport:
+                target: str = "", stream: bool | StreamPlan = True) -> MemoryReport:
     """Plan the arena of ``graph`` executed in node order, with in-place outputs where ops allow it, and
     account SRAM and flash. Works for a forward graph and for a (reordered) training step.
 
-    With ``stream`` the schedule's streamable prefix runs row by row in line buffers (memory/stream.py).
+    With ``stream`` the schedule's streamable prefix runs row by row in line buffers (memory/stream.py chooses which,
+    or ``stream`` is the region to use).
     With ``inplace`` the arena is also planned with gradient chains as compact as the others (``memory.inplace``:
     ``GRADIENT_SLACK``), without in-place outputs, and with only the pairs at the crowded steps (where at least
     half the largest live set is alive without in-place), and the smallest plan is kept: a chain of in-place buffers
     is placed as one rigid unit, which can cost more than it saves where memory is not tight."""
-    region = plan_stream(graph) if stream else None
+    region = stream if isinstance(stream, StreamPlan) else plan_stream(graph) if stream else None
     uses = buffer_lifetimes(graph, region)
     scratch = scratch_requests(graph, region)
 
@@ -219,7 +220,7 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
 
 
 def plan_forward(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy",
-                 runtime_bytes: int = 0, stream: bool = True) -> MemoryReport:
+                 runtime_bytes: int = 0, stream: bool | StreamPlan = True) -> MemoryReport:
     """Plan the arena of the int8 forward pass as separate buffers (no in-place); flash = weights only."""
     return plan_memory(graph, sram_budget, flash_budget, planner, inplace=False, runtime_bytes=runtime_bytes,
                        stack_bytes=0, code_bytes=0, stream=stream)

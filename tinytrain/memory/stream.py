@@ -104,7 +104,7 @@ def _streamable(graph: Graph, k: int) -> bool:
     return True
 
 
-def _region_length(graph: Graph) -> int:
+def streamable_prefix(graph: Graph) -> int:
     """The longest prefix of the schedule that can stream."""
     n = 0
     while n < len(graph.nodes) and _streamable(graph, n):
@@ -116,7 +116,7 @@ def plan_stream(graph: Graph) -> StreamPlan | None:
     """The streamed region of ``graph``'s schedule: of the streamable prefixes, the one whose execution has the
     smallest peak of live bytes (ties: the fewest bytes in the region); None when no prefix lowers the peak."""
     best, best_key = None, (peak_live_bytes(graph, None), 0)
-    for steps in range(2, _region_length(graph) + 1):
+    for steps in range(2, streamable_prefix(graph) + 1):
         region = stream_prefix(graph, steps)
         if region is not None:
             key = (peak_live_bytes(graph, region), sum(b.nbytes for b in region.buffers))
