@@ -165,9 +165,17 @@ def _loss_node(graph: Graph) -> Node:
     return nodes[0]
 
 
+def _train_only(forward: list[Node], logits: str) -> set[str]:
+    """The forward nodes whose outputs only the backward pass reads (e.g. the clamp masks' packing): tt_predict
+    skips them."""
+    read = {i for n in forward for i in n.inputs} | {logits}
+    return {n.name for n in forward if not any(o in read for o in n.outputs)}
+
+
 def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kernels: dict,
-                  stream: StreamPlan | None = None) -> tuple[list[dict], set[str]]:
-    """The steps of ``nodes``; those of a streamed region (a prefix of the schedule) as one step."""
+                  stream: StreamPlan | None = None, train_only: set[str] = frozenset()) -> tuple[list[dict], set[str]]:
+    """The steps of ``nodes``; those of a streamed region (a prefix of the schedule) as one step, those in
+    ``train_only`` run only when the forward pass's ``train`` flag is set."""
     index = {n.name: k for k, n in enumerate(graph.nodes)}
     steps, used = [], set()
     if stream is not None and nodes and index[nodes[0].name] == 0:
@@ -182,7 +190,10 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
             steps.append({"comment": comment + " (a view: same arena bytes, no code)", "code": ""})
             continue
         call = bind_call(env, ALL_BINDINGS, node, ctx, kernels)
-        steps.append({"comment": comment, "code": f"{call.kernel.name}({', '.join(call.args)});"})
+        code = f"{call.kernel.name}({', '.join(call.args)});"
+        if node.name in train_only:
+            comment, code = comment + " (training only)", f"if (train) {{\n        {code}\n    }}"
+        steps.append({"comment": comment, "code": code})
         used.update(call.args)
     return steps, used
 
@@ -231,7 +242,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     forward, training = _phases(graph)
     ctx.act(image)
     kernels: dict[str, tuple[Kernel, str]] = {}
-    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream)
+    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream, _train_only(forward, logits))
     train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
     ctx.act(logits)
     ctx.fp(LOSS)
