@@ -182,9 +182,10 @@ def cmd_train(args: argparse.Namespace) -> None:
         losses = train(tg, state, x, y, order, features=features)
     seconds = time.time() - t0
     tail = losses[-min(len(losses), len(rows)):]
-    result = {"final_loss": float(tail.mean()), "steps": int(steps), "seconds": round(seconds, 3),
+    tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
+    result = {"final_loss": float(tail.mean()) if len(tail) else None, "steps": int(steps), "seconds": round(seconds, 3),
               "engine": args.engine, "plan": plan.to_json(), "rounding": config.rounding.value, "qas": config.qas,
-              "train_accuracy": score(rows, state), **result}
+              "train_accuracy": score(rows, state), "nonfinite_steps": int(state.nonfinite), **result}
     if split:
         result["accuracy_after"] = score(split[1], state)
     if args.state_out:
@@ -198,7 +199,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         result["output"] = args.output
     if not args.json:
         print(f"trained {steps} steps in {seconds:.1f} s: mean loss of the last {len(tail)} steps "
-              f"{result['final_loss']:.4f}, training accuracy {result['train_accuracy']:.3f}")
+              f"{result['final_loss'] or float('nan'):.4f}, training accuracy {result['train_accuracy']:.3f}")
+        if state.nonfinite:
+            print(f"{state.nonfinite} steps not applied: their loss was NaN or Inf")
         if split:
             change = 100 * (result["accuracy_after"] - result["accuracy_before"])
             print(f"held-out accuracy after training {result['accuracy_after']:.4f} on {len(split[1])} samples "

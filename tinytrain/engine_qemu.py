@@ -48,6 +48,7 @@ class QemuRun:
     state: bytes | None           # tt_state_save() after training (training firmware only)
     stack_bytes: int              # high-water mark of the stack over the run
     stdout: str = field(repr=False)
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (steps,) not applied: non-finite loss
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,8 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             raw = np.fromfile(tmp / "tt_logits.bin", np.int8)
             logits = raw.reshape(len(test[1]), -1)
         state = (tmp / "tt_state.bin").read_bytes() if (tmp / "tt_state.bin").exists() else None
-    return QemuRun(out["losses"], out["step_insns"], logits, out["predict_insns"], state, out["stack_bytes"], r.stdout)
+    return QemuRun(out["losses"], out["step_insns"], logits, out["predict_insns"], state, out["stack_bytes"], r.stdout,
+                   out["skipped"])
 
 
 def _status_meaning(status: int) -> str:
@@ -158,7 +160,7 @@ def _status_meaning(status: int) -> str:
 
 def parse_output(text: str) -> dict:
     """The harness's records (format in tinytrain/firmware/c/tt_harness_qemu.c) as arrays."""
-    bits, step_insns, predict_insns, stack = [], [], [], 0
+    bits, step_insns, predict_insns, skipped, stack = [], [], [], [], 0
     for line in text.splitlines():
         m = _LINE.match(line.strip())
         if not m:
@@ -169,6 +171,7 @@ def parse_output(text: str) -> dict:
             if not s or int(s.group(1)) != len(bits):
                 raise QemuError(f"unexpected harness line: {line!r}")
             bits.append(int(s.group(3), 16))
+            skipped.append(s.group(4) == "skipped")
             step_insns.append(int(s.group(5)))
         elif kind == "predict":
             p = _PREDICT.match(rest)
@@ -180,7 +183,8 @@ def parse_output(text: str) -> dict:
         elif kind == "error":
             raise QemuError(f"the firmware reported: {rest}")
     return {"losses": np.array(bits, np.uint32).view(np.float32), "step_insns": np.array(step_insns, np.int64),
-            "predict_insns": np.array(predict_insns, np.int64), "stack_bytes": stack}
+            "predict_insns": np.array(predict_insns, np.int64), "stack_bytes": stack,
+            "skipped": np.array(skipped, bool)}
 
 
 class QemuTrainer:
@@ -203,6 +207,7 @@ class QemuTrainer:
         self._x_bytes = graph.tensors[graph.inputs[0]].nbytes
         self.step_insns: list[int] = []
         self.predict_insns: list[int] = []
+        self.nonfinite = 0  # steps the non-finite guard did not apply, over every run
 
     def _run(self, **kw) -> QemuRun:
         r = run(self.firmware, self.board, state_in=self._state, timeout=self.timeout, **kw)
@@ -215,6 +220,7 @@ class QemuTrainer:
         order = np.arange(len(xs)) if order is None else np.asarray(order)
         r = self._run(train=(np.ascontiguousarray(xs[order]), np.asarray(labels)[order]))
         self._state = r.state
+        self.nonfinite += int(r.skipped.sum())
         return r.losses
 
     def predict(self, xs: np.ndarray) -> np.ndarray:
@@ -230,4 +236,6 @@ class QemuTrainer:
     def state(self):
         from tinytrain.codegen.state import unpack
 
-        return unpack(self.graph, self.state_bytes())
+        state = unpack(self.graph, self.state_bytes())
+        state.nonfinite = self.nonfinite
+        return state
