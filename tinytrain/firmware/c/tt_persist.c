@@ -13,7 +13,7 @@ typedef struct {
     uint32_t sequence, position, crc;
 } tt_slot_info;
 
-uint32_t tt_crc32(uint32_t crc, const uint8_t *data, uint32_t n)
+uint32_t tt_persist_crc32(uint32_t crc, const uint8_t *data, uint32_t n)
 {
     crc = ~crc;
     for (uint32_t i = 0; i < n; i++) {
@@ -57,7 +57,7 @@ static tt_slot_info tt_slot_scan(const tt_flash *f, int slot)
     const uint32_t base = tt_slot_offset(f, slot);
     const uint32_t n = tt_state_size();
     if (f->read(f, base, h, sizeof h) != 0 || memcmp(h, TT_PERSIST_MAGIC, 4) != 0 || tt_le32_get(h + 8) != n ||
-        tt_le32_get(h + 20) != tt_crc32(0, h, 20)) {
+        tt_le32_get(h + 20) != tt_persist_crc32(0, h, 20)) {
         return info;
     }
     uint32_t crc = 0;
@@ -67,7 +67,7 @@ static tt_slot_info tt_slot_scan(const tt_flash *f, int slot)
         if (f->read(f, base + TT_PERSIST_HEADER_BYTES + at, piece, k) != 0) {
             return info;
         }
-        crc = tt_crc32(crc, piece, k);
+        crc = tt_persist_crc32(crc, piece, k);
     }
     if (crc != tt_le32_get(h + 16)) {
         return info;
@@ -103,7 +103,7 @@ int tt_persist_load(const tt_flash *f, uint8_t *buf, uint32_t *position, uint32_
             continue;
         }
         const uint32_t n = tt_state_size();
-        if (f->read(f, tt_slot_offset(f, slot) + TT_PERSIST_HEADER_BYTES, buf, n) != 0 || tt_crc32(0, buf, n) != s[slot].crc ||
+        if (f->read(f, tt_slot_offset(f, slot) + TT_PERSIST_HEADER_BYTES, buf, n) != 0 || tt_persist_crc32(0, buf, n) != s[slot].crc ||
             tt_state_load(buf) != 0) {
             continue;  /* changed since the scan, or a state of another model or plan */
         }
@@ -150,7 +150,7 @@ int tt_persist_save(const tt_flash *f, uint8_t *buf, uint32_t position)
     const int slot = newest == &a && a.valid ? 1 : 0;
     const uint32_t base = tt_slot_offset(f, slot), n = tt_state_size();
     tt_state_save(buf);
-    const uint32_t crc = tt_crc32(0, buf, n);
+    const uint32_t crc = tt_persist_crc32(0, buf, n);
     uint8_t h[TT_PERSIST_HEADER_BYTES];
     memset(h, 0xFF, sizeof h);
     memcpy(h, TT_PERSIST_MAGIC, 4);
@@ -158,7 +158,7 @@ int tt_persist_save(const tt_flash *f, uint8_t *buf, uint32_t position)
     tt_le32_put(h + 8, n);
     tt_le32_put(h + 12, position);
     tt_le32_put(h + 16, crc);
-    tt_le32_put(h + 20, tt_crc32(0, h, 20));
+    tt_le32_put(h + 20, tt_persist_crc32(0, h, 20));
     const uint32_t used = TT_PERSIST_HEADER_BYTES + n;
     for (uint32_t at = 0; at < used; at += f->sector_bytes) {
         if (f->erase(f, base + at) != 0) {

@@ -37,6 +37,6 @@ int tt_persist_load(const tt_flash *f, uint8_t *buf, uint32_t *position, uint32_
 int tt_persist_save(const tt_flash *f, uint8_t *buf, uint32_t position);
 
 /* CRC-32/IEEE (zlib.crc32) of n bytes, continuing from crc (0 to start). */
-uint32_t tt_crc32(uint32_t crc, const uint8_t *data, uint32_t n);
+uint32_t tt_persist_crc32(uint32_t crc, const uint8_t *data, uint32_t n);
 
 #endif /* TT_PERSIST_H */
