@@ -127,6 +127,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.plan and args.update:
         raise UsageError("give either --plan or --update, not both")
     graph = _model(args)
+    logits = graph.tensors[graph.outputs[0]].shape
+    if any(d != 1 for d in logits[1:-1]):
+        raise UsageError(f"{args.model}: the output {logits} is not class logits (1, C); training needs a classifier")
     plan = load_plan(args.plan) if args.plan else preset(args.update or "bias-only", graph, lr=args.lr or 0.01)
     if args.lr and args.plan:
         raise UsageError("--lr applies to --update presets; a plan file carries its own lr")
