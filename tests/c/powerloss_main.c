@@ -6,9 +6,10 @@
  * during it: torn), the save is run until the cut, then the device boots (tt_init + tt_persist_load) and the
  * state it has is compared with the state before the save ("previous": the last save's, or tt_init's before the
  * first) and the one being saved ("new"). Anything else is a corrupt boot. Then the save is done without a cut
- * and training goes on. Output, one line: "powerloss saves S cuts C erase_cuts E program_cuts P previous A new B
- * corrupt X violations V failed_saves F state_bytes N region_bytes R".
- * Usage: powerloss SAVES STEPS SECTOR_BYTES PROGRAM_BYTES
+ * and training goes on from the state the next boot loads (so every save is also a resume). Output, one line:
+ * "powerloss saves S cuts C erase_cuts E program_cuts P previous A new B corrupt X violations V failed_saves F
+ * state_bytes N region_bytes R"; the final state goes to FINAL_STATE (tt_state_save bytes).
+ * Usage: powerloss SAVES STEPS SECTOR_BYTES PROGRAM_BYTES FINAL_STATE
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -42,8 +43,8 @@ static void train(int steps)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: powerloss SAVES STEPS SECTOR_BYTES PROGRAM_BYTES\n");
+    if (argc != 6) {
+        fprintf(stderr, "usage: powerloss SAVES STEPS SECTOR_BYTES PROGRAM_BYTES FINAL_STATE\n");
         return 2;
     }
     const int saves = atoi(argv[1]), steps = atoi(argv[2]);
@@ -116,6 +117,11 @@ int main(int argc, char **argv)
            "violations %lu failed_saves %ld state_bytes %lu region_bytes %lu\n", saves, cuts, erase_cuts,
            program_cuts, as_prev, as_new, corrupt, (unsigned long)sim.violations, failed, (unsigned long)n,
            (unsigned long)region);
+    tt_state_save(boot);
+    FILE *out = fopen(argv[5], "wb");
+    if (out == NULL || fwrite(boot, 1, n, out) != n || fclose(out) != 0) {
+        return 3;
+    }
     free(flash);
     free(before);
     free(buf);
