@@ -229,8 +229,8 @@ def _check_persist_arguments(args: argparse.Namespace) -> None:
         raise UsageError("--flash, --save-every and --stop-after-saves need --engine qemu")
     if bool(args.flash) != (args.save_every > 0):
         raise UsageError("give --flash FILE and --save-every N (N > 0) together")
-    if args.stop_after_saves < 0:
-        raise UsageError("--stop-after-saves must be positive")
+    if args.stop_after_saves < 0 or (args.stop_after_saves and not args.flash):
+        raise UsageError("--stop-after-saves K needs --flash and a positive K")
 
 
 def _save_state(path: Path, state) -> None:

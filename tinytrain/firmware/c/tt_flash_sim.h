@@ -22,7 +22,6 @@ typedef struct {
     int powered;              /* 0 after the cut */
     int cut_erase;            /* the cut operation was an erase (else a program) */
     uint32_t violations;      /* misuse by the caller (see above) */
-    uint32_t erases, programs; /* operations done in total */
     uint32_t rng;             /* xorshift state of the torn bits */
 } tt_flash_sim;
 
