@@ -87,8 +87,9 @@ needs_qemu = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shu
 
 @pytest.mark.slow
 @needs_qemu
-def test_qemu_training_stopped_by_a_power_cut_resumes_to_the_uninterrupted_state(tmp_path):
-    """qemu-m7 with the state saved every 3 samples to its flash file: QEMU killed right after the 2nd save, run
+@pytest.mark.parametrize("board", ["qemu-m4", "qemu-m7", "qemu-m55"])
+def test_qemu_training_stopped_by_a_power_cut_resumes_to_the_uninterrupted_state(board, tmp_path):
+    """A QEMU board with the state saved every 3 samples to its flash file: QEMU killed right after the 2nd save, run
     again on the same flash (it resumes at sample 6), killed after 1 more save, run to the end: the final state is
     byte for byte the host C's uninterrupted training, and so is the state in the flash file."""
     from tinytrain.codegen.state import state_layout, state_size
@@ -103,7 +104,7 @@ def test_qemu_training_stopped_by_a_power_cut_resumes_to_the_uninterrupted_state
     c = CTrainer(tg)
     c_losses = c.train(x, y)
     flash = tmp_path / "flash.bin"
-    q = QemuTrainer(tg, board="qemu-m7", sram_budget=96 * 1024, save_every=3, flash=flash)
+    q = QemuTrainer(tg, board=board, sram_budget=96 * 1024, save_every=3, flash=flash)
     q.train(x, y, stop_after_saves=2)
     assert newest(flash.read_bytes(), state_size(state_layout(tg))).position == 6
     q.train(x, y, stop_after_saves=1)
