@@ -121,6 +121,14 @@ def measure(name, path, plan, plan_source, args, work: Path) -> dict:
         step_int8_macs=int8, step_fp32_macs=fp32, lower_bound_cycles_per_step=int(int8 / 2 + fp32),
         inference_macs=fwd, lower_bound_cycles_per_inference=int(fwd / 2),
         qemu_seconds=round(time.time() - t0, 2))
+    for stream in (True, False):  # the inference-only compile (no plan), streamed and layer by layer
+        key = "inference_only_insns" + ("" if stream else "_layer_by_layer")
+        engine_qemu.emit_compile_dir(graph, work / f"inference_{stream}", 4 * MB - 64 * KB, 1 * MB, stream=stream)
+        fw_inf = engine_qemu.build(work / f"inference_{stream}", args.board, work / f"project_inference_{stream}")
+        r_inf = engine_qemu.run(fw_inf, args.board, test=(x[args.steps:], y[args.steps:]))
+        row[key] = int(np.mean(r_inf.predict_insns))
+        if stream:
+            row["inference_only_ram_bytes"] = fw_inf.ram_bytes
     if name in PUBLISHED_MS:
         row.update(published_ms=PUBLISHED_MS[name], published_cycles=int(PUBLISHED_MS[name] * 1e-3 * CLOCK_HZ))
     return row
@@ -167,6 +175,13 @@ def markdown(rows, meta) -> str:
               f"pass (fp32, planned layers only) adds {min(extra):.0%} to {max(extra):.0%} to the forward pass. RAM is "
               "the whole RAM region the linker placed (stack + data + arena + trainable copies + heap), within the "
               "256 KB budget; stack used is the measured high-water mark (2 KB reserved)."]
+    lines += ["", "Inference-only compiles (no plan: `tinytrain compile MODEL`), the frozen prefix row-streamed "
+              "(memory/stream.py) against every tensor whole:", "",
+              "| model | streamed: instructions | layer by layer: instructions | streaming overhead |",
+              "|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {m(r['inference_only_insns'])} | {m(r['inference_only_insns_layer_by_layer'])} | "
+                     f"{r['inference_only_insns'] / r['inference_only_insns_layer_by_layer'] - 1:+.2%} |")
     return "\n".join(lines) + "\n"
 
 

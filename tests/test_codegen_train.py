@@ -6,8 +6,9 @@ the C step computed is read back from its arena (linear memory plan: nothing is 
 - integer work, exactly: every int8 forward activation; every updated int8 weight / int32 bias (and momentum)
   equals ``sgd_update``'s reference applied to the C's own fp32 gradient and the pre-step state;
 - fp32 work, each op given the C's own inputs (so errors do not compound), with these tolerances:
-  * exact (bit-identical): clamp_mask, grad_accumulate, pad_grad, mean_grad (one float32 division, as the
-    simulator), fully_connected_grad_weight (batch 1: one float32 product, which float64-then-round equals);
+  * exact (bit-identical): clamp_mask, clamp_mask_packed, grad_accumulate, pad_grad, mean_grad and mean_grad_masked
+    (one float32 division, as the simulator), fully_connected_grad_weight (batch 1: one float32 product, which
+    float64-then-round equals);
   * sums — conv2d_grad_input / conv2d_grad_weight (regular, depthwise, pointwise), fully_connected_grad_input,
     bias_grad, avg_pool2d_grad: |C - sim| <= SUM_RTOL * sum|terms| (sum|terms| is the op applied to the
     absolute values of its centred inputs). The C sums float32 products in float32 in a fixed order, the
@@ -34,7 +35,10 @@ from tinytrain.ir import DType, QuantParams
 from tinytrain.ops import get_op
 from tinytrain.ops.sgd_update import Rounding
 from tinytrain.simulator import init_state, train_step
+from tinytrain.training.device_step import device_schedule
 from tinytrain.training.fuse import fuse_updates
+from tinytrain.training.fuse_masks import fuse_mean_masks
+from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
@@ -44,7 +48,8 @@ WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
 SUM_RTOL = 2.0 ** -16
 LOSS_ATOL = 4e-6
 GRAD_ATOL = 2e-6
-EXACT = {"clamp_mask", "grad_accumulate", "pad_grad", "mean_grad", "fully_connected_grad_weight"}
+EXACT = {"clamp_mask", "clamp_mask_packed", "grad_accumulate", "pad_grad", "mean_grad", "mean_grad_masked",
+         "fully_connected_grad_weight"}
 SUMS = {"conv2d_grad_input", "conv2d_grad_weight", "fully_connected_grad_input", "bias_grad", "avg_pool2d_grad"}
 
 
@@ -171,8 +176,14 @@ def check_step(tg, trainer: CTrainer, state, x: np.ndarray, label: int) -> dict[
     return ratios
 
 
-def test_each_step_from_identical_state_agrees_per_op(setup):
+@pytest.mark.parametrize("masks", [False, True], ids=["int8-saved", "bit-masks"])
+def test_each_step_from_identical_state_agrees_per_op(setup, masks):
+    """``masks``: the clamp masks saved as bits (training/masks.py): packed bit for bit, applied exactly, the mean's
+    gradient fused with one (training/fuse_masks.py)."""
     tg, mb, cache = setup
+    if masks:
+        tg = fuse_mean_masks(save_masks(tg))
+        assert {"pack_clamp_mask", "clamp_mask_packed", "mean_grad_masked"} <= {n.op for n in tg.nodes}
     trainer = CTrainer(tg, cache, planner="linear", inplace=False, reorder=False)
     state = init_state(tg)
     x = mb.calibration_input()
@@ -237,8 +248,8 @@ FUSION_CONFIGS = {
 @pytest.mark.parametrize("config", sorted(FUSION_CONFIGS))
 def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config, tmp_path_factory):
     """8 steps of the C with each weight gradient fused into its update, in blocks of one row, of a few rows (some
-    blocks shorter) and as compile chooses them: the same losses and the same state (weights, biases, momentum)
-    bit for bit as the C with whole gradients."""
+    blocks shorter) and as compile chooses them (with clamp masks in bits): the same losses and the same state
+    (weights, biases, momentum) bit for bit as the C with whole gradients and int8 saved outputs."""
     from tinytrain.memory.schedule import reorder
 
     g, mb = model
@@ -270,13 +281,12 @@ def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config,
 
 @pytest.fixture(scope="module")
 def project(model, tmp_path_factory):
-    """What compile emits: updates fused with their weight gradients, reordered."""
+    """What compile emits: clamp masks in bits, updates fused with their weight gradients, reordered."""
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
 
     g, _ = model
     plan, config = CONFIGS["full"](g)
-    tg = reorder(fuse_updates(build_training_graph(g, plan, config)))
+    tg = device_schedule(build_training_graph(g, plan, config))
     out = tmp_path_factory.mktemp("train_project")
     files = render_project(tg, plan_memory(tg, 1 << 30, 1 << 30))
     for name, text in files.items():
@@ -286,12 +296,11 @@ def project(model, tmp_path_factory):
 
 def test_project_is_deterministic_and_names_version_and_model_hash(project, model):
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
 
     out, tg, files = project
     g2, _ = train_ops_model()  # rebuilt from scratch
     plan, config = CONFIGS["full"](g2)
-    tg2 = reorder(fuse_updates(build_training_graph(g2, plan, config)))
+    tg2 = device_schedule(build_training_graph(g2, plan, config))
     again = render_project(tg2, plan_memory(tg2, 1 << 30, 1 << 30))
     assert again == files
     for name in (MODEL_SOURCE, MODEL_HEADER):
@@ -400,3 +409,51 @@ def test_every_forward_op_and_weight_zero_points_agree_per_op(tmp_path):
     xs = GraphBuilder(3).inputs_batch(g, 3)
     for k in range(len(xs)):
         check_step(tg, trainer, state, xs[k], k)
+
+
+def large_kernel_model():
+    """A 7x7 depthwise on a 4x4 map of 96 channels (whose input gradient goes through a block of channels in scratch,
+    ops/conv2d.py grad_input_block) and a 3x3 one on 48 channels (gathered in C order)."""
+    mb = ModelBuilder("large_kernel", 1)
+    h = mb.conv(mb.input((8, 8, 3)), 16, 3, 2)
+    h = mb.inverted_residual(h, 16, 6, k=7)
+    h = mb.inverted_residual(h, 16, 3)
+    return mb.build(mb.classifier(h, 5)), mb
+
+
+@pytest.mark.parametrize("which", ["tiny_mobilenet", "large_kernel"])
+def test_in_place_backward_is_bit_identical_to_separate_buffers(which, tmp_path_factory):
+    """The device schedule, where the plan writes depthwise and pointwise input gradients (and masked gradients) over
+    the gradient they read (ops/conv2d.py grad_input_min_read, grad_input_block): 6 steps give the same losses and
+    state bit for bit as the same C with every buffer separate; each op agrees with the simulator."""
+    from ir_builders import tiny_mobilenet
+
+    g, mb = tiny_mobilenet() if which == "tiny_mobilenet" else large_kernel_model()
+    plan = CONFIGS["channels+momentum+nearest"](g)[0] if which == "tiny_mobilenet" else preset("bias-only", g)
+    tg = build_training_graph(g, plan)
+    cache = tmp_path_factory.mktemp("cache")
+    in_place = CTrainer(tg, cache)
+    nodes = in_place.schedule.nodes
+    grads = [nodes[p.step].attrs for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input"]
+    assert any(a.groups > 1 for a in grads) and any(a.groups == 1 for a in grads)  # depthwise and pointwise
+    assert any(nodes[p.step].op == "clamp_mask_packed" for p in in_place.plan.inplace)
+    if which == "large_kernel":  # the 7x7 one in blocks, exactly over its g_z
+        assert "_grad_input_f32_blocked(" in in_place.files[MODEL_SOURCE]
+        assert any(p.delta == 0 and in_place.schedule.tensors[p.input].shape == (1, 4, 4, 96)
+                   for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input")
+    else:  # a depthwise one gathered in C order, some pixels ahead of its g_z
+        assert any(p.delta > 0 for p in in_place.plan.inplace
+                   if nodes[p.step].op == "conv2d_grad_input" and nodes[p.step].attrs.groups > 1)
+    separate = CTrainer(tg, cache, inplace=False)
+    rng = np.random.default_rng(7)
+    xs = rng.integers(-128, 128, (6,) + mb.calibration_input().shape[1:]).astype(np.int8)
+    ys = rng.integers(0, 5, 6)
+    np.testing.assert_array_equal(in_place.train(xs, ys), separate.train(xs, ys))
+    for name, value in separate.state().tensors.items():
+        np.testing.assert_array_equal(in_place.state().tensors[name], value, err_msg=name)
+    # and each op of that schedule against the simulator, from identical states
+    schedule = in_place.schedule
+    lock = CTrainer(schedule, cache, planner="linear", inplace=False, reorder=False)
+    state = init_state(schedule)
+    for k in range(2):
+        check_step(schedule, lock, state, xs[k], int(ys[k]))

@@ -1,6 +1,7 @@
 """In-place outputs: the safe distance derived from ``OpDef.min_read``, checked against an independent model
 of the kernels' access order, and the emitted C run with overlapping buffers against the simulator."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +42,10 @@ def _reads(a, x, wt, y):
                 yield idx
 
 
-def _safe(a, x, wt, y, delta, s_out=1, s_in=1) -> bool:
+def _safe(a, x, wt, y, delta, s_out=1, s_in=1, reads=None) -> bool:
     """Write outputs in order at (input start - delta): is every input byte read before it is overwritten?"""
     clobbered = -1  # highest input byte (relative to the input start) overwritten so far
-    for q, idx in enumerate(_reads(a, x, wt, y)):
+    for q, idx in enumerate(reads if reads is not None else _reads(a, x, wt, y)):
         if idx and min(idx) * s_in <= clobbered:
             return False
         clobbered = max(clobbered, (q + 1) * s_out - 1 - delta)
@@ -68,6 +69,62 @@ def test_conv_min_gap_is_the_smallest_safe_distance(spec):
         return
     assert _safe(a, x, wt, y, gap)
     assert not _safe(a, x, wt, y, gap - 1)
+
+
+def _grad_reads(a, x, wt, y):
+    """Per element of a depthwise input gradient g_x (shaped as x) in C order, every g_z index (shaped as y) it reads:
+    the windows holding it enumerated directly."""
+    _, h, w, cin = x.shape
+    _, ho, wo, cout = y.shape
+    kh, kw = wt.shape[1:3]
+    m = cout // cin
+    for iy in range(h):
+        for ix in range(w):
+            for c in range(cin):
+                yield [(oy * wo + ox) * cout + o for o in range(c * m, (c + 1) * m) for oy in range(ho)
+                       for ox in range(wo) if 0 <= iy + a.padding[0] - oy * a.stride[0] < kh
+                       and 0 <= ix + a.padding[1] - ox * a.stride[1] < kw]
+
+
+@settings(derandomize=True, max_examples=120, deadline=None)
+@given(convs)
+def test_depthwise_grad_input_min_gap_is_the_smallest_safe_distance(spec):
+    """The gathering depthwise input gradient (conv2d_grad_input.c.j2) writes g_x over its g_z."""
+    from tinytrain.ops.conv2d import Conv2dGradInputAttrs, grad_input_min_read
+
+    h, w, cin, m, k, stride, pad, _ = spec
+    if pad >= k or h + 2 * pad < k or w + 2 * pad < k:
+        return
+    cin += 1  # groups = C_in > 1 (one channel is a regular convolution, whose kernel scatters)
+    a, x, wt, y = _conv(h, w, cin, cin * m, k, stride, pad, True)
+    ga = Conv2dGradInputAttrs(a.stride, a.padding, (h, w), groups=cin)
+    gz, gx = Tensor("gz", y.shape, DType.FLOAT32, Role.GRADIENT), Tensor("gx", x.shape, DType.FLOAT32, Role.GRADIENT)
+    gap = min_gap(grad_input_min_read(ga, [gz, wt], [gx], 0), 1, 1)
+    reads = list(_grad_reads(a, x, wt, y))
+    if x.size == 1:
+        return
+    assert _safe(a, y, wt, x, gap, reads=reads)
+    if all(reads):  # (elements that read nothing count as reading past the end: safe, not always the tightest)
+        assert not _safe(a, y, wt, x, gap - 1, reads=reads)
+    assert grad_input_min_read(dataclasses.replace(ga, groups=1, stride=(2, 2)), [gz, wt], [gx], 0) is None
+
+
+@pytest.mark.parametrize("ci, co", [(8, 48), (48, 8), (16, 16)])
+def test_pointwise_grad_input_min_gap_is_the_smallest_safe_distance(ci, co):
+    """The pointwise input gradient zeroes and accumulates g_x pixel p while it reads g_z pixel p: in place, g_x
+    pixel p must end before g_z pixel p starts (g_z pixels before p are read already)."""
+    from tinytrain.ops.conv2d import Conv2dGradInputAttrs, grad_input_min_read
+
+    _, _, wt, _ = _conv(3, 4, ci, co, 1, 1, 0, False)
+    ga = Conv2dGradInputAttrs((1, 1), (0, 0, 0, 0), (3, 4))
+    gz = Tensor("gz", (1, 3, 4, co), DType.FLOAT32, Role.GRADIENT)
+    gx = Tensor("gx", (1, 3, 4, ci), DType.FLOAT32, Role.GRADIENT)
+    gap = min_gap(grad_input_min_read(ga, [gz, wt], [gx], 0), 4, 4)
+
+    def safe(delta: int) -> bool:
+        return all((p + 1) * ci * 4 - delta <= p * co * 4 for p in range(12))
+
+    assert safe(gap) and not safe(gap - 1)
 
 
 def test_known_distances():
@@ -151,8 +208,34 @@ def test_c_forward_with_in_place_buffers_matches_the_simulator(tmp_path):
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
     plan = plan_memory(g, 1 << 30, 1 << 30, inplace=True, stream=False)
-    assert len(plan.inplace) > 20
+    # the pairs of the crowded steps (block 2's expand and depthwise); the training-step tests run dozens more
+    assert len(plan.inplace) >= 3
     x = np.random.default_rng(0).integers(-128, 128, (2,) + g.tensors[g.inputs[0]].shape[1:], dtype=np.int8)
     want = forward(g, {g.inputs[0]: x})[g.outputs[0]]
     got = _compile_and_run(g, plan, x, tmp_path)
     np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def test_blocked_depthwise_grad_input_takes_its_gradients_bytes():
+    """A 7x7 depthwise input gradient on a 4x4 map (C order would need 3 rows and 3 pixels ahead) goes a block of
+    channels at a time through a scratch of at most 2 KB, exactly over its g_z (``OpDef.overwrites``); a 3x3 one on a
+    64x64 map of 16 channels stays in C order (a row and a pixel ahead: less than one channel's scratch)."""
+    from tinytrain.ops.conv2d import (BLOCK_SCRATCH_BYTES, Conv2dGradInputAttrs, grad_input_block, grad_input_min_read,
+                                      grad_input_overwrites, grad_input_scratch)
+
+    def case(hw, c, k):
+        a = Conv2dGradInputAttrs((1, 1), (k // 2,) * 4, (hw, hw), groups=c)
+        gz = Tensor("gz", (1, hw, hw, c), DType.FLOAT32, Role.GRADIENT)
+        wt = Tensor("w", (c, k, k, 1), DType.INT8, Role.WEIGHT)
+        return a, [gz, wt], [gz]
+
+    a, ins, outs = case(4, 384, 7)
+    assert grad_input_block(a, ins, outs) == BLOCK_SCRATCH_BYTES // (16 * 4) == 32
+    assert grad_input_scratch(a, ins, outs) == 2048 and grad_input_overwrites(a, ins, outs) == 0
+    assert grad_input_min_read(a, ins, outs, 0) is None
+    a, ins, outs = case(16, 48, 3)  # 2 channels (2 KB) against a row and a pixel (3264 bytes)
+    assert grad_input_block(a, ins, outs) == 2 and grad_input_scratch(a, ins, outs) == 2048
+    a, ins, outs = case(64, 16, 3)  # one channel (16 KB) against a row and a pixel (4160 bytes)
+    assert grad_input_block(a, ins, outs) == 0 and grad_input_scratch(a, ins, outs) == 0
+    assert grad_input_overwrites(a, ins, outs) is None
+    assert min_gap(grad_input_min_read(a, ins, outs, 0), 4, 4) == (64 + 1) * 16 * 4

@@ -18,7 +18,7 @@ from ir_builders import ModelBuilder
 from tinytrain import engine_c
 from tinytrain.codegen import render_project
 from tinytrain.memory.report import plan_forward, plan_memory
-from tinytrain.memory.stream import plan_stream, stream_prefix
+from tinytrain.memory.stream import plan_stream, stream_prefix, streamable_prefix
 from tinytrain.simulator import forward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,11 +83,11 @@ def test_every_streamable_prefix_computes_the_same_output(kind, cache):
     x = np.random.default_rng(2).integers(-128, 128, (1,) + g.tensors[g.inputs[0]].shape[1:], dtype=np.int8)
     want = forward(g, {g.inputs[0]: x})[g.outputs[0]]
     tried = 0
-    for steps in range(2, len(g.nodes)):
-        region = stream_prefix(g, steps) if _prefix_streams(g, steps) else None
+    for steps in range(2, streamable_prefix(g) + 1):
+        region = stream_prefix(g, steps)
         if region is None:
             continue
-        plan = _plan_with(g, region)
+        plan = plan_forward(g, 1 << 62, 1 << 62, stream=region)
         lib = ctypes.CDLL(str(engine_c.compile_files(render_project(g, plan), cache)))
         lib.tt_init()
         got = np.empty_like(want)
@@ -95,24 +95,6 @@ def test_every_streamable_prefix_computes_the_same_output(kind, cache):
         np.testing.assert_array_equal(got, want, err_msg=f"prefix of {steps} nodes")
         tried += 1
     assert tried >= 3
-
-
-def _prefix_streams(g, steps: int) -> bool:
-    from tinytrain.memory.stream import _region_length
-
-    return steps <= _region_length(g)
-
-
-def _plan_with(g, region):
-    """plan_forward with a given region (the planner's own choice replaced)."""
-    import tinytrain.memory.report as report
-
-    original = report.plan_stream
-    report.plan_stream = lambda graph: region
-    try:
-        return plan_forward(g, 1 << 62, 1 << 62)
-    finally:
-        report.plan_stream = original
 
 
 def test_row_source_is_read_once_per_row_in_order(cache):
@@ -155,14 +137,12 @@ def test_mobilenet_v2_inference_streams_below_64_kb():
 def test_region_stops_where_the_backward_pass_reads():
     """In a training step only the frozen prefix streams: no saved activation is a line buffer."""
     from tinytrain.frontends import load_model
-    from tinytrain.memory.schedule import reorder
-    from tinytrain.training.fuse import fuse_updates
-    from tinytrain.training.sparse import load_plan
-    from tinytrain.training.train_graph import build_training_graph
     from tinytrain.ir import Role
+    from tinytrain.training.device_step import device_step
+    from tinytrain.training.sparse import load_plan
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
-    step = reorder(fuse_updates(build_training_graph(g, load_plan(ROOT / "models" / "plans" / "mbv2-w0.35-sparse.json"))))
+    step = device_step(g, load_plan(ROOT / "models" / "plans" / "mbv2-w0.35-sparse.json"))
     region = stream_prefix(step, 30)
     assert region is not None
     for b in region.buffers:

@@ -58,7 +58,6 @@ def cmd_compile(args: argparse.Namespace) -> None:
     from tinytrain.codegen import render_project
     from tinytrain.errors import UnsupportedModelError
     from tinytrain.memory.report import check_budget, plan_memory
-    from tinytrain.memory.schedule import reorder
     from tinytrain.memory.text import report_text
     from tinytrain.memory.timeline import write_timeline
     from tinytrain.sizes import parse_size
@@ -73,14 +72,14 @@ def cmd_compile(args: argparse.Namespace) -> None:
         graph = new_head(graph, args.new_head)
     meta = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256}
     if args.plan or args.update:
-        from tinytrain.training.fuse import fuse_updates
+        from tinytrain.training.device_step import device_schedule
         from tinytrain.training.sparse import load_plan, preset
         from tinytrain.training.train_graph import build_training_graph
 
         plan = load_plan(args.plan) if args.plan else preset(args.update, graph)
         step = build_training_graph(graph, plan)
         if not args.no_reorder:
-            step = reorder(fuse_updates(step))
+            step = device_schedule(step)
         meta.update(mode="training", plan=plan.to_json(), reorder=not args.no_reorder)
     else:
         step = graph

@@ -159,8 +159,8 @@ def _private_copy(path: Path) -> ctypes.CDLL:
 class CTrainer:
     """A training graph's emitted C (``tt_train_step``, ``tt_predict``, state save / load), built for the host.
 
-    The graph is scheduled by ``training.fuse.fuse_updates`` + ``memory.schedule.reorder`` (``reorder=False``: as
-    given) and laid out by
+    The graph is scheduled by ``training.device_step.device_schedule`` (clamp masks in bits, fused updates,
+    reorder; ``reorder=False``: as given) and laid out by
     ``memory.report.plan_memory`` — the device's schedule and memory plan. Each trainer loads its own copy
     of the library, so trainers of the same graph do not share weights. States are ``simulator.TrainState``
     and convert through the byte layout of ``codegen.state``.
@@ -171,11 +171,10 @@ class CTrainer:
                  cflags: tuple[str, ...] = TRAIN_CFLAGS) -> None:
         from tinytrain.codegen import render_project
         from tinytrain.memory.report import plan_memory
-        from tinytrain.memory.schedule import reorder as reorder_pass
-        from tinytrain.training.fuse import fuse_updates
+        from tinytrain.training.device_step import device_schedule
 
         self.graph = graph
-        self.schedule = reorder_pass(fuse_updates(graph)) if reorder else graph
+        self.schedule = device_schedule(graph) if reorder else graph
         self.plan = plan_memory(self.schedule, 1 << 62, 1 << 62, planner=planner, inplace=inplace)
         self.files = render_project(self.schedule, self.plan)
         self.library = compile_files(self.files, cache_dir, cc=cc, cflags=cflags)

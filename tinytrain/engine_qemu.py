@@ -68,20 +68,20 @@ def _need(tool: str, package: str) -> str:
 
 
 def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budget: int, *,
-                     target: str = "cortex-m7", reorder: bool = True) -> dict:
+                     target: str = "cortex-m7", reorder: bool = True, stream: bool = True) -> dict:
     """What `tinytrain compile` writes into ``out`` (C project + report.json) for a forward graph or a training
-    graph, scheduled and planned as ``engine_c.CTrainer`` does (fuse + reorder, in-place memory plan), so the firmware
-    runs the very C the host engine runs. Raises BudgetError, before any linker runs, when it does not fit.
+    graph, scheduled and planned as ``engine_c.CTrainer`` does (``device_schedule``, in-place memory plan), so the firmware
+    runs the very C the host engine runs; ``stream``: the streamed prefix (memory/stream.py), else every tensor
+    whole. Raises BudgetError, before any linker runs, when it does not fit.
     Returns the report as JSON."""
     from tinytrain.codegen import render_project
     from tinytrain.codegen.emit_train import is_training_graph
     from tinytrain.memory.report import check_budget, plan_memory
-    from tinytrain.memory.schedule import reorder as reorder_pass
-    from tinytrain.training.fuse import fuse_updates
+    from tinytrain.training.device_step import device_schedule
 
     training = is_training_graph(graph)
-    step = reorder_pass(fuse_updates(graph)) if training and reorder else graph
-    report = plan_memory(step, sram_budget, flash_budget, target=target)
+    step = device_schedule(graph) if training and reorder else graph
+    report = plan_memory(step, sram_budget, flash_budget, target=target, stream=stream)
     check_budget(report, step)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,9 @@
 
 Same contract as ``bindings.py`` (kernel family, template parameters, parameter list and call arguments
 from one place). Training bindings read the emitter's training context, which adds to the forward one:
-``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.state(name)`` (a tensor the step updates in place:
-the SRAM copy of a trainable weight or bias, or a momentum buffer), ``ctx.scalar(name)`` (the C
+``ctx.fp(name)`` (an fp32 tensor in the arena), ``ctx.bits(name)`` (a packed uint8 clamp mask in the arena),
+``ctx.state(name)`` (a tensor the step updates in place: the SRAM copy of a trainable weight or bias, or a
+momentum buffer), ``ctx.scalar(name)`` (the C
 expression of an int32 graph input of one element: the label or the step counter) and ``ctx.scratch(node)``
 (the fp32 scratch the memory plan reserved for the node's kernel, ``OpDef.scratch``).
 
@@ -20,6 +21,7 @@ from tinytrain.codegen.cformat import float_literal
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node, Tensor
 from tinytrain.ops import grad_weight_sgd_update as fused
+from tinytrain.ops.conv2d import grad_input_block
 from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, SCALE, STEP, Rounding
 
 
@@ -91,8 +93,13 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     else:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     k["has_wzp"] = has_wzp
+    block = grad_input_block(a, [g, w], [gx])
+    k["block"] = block > 0
+    if block:  # B channels at a time through the node's scratch (ops/conv2d.py)
+        s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
+        s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
-                  + ("_split" if k["split"] else ""), k)
+                  + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:
@@ -185,6 +192,27 @@ def clamp_mask(node: Node, ctx) -> Call:
     return s.call("clamp_mask", "tt_clamp_mask_f32", {})
 
 
+def pack_clamp_mask(node: Node, ctx) -> Call:
+    """A forward node of the training step: the clamp mask of a saved output, in bits (``ctx.bits``)."""
+    y, bits = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    s = _Signature()
+    s.add("uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
+    s.add("const int8_t *y", ctx.act(y.name), "(N,)")
+    s.ints(N=y.size)
+    s.int32s(act_min=node.attrs.act_min, act_max=node.attrs.act_max)
+    return s.call("pack_clamp_mask", "tt_pack_clamp_mask_s8", {})
+
+
+def clamp_mask_packed(node: Node, ctx) -> Call:
+    g, bits, out = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    s = _Signature()
+    s.add("float *out", ctx.fp(out.name), "(N,)")
+    s.add("const float *g", ctx.fp(g.name), "(N,)")
+    s.add("const uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
+    s.ints(N=out.size)
+    return s.call("clamp_mask_packed", "tt_clamp_mask_packed_f32", {})
+
+
 def grad_accumulate(node: Node, ctx) -> Call:
     a, b, out = (ctx.tensor(n) for n in (*node.inputs, node.outputs[0]))
     s = _Signature()
@@ -213,6 +241,17 @@ def mean_grad(node: Node, ctx) -> Call:
     s.add("const float *g", ctx.fp(g.name), "(C,)")
     s.ints(P=h * wd, C=c)
     return s.call("mean_grad", "tt_mean_grad_f32", {})
+
+
+def mean_grad_masked(node: Node, ctx) -> Call:
+    g, bits, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = gx.shape
+    s = _Signature()
+    s.add("float *gx", ctx.fp(gx.name), "(P,C)")
+    s.add("const float *g", ctx.fp(g.name), "(C,)")
+    s.add("const uint8_t *bits", ctx.bits(bits.name), "((P*C+7)/8,)")
+    s.ints(P=h * wd, C=c)
+    return s.call("mean_grad_masked", "tt_mean_grad_masked_f32", {})
 
 
 def avg_pool2d_grad(node: Node, ctx) -> Call:
@@ -339,6 +378,7 @@ TRAIN_BINDINGS: dict[str, Binding] = {
     "avg_pool2d_grad": avg_pool2d_grad,
     "bias_grad": bias_grad,
     "clamp_mask": clamp_mask,
+    "clamp_mask_packed": clamp_mask_packed,
     "conv2d_grad_input": conv2d_grad_input,
     "conv2d_grad_weight": conv2d_grad_weight,
     "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,
@@ -347,6 +387,8 @@ TRAIN_BINDINGS: dict[str, Binding] = {
     "fully_connected_grad_weight_sgd_update": fully_connected_grad_weight_sgd_update,
     "grad_accumulate": grad_accumulate,
     "mean_grad": mean_grad,
+    "mean_grad_masked": mean_grad_masked,
+    "pack_clamp_mask": pack_clamp_mask,
     "pad_grad": pad_grad,
     "sgd_update": sgd_update,
     "softmax_xent": softmax_xent,

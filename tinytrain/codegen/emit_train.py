@@ -97,6 +97,13 @@ class _TrainContext(_Context):
             raise ValueError(f"memory plan puts fp32 tensor {name!r} at {self.offsets[name]}, not a multiple of 4")
         return self._pointer(name, "float", "f")
 
+    def bits(self, name: str) -> str:
+        """A packed clamp mask (uint8, ops/clamp_mask_packed.py) in the arena."""
+        t = self.graph.tensors[name]
+        if t.has_data or t.dtype != DType.UINT8:
+            raise UnsupportedModelError(f"codegen: {name} ({t.dtype.value} {t.role.value}) used as packed bits")
+        return self._pointer(name, "uint8_t", "m")
+
     def scratch(self, node: Node) -> str:
         """The fp32 scratch the memory plan reserved for ``node``'s kernel (``OpDef.scratch``)."""
         return self._pointer(scratch_name(node.name), "float", "f")
@@ -158,9 +165,17 @@ def _loss_node(graph: Graph) -> Node:
     return nodes[0]
 
 
+def _train_only(forward: list[Node], logits: str) -> set[str]:
+    """The forward nodes whose outputs only the backward pass reads (e.g. the clamp masks' packing): tt_predict
+    skips them."""
+    read = {i for n in forward for i in n.inputs} | {logits}
+    return {n.name for n in forward if not any(o in read for o in n.outputs)}
+
+
 def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kernels: dict,
-                  stream: StreamPlan | None = None) -> tuple[list[dict], set[str]]:
-    """The steps of ``nodes``; those of a streamed region (a prefix of the schedule) as one step."""
+                  stream: StreamPlan | None = None, train_only: set[str] = frozenset()) -> tuple[list[dict], set[str]]:
+    """The steps of ``nodes``; those of a streamed region (a prefix of the schedule) as one step, those in
+    ``train_only`` run only when the forward pass's ``train`` flag is set."""
     index = {n.name: k for k, n in enumerate(graph.nodes)}
     steps, used = [], set()
     if stream is not None and nodes and index[nodes[0].name] == 0:
@@ -175,7 +190,10 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
             steps.append({"comment": comment + " (a view: same arena bytes, no code)", "code": ""})
             continue
         call = bind_call(env, ALL_BINDINGS, node, ctx, kernels)
-        steps.append({"comment": comment, "code": f"{call.kernel.name}({', '.join(call.args)});"})
+        code = f"{call.kernel.name}({', '.join(call.args)});"
+        if node.name in train_only:
+            comment, code = comment + " (training only)", f"if (train) {{\n        {code}\n    }}"
+        steps.append({"comment": comment, "code": code})
         used.update(call.args)
     return steps, used
 
@@ -206,7 +224,7 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
             t = graph.tensors[name]
             off = ctx.offsets[name]
             comment = f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}"
-        init = f"tt_arena + {off // 4}" if ctype == "float" else f"(int8_t *)tt_arena + {off}"
+        init = f"tt_arena + {off // 4}" if ctype == "float" else f"({ctype} *)tt_arena + {off}"
         decls.append({"decl": f"{ctype} *const {var} = {init};", "comment": comment})
     width = max((len(d["decl"]) for d in decls), default=0)
     for d in decls:
@@ -237,7 +255,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     forward, training = _phases(graph)
     ctx.act(image)
     kernels: dict[str, tuple[Kernel, str]] = {}
-    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream)
+    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream, _train_only(forward, logits))
     train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
     guard_after = _guard_position(training, loss_node)
     ctx.act(logits)

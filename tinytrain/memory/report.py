@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tinytrain.errors import BudgetError
 from tinytrain.ir import Graph, Role
-from tinytrain.memory.inplace import InPlace, choose
+from tinytrain.memory.inplace import SLACK, InPlace, choose
 from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requests
 from tinytrain.memory.planner import PLANNERS
 from tinytrain.memory.stream import StreamPlan, plan_stream
@@ -171,14 +171,17 @@ def code_estimate(graph: Graph) -> int:
 
 def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy", inplace: bool = True,
                 runtime_bytes: int = RUNTIME_BYTES, stack_bytes: int = STACK_BYTES, code_bytes: int | None = None,
-                target: str = "", stream: bool = True) -> MemoryReport:
+                target: str = "", stream: bool | StreamPlan = True) -> MemoryReport:
     """Plan the arena of ``graph`` executed in node order, with in-place outputs where ops allow it, and
     account SRAM and flash. Works for a forward graph and for a (reordered) training step.
 
-    With ``stream`` the schedule's streamable prefix runs row by row in line buffers (memory/stream.py).
-    With ``inplace`` the arena is also planned without in-place outputs and the smaller plan is kept (a
-    chain of in-place buffers is placed as one rigid unit, which can cost more than it saves)."""
-    region = plan_stream(graph) if stream else None
+    With ``stream`` the schedule's streamable prefix runs row by row in line buffers (memory/stream.py chooses which,
+    or ``stream`` is the region to use).
+    With ``inplace`` the arena is also planned with gradient chains as compact as the others (``memory.inplace``:
+    ``GRADIENT_SLACK``), without in-place outputs, and with only the pairs at the crowded steps (where at least
+    half the largest live set is alive without in-place), and the smallest plan is kept: a chain of in-place buffers
+    is placed as one rigid unit, which can cost more than it saves where memory is not tight."""
+    region = stream if isinstance(stream, StreamPlan) else plan_stream(graph) if stream else None
     uses = buffer_lifetimes(graph, region)
     scratch = scratch_requests(graph, region)
 
@@ -189,12 +192,19 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
             p.tie(ids[pair.output], ids[pair.input], -pair.delta)
         return p, ids
 
-    pairs = choose(graph, uses, ALIGNMENT, first_step=region.steps if region else 0) if inplace else []
+    first = region.steps if region else 0
+    pairs = choose(graph, uses, ALIGNMENT, first_step=first) if inplace else []
     p, ids = arena(pairs)
     if pairs:
         alone, alone_ids = arena([])
-        if alone.total_size() <= p.total_size():
-            p, ids, pairs = alone, alone_ids, []
+        crowd = alone.live_profile(list(range(len(graph.nodes))))
+        compact = choose(graph, uses, ALIGNMENT, gradient_slack=SLACK, first_step=first)  # gradient chains too
+        crowded = [q for q in pairs if 2 * crowd[q.step] >= max(crowd)]
+        for option in (compact, [], crowded):  # ties keep the earlier plan, except that none beats some pairs
+            planned_option = (alone, alone_ids) if not option else arena(option)
+            size = planned_option[0].total_size()
+            if size < p.total_size() or (size == p.total_size() and not option):
+                (p, ids), pairs = planned_option, option
     planned = tuple(PlannedBuffer(u, p.offset(ids[u.tensor])) for u in uses)
     planned_scratch = tuple(PlannedBuffer(u, p.offset(ids[u.tensor])) for u in scratch)
     steps = range(max(len(graph.nodes), 1))
@@ -210,7 +220,7 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
 
 
 def plan_forward(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy",
-                 runtime_bytes: int = 0, stream: bool = True) -> MemoryReport:
+                 runtime_bytes: int = 0, stream: bool | StreamPlan = True) -> MemoryReport:
     """Plan the arena of the int8 forward pass as separate buffers (no in-place); flash = weights only."""
     return plan_memory(graph, sram_budget, flash_budget, planner, inplace=False, runtime_bytes=runtime_bytes,
                        stack_bytes=0, code_bytes=0, stream=stream)

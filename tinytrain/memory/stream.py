@@ -1,26 +1,26 @@
 """Row-streamed execution of the frozen forward prefix: line buffers instead of whole tensors.
 
-The tensors a step computes before the first one something else needs whole (a saved activation the backward
-pass reads, a graph output, the input of an op that cannot stream) never need to exist whole. The longest prefix
-of the schedule whose ops declare ``OpDef.rows`` (each output row reads a window of input rows: a convolution, an
-elementwise add) runs as one *region*, one output row of its last node at a time:
+The tensors a step computes before the first one something needs whole (a saved activation the backward pass
+reads, a graph output, the input of an op that cannot stream) never need to exist whole. A prefix of the schedule
+whose ops declare ``OpDef.rows`` (output row r reads a window of input rows: convolutions, elementwise adds) can run
+as one *region*, in sweeps over its nodes:
 
-    for r in rows of the last node's output:
+    until the region's last node has computed all its rows:
         for each node k of the region, in order:
-            while done[k] < need[k][r]: compute row done[k] of k's output; done[k] += 1
+            if k's inputs hold every row that k's next output row reads: compute that row
 
-``need[k][r]`` is the number of rows of node k's output that its readers need before row r of the last output can
-be computed (derived backwards from the readers' row windows). A tensor read only inside the region lives in a
-*ring* of ``rows`` rows: its buffer holds rows [row0, row0 + rows); when the producer is about to write a row that
-does not fit, the rows below the lowest one a reader still needs (its next output row's window) are dropped and
-the rest moved to the front — a line buffer whose rows stay contiguous, so the kernels read a window as they read a
-whole tensor, offset by row0. A residual add's skip input is a ring too: it keeps the rows between the block's
-expand convolution and its add (a delay line). Tensors read after the region (its outputs) and the graph input are
-whole (``rows == height``). ``rows`` is the largest span a ring ever holds, found by running the schedule above at
-compile time; the emitted C (codegen/emit_stream.py) runs the same schedule, so it never needs more.
+A tensor read only inside the region lives in a *line buffer* of ``rows`` rows holding rows [row0, row0 + rows);
+when its producer is about to write a row that does not fit, the rows below the lowest one a reader still needs
+(its next output row's window) are dropped and the rest moved to the front, so rows stay contiguous and the
+kernels read a window as they read a whole tensor, offset by row0. A residual add's skip input is such a buffer
+too (a delay line). A graph input read only in the region is a line buffer filled from a *row source* as its
+readers need rows (``source``); tensors read after the region are whole (``rows == height``). ``rows`` is the
+largest span a buffer ever holds while the schedule above runs at compile time (``sweeps``); the emitted C
+(codegen/emit_stream.py) runs the same schedule, so it never needs more.
 
-The region recomputes nothing and its outputs are bit-identical to layer-by-layer execution (the kernels' arithmetic
-is the same, only rows are addressed relative to row0). The simulator still runs layer by layer: it is the spec.
+Which prefix streams is chosen by the peak of live bytes it gives (``plan_stream``). The region recomputes nothing
+and its outputs are bit-identical to layer-by-layer execution: the kernels' arithmetic is the same, only rows are
+addressed relative to row0. The simulator still runs layer by layer: it is the spec.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _streamable(graph: Graph, k: int) -> bool:
     return True
 
 
-def _region_length(graph: Graph) -> int:
+def streamable_prefix(graph: Graph) -> int:
     """The longest prefix of the schedule that can stream."""
     n = 0
     while n < len(graph.nodes) and _streamable(graph, n):
@@ -116,7 +116,7 @@ def plan_stream(graph: Graph) -> StreamPlan | None:
     """The streamed region of ``graph``'s schedule: of the streamable prefixes, the one whose execution has the
     smallest peak of live bytes (ties: the fewest bytes in the region); None when no prefix lowers the peak."""
     best, best_key = None, (peak_live_bytes(graph, None), 0)
-    for steps in range(2, _region_length(graph) + 1):
+    for steps in range(2, streamable_prefix(graph) + 1):
         region = stream_prefix(graph, steps)
         if region is not None:
             key = (peak_live_bytes(graph, region), sum(b.nbytes for b in region.buffers))

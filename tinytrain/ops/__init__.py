@@ -27,6 +27,8 @@ Backward = Callable[[Any, Node, Sequence[str | None]], list[str | None]]
 MinRead = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "np.ndarray | None"]
 # scratch(attrs, in_tensors, out_tensors) -> bytes of temporary memory one call of the C kernel needs.
 Scratch = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
+# overwrites(attrs, in_tensors, out_tensors) -> the input whose bytes output 0 may take over exactly, or None.
+Overwrites = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,9 @@ class OpDef:
     row r reading only the input rows ``rows(...)`` names; its C binding then runs a band of output rows — an
     op whose windows are all ``aligned`` on one-row views of its tensors, any other through a ``band`` of the
     emitter's context (codegen/emit_stream.py).
+    ``overwrites`` is the other in-place promise, for kernels that do not write in C order: output 0 may occupy
+    exactly the bytes of the input it names (same size), the kernel reading each block of that input into its
+    scratch before writing the block's outputs (e.g. a depthwise input gradient a few channels at a time).
     """
 
     name: str
@@ -90,6 +95,7 @@ class OpDef:
     min_read: MinRead | None = None
     scratch: Scratch | None = None
     rows: Rows | None = None
+    overwrites: Overwrites | None = None
 
 
 def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> np.ndarray:
@@ -105,10 +111,12 @@ def elementwise_rows(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Te
 def _registry() -> dict[str, OpDef]:
     from tinytrain.ops import (add, avg_pool2d, conv2d, dequantize, fully_connected, mean, pad, quantize,
                                requantize, reshape, softmax)
-    from tinytrain.ops import bias_grad, clamp_mask, grad_accumulate, grad_weight_sgd_update, sgd_update, softmax_xent
+    from tinytrain.ops import (bias_grad, clamp_mask, clamp_mask_packed, grad_accumulate, grad_weight_sgd_update,
+                               sgd_update, softmax_xent)
 
     modules = (add, avg_pool2d, conv2d, dequantize, fully_connected, mean, pad, quantize, requantize, reshape, softmax,
-               bias_grad, clamp_mask, grad_accumulate, grad_weight_sgd_update, sgd_update, softmax_xent)
+               bias_grad, clamp_mask, clamp_mask_packed, grad_accumulate, grad_weight_sgd_update, sgd_update,
+               softmax_xent)
     return {op.name: op for m in modules for op in (m.OPS if hasattr(m, "OPS") else (m.OP,))}
 
 

@@ -290,9 +290,83 @@ def row_window(a: Conv2dAttrs, ins, outs, k: int) -> RowWindow | None:
     return RowWindow(a.stride[0], -a.padding[0], (kh - 1) * a.dilation[0] + 1)
 
 
+def _first_source(n_in: int, stride: int, pad: int, dilation: int, taps: int, n_out: int) -> np.ndarray:
+    """Per input row (or column) of a transposed convolution: the first output row whose window holds it,
+    ``n_out`` when none does (the taps i with (row + pad - i * dilation) / stride an output row; the last valid
+    tap gives the first row)."""
+    t = np.arange(n_in, dtype=np.int64)[:, None] + pad - np.arange(taps, dtype=np.int64)[None, :] * dilation
+    valid = (t >= 0) & (t % stride == 0) & (t // stride < n_out)
+    return np.where(valid, t // stride, n_out).min(axis=1)
+
+
+def grad_input_min_read(a: Conv2dGradInputAttrs, ins, outs, k: int) -> np.ndarray | None:
+    """``OpDef.min_read`` over g_z (input 0) of the depthwise and pointwise input gradients: their C kernels gather
+    each g_x element, in C order, and store it after its sum — a depthwise element (iy,ix,c) from the g_z windows
+    that hold it, channels c*m .. c*m+m-1, so it reads first at the first output row and column holding it. The
+    pointwise kernel goes pixel by pixel, zeroing and accumulating g_x pixel p while it reads g_z pixel p: its
+    min_read puts g_x pixel p before g_z pixel p. The regular kernel scatters into a zeroed g_x, the blocked
+    depthwise kernel (``grad_input_block``) writes a block of channels at a time: neither in C order."""
+    if k != 0 or (a.groups != 1 and grad_input_block(a, ins, outs)):
+        return None
+    return _gather_min_read(a, ins, outs)
+
+
+# The blocked depthwise input gradient's scratch: a block of channels of g_x, at most this many bytes (or one channel).
+BLOCK_SCRATCH_BYTES = 2048
+
+
+def grad_input_block(a: Conv2dGradInputAttrs, ins, outs) -> int:
+    """Channels per block of the blocked depthwise input gradient, 0 for the kernel gathering in C order. Blocked
+    when g_x has g_z's shape (stride 1, multiplier 1: it may then take g_z's very bytes, ``OpDef.overwrites``) and its
+    scratch — the most channels whose g_x fits BLOCK_SCRATCH_BYTES, at least one — is smaller than the distance the
+    C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for 7x7)."""
+    from tinytrain.memory.inplace import min_gap
+
+    g, gx = ins[0], outs[0]
+    if a.groups == 1 or g.shape != gx.shape:
+        return 0
+    plane = gx.size // gx.shape[-1] * 4
+    block = max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // plane))
+    return block if block * plane < min_gap(_gather_min_read(a, ins, outs), 4, 4) else 0
+
+
+def grad_input_overwrites(a: Conv2dGradInputAttrs, ins, outs) -> int | None:
+    return 0 if a.groups != 1 and grad_input_block(a, ins, outs) else None
+
+
+def grad_input_scratch(a: Conv2dGradInputAttrs, ins, outs) -> int:
+    """The blocked depthwise kernel's block of g_x channels."""
+    return grad_input_block(a, ins, outs) * (outs[0].size // outs[0].shape[-1]) * 4 if a.groups != 1 else 0
+
+
+def _pointwise(a: Conv2dGradInputAttrs, w: Tensor) -> bool:
+    return a.groups == 1 and tuple(w.shape[1:3]) == (1, 1) and a.stride == (1, 1) and not any(a.padding)
+
+
+def _gather_min_read(a: Conv2dGradInputAttrs, ins, outs) -> np.ndarray | None:
+    n, ho, wo, cout = ins[0].shape
+    _, h, w, cin = outs[0].shape
+    (kh, kw) = ins[1].shape[1:3]
+    if a.groups == 1:
+        if not _pointwise(a, ins[1]):
+            return None
+        # pixel p's elements are all written while pixel p of g_z is read: as if element (p,c) read from
+        # p*Co - Ci + c, so that g_x pixel p ends before g_z pixel p starts
+        return (np.arange(n * h * w, dtype=np.int64)[:, None] * cout - cin + np.arange(cin)[None, :]).reshape(-1)
+    rows = _first_source(h, a.stride[0], a.padding[0], a.dilation[0], kh, ho)
+    cols = _first_source(w, a.stride[1], a.padding[1], a.dilation[1], kw, wo)
+    chans = np.arange(cin, dtype=np.int64) * (cout // cin)
+    batch = np.arange(n, dtype=np.int64)
+    idx = (((batch[:, None, None, None] * ho + rows[None, :, None, None]) * wo + cols[None, None, :, None]) * cout
+           + chans[None, None, None, :])
+    reads_nothing = (rows[None, :, None, None] >= ho) | (cols[None, None, :, None] >= wo)
+    return np.where(reads_nothing, n * ho * wo * cout, idx).reshape(-1)
+
+
 OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read,
             rows=row_window)
-GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs)
+GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs,
+                   min_read=grad_input_min_read, scratch=grad_input_scratch, overwrites=grad_input_overwrites)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
                     grad_weight_macs)
 OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)

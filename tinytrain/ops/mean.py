@@ -9,6 +9,8 @@ MBQM rounds as ``requant`` says (double, single, or onnxruntime's float32 roundi
 which needs ``count_folded``). Output (N,1,1,C) with ``keepdims`` else (N,C).
 
 Backward (fp32, real values): clamp mask of y, then mean_grad spreads g / (H*W) over the input.
+``mean_grad_masked`` is mean_grad followed by ``clamp_mask_packed`` of the input's producer in one node (the
+broadcast gradient is never stored; training/fuse_masks.py), with the same float32 values.
 """
 
 from __future__ import annotations
@@ -82,6 +84,29 @@ def grad_reference(a: MeanGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [np.broadcast_to(gx, (g.shape[0],) + outs[0].shape[1:]).astype(np.float32)]
 
 
+@dataclass(frozen=True)
+class MeanGradMaskedAttrs:
+    """g_x (N,H,W,C) = g_y / (H*W) broadcast where the packed clamp mask's bit is 1, else 0."""
+
+    input_hw: tuple[int, int]
+
+
+def grad_masked_shapes(a: MeanGradMaskedAttrs, ins) -> list[tuple[int, ...]]:
+    from tinytrain.ops.clamp_mask_packed import packed_shape
+
+    (shape,) = grad_shapes(MeanGradAttrs(a.input_hw), ins[:1])
+    if ins[1].shape != packed_shape(shape):
+        raise ValueError(f"mean_grad_masked: bits {ins[1].shape} do not fit gradient {shape}")
+    return [shape]
+
+
+def grad_masked_reference(a: MeanGradMaskedAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    from tinytrain.ops.clamp_mask_packed import unpack
+
+    (gx,) = grad_reference(MeanGradAttrs(a.input_hw), arrays[:1], ins[:1], outs)
+    return [np.where(unpack(arrays[1], gx.shape), gx, np.float32(0)).astype(np.float32)]
+
+
 def backward(b, node, out_grads) -> list[str | None]:
     from tinytrain.ops.clamp_mask import masked_grad
 
@@ -95,4 +120,5 @@ def backward(b, node, out_grads) -> list[str | None]:
 
 OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs, backward=backward)
 GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs)
-OPS = (OP, GRAD)
+GRAD_MASKED = OpDef("mean_grad_masked", MeanGradMaskedAttrs, grad_masked_shapes, grad_masked_reference, macs)
+OPS = (OP, GRAD, GRAD_MASKED)

@@ -7,7 +7,7 @@ As in MCUNetV3 ("On-Device Training Under 256KB Memory", Lin et al. 2022, sectio
    layer i at ratio r of its output channels (Δw[i, r]), each by a short fine-tune with the device arithmetic
    on the host C engine; the results are cached on disk (resumable, budget independent);
 2. search (evolution.py, exact.py) the plan maximizing Δb[k] + Σ_i Δw[i, r_i] subject to the true peak SRAM
-   of its training step (build_training_graph -> fuse_updates -> reorder -> plan_memory, what
+   of its training step (training.device_step.device_step -> plan_memory, what
    ``tinytrain compile --plan`` reports; memory.py caches it) being within the budget.
 """
 

@@ -1,7 +1,7 @@
 """Peak SRAM of a plan's training step, as ``tinytrain compile --plan`` reports it, cached.
 
-A plan's memory is the real thing, not a formula: ``build_training_graph`` -> ``training.fuse.fuse_updates``
--> ``memory.schedule.reorder`` -> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's
+A plan's memory is the real thing, not a formula: ``training.device_step.device_step`` (the step compile
+plans) -> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's
 defaults), and its ``peak_sram_bytes`` (arena + trainable SRAM copies + optimizer state + runtime + stack
 estimate). One evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results
 are kept in memory and, with ``path``, in a JSON file shared by every ``tinytrain plan`` run on the same model
@@ -30,11 +30,9 @@ def plan_key(plan: Plan) -> str:
 def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), planner: str = "greedy") -> int:
     """``tinytrain compile --plan``'s peak_sram_bytes for this plan (budget-independent)."""
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
-    from tinytrain.training.fuse import fuse_updates
-    from tinytrain.training.train_graph import build_training_graph
+    from tinytrain.training.device_step import device_step
 
-    step = reorder(fuse_updates(build_training_graph(graph, plan, config)))
+    step = device_step(graph, plan, config)
     return plan_memory(step, 1 << 62, 1 << 62, planner=planner).peak_sram_bytes
 
 

@@ -6,8 +6,9 @@
 (design.md §2 lists QAS before the plan; here the plan is applied first so that QAS scales only the
 gradients that are kept — the composition is the same.) The result runs in the simulator
 (``simulator.train_step``) and is what the scheduler, memory planner and code generator consume: inputs
-(image, label[, step]), output ``loss``, and one ``sgd_update`` node per updated parameter (before scheduling,
-``training.fuse.fuse_updates`` fuses each weight's with the node computing its gradient).
+(image, label[, step]), output ``loss``, and one ``sgd_update`` node per updated parameter
+(``training.device_step`` makes the device's step of it: clamp masks in bits, each weight's update fused with the
+node computing its gradient, reordered).
 """
 
 from __future__ import annotations
