@@ -9,7 +9,7 @@ import pytest
 from tinytrain.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent / "bad_models"))
-from make_corpus import CASES, onnx_cases, qdq_conv, tflite_cases, tflite_conv  # noqa: E402
+from make_corpus import CASES, all_cases, qdq_conv, tflite_conv  # noqa: E402
 
 CORPUS = Path(__file__).parent / "bad_models"
 
@@ -28,8 +28,8 @@ def test_bad_model_gives_one_clear_line(name, tmp_path, capsys):
 
 
 def test_corpus_is_what_the_script_writes():
-    files = {**onnx_cases(), **tflite_cases()}
-    assert len(files) >= 15
+    files = all_cases()
+    assert len(files) >= 50 and set(files) == set(CASES)
     for name, data in files.items():
         assert (CORPUS / name).read_bytes() == data, f"{name} is stale: run tests/bad_models/make_corpus.py"
 

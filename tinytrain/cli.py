@@ -6,13 +6,14 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from tinytrain import __version__
-from tinytrain.errors import TinyTrainError, UsageError
+from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
 from tinytrain.outputs import AtomicDir, write_atomic
 
 
@@ -166,12 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # all but the newline (compiler output)
+_CONTROL_ALL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # a model's error is one line, whatever its names
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        args.func(args)
-    except TinyTrainError as e:
-        print(f"tinytrain: error: {e}", file=sys.stderr)
+        with np.errstate(all="ignore"):  # hostile inputs (a 1e-45 scale): the error says it, not a numpy warning
+            args.func(args)
+    except TinyTrainError as e:  # names from a hostile file may hold control characters: shown as "?"
+        control = _CONTROL_ALL if isinstance(e, (ModelError, UnsupportedModelError)) else _CONTROL
+        print(f"tinytrain: error: {control.sub('?', str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tinytrain: interrupted", file=sys.stderr)

@@ -23,7 +23,10 @@ def cmd_firmware(args: argparse.Namespace) -> None:
     from tinytrain.sizes import parse_size
 
     board = get_board(args.board)
-    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack))
+    if args.save_every < 0:
+        raise UsageError("--save-every must be 0 (no persistent state) or a positive number of samples")
+    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack),
+                            save_every=args.save_every)
     out = Path(args.output)
     with AtomicDir(out) as tmp:
         for rel, data in files.items():
@@ -116,6 +119,9 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("-o", "--output", required=True, help="project folder")
     s.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
     s.add_argument("--stack", default=str(STACK_BYTES), help=f"stack reserved in the RAM region (default {STACK_BYTES})")
+    s.add_argument("--save-every", type=int, default=0, metavar="N",
+                   help="training builds: save the trained state to the board's flash every N samples (two slots, "
+                        "power-loss safe) and load it at boot (default 0: state in SRAM only)")
     s.set_defaults(func=cmd_firmware)
 
     s = sub.add_parser("stream", help="train and evaluate on a real board over its serial port")

@@ -127,9 +127,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.plan and args.update:
         raise UsageError("give either --plan or --update, not both")
     graph = _model(args)
+    logits = graph.tensors[graph.outputs[0]].shape
+    if any(d != 1 for d in logits[1:-1]):
+        raise UsageError(f"{args.model}: the output {logits} is not class logits (1, C); training needs a classifier")
     plan = load_plan(args.plan) if args.plan else preset(args.update or "bias-only", graph, lr=args.lr or 0.01)
     if args.lr and args.plan:
         raise UsageError("--lr applies to --update presets; a plan file carries its own lr")
+    _check_persist_arguments(args)
     config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), qas=not args.no_qas,
                           seed=args.seed)
     tg = fuse_updates(build_training_graph(graph, plan, config))  # the device's step, as every engine runs it
@@ -148,7 +152,8 @@ def cmd_train(args: argparse.Namespace) -> None:
             from tinytrain.engine_qemu import QemuTrainer
             from tinytrain.sizes import parse_size
 
-            trainer = QemuTrainer(tg, board=args.board, sram_budget=parse_size(args.sram))
+            trainer = QemuTrainer(tg, board=args.board, sram_budget=parse_size(args.sram), save_every=args.save_every,
+                                  flash=args.flash)
         else:
             from tinytrain.engine_c import CTrainer
 
@@ -169,6 +174,11 @@ def cmd_train(args: argparse.Namespace) -> None:
             print(f"held-out accuracy before training {result['accuracy_before']:.4f} on {len(split[1])} samples "
                   f"(training on {len(rows)})", flush=True)
     t0 = time.time()
+    if args.stop_after_saves:
+        trainer.train(x, y, order, stop_after_saves=args.stop_after_saves)
+        print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
+              f"--stop-after-saves to resume from {args.flash}")
+        return
     if args.engine in ("c", "qemu"):
         losses = trainer.train(x, y, order)
         state = trainer.state()
@@ -182,9 +192,10 @@ def cmd_train(args: argparse.Namespace) -> None:
         losses = train(tg, state, x, y, order, features=features)
     seconds = time.time() - t0
     tail = losses[-min(len(losses), len(rows)):]
-    result = {"final_loss": float(tail.mean()), "steps": int(steps), "seconds": round(seconds, 3),
+    tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
+    result = {"final_loss": float(tail.mean()) if len(tail) else None, "steps": int(steps), "seconds": round(seconds, 3),
               "engine": args.engine, "plan": plan.to_json(), "rounding": config.rounding.value, "qas": config.qas,
-              "train_accuracy": score(rows, state), **result}
+              "train_accuracy": score(rows, state), "nonfinite_steps": int(state.nonfinite), **result}
     if split:
         result["accuracy_after"] = score(split[1], state)
     if args.state_out:
@@ -198,7 +209,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         result["output"] = args.output
     if not args.json:
         print(f"trained {steps} steps in {seconds:.1f} s: mean loss of the last {len(tail)} steps "
-              f"{result['final_loss']:.4f}, training accuracy {result['train_accuracy']:.3f}")
+              f"{result['final_loss'] or float('nan'):.4f}, training accuracy {result['train_accuracy']:.3f}")
+        if state.nonfinite:
+            print(f"{state.nonfinite} steps not applied: their loss was NaN or Inf")
         if split:
             change = 100 * (result["accuracy_after"] - result["accuracy_before"])
             print(f"held-out accuracy after training {result['accuracy_after']:.4f} on {len(split[1])} samples "
@@ -209,6 +222,15 @@ def cmd_train(args: argparse.Namespace) -> None:
             print(f"wrote {args.output} (int8 QDQ ONNX of the trained model)")
     else:
         print(json.dumps(result))
+
+
+def _check_persist_arguments(args: argparse.Namespace) -> None:
+    if (args.flash or args.save_every or args.stop_after_saves) and args.engine != "qemu":
+        raise UsageError("--flash, --save-every and --stop-after-saves need --engine qemu")
+    if bool(args.flash) != (args.save_every > 0):
+        raise UsageError("give --flash FILE and --save-every N (N > 0) together")
+    if args.stop_after_saves < 0 or (args.stop_after_saves and not args.flash):
+        raise UsageError("--stop-after-saves K needs --flash and a positive K")
 
 
 def _save_state(path: Path, state) -> None:
@@ -294,6 +316,12 @@ def add_train_commands(sub) -> None:
     s.add_argument("--board", default="qemu-m7", choices=("qemu-m4", "qemu-m7", "qemu-m55"),
                    help="--engine qemu: the emulated board (default qemu-m7)")
     s.add_argument("--sram", default="256k", help="--engine qemu: SRAM budget = the firmware's RAM region (default 256k)")
+    s.add_argument("--flash", metavar="FLASH.bin",
+                   help="--engine qemu: the board's flash (a file kept between runs): the firmware saves its state there "
+                        "every --save-every samples and, when it holds a state, resumes from it")
+    s.add_argument("--save-every", type=int, default=0, metavar="N", help="--engine qemu --flash: samples between saves")
+    s.add_argument("--stop-after-saves", type=int, default=0, metavar="K",
+                   help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")

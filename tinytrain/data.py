@@ -15,6 +15,8 @@ for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
 from __future__ import annotations
 
 import hashlib
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from tinytrain.errors import UsageError
 from tinytrain.ir import Graph
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+MAX_LABEL = 65535  # an .npz label beyond this is not a class index
 LUMA = np.array([0.299, 0.587, 0.114])
 
 
@@ -59,12 +62,14 @@ def _load_npz(path: Path) -> Dataset:
             x, y = f["x"], f["y"]
     except KeyError:
         raise UsageError(f"{path}: an .npz dataset needs arrays 'x' (N,H,W,C uint8) and 'y' (N,)") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, NotImplementedError, zipfile.BadZipFile, zlib.error) as e:  # damaged
         raise UsageError(f"{path}: cannot read as .npz ({e})") from None
     if x.dtype != np.uint8 or x.ndim not in (3, 4) or y.ndim != 1 or len(x) != len(y):
         raise UsageError(f"{path}: x must be uint8 (N,H,W[,C]) and y (N,), got x {x.dtype}{x.shape}, y {y.shape}")
     if not np.issubdtype(y.dtype, np.integer):
         raise UsageError(f"{path}: labels y must be integers, got {y.dtype}")
+    if len(y) and (y.min() < 0 or y.max() > MAX_LABEL):
+        raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}")
     if x.ndim == 3:
         x = x[..., None]
     n_classes = int(y.max()) + 1 if len(y) else 0

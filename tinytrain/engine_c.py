@@ -183,7 +183,8 @@ class CTrainer:
         for name, args, res in (("tt_init", [], None), ("tt_train_step", [vp, i32, vp], i32),
                                 ("tt_predict", [vp, vp], None), ("tt_state_size", [], u32),
                                 ("tt_state_save", [vp], None), ("tt_state_load", [vp], i32),
-                                ("tt_step_count", [], u32), ("tt_arena_base", [], vp)):
+                                ("tt_step_count", [], u32), ("tt_nonfinite_count", [], u32),
+                                ("tt_arena_base", [], vp)):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
         x = graph.tensors[graph.inputs[0]]
@@ -203,9 +204,10 @@ class CTrainer:
         return x
 
     def step(self, x: np.ndarray, label: int) -> float:
-        """One training step on one internal int8 image; returns the loss (before the update)."""
+        """One training step on one internal int8 image; returns the loss (before the update). A NaN or Inf
+        loss means the step was not applied (the non-finite guard; ``nonfinite`` counts them)."""
         x = self._image(x)
-        if self._lib.tt_train_step(x.ctypes.data, int(label), ctypes.addressof(self._loss)) != 0:
+        if self._lib.tt_train_step(x.ctypes.data, int(label), ctypes.addressof(self._loss)) < 0:
             raise ValueError(f"label {label} is not a class of this model (0..{self._n_classes - 1})")
         return float(self._loss.value)
 
@@ -235,6 +237,11 @@ class CTrainer:
             self._lib.tt_predict(xs[i].ctypes.data, out[i].ctypes.data)
         return out
 
+    @property
+    def nonfinite(self) -> int:
+        """Steps not applied since the last reset because their loss was NaN or Inf."""
+        return int(self._lib.tt_nonfinite_count())
+
     def state_bytes(self) -> bytes:
         buf = ctypes.create_string_buffer(self._lib.tt_state_size())
         self._lib.tt_state_save(buf)
@@ -244,7 +251,9 @@ class CTrainer:
         """The current ``simulator.TrainState`` (updated weights, biases, momentum, step)."""
         from tinytrain.codegen.state import unpack
 
-        return unpack(self.graph, self.state_bytes())
+        state = unpack(self.graph, self.state_bytes())
+        state.nonfinite = self.nonfinite
+        return state
 
     def load_state(self, state) -> None:
         from tinytrain.codegen.state import pack

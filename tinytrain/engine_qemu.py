@@ -48,6 +48,7 @@ class QemuRun:
     state: bytes | None           # tt_state_save() after training (training firmware only)
     stack_bytes: int              # high-water mark of the stack over the run
     stdout: str = field(repr=False)
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (steps,) not applied: non-finite loss
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,12 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     return data
 
 
-def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int = 600) -> Firmware:
-    """Write the firmware project of ``compile_dir`` for ``board`` into ``project`` and link it."""
+def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int = 600, save_every: int = 0) -> Firmware:
+    """Write the firmware project of ``compile_dir`` for ``board`` into ``project`` and link it (``save_every`` > 0:
+    with the persistent state, saved every that many samples)."""
     _need("arm-none-eabi-gcc", "gcc-arm-none-eabi")
     project = Path(project)
-    write_firmware(compile_dir, board, project)
+    write_firmware(compile_dir, board, project, save_every=save_every)
     r = subprocess.run(["make", "-s", ELF], cwd=project, capture_output=True, text=True, timeout=timeout, check=False)
     if r.returncode != 0:
         raise QemuError(f"the firmware in {project} does not link:\n{(r.stderr or r.stdout)[-3000:]}")
@@ -115,10 +117,13 @@ def section_sizes(elf: str | Path) -> tuple[int, int]:
 
 def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np.ndarray] | None = None,
         test: tuple[np.ndarray, np.ndarray] | None = None, state_in: bytes | None = None,
-        timeout: float = DEFAULT_TIMEOUT, work_dir: str | Path | None = None) -> QemuRun:
+        timeout: float = DEFAULT_TIMEOUT, work_dir: str | Path | None = None, flash: str | Path | None = None,
+        stop_after_saves: int | None = None) -> QemuRun | None:
     """Run the firmware on the board's QEMU machine: resume from ``state_in`` (tt_state_save bytes) if given,
     train on ``train`` (one sample per step, in order), then predict ``test``. Images are int8 (N, ...) in the
-    model's input form, labels (N,) integers."""
+    model's input form, labels (N,) integers. ``flash``: the board's flash file (firmware built with save_every),
+    kept between runs: the firmware resumes from the newest state there and skips the samples it had consumed.
+    ``stop_after_saves``: cut the board's power (kill QEMU) right after that many saves; returns None then."""
     b = get_board(board)
     if b.qemu is None:
         raise QemuError(f"{board} is not a QEMU board; use one of qemu-m4, qemu-m7, qemu-m55")
@@ -132,9 +137,18 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             samples.write(tmp / "tt_test.bin", *test)
         if state_in is not None:
             (tmp / "tt_state_in.bin").write_bytes(state_in)
+        if flash is not None and Path(flash).exists():
+            shutil.copy(flash, tmp / "tt_flash.bin")
         cmd = ["timeout", "--kill-after=5", str(int(timeout)), qemu, "-M", b.qemu.machine, "-nographic",
                "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
-        r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        try:
+            if stop_after_saves is not None:
+                _run_until_saves(cmd, tmp, stop_after_saves)
+                return None
+            r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        finally:
+            if flash is not None and (tmp / "tt_flash.bin").exists():
+                shutil.copy(tmp / "tt_flash.bin", flash)
         if r.returncode == 124 or r.returncode == 137:
             raise QemuError(f"QEMU did not finish in {timeout:.0f} s ({b.qemu.machine}); output so far:\n{r.stdout[-2000:]}")
         if r.returncode != 0 or "tt: done" not in r.stdout:
@@ -146,7 +160,26 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             raw = np.fromfile(tmp / "tt_logits.bin", np.int8)
             logits = raw.reshape(len(test[1]), -1)
         state = (tmp / "tt_state.bin").read_bytes() if (tmp / "tt_state.bin").exists() else None
-    return QemuRun(out["losses"], out["step_insns"], logits, out["predict_insns"], state, out["stack_bytes"], r.stdout)
+    return QemuRun(out["losses"], out["step_insns"], logits, out["predict_insns"], state, out["stack_bytes"], r.stdout,
+                   out["skipped"])
+
+
+def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
+    """Run QEMU until the firmware has reported ``saves`` saves to its flash, then kill it (a power cut)."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         text=True)
+    seen, tail = 0, []
+    try:
+        for line in p.stdout:
+            tail = (tail + [line])[-20:]
+            seen += line.startswith("tt: flash saved")
+            if seen >= saves:
+                return
+        raise QemuError(f"the firmware ended after {seen} of {saves} saves:\n{''.join(tail)}")
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
 
 
 def _status_meaning(status: int) -> str:
@@ -158,17 +191,20 @@ def _status_meaning(status: int) -> str:
 
 def parse_output(text: str) -> dict:
     """The harness's records (format in tinytrain/firmware/c/tt_harness_qemu.c) as arrays."""
-    bits, step_insns, predict_insns, stack = [], [], [], 0
+    bits, step_insns, predict_insns, skipped, stack, first = [], [], [], [], 0, 0
     for line in text.splitlines():
         m = _LINE.match(line.strip())
         if not m:
             continue
         kind, rest = m.groups()
-        if kind == "step":
+        if kind == "flash" and rest.startswith("resumed"):
+            first = int(rest.split("position ")[1].split()[0])  # the samples before it were consumed already
+        elif kind == "step":
             s = _STEP.match(rest)
-            if not s or int(s.group(1)) != len(bits):
+            if not s or int(s.group(1)) != first + len(bits):
                 raise QemuError(f"unexpected harness line: {line!r}")
             bits.append(int(s.group(3), 16))
+            skipped.append(s.group(4) == "skipped")
             step_insns.append(int(s.group(5)))
         elif kind == "predict":
             p = _PREDICT.match(rest)
@@ -180,7 +216,8 @@ def parse_output(text: str) -> dict:
         elif kind == "error":
             raise QemuError(f"the firmware reported: {rest}")
     return {"losses": np.array(bits, np.uint32).view(np.float32), "step_insns": np.array(step_insns, np.int64),
-            "predict_insns": np.array(predict_insns, np.int64), "stack_bytes": stack}
+            "predict_insns": np.array(predict_insns, np.int64), "stack_bytes": stack,
+            "skipped": np.array(skipped, bool)}
 
 
 class QemuTrainer:
@@ -190,7 +227,8 @@ class QemuTrainer:
     instruction counts of every run."""
 
     def __init__(self, graph: Graph, board: str = "qemu-m7", sram_budget: int = 256 * 1024,
-                 flash_budget: int = 1024 * 1024, timeout: float = DEFAULT_TIMEOUT) -> None:
+                 flash_budget: int = 1024 * 1024, timeout: float = DEFAULT_TIMEOUT, save_every: int = 0,
+                 flash: str | Path | None = None) -> None:
         self.graph = graph
         self.board = board
         self.timeout = timeout
@@ -198,23 +236,41 @@ class QemuTrainer:
         root = Path(self._dir.name)
         b = get_board(board)
         self.report = emit_compile_dir(graph, root / "compile", sram_budget, flash_budget, target=b.core)
-        self.firmware = build(root / "compile", board, root / "project")
+        self.firmware = build(root / "compile", board, root / "project", save_every=save_every)
+        self.flash = flash  # the board's flash file (save_every > 0): kept between runs, resumed from
         self._state: bytes | None = None
         self._x_bytes = graph.tensors[graph.inputs[0]].nbytes
         self.step_insns: list[int] = []
         self.predict_insns: list[int] = []
+        self.nonfinite = 0  # steps the non-finite guard did not apply, over every run
 
     def _run(self, **kw) -> QemuRun:
-        r = run(self.firmware, self.board, state_in=self._state, timeout=self.timeout, **kw)
+        r = run(self.firmware, self.board, state_in=self._state, timeout=self.timeout, flash=self.flash, **kw)
         self.step_insns += r.step_insns.tolist()
         self.predict_insns += r.predict_insns.tolist()
         return r
 
-    def train(self, xs: np.ndarray, labels: np.ndarray, order=None) -> np.ndarray:
-        """Batch-1 SGD over ``xs[order]``; the per-step losses (float32), bit for bit those of the device."""
+    def train(self, xs: np.ndarray, labels: np.ndarray, order=None, stop_after_saves: int | None = None) -> np.ndarray:
+        """Batch-1 SGD over ``xs[order]``; the per-step losses (float32), bit for bit those of the device. With a
+        flash file, the steps the state there had consumed are skipped (their losses are not returned).
+        ``stop_after_saves``: cut the power after that many saves (the state is then the newest in the flash file;
+        no losses are returned)."""
         order = np.arange(len(xs)) if order is None else np.asarray(order)
-        r = self._run(train=(np.ascontiguousarray(xs[order]), np.asarray(labels)[order]))
+        train = (np.ascontiguousarray(xs[order]), np.asarray(labels)[order])
+        if stop_after_saves is not None:
+            from tinytrain.codegen.state import state_layout, state_size
+            from tinytrain.firmware.persist import newest
+
+            if self.flash is None:
+                raise ValueError("stop_after_saves needs a flash file")
+            run(self.firmware, self.board, train=train, timeout=self.timeout, flash=self.flash,
+                stop_after_saves=stop_after_saves)
+            saved = newest(Path(self.flash).read_bytes(), state_size(state_layout(self.graph)))
+            self._state = saved.state if saved else None
+            return np.zeros(0, np.float32)
+        r = self._run(train=train)
         self._state = r.state
+        self.nonfinite += int(r.skipped.sum())
         return r.losses
 
     def predict(self, xs: np.ndarray) -> np.ndarray:
@@ -230,4 +286,6 @@ class QemuTrainer:
     def state(self):
         from tinytrain.codegen.state import unpack
 
-        return unpack(self.graph, self.state_bytes())
+        state = unpack(self.graph, self.state_bytes())
+        state.nonfinite = self.nonfinite
+        return state

@@ -104,13 +104,15 @@ STEP_INPUT = "step"
 @dataclass
 class TrainState:
     """What a training run changes: the tensors update nodes write (trainable int8 weights, int32 biases,
-    fp32 momentum buffers) and the step counter (the stochastic rounding's stream position)."""
+    fp32 momentum buffers) and the step counter (the stochastic rounding's stream position). ``nonfinite``
+    counts the steps not applied because their loss was NaN or Inf (not part of the state file)."""
 
     tensors: dict[str, np.ndarray]
     step: int = 0
+    nonfinite: int = 0
 
     def copy(self) -> TrainState:
-        return TrainState({k: v.copy() for k, v in self.tensors.items()}, self.step)
+        return TrainState({k: v.copy() for k, v in self.tensors.items()}, self.step, self.nonfinite)
 
 
 def written_tensors(graph: Graph) -> list[str]:
@@ -133,9 +135,10 @@ def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = 
 
     ``x`` is the (1,H,W,C) internal int8 image, or a mapping of every image-derived graph input (a suffix
     graph of ``split_frozen``). Mutates ``state`` and returns the graph outputs (``loss`` first), or every
-    tensor with ``keep_all``.
+    tensor with ``keep_all``. The non-finite guard: a step whose loss is NaN or Inf is not applied (the state
+    is untouched, ``state.nonfinite`` counts it), as in the C (train_model.c.j2).
     """
-    from tinytrain.training.autodiff import LABEL
+    from tinytrain.training.autodiff import LABEL, LOSS
 
     inputs = dict(x) if isinstance(x, Mapping) else {graph.inputs[0]: x}
     if any(len(v) != 1 for v in inputs.values()):
@@ -143,8 +146,14 @@ def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = 
     inputs[LABEL] = np.array([label], np.int32)
     if STEP_INPUT in graph.inputs:
         inputs[STEP_INPUT] = np.array([state.step], np.int32)
-    values = execute(graph, inputs, state.tensors, keep_all)
-    state.step += 1
+    trial = dict(state.tensors)  # update nodes replace entries (never write arrays in place): no copy needed
+    with np.errstate(all="ignore"):  # a non-finite step's casts are discarded below
+        values = execute(graph, inputs, trial, keep_all)
+    if np.all(np.isfinite(values[LOSS])):
+        state.tensors.update(trial)
+        state.step += 1
+    else:
+        state.nonfinite += 1
     return values
 
 

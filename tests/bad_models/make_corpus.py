@@ -41,6 +41,41 @@ CASES: dict[str, tuple[str, str]] = {
     "two_inputs.onnx": ("inspect", "input"),
     "float_weights_in_qdq.onnx": ("inspect", "int8"),
     "huge_weights.onnx": ("compile", "flash"),
+    # more_onnx_cases
+    "initializer_dims_mismatch.onnx": ("inspect", "too small for the declared shape"),
+    "external_data.onnx": ("inspect", "externally"),
+    "inf_scale.onnx": ("inspect", "contains inf"),
+    "negative_weight_scale.onnx": ("inspect", "positive"),
+    "denormal_scale.onnx": ("inspect", "multiplier"),
+    "input_scale_zero.onnx": ("inspect", "in_s"),
+    "reads_unknown_tensor.onnx": ("inspect", "nowhere"),
+    "produced_twice.onnx": ("inspect", "more than once"),
+    "output_is_the_input.onnx": ("inspect", "float-only"),
+    "no_nodes.onnx": ("inspect", "no graph"),
+    "negative_pads.onnx": ("inspect", "negative pads"),
+    "bad_auto_pad.onnx": ("inspect", "auto_pad"),
+    "pads_3d.onnx": ("inspect", "2-D"),
+    "batch_of_two.onnx": ("inspect", "batch size of 2"),
+    "weight_channels_mismatch.onnx": ("inspect", "does not fit input"),
+    "int4_weights.onnx": ("inspect", "int4"),
+    "no_graph_output.onnx": ("inspect", "no outputs"),
+    "unsupported_op_loop.onnx": ("inspect", "Loop"),
+    "garbage_protobuf.onnx": ("inspect", "not an ONNX model"),
+    # more_tflite_cases
+    "zero_scale.tflite": ("inspect", "scale 0"),
+    "nan_scale.tflite": ("inspect", "scale nan"),
+    "buffer_index_out_of_range.tflite": ("inspect", "buffer 99"),
+    "opcode_index_out_of_range.tflite": ("inspect", "operator code 7"),
+    "tensor_index_out_of_range.tflite": ("inspect", "tensor 42"),
+    "no_subgraph.tflite": ("inspect", "no subgraph"),
+    "weights_buffer_short.tflite": ("inspect", "holds 10 bytes"),
+    "int16_activations.tflite": ("inspect", "INT16"),
+    "zero_stride.tflite": ("inspect", "stride"),
+    "weight_without_quantization.tflite": ("inspect", "no quantization"),
+    "per_axis_count_mismatch.tflite": ("inspect", "3 scales"),
+    "output_not_computed.tflite": ("inspect", "never written"),
+    "no_outputs.tflite": ("inspect", "no outputs"),
+    "batch_of_two.tflite": ("inspect", "batch 2"),
 }
 
 
@@ -211,8 +246,106 @@ def tflite_cases() -> dict[str, bytes]:
     }
 
 
+# ------------------------------------------------------------------------------------ more ONNX cases
+def _edited(model: onnx.ModelProto, edit) -> bytes:
+    """``model`` changed in place by ``edit(model)``, serialized."""
+    edit(model)
+    return model.SerializeToString()
+
+
+def _init(model: onnx.ModelProto, name: str) -> onnx.TensorProto:
+    return next(t for t in model.graph.initializer if t.name == name)
+
+
+def _node(model: onnx.ModelProto, op: str) -> onnx.NodeProto:
+    return next(n for n in model.graph.node if n.op_type == op)
+
+
+def _set_init(model, name, value) -> None:
+    _init(model, name).CopyFrom(numpy_helper.from_array(np.asarray(value), name))
+
+
+def _set_attr(model, op, **attrs) -> None:
+    n = _node(model, op)
+    for key, value in attrs.items():
+        for a in list(n.attribute):
+            if a.name == key:
+                n.attribute.remove(a)
+        n.attribute.append(helper.make_attribute(key, value))
+
+
+def more_onnx_cases() -> dict[str, bytes]:
+    q = qdq_conv
+    return {
+        "initializer_dims_mismatch.onnx": _edited(q(), lambda m: _init(m, "conv_w").dims.__setitem__(0, 5)),
+        "external_data.onnx": _edited(q(), lambda m: setattr(_init(m, "conv_w"), "data_location",
+                                                             TensorProto.EXTERNAL)),
+        "inf_scale.onnx": q(weight_scale=[0.02, float("inf"), 0.02, 0.02]).SerializeToString(),
+        "negative_weight_scale.onnx": q(weight_scale=[0.02, -0.02, 0.02, 0.02]).SerializeToString(),
+        "denormal_scale.onnx": _edited(q(), lambda m: _set_init(m, "out_s", np.float32(1e-45))),
+        "input_scale_zero.onnx": _edited(q(), lambda m: _set_init(m, "in_s", np.float32(0.0))),
+        "reads_unknown_tensor.onnx": _edited(q(), lambda m: _node(m, "Conv").input.__setitem__(0, "nowhere")),
+        "produced_twice.onnx": _edited(q(), lambda m: m.graph.node.append(helper.make_node("Identity", ["x_dq"],
+                                                                                           ["conv"]))),
+        "output_is_the_input.onnx": _edited(q(), lambda m: (m.graph.ClearField("node"),
+                                                             m.graph.node.append(helper.make_node("Identity", ["input"], ["output"])))),
+        "no_nodes.onnx": _edited(q(), lambda m: m.graph.ClearField("node")),
+        "negative_pads.onnx": _edited(q(), lambda m: _set_attr(m, "Conv", pads=[-1, 0, 0, 0])),
+        "bad_auto_pad.onnx": _edited(q(), lambda m: _set_attr(m, "Conv", auto_pad="SOMETIMES")),
+        "pads_3d.onnx": _edited(q(), lambda m: _set_attr(m, "Conv", pads=[1, 1, 1, 1, 1, 1])),
+        "batch_of_two.onnx": q(input_dims=[2, 3, 8, 8]).SerializeToString(),
+        "weight_channels_mismatch.onnx": q(cin=3, input_dims=[1, 5, 8, 8]).SerializeToString(),
+        "int4_weights.onnx": _edited(q(), lambda m: setattr(_init(m, "conv_w"), "data_type", TensorProto.INT4)),
+        "no_graph_output.onnx": _edited(q(), lambda m: m.graph.ClearField("output")),
+        "unsupported_op_loop.onnx": q(middle_op="Loop").SerializeToString(),
+        "garbage_protobuf.onnx": bytes(np.random.default_rng(2).integers(0, 256, 700, dtype=np.uint8)),
+    }
+
+
+# ---------------------------------------------------------------------------------- more TFLite cases
+def _tflite_edited(edit, **kw) -> bytes:
+    """tflite_conv(**kw) changed by ``edit(model, subgraph)`` through the flatbuffer object API."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as s
+
+    m = s.ModelT.InitFromPackedBuf(tflite_conv(**kw), 0)
+    edit(m, m.subgraphs[0])
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def more_tflite_cases() -> dict[str, bytes]:
+    def weight_quant(m, sg, **fields):
+        for k, v in fields.items():
+            setattr(sg.tensors[1].quantization, k, v)
+
+    return {
+        "zero_scale.tflite": tflite_conv(scale=0.0),
+        "nan_scale.tflite": tflite_conv(scale=float("nan")),
+        "buffer_index_out_of_range.tflite": _tflite_edited(lambda m, sg: setattr(sg.tensors[1], "buffer", 99)),
+        "opcode_index_out_of_range.tflite": _tflite_edited(lambda m, sg: setattr(sg.operators[0], "opcodeIndex", 7)),
+        "tensor_index_out_of_range.tflite": _tflite_edited(lambda m, sg: setattr(sg.operators[0], "inputs", [0, 42, 2])),
+        "no_subgraph.tflite": _tflite_edited(lambda m, sg: setattr(m, "subgraphs", [])),
+        "weights_buffer_short.tflite": _tflite_edited(lambda m, sg: setattr(m.buffers[2], "data", m.buffers[2].data[:10])),
+        "int16_activations.tflite": _tflite_edited(lambda m, sg: [setattr(sg.tensors[k], "type", 7) for k in (0, 3)]),
+        "zero_stride.tflite": _tflite_edited(lambda m, sg: setattr(sg.operators[0].builtinOptions, "strideH", 0)),
+        "weight_without_quantization.tflite": _tflite_edited(lambda m, sg: setattr(sg.tensors[1], "quantization", None)),
+        "per_axis_count_mismatch.tflite": _tflite_edited(lambda m, sg: weight_quant(m, sg, scale=[0.02, 0.02, 0.02],
+                                                                                  zeroPoint=[0, 0, 0])),
+        "output_not_computed.tflite": _tflite_edited(lambda m, sg: setattr(sg, "outputs", [1])),
+        "no_outputs.tflite": _tflite_edited(lambda m, sg: setattr(sg, "outputs", [])),
+        "batch_of_two.tflite": _tflite_edited(lambda m, sg: [setattr(sg.tensors[k], "shape", [2, 8, 8, c])
+                                                             for k, c in ((0, 3), (3, 2))]),
+    }
+
+
+def all_cases() -> dict[str, bytes]:
+    return {**onnx_cases(), **tflite_cases(), **more_onnx_cases(), **more_tflite_cases()}
+
+
 def write_corpus(folder: Path = HERE) -> None:
-    files = {**onnx_cases(), **tflite_cases()}
+    files = all_cases()
     assert set(files) == set(CASES), set(files) ^ set(CASES)
     for name, data in files.items():
         (folder / name).write_bytes(data)

@@ -198,6 +198,19 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
     return steps, used
 
 
+def _guard_position(training: list[Node], loss_node: Node) -> int:
+    """Index of the loss among the training steps: the non-finite guard (train_model.c.j2) runs right after it,
+    so it must come before every update."""
+    from tinytrain.ops import get_op
+
+    k = next(i for i, n in enumerate(training) if n is loss_node)
+    early = [n.name for n in training[:k] if get_op(n.op).writes]
+    if early:
+        raise UnsupportedModelError(f"codegen: update {early[0]} is scheduled before the loss; the non-finite guard "
+                                    "needs the loss first")
+    return k
+
+
 def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dict]:
     decls = []
     for name, var in ctx.pointers.items():
@@ -244,6 +257,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     kernels: dict[str, tuple[Kernel, str]] = {}
     fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream, _train_only(forward, logits))
     train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
+    guard_after = _guard_position(training, loss_node)
     ctx.act(logits)
     ctx.fp(LOSS)
 
@@ -289,7 +303,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         MODEL_SOURCE: env.get_template("train_model.c.j2").render(
             **common, planner=plan.planner, kernels=[text for _, text in kernels.values()],
             constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,
-            fwd_steps=fwd_steps, train_steps=train_steps,
+            fwd_steps=fwd_steps, train_steps=train_steps, guard_after=guard_after,
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
             n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }

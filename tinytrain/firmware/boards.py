@@ -27,6 +27,18 @@ class PlatformIO:
 
 
 @dataclass(frozen=True)
+class Flash:
+    """Where the persistent training state lives (c/tt_persist.h): a driver of c/tt_flash_port.h, the erase and
+    program granularity, and (real boards) the number of the board's last flash sector: the state's two slots are
+    the last sectors of flash, the program is linked below them."""
+
+    driver: str
+    sector_bytes: int
+    program_bytes: int
+    last_sector: int = 0
+
+
+@dataclass(frozen=True)
 class Board:
     name: str
     core: str
@@ -41,6 +53,7 @@ class Board:
     uart_driver: str | None = None  # C file of the serial boards' UART (tinytrain/firmware/c/)
     uart: str = ""                  # which UART and pins, for the README
     defines: tuple[tuple[str, str], ...] = ()  # extra #defines of tt_board.h (the UART driver's choices)
+    flash: Flash | None = None      # the persistent state's flash (firmware --save-every)
 
     @property
     def harness(self) -> str:
@@ -52,27 +65,32 @@ M7_SP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16") 
 M7_DP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16")     # STM32F767: double precision
 M55 = ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard")
 MB = 1024 * 1024
+# QEMU boards: a file on the host through semihosting (c/tt_flash_semihost.c), NOR rules kept by the driver.
+SEMIHOST_FLASH = Flash("tt_flash_semihost.c", 4096, 4)
 
 BOARDS: dict[str, Board] = {b.name: b for b in (
     # QEMU's MPS2/MPS3 images: code RAM at 0 (4 MB; the AN547 ITCM is 512 KB), data RAM at 0x20000000.
     Board("qemu-m4", "cortex-m4", M4F, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
-          qemu=Qemu("mps2-an386", (40, 1))),
+          qemu=Qemu("mps2-an386", (40, 1)), flash=SEMIHOST_FLASH),
     Board("qemu-m7", "cortex-m7", M7_SP, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
-          qemu=Qemu("mps2-an500", (40, 1))),
+          qemu=Qemu("mps2-an500", (40, 1)), flash=SEMIHOST_FLASH),
     Board("qemu-m55", "cortex-m55", M55, 0x00000000, 512 * 1024, 0x20000000, 512 * 1024, 32,
-          qemu=Qemu("mps3-an547", (125, 4))),
+          qemu=Qemu("mps3-an547", (125, 4)), flash=SEMIHOST_FLASH),
     Board("disco_f746ng", "cortex-m7", M7_SP, 0x08000000, 1 * MB, 0x20000000, 320 * 1024, 98,
           pio=PlatformIO("ststm32", "disco_f746ng", "stlink", "ST-LINK/V2-1 on the board's USB"),
-          uart_driver="tt_uart_stm32f7.c", uart="USART1, PA9 TX / PB7 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "1"),)),
+          uart_driver="tt_uart_stm32f7.c", uart="USART1, PA9 TX / PB7 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "1"),),
+          flash=Flash("tt_flash_stm32f7.c", 256 * 1024, 4, last_sector=7)),  # sectors 5-7: 256 KB (RM0385 3.3.1)
     Board("nucleo_f767zi", "cortex-m7", M7_DP, 0x08000000, 2 * MB, 0x20000000, 512 * 1024, 110,
           pio=PlatformIO("ststm32", "nucleo_f767zi", "stlink", "ST-LINK/V2-1 on the board's USB"),
-          uart_driver="tt_uart_stm32f7.c", uart="USART3, PD8 TX / PD9 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "3"),)),
+          uart_driver="tt_uart_stm32f7.c", uart="USART3, PD8 TX / PD9 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "3"),),
+          flash=Flash("tt_flash_stm32f7.c", 256 * 1024, 4, last_sector=11)),  # single bank: 5-11 256 KB (RM0410 3.3.1)
     # The Arduino bootloader keeps the first 64 KB of flash; the application starts at 0x10000.
     Board("nano33ble", "cortex-m4", M4F, 0x00010000, 1 * MB - 0x10000, 0x20000000, 256 * 1024, 48,
           pio=PlatformIO("nordicnrf52", "nano33ble", None,
                          "the Arduino bootloader (double-tap reset, then upload with bossac)"),
           uart_driver="tt_uart_nrf52840.c",
-          uart="UART0 on D1 (P1.03) TX / D0 (P1.10) RX: a 3.3 V USB-serial adapter, not the board's USB"),
+          uart="UART0 on D1 (P1.03) TX / D0 (P1.10) RX: a 3.3 V USB-serial adapter, not the board's USB",
+          flash=Flash("tt_flash_nrf52840.c", 4096, 4, last_sector=255)),  # 256 pages of 4 KB
 )}
 
 

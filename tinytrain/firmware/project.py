@@ -28,6 +28,9 @@ from tinytrain.sizes import format_size
 COMMON_SOURCES = ("tt_startup.c", "tt_ticks.c", "tt_ticks.h")
 QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
 SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
+# --save-every: the persistent state (c/tt_persist.h) and the board's flash driver (Board.flash.driver).
+PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
+PERSIST_HEADER_BYTES = 32  # c/tt_persist.h TT_PERSIST_HEADER_BYTES
 MODEL_HEADER = "tinytrain_model.h"
 DEFAULT_BAUD = 115200
 # Stack and minimum heap in the RAM region (bytes). The heap holds newlib's stdio buffers on QEMU. The stack is
@@ -37,6 +40,7 @@ STACK_BYTES = 2048
 HEAP_BYTES = {True: 2048, False: 0}  # keyed by "is a QEMU board"
 
 _TRAINING_API = re.compile(r"\btt_train_step\s*\(")
+_STATE_BYTES = re.compile(r"#define TT_STATE_BYTES (\d+)")
 
 
 def _environment() -> jinja2.Environment:
@@ -67,9 +71,34 @@ def has_training_api(header: str) -> bool:
     return bool(_TRAINING_API.search(header))
 
 
+def persist_region_bytes(state_bytes: int, sector_bytes: int) -> int:
+    """Flash bytes of the two slots of a state (c/tt_persist.c tt_persist_region_bytes)."""
+    return 2 * -(-(PERSIST_HEADER_BYTES + state_bytes) // sector_bytes) * sector_bytes
+
+
+def _persist(b: Board, header: str, training: bool, save_every: int) -> dict | None:
+    """The tt_board.h values of the persistent state, or None without --save-every."""
+    if save_every <= 0:
+        return None
+    if not training:
+        raise UsageError("--save-every needs a training build (compile with --plan or --update)")
+    if b.flash is None:
+        raise UsageError(f"{b.name} has no flash driver for the persistent state")
+    region = persist_region_bytes(int(_STATE_BYTES.search(header).group(1)), b.flash.sector_bytes)
+    sectors = region // b.flash.sector_bytes
+    if b.qemu is None and (region > b.flash_max // 2 or sectors > b.flash.last_sector):
+        raise UsageError(f"the training state needs {format_size(region)} of {b.name}'s flash for its two slots; "
+                         "that leaves too little for the program")
+    return {"save_every": save_every, "region_bytes": region, "sector_bytes": b.flash.sector_bytes,
+            "program_bytes": b.flash.program_bytes, "origin": b.flash_origin + b.flash_max - region,
+            "first_sector": b.flash.last_sector - sectors + 1}
+
+
 def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = DEFAULT_BAUD,
-                    stack_bytes: int = STACK_BYTES, heap_bytes: int | None = None) -> dict[str, bytes]:
-    """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes)."""
+                    stack_bytes: int = STACK_BYTES, heap_bytes: int | None = None,
+                    save_every: int = 0) -> dict[str, bytes]:
+    """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes). ``save_every`` > 0:
+    the training state is saved to the board's flash every that many samples and loaded at boot (c/tt_persist.h)."""
     b = board if isinstance(board, Board) else get_board(board)
     report, sources = read_compile_dir(Path(compile_dir))
     sram, flash_budget = report["sram_budget_bytes"], report["flash_budget_bytes"]
@@ -80,15 +109,21 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
     flash_note = "" if flash == flash_budget else (
         f"; the budget was {flash_budget}, more than the {b.flash_max} bytes {b.name} gives the application")
     training = has_training_api(sources[MODEL_HEADER].decode("utf-8"))
+    persist = _persist(b, sources[MODEL_HEADER].decode("utf-8"), training, save_every)
+    if persist and b.qemu is None and flash > persist["origin"] - b.flash_origin:
+        flash = persist["origin"] - b.flash_origin
+        flash_note += f"; the last {persist['region_bytes']} bytes hold the persistent training state"
     heap = HEAP_BYTES[b.qemu is not None] if heap_bytes is None else heap_bytes
     env = _environment()
     ctx = {"version": __version__, "board": b, "sram_bytes": sram, "flash_bytes": flash, "flash_note": flash_note,
            "arena_bytes": report["arena_bytes"], "stack_bytes": stack_bytes, "heap_bytes": heap,
            "training": training, "baud": baud, "model": report.get("model", "?"),
-           "model_sha256": report.get("model_sha256", "?")}
+           "model_sha256": report.get("model_sha256", "?"), "persist": persist}
     files: dict[str, bytes] = {f"src/{name}": data for name, data in sources.items()}
     c = resources.files("tinytrain.firmware.c")
     own = COMMON_SOURCES + (QEMU_SOURCES if b.qemu else SERIAL_SOURCES + (b.uart_driver,))
+    if persist:
+        own += PERSIST_SOURCES + (b.flash.driver,)
     for name in own:
         files[f"src/{name}"] = c.joinpath(name).read_bytes()
     files["src/tt_board.h"] = env.get_template("tt_board.h.j2").render(**ctx).encode()

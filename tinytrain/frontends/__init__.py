@@ -21,7 +21,17 @@ def load_model(path: str | Path) -> Graph:
     if data[4:8] == b"TFL3":
         from tinytrain.frontends.tflite import graph_from_tflite
 
-        return graph_from_tflite(data, name=path.stem, sha256=sha)
+        return _computed(graph_from_tflite(data, name=path.stem, sha256=sha), path)
     from tinytrain.frontends.onnx import graph_from_onnx
 
-    return graph_from_onnx(data, name=path.stem, sha256=sha)
+    return _computed(graph_from_onnx(data, name=path.stem, sha256=sha), path)
+
+
+def _computed(graph: Graph, path: Path) -> Graph:
+    """The graph, if it computes its outputs: at least one, each produced by an operator."""
+    produced = {o for n in graph.nodes for o in n.outputs}
+    missing = [o for o in graph.outputs if o not in produced]
+    if not graph.outputs or missing:
+        what = f"output '{missing[0]}' is not computed by any operator" if missing else "the model has no outputs"
+        raise ModelError(f"{path}: {what}; nothing to run")
+    return graph

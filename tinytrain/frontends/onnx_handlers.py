@@ -56,6 +56,8 @@ def conv_setup(cv: Converter, node: onnx.NodeProto, x: Act, w: QConst) -> tuple[
     dilation = tuple(int(d) for d in a.get("dilations", (1, 1)))
     if len(stride) != 2 or len(dilation) != 2:
         raise cv.unsupported(f"{label}: only 2-D convolutions are supported")
+    if min(stride + dilation) < 1:
+        raise cv.malformed(f"{label}: strides {list(stride)} and dilations {list(dilation)} must be positive")
     padding = resolve_padding(a, (h, wd), (kh, kw), stride, dilation, label)
     geom = ConvGeom(stride, padding, dilation, groups)
     dummy = Conv2dAttrs(stride, padding, _DUMMY_REQUANT, dilation, groups)
@@ -374,6 +376,8 @@ def _pool_geom(cv: Converter, node: onnx.NodeProto, hw: tuple[int, int]):
     if len(kernel) != 2:
         raise cv.unsupported(f"{label}: kernel_shape {kernel} is not 2-D")
     stride = tuple(a.get("strides", (1, 1)))
+    if len(stride) != 2 or min(kernel + stride) < 1:
+        raise cv.malformed(f"{label}: kernel_shape {list(kernel)} and strides {list(stride)} must be 2-D and positive")
     if tuple(a.get("dilations", (1, 1))) != (1, 1):
         raise cv.unsupported(f"{label}: dilated pooling is not supported")
     padding = resolve_padding(a, hw, kernel, stride, (1, 1), label)

@@ -41,7 +41,9 @@ def attrs_of(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 def node_label(node: onnx.NodeProto) -> str:
-    return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (output '{node.output[0]}')"
+    if node.name or not node.output:
+        return f"{node.op_type} '{node.name}'"
+    return f"{node.op_type} (output '{node.output[0]}')"
 
 
 def resolve_padding(attrs: dict, in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
@@ -219,7 +221,10 @@ class ConstantReader:
             raise self.unsupported(f"initializer '{name}' uses external data; save the model with its weights inside")
         if tp.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32,
                             TensorProto.INT64, TensorProto.INT16, TensorProto.UINT16, TensorProto.FLOAT16, TensorProto.BOOL):
-            self.inits[name] = numpy_helper.to_array(tp)
+            try:
+                self.inits[name] = numpy_helper.to_array(tp)
+            except ValueError as e:  # dims that do not match the stored data
+                raise self.malformed(f"initializer '{name}' does not hold its dims {list(tp.dims)} ({e})") from None
         else:
             self.inits[name] = None  # a type we never compute with (float8, int4, ...): reported where it is used
 

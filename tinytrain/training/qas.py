@@ -63,7 +63,13 @@ def step_scale(graph: Graph, param: str, lr: float, channels, qas: bool) -> np.n
     s = param_scales(graph, param)
     if channels is not None:
         s = s[np.asarray(channels)]
-    return (lr / s if qas else lr * s).astype(np.float32)
+    with np.errstate(over="ignore"):
+        k = (lr / s if qas else lr * s).astype(np.float32)
+    if not np.all(np.isfinite(k)):  # every step would be NaN or Inf (non-finite guard, README)
+        from tinytrain.errors import PlanError
+
+        raise PlanError(f"lr {lr:g} makes the float32 step factor of {param} infinite; use a smaller lr")
+    return k
 
 
 def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig()) -> Graph:

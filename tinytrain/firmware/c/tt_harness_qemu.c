@@ -6,10 +6,17 @@
  *   tt_logits.bin  written: TT_OUTPUT_BYTES int8 logits per test sample
  *   tt_state_in.bin  read: a state to resume from (tt_state_load) before training (absent: tt_init's)
  *   tt_state.bin   written: tt_state_save() after training (training firmware only)
+ *   tt_flash.bin   read and written when TT_PERSIST_SAVE_EVERY > 0: the board's flash region of the persistent state
+ *                  (tt_persist.h, tt_flash_semihost.c); at boot the newest valid state there is loaded and the
+ *                  training samples it had consumed are skipped; a save every TT_PERSIST_SAVE_EVERY samples and
+ *                  one after the last
  * Standard output, one record a line (parsed by tinytrain/engine_qemu.py):
  *   tt: board NAME input BYTES output BYTES training 0|1 tick_ns NUM/DEN
  *   tt: resumed at step K                                 (when tt_state_in.bin was loaded)
- *   tt: step K label L loss 0xBITS DECIMAL insns N        (per training step; BITS: the float's bits)
+ *   tt: flash resumed sequence S position P step K        (a state loaded from tt_flash.bin; "tt: flash empty" if none)
+ *   tt: flash saved position P                            (after each save to tt_flash.bin)
+ *   tt: step K label L loss 0xBITS DECIMAL insns N        (per training step; BITS: the float's bits; DECIMAL is
+ *                                                          "skipped" for a step the non-finite guard did not apply)
  *   tt: predict K label L class C insns N                 (per test sample)
  *   tt: accuracy CORRECT/TOTAL
  *   tt: state BYTES bytes
@@ -26,6 +33,9 @@
 
 #include "tinytrain_model.h"
 #include "tt_board.h"
+#if TT_PERSIST_SAVE_EVERY
+#include "tt_autosave.h"
+#endif
 #include "tt_samples.h"
 #include "tt_ticks.h"
 
@@ -137,28 +147,75 @@ static const char *tt_insns(uint64_t ticks, char buf[21])
 }
 
 #if TT_HAS_TRAINING
+/* Samples already consumed by the state loaded from flash (0 without persistence). */
+static uint32_t tt_flash_position(void)
+{
+#if TT_PERSIST_SAVE_EVERY
+    uint32_t position = 0, sequence = 0;
+    const int r = tt_autosave_boot(&position, &sequence);
+    if (r < 0) {
+        tt_fail("tt_flash.bin", "cannot open the flash region");
+    }
+    if (r == 0) {
+        printf("tt: flash empty\n");
+        return 0;
+    }
+    printf("tt: flash resumed sequence %lu position %lu step %lu\n", (unsigned long)sequence, (unsigned long)position,
+           (unsigned long)tt_step_count());
+    return position;
+#else
+    return 0;
+#endif
+}
+
+static void tt_flash_save(uint32_t position, int force)
+{
+#if TT_PERSIST_SAVE_EVERY
+    const int r = tt_autosave_step(position, force);
+    if (r < 0) {
+        tt_fail("tt_flash.bin", "a save failed");
+    }
+    if (r > 0) {
+        printf("tt: flash saved position %lu\n", (unsigned long)position);
+    }
+#else
+    (void)position;
+    (void)force;
+#endif
+}
+
 static void tt_run_training(void)
 {
     tt_sample_file f;
     char buf[21];
+    const uint32_t start = tt_flash_position();
     if (!tt_open_samples(&f, "tt_train.bin")) {
         return;
     }
     int8_t *x = tt_input_buffer();
     for (uint32_t k = 0; k < f.count; k++) {
         const int label = tt_next_sample(&f, x);
+        if (k < start) {
+            continue;  /* consumed before the state in flash was saved */
+        }
         float loss = 0.0f;
         const uint64_t t0 = tt_ticks();
         const int status = tt_train_step(x, label, &loss);
         const uint64_t t1 = tt_ticks();
-        if (status != 0) {
+        if (status < 0) {
             tt_fail(f.path, "a label is out of range");
         }
         uint32_t bits;
         memcpy(&bits, &loss, sizeof bits);
-        const long micro = (long)(loss * 1e6f + 0.5f);
-        printf("tt: step %lu label %d loss 0x%08lx %ld.%06ld insns %s\n", (unsigned long)k, label,
-               (unsigned long)bits, micro / 1000000L, micro % 1000000L, tt_insns(t1 - t0, buf));
+        if (status == 1) {  /* NaN or Inf loss: not applied */
+            printf("tt: step %lu label %d loss 0x%08lx skipped insns %s\n", (unsigned long)k, label,
+                   (unsigned long)bits, tt_insns(t1 - t0, buf));
+        } else {
+            const long micro = (long)(loss * 1e6f + 0.5f);
+            printf("tt: step %lu label %d loss 0x%08lx %ld.%06ld insns %s\n", (unsigned long)k, label,
+                   (unsigned long)bits, micro / 1000000L, micro % 1000000L, tt_insns(t1 - t0, buf));
+        }
+        tt_flash_save(k + 1, k + 1 == f.count);
     }
     tt_close_samples(&f);
 }
@@ -167,7 +224,11 @@ static void tt_run_training(void)
  * tensors live outside it), else the heap (the RAM left in the region). */
 static uint8_t *tt_state_buffer(size_t n)
 {
+#if TT_PERSIST_SAVE_EVERY
+    uint8_t *buf = tt_autosave_buffer();  /* the copy the flash saves use: one heap block at most */
+#else
     uint8_t *buf = n <= TT_ARENA_BYTES ? (uint8_t *)(uintptr_t)tt_arena_base() : malloc(n);
+#endif
     if (buf == NULL) {
         printf("tt: error no memory for a %lu-byte state copy\n", (unsigned long)n);
         exit(TT_EXIT_MEMORY);

@@ -7,6 +7,9 @@
  *   S  -> tt_state_save() (training firmware only)
  * The image is received straight into the model's input bytes (tt_input_buffer()), so the firmware needs
  * no RAM beyond the compile's plan, a stack and these few statics. Cycle counts come from SysTick (tt_ticks.h).
+ * With TT_PERSIST_SAVE_EVERY > 0 (tinytrain firmware --save-every) the state in flash is loaded at boot and saved
+ * every TT_PERSIST_SAVE_EVERY training frames (tt_autosave.h). A step the non-finite guard did not apply replies
+ * with its NaN or Inf loss.
  */
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +19,11 @@
 #include "tt_frame.h"
 #include "tt_serial.h"
 #include "tt_ticks.h"
+#if TT_PERSIST_SAVE_EVERY
+#include "tt_autosave.h"
+
+static uint32_t tt_position;  /* training frames consumed by the state (loaded from flash at boot) */
+#endif
 
 #if !defined(TT_OUTPUT_BYTES) && defined(TT_LOGITS_BYTES)  /* a training project names its output "logits" */
 #define TT_OUTPUT_BYTES TT_LOGITS_BYTES
@@ -108,7 +116,7 @@ static void tt_reply_train(const int8_t *x, int label)
     const uint64_t t0 = tt_ticks();
     const int status = tt_train_step(x, label, &loss);
     const uint64_t t1 = tt_ticks();
-    if (status != 0) {
+    if (status < 0) {
         tt_frame_error("label out of range");
         return;
     }
@@ -145,6 +153,11 @@ int main(void)
     tt_serial_init();
     tt_ticks_start();
     tt_init();
+#if TT_PERSIST_SAVE_EVERY
+    if (tt_autosave_boot(&tt_position, NULL) != 1) {
+        tt_position = 0;
+    }
+#endif
     for (;;) {
         tt_request req;
         int8_t *x = tt_input_buffer();
@@ -161,6 +174,10 @@ int main(void)
 #if TT_HAS_TRAINING
         case 'T':
             tt_reply_train(x, req.label);
+#if TT_PERSIST_SAVE_EVERY
+            tt_position++;
+            (void)tt_autosave_step(tt_position, 0);  /* a failed save leaves the previous state newest */
+#endif
             break;
         case 'S':
             tt_reply_state();

@@ -1,0 +1,135 @@
+"""The non-finite guard (README "Learning that survives the field"): a step whose loss is NaN or Inf is not applied —
+weights, biases, momentum and the step counter stay as they were, the step is counted — identically in the
+simulator, the host C and the firmware on QEMU; an lr whose float32 step factor overflows is refused.
+
+Poisoned inputs: the classifier's logits are given the scale 2^121 (its forward requantization is unchanged, only
+the loss reads the scale), so an image whose int8 logits spread over 128 LSB or more, or reach 128 LSB from the
+zero point, has an infinite or NaN loss, and the others a finite one. All values are exact multiples of 2^121,
+so every engine agrees on which steps are non-finite.
+"""
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_codegen_train import train_ops_model
+from tinytrain.cli import main
+from tinytrain.codegen.state import pack
+from tinytrain.engine_c import CTrainer
+from tinytrain.errors import PlanError
+from tinytrain.ir import QuantParams
+from tinytrain.simulator import init_state, train_step
+from tinytrain.training.autodiff import LOSS
+from tinytrain.training.fuse import fuse_updates
+from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.sparse import Plan, WeightUpdate
+from tinytrain.training.train_graph import build_training_graph
+
+PLAN = Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5), WeightUpdate(3, 0.25), WeightUpdate(5, 1.0)), lr=0.05)
+POISON_SCALE = 2.0 ** 121
+N = 24
+
+
+def poisoned_model():
+    g, _ = train_ops_model()
+    logits = g.tensors[g.outputs[0]]
+    quant = QuantParams.per_tensor(POISON_SCALE, logits.quant.zp)
+    return dataclasses.replace(g, tensors={**g.tensors, logits.name: dataclasses.replace(logits, quant=quant)})
+
+
+@pytest.fixture(scope="module")
+def poisoned():
+    g = poisoned_model()
+    tg = fuse_updates(build_training_graph(g, PLAN, UpdateConfig(momentum=0.9)))
+    rng = np.random.default_rng(7)
+    x = rng.integers(-128, 128, (N, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
+    return tg, x, rng.integers(0, 5, N)
+
+
+def sim_run(tg, x, y):
+    """(per-step losses, per-step state bytes after the step, final state) of the simulator."""
+    state, losses, states = init_state(tg), [], []
+    for k in range(len(y)):
+        losses.append(train_step(tg, state, x[k : k + 1], int(y[k]))[LOSS][0])
+        states.append(pack(tg, state))
+    return np.array(losses, np.float32), states, state
+
+
+def test_simulator_skips_exactly_the_nonfinite_steps(poisoned):
+    tg, x, y = poisoned
+    losses, states, state = sim_run(tg, x, y)
+    bad = ~np.isfinite(losses)
+    assert 0 < bad.sum() < N, "the poisoned images must give some non-finite and some finite losses"
+    assert state.nonfinite == bad.sum() and state.step == N - bad.sum()
+    before = pack(tg, init_state(tg))
+    for k in range(N):
+        if bad[k]:
+            assert states[k] == before, f"step {k}: a non-finite step changed the state"
+        before = states[k]
+    assert states[-1] != pack(tg, init_state(tg)), "the finite steps must have trained something"
+
+
+def test_host_c_skips_the_same_steps_and_keeps_the_same_state(poisoned):
+    tg, x, y = poisoned
+    sim_losses, _, state = sim_run(tg, x, y)
+    c = CTrainer(tg)
+    for k in range(N):
+        before = c.state_bytes()
+        loss = c.step(x[k], int(y[k]))
+        assert np.isfinite(loss) == np.isfinite(sim_losses[k]), f"step {k}: sim and C disagree on finiteness"
+        if np.isfinite(loss):  # fp32 work: the simulator within a tolerance (design.md §4)
+            assert abs(loss - sim_losses[k]) <= 4e-6 * max(1.0, abs(loss))
+        else:
+            assert c.state_bytes() == before, f"step {k}: a non-finite step changed the C state"
+    assert c.nonfinite == state.nonfinite and c.state().step == state.step
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="needs arm-none-eabi-gcc and qemu-system-arm")
+def test_qemu_skips_the_same_steps_and_keeps_the_same_state(poisoned):
+    from tinytrain.engine_qemu import QemuTrainer
+
+    tg, x, y = poisoned
+    c = CTrainer(tg)
+    c_losses = c.train(x, y)
+    q = QemuTrainer(tg, board="qemu-m7", sram_budget=96 * 1024)
+    q_losses = q.train(x, y)
+    assert np.array_equal(c_losses.view(np.uint32), q_losses.view(np.uint32))
+    assert q.nonfinite == c.nonfinite == (~np.isfinite(c_losses)).sum() > 0
+    assert q.state_bytes() == c.state_bytes()
+
+
+def test_an_lr_whose_step_factor_overflows_is_refused():
+    g, _ = train_ops_model()
+    with pytest.raises(PlanError, match="step factor"):
+        build_training_graph(g, dataclasses.replace(PLAN, lr=1e38))
+
+
+def test_a_huge_finite_lr_saturates_and_stays_finite():
+    """lr 1e20: every step overshoots (the rounding clamps it, weights saturate at +-127); the loss of int8 logits
+    stays finite, so every step is applied, and the C and the simulator agree."""
+    g, _ = train_ops_model()
+    tg = fuse_updates(build_training_graph(g, dataclasses.replace(PLAN, lr=1e20)))
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (8, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
+    y = rng.integers(0, 5, 8)
+    losses, states, state = sim_run(tg, x, y)
+    assert np.isfinite(losses).all() and state.nonfinite == 0 and state.step == 8
+    c = CTrainer(tg)
+    assert np.isfinite(c.train(x, y)).all() and c.nonfinite == 0
+    assert c.state_bytes() == states[-1]
+    w = [v for k, v in state.tensors.items() if v.dtype == np.int8]
+    assert max(np.abs(v).max() for v in w) == 127
+
+
+def test_cli_refuses_an_overflowing_lr_in_one_line(tmp_path, capsys):
+    model = Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx"
+    data = tmp_path / "d.npz"
+    np.savez(data, x=np.zeros((2, 96, 96, 3), np.uint8), y=np.zeros(2, np.int64))
+    code = main(["train", str(model), "--data", str(data), "--update", "bias-only", "--lr", "1e38", "--steps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "step factor" in err

@@ -1,0 +1,42 @@
+/* tt_persist.h — the training state in two flash slots, A and B, safe against power loss at any moment.
+ *
+ * The flash region is cut in two halves (whole sectors each): slot A at 0, slot B at size / 2. A slot holds
+ *   offset 0   "TTP1"               4 bytes
+ *          4   uint32 sequence number (the newer of two valid slots has the larger one, modulo 2^32)
+ *          8   uint32 payload bytes (tt_state_size())
+ *         12   uint32 position      (what the caller counts: samples consumed when the state was saved)
+ *         16   uint32 CRC-32 of the payload
+ *         20   uint32 CRC-32 of bytes 0..19
+ *         32   the payload: tt_state_save() bytes (the model's own magic, version and layout fingerprint)
+ * all little-endian. A save goes to the slot that does not hold the newest valid state: erase its sectors,
+ * program the payload, then the header (one program operation, last), then read the whole slot back and check
+ * both CRCs. Until the header is complete and correct the slot is invalid, so a power cut at any point leaves
+ * the newest valid state either the previous one (the other slot, untouched) or the new one. Boot loads the
+ * newest valid slot whose payload tt_state_load accepts, or keeps tt_init's weights when there is none.
+ */
+#ifndef TT_PERSIST_H
+#define TT_PERSIST_H
+
+#include <stdint.h>
+
+#include "tt_flash.h"
+
+#define TT_PERSIST_HEADER_BYTES 32u
+
+/* Bytes of flash two slots of an n-byte state need with sectors of sector_bytes. */
+uint32_t tt_persist_region_bytes(uint32_t state_bytes, uint32_t sector_bytes);
+
+/* Boot: load the newest valid state into the model (tt_state_load). Returns 1 and sets *position (and *sequence,
+ * both may be NULL) when a state was loaded, 0 when no slot is valid (the model keeps tt_init's weights),
+ * -1 when the region is too small for the state. buf: tt_state_size() bytes of scratch (the arena will do). */
+int tt_persist_load(const tt_flash *f, uint8_t *buf, uint32_t *position, uint32_t *sequence);
+
+/* Save the model's state (tt_state_save) with the caller's position. Returns 0 once the new slot is written
+ * and checked, -1 when a flash operation failed or the read-back differs (the previous state stays newest).
+ * buf: tt_state_size() bytes of scratch. */
+int tt_persist_save(const tt_flash *f, uint8_t *buf, uint32_t position);
+
+/* CRC-32/IEEE (zlib.crc32) of n bytes, continuing from crc (0 to start). */
+uint32_t tt_persist_crc32(uint32_t crc, const uint8_t *data, uint32_t n);
+
+#endif /* TT_PERSIST_H */
