@@ -232,6 +232,20 @@ def test_mbv2_20_steps_on_qemu_m7_equal_the_host_engine(plan, tmp_path):
     assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
 
 
+@pytest.mark.parametrize("model", ["proxyless-w0.3", "mcunet-5fps"])
+def test_zoo_shipped_plans_on_qemu_m7_equal_the_host_engine(model, tmp_path):
+    """The other zoo models' training steps (frozen forward streamed, clamp masks in bits): 20 steps on qemu-m7
+    give the host C's losses, state and logits bit for bit."""
+    g = load_model(ROOT / "models" / f"{model}.onnx")
+    x, y = _vww(24)
+    x = model_inputs(g, x)
+    plan = json.loads((ROOT / "models" / "plans" / f"{model}-sparse.json").read_text())
+    r, host = _firmware_run(g, plan, tmp_path, x, y)
+    assert host.plan.stream is not None  # the step streams its frozen prefix
+    assert _same_bits(r.losses, host.train(x[:20], y[:20]))
+    assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
+
+
 @pytest.mark.parametrize("board", QEMU_BOARDS)
 def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     """The forward kernels' Arm DSP paths on the real instructions (SXTAB16 / SMLAD / SMLABB, SSAT / BFI / SSUB8 +
