@@ -70,8 +70,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain.search.evolution import evolve
     from tinytrain.search.exact import branch_and_bound
     from tinytrain.search.halving import successive_halving
-    from tinytrain.search.measure import (ContributionCache, FineTune, Measurement, dataset_sha256, prepare_job,
-                                          run_finetunes)
+    from tinytrain.search.measure import (ContributionCache, FineTune, Measurement, add_features, dataset_sha256,
+                                          prepare_job, run_finetunes)
     from tinytrain.search.memory import MemoryOracle, MonotoneFits
     from tinytrain.search.noise import NoiseFloor
     from tinytrain.search.space import Gains, Space
@@ -146,8 +146,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     todo = [t for t in tasks if cache.get(t[0]) is None]
     measured_now, finalists_run = [], []
     complete = True
+    job = prepare_job(graph, x, y, train_rows, val_rows, ft, [parse_plan(t[1]) for t in todo])
     if todo:
-        job = prepare_job(graph, x, y, train_rows, val_rows, ft, [parse_plan(t[1]) for t in todo])
         bar = _bar(len(todo), f"fine-tunes ({ft.steps} steps each)", progress)
 
         def on_result(key, result):
@@ -201,19 +201,19 @@ def cmd_plan(args: argparse.Namespace) -> None:
     cands = finalists(presets(space, lambda c: fits_plan(plan_of(c))), proposals)
     by_name = {c.name: c for c in cands}
     full_steps = args.epochs * len(train_rows)
-    final_job = prepare_job(graph, x, y, train_rows, val_rows, ft, [plan_of(c.choice) for c in cands])
 
     def measure(names: list[str], steps: int) -> dict[str, float]:
         keys = {n: f"{by_name[n].choice.key()}@{steps}" for n in names}
         todo_ = [(keys[n], plan_of(by_name[n].choice).to_json(), steps, ft.seed)
                  for n in names if cache.get(keys[n]) is None]
+        add_features(job, [parse_plan(t[1]) for t in todo_])
         bar_ = _bar(len(todo_), f"finalists ({steps} steps each)", progress)
 
         def on_result_(key, result):
             cache.put(key, result)
             finalists_run.append(key)
 
-        run_finetunes(final_job, todo_, args.workers, on_result_, None, bar_)
+        run_finetunes(job, todo_, args.workers, on_result_, None, bar_)
         bar_.close()
         return {n: cache.get(keys[n])["accuracy"] for n in names}
 

@@ -188,19 +188,24 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
 def prepare_job(graph: Graph, x: np.ndarray, y: np.ndarray, train_rows: np.ndarray, val_rows: np.ndarray,
                 ft: FineTune, plans: list[Plan]) -> dict:
     """The shared inputs of the fine-tunes: images (train rows then val rows), the sample order, and the
-    frozen features at every cut the ``plans`` need (simulator forward, once)."""
+    frozen features at every cut the ``plans`` need (simulator forward, once; ``add_features`` adds more)."""
+    rows = np.concatenate([train_rows, val_rows])
+    order = sample_order(len(train_rows), ft.steps or len(train_rows), ft.seed)
+    job = {"graph": graph, "x": np.ascontiguousarray(x[rows]), "y_train": y[train_rows], "y_val": y[val_rows],
+           "train_rows": train_rows, "order": order, "features": {}, "finetune": ft}
+    add_features(job, plans)
+    return job
+
+
+def add_features(job: dict, plans: list[Plan]) -> None:
+    """Compute the frozen features of the cuts ``plans`` need that ``job`` does not have yet (one forward)."""
     from tinytrain.simulator import forward
 
-    rows = np.concatenate([train_rows, val_rows])
-    xs = np.ascontiguousarray(x[rows])
-    cuts = sorted({c for p in plans for c in [suffix_model(graph, p)[2]] if c is not None})
-    features = {}
+    graph = job["graph"]
+    cuts = sorted({c for p in plans for c in [suffix_model(graph, p)[2]] if c is not None} - set(job["features"]))
     if cuts:
-        features = forward(replace(graph, outputs=tuple(cuts)), {graph.inputs[0]: xs})
-        features = {k: np.ascontiguousarray(v) for k, v in features.items()}
-    order = sample_order(len(train_rows), ft.steps or len(train_rows), ft.seed)
-    return {"graph": graph, "x": xs, "y_train": y[train_rows], "y_val": y[val_rows], "train_rows": train_rows,
-            "order": order, "features": features, "finetune": ft}
+        features = forward(replace(graph, outputs=tuple(cuts)), {graph.inputs[0]: job["x"]})
+        job["features"].update({k: np.ascontiguousarray(v) for k, v in features.items()})
 
 
 def run_finetunes(job: dict, tasks: list[tuple[str, dict]], workers: int, on_result, deadline: float | None,
