@@ -200,7 +200,8 @@ def test_presets_that_fit_are_always_finalists():
 def test_successive_halving_keeps_the_reference_and_returns_the_best_measured():
     from tinytrain.search.halving import rung_steps, successive_halving
 
-    assert rung_steps(8, 400) == [100, 200, 400] and rung_steps(2, 400) == [400] and rung_steps(3, 400) == [200, 400]
+    assert rung_steps(8, 400, 3) == [100, 200, 400] and rung_steps(2, 400, 3) == [400]
+    assert rung_steps(3, 400, 3) == [200, 400] and rung_steps(8, 400) == [200, 400]
     # accuracy grows with steps; "deep" is slow at first and best at the end; "ref" is measured at every rung
     final = {"ref": 0.70, "a": 0.75, "b": 0.74, "c": 0.60, "d": 0.50, "deep": 0.80, "e": 0.55, "f": 0.76}
     calls = []
@@ -209,7 +210,7 @@ def test_successive_halving_keeps_the_reference_and_returns_the_best_measured():
         calls.append((tuple(names), steps))
         return {n: final[n] - (0.002 if n == "deep" else 0.001) * (400 - steps) / 100 for n in names}
 
-    winner, rungs = successive_halving(list(final), "ref", measure, 400, size=lambda n: 0)
+    winner, rungs = successive_halving(list(final), "ref", measure, 400, size=lambda n: 0, max_rungs=3)
     assert winner == "deep" and [r.steps for r in rungs] == [100, 200, 400]
     assert [len(r.kept) for r in rungs] == [4, 2, 2] and all("ref" in r.accuracy for r in rungs)
     assert rungs[-1].kept[0] == winner and max(rungs[-1].accuracy, key=rungs[-1].accuracy.get) == winner

@@ -326,7 +326,9 @@ def add_plan_command(sub) -> None:
     s.add_argument("--proposals", type=int, default=4,
                    help="finalists from the evolutionary search's population, beside the exact search's plan "
                         "and the presets (default 4)")
-    s.add_argument("--max-rungs", type=int, default=3, help="successive-halving rungs at most (default 3)")
+    s.add_argument("--max-rungs", type=int, default=2,
+                   help="successive-halving rungs at most (default 2: half the recipe, then the whole; deep plans "
+                        "can start slowly, shorter rungs drop them before they recover)")
     s.add_argument("--workers", type=int, default=1, help="fine-tune processes (default 1)")
     s.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="cap on the contribution measurement: options not measured by then are left out of the "

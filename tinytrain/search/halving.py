@@ -21,13 +21,13 @@ class Rung:
     kept: tuple[str, ...]  # the candidates that go on (the last rung: its ranking)
 
 
-def rung_steps(n_candidates: int, full_steps: int, max_rungs: int = 3, min_steps: int = 1) -> list[int]:
+def rung_steps(n_candidates: int, full_steps: int, max_rungs: int = 2, min_steps: int = 1) -> list[int]:
     """Steps per rung: one rung per halving down to 2 candidates (at most ``max_rungs``), the last at full_steps."""
     rungs = max(1, min(max_rungs, math.ceil(math.log2(max(n_candidates, 2)))))
     return [max(min_steps, full_steps >> (rungs - 1 - j)) for j in range(rungs)]
 
 
-def successive_halving(names: list[str], reference: str, measure, full_steps: int, size, max_rungs: int = 3,
+def successive_halving(names: list[str], reference: str, measure, full_steps: int, size, max_rungs: int = 2,
                        min_steps: int = 1) -> tuple[str, list[Rung]]:
     """(the winner, the rungs). ``names`` in priority order; ``size(name)`` breaks ties (peak SRAM)."""
     alive = list(names)
