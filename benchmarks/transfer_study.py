@@ -130,6 +130,7 @@ class Task:
         self.x, self.y = model_inputs(self.graph, train.x), train.y
         self.x_test, self.y_test = model_inputs(self.graph, test.x), test.y
         self.fit, self.val = stratified_split(self.y, study.val, 0)
+        self.job: dict | None = None  # the validation fine-tunes' inputs (search.measure.prepare_job), built once
 
     def test_correct(self, state_file: str) -> np.ndarray:
         """Per test image: does the emitted C forward with the trained state predict its label?"""
@@ -172,13 +173,15 @@ def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list)
     """name -> (plan json, steps, schedule, qas): validation accuracies, ``study.workers`` processes."""
     import multiprocessing as mp
 
-    from tinytrain.search.measure import FineTune, _setup, prepare_job
+    from tinytrain.search.measure import FineTune, _setup, add_features, prepare_job
     from tinytrain.training.sparse import parse_plan
 
     t0 = time.time()
-    job = prepare_job(task.graph, task.x, task.y, task.fit, task.val, FineTune(seed=study.seed),
-                      [parse_plan(r[0]) for r in runs.values()])
-    _setup(job)
+    plans = [parse_plan(r[0]) for r in runs.values()]
+    if task.job is None:
+        task.job = prepare_job(task.graph, task.x, task.y, task.fit, task.val, FineTune(seed=study.seed), plans)
+    add_features(task.job, plans)  # the frozen features of new cuts only
+    _setup(task.job)
     with mp.get_context("fork").Pool(study.workers) as pool:
         pending = {name: pool.apply_async(_segmented_accuracy, r) for name, r in runs.items()}
         out = {name: res.get() for name, res in pending.items()}

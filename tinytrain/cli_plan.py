@@ -238,6 +238,11 @@ def cmd_plan(args: argparse.Namespace) -> None:
                     o in gains.weight for o in c.choice.weights) else None,
                 "measured": measured, "last_rung": len(measured) == len(rungs)}
 
+    def proposal_json(res: dict) -> dict:
+        plan = plan_of(res["choice"])
+        return {"plan": plan.to_json(), "gain": round(res["score"], 6), "peak_sram_bytes": mem(plan),
+                "fits": mem(plan) <= budget}
+
     final_rung = rungs[-1]
     details = out.with_name(out.stem + ".search.json")
     report = {
@@ -249,10 +254,9 @@ def cmd_plan(args: argparse.Namespace) -> None:
                                              / len(val_rows))), 6),
         "finalists": [finalist_json(c) for c in cands],
         "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in rungs],
-        "evolution": {"gain": round(evo["score"], 6), "generations": evo["generations"],
-                      "seconds": round(evo_seconds, 2)},
-        "exact": {"gain": round(exact["score"], 6), "proven_optimal": exact["proven_optimal"],
-                  "nodes": exact["nodes"], "seconds": round(exact_seconds, 2)},
+        "evolution": {**proposal_json(evo), "generations": evo["generations"], "seconds": round(evo_seconds, 2)},
+        "exact": {**proposal_json(exact), "proven_optimal": exact["proven_optimal"], "nodes": exact["nodes"],
+                  "seconds": round(exact_seconds, 2)},
         "baseline": {"plan": base.to_json(), "accuracy": base_acc, "peak_sram_bytes": mem(base)},
         "measurement": {"finetune": asdict(ft), "finalist_steps": full_steps, "n_fit": int(len(train_rows)),
                         "n_val": int(len(val_rows)), "held_out": args.held_out, "split_seed": args.split_seed,
