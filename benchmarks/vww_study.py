@@ -432,7 +432,7 @@ def markdown(r: dict) -> str:
         f"{-m['fp32_minus_searched_points']:+.1f} points from fp32 full fine-tuning (within 2 points).",
         *_ceiling_lines(),
         f"- The contributions are short fine-tunes (one epoch) scored on {s['measurement']['n_val']} "
-        f"validation images, whose standard error is {100 * s['noise_floor']['standard_error']:.1f} points. "
+        f"validation images, whose standard error is {100 * s['noise_floor']['binomial_se']:.1f} points. "
         f"Summing every measured gain, as published, adds up noise: that plan (no noise floor) claims "
         f"{100 * sz['0']['exact']['gain']:+.0f} points over the classifier and gets {100 * z0['accuracy_after']:.1f} % "
         f"held out, updating {len(sz['0']['exact']['plan']['weights']) - 1} backbone layers. Hence `tinytrain "
@@ -458,7 +458,7 @@ def markdown(r: dict) -> str:
         f"{s['options']['measured']} measured); fine-tunes run {s['finetunes_run']}, from the cache "
         f"{s['finetunes_cached']}; {s['seconds']:.0f} s. Validation accuracy of the baseline "
         f"(classifier-only fine-tune): {100 * s['baseline']['accuracy']:.1f} %; noise floor "
-        f"{s['noise_floor']['z']:g} x {100 * s['noise_floor']['standard_error']:.1f} points (one standard error of "
+        f"{s['noise_floor']['z']:g} x {100 * s['noise_floor']['binomial_se']:.1f} points (one standard error of "
         f"that accuracy): {s['noise_floor']['options_above']} options above it.",
         "",
         "| method | gain (sum of contributions) | peak SRAM | notes |",

@@ -53,6 +53,17 @@ def test_train_with_plan_file_and_new_head(model, data, tmp_path, capsys):
     assert out["steps"] == 6 and out["plan"]["weights"] == [{"conv": 27, "ratio": 0.5}]
 
 
+def test_preset_learning_rates_per_group_and_not_with_a_plan_file(model, data, tmp_path, capsys):
+    assert main(["train", model, "--data", data, "--update", "last-k:2", "--lr", "0.01", "--bias-lr", "0.02",
+                 "--head-lr", "0.05", "--steps", "2", "--json"]) == 0
+    out = _last_json(capsys)
+    assert (out["plan"]["lr"], out["plan"]["bias_lr"], out["plan"]["head_lr"]) == (0.01, 0.02, 0.05)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "bias_last_k": 1, "weights": [{"conv": 27, "ratio": 1}]}))
+    assert main(["train", model, "--data", data, "--plan", str(plan), "--head-lr", "0.05", "--steps", "2"]) == 2
+    assert "a plan file carries its own" in capsys.readouterr().err
+
+
 def test_eval_json(model, data, capsys):
     assert main(["eval", model, "--data", data, "--json"]) == 0
     out = _last_json(capsys)

@@ -77,3 +77,51 @@ def test_bad_datasets(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no images"):
         load_dataset(tmp_path / "empty")
+
+
+def _fashion_mnist_root():
+    from tinytrain.data import FASHION_MNIST_DIR
+
+    if not (FASHION_MNIST_DIR / "t10k-labels-idx1-ubyte.gz").is_file():
+        pytest.skip(f"{FASHION_MNIST_DIR} is absent (the Debian package dataset-fashion-mnist is not installed)")
+    return FASHION_MNIST_DIR
+
+
+def test_fashion_mnist_by_name():
+    _fashion_mnist_root()
+    test = load_dataset("fashion-mnist:test")
+    assert test.x.shape == (10000, 28, 28, 1) and test.x.dtype == np.uint8 and len(test.classes) == 10
+    assert np.bincount(test.y).tolist() == [1000] * 10  # the official test set is balanced
+    sub = load_dataset("fashion-mnist:test:50")
+    assert len(sub) == 50 and np.bincount(sub.y).tolist() == [5] * 10
+    assert np.array_equal(sub.x, load_dataset("fashion-mnist:test:50").x)  # the same rows every time
+    rows = {img.tobytes() for img in test.x}
+    assert all(img.tobytes() in rows for img in sub.x)
+
+
+def test_fashion_mnist_missing_package_and_bad_names_are_one_line_errors(tmp_path):
+    from tinytrain.data import load_fashion_mnist
+
+    with pytest.raises(UsageError, match="install the Debian package dataset-fashion-mnist"):
+        load_fashion_mnist("fashion-mnist", root=tmp_path)
+    for bad in ("fashion-mnist:val", "fashion-mnist:test:0", "fashion-mnist:train:10:2"):
+        with pytest.raises(UsageError, match=r"fashion-mnist\[:train\|:test\]\[:N\]"):
+            load_dataset(bad)
+
+
+def test_idx_reader_checks_the_header(tmp_path):
+    import gzip
+
+    from tinytrain.data import _read_idx
+
+    good = tmp_path / "ok.gz"
+    good.write_bytes(gzip.compress(b"\0\0\x08\x02" + (2).to_bytes(4, "big") + (3).to_bytes(4, "big") + bytes(range(6))))
+    assert _read_idx(good).tolist() == [[0, 1, 2], [3, 4, 5]]
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(gzip.compress(b"\0\0\x0d\x01" + (2).to_bytes(4, "big") + bytes(8)))  # float32 values
+    with pytest.raises(UsageError, match="not an IDX file of uint8"):
+        _read_idx(bad)
+    short = tmp_path / "short.gz"
+    short.write_bytes(gzip.compress(b"\0\0\x08\x01" + (5).to_bytes(4, "big") + bytes(3)))
+    with pytest.raises(UsageError, match="truncated"):
+        _read_idx(short)

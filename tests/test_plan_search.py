@@ -177,6 +177,61 @@ def test_branch_and_bound_is_exact_and_evolution_is_feasible(seed):
     assert evo["history"] == sorted(evo["history"])  # elitist: the best never gets worse
 
 
+def test_presets_that_fit_are_always_finalists():
+    from tinytrain.search.candidates import Candidate, finalists, presets
+    from tinytrain.search.space import Choice, Space
+
+    space = Space(10, (1, 2, 4, 10), tuple(range(9)))
+    size = {"b": 1.0, "w": 3.0}
+
+    def fits(c):  # monotone: biases cost 1 per layer, weights 3 per layer (x ratio)
+        return size["b"] * c.k + size["w"] * sum(r for _, r in c.weights) <= 14
+
+    got = presets(space, fits)
+    assert [c.name for c in got] == ["classifier-only", "bias-only", "last-k:2", "last-k:3", "last-k:4"]
+    assert got[2].choice == Choice(2, ((8, 1.0),)) and all(c.preset for c in got)
+    size["b"] = 2.0  # the biases of every layer no longer fit: the deepest k that does
+    assert presets(space, fits)[1] == Candidate("bias-only (last 7)", Choice(7), True)
+    proposal = Candidate("exact", Choice(3, ((7, 1.0), (8, 1.0))), False)  # = last-k:3: kept once, as the preset
+    merged = finalists(got, [proposal, Candidate("evolution #1", Choice(2, ((5, 0.5),)), False)])
+    assert [c.name for c in merged] == [c.name for c in got] + ["evolution #1"]
+
+
+def test_successive_halving_keeps_the_reference_and_returns_the_best_measured():
+    from tinytrain.search.halving import rung_steps, successive_halving
+
+    assert rung_steps(8, 400, 3) == [100, 200, 400] and rung_steps(2, 400, 3) == [400]
+    assert rung_steps(3, 400, 3) == [200, 400] and rung_steps(8, 400) == [200, 400]
+    # accuracy grows with steps; "deep" is slow at first and best at the end; "ref" is measured at every rung
+    final = {"ref": 0.70, "a": 0.75, "b": 0.74, "c": 0.60, "d": 0.50, "deep": 0.80, "e": 0.55, "f": 0.76}
+    calls = []
+
+    def measure(names, steps):
+        calls.append((tuple(names), steps))
+        return {n: final[n] - (0.002 if n == "deep" else 0.001) * (400 - steps) / 100 for n in names}
+
+    winner, rungs = successive_halving(list(final), "ref", measure, 400, size=lambda n: 0, max_rungs=3)
+    assert winner == "deep" and [r.steps for r in rungs] == [100, 200, 400]
+    assert [len(r.kept) for r in rungs] == [4, 2, 2] and all("ref" in r.accuracy for r in rungs)
+    assert rungs[-1].kept[0] == winner and max(rungs[-1].accuracy, key=rungs[-1].accuracy.get) == winner
+    # a tie at the last rung goes to the smaller plan
+    winner, _ = successive_halving(["x", "y"], "x", lambda ns, s: dict.fromkeys(ns, 0.5), 10,
+                                   size={"x": 2, "y": 1}.get)
+    assert winner == "y"
+
+
+def test_noise_floor_comes_from_the_repeated_runs():
+    from tinytrain.search.noise import NoiseFloor
+
+    nf = NoiseFloor((0.80, 0.82, 0.84), n_val=400, z=2.0)
+    assert abs(nf.run_sd - 0.02) < 1e-12 and abs(nf.gain_sd - 0.02 * 2 ** 0.5) < 1e-12
+    assert abs(nf.threshold - 2 * 0.02 * 2 ** 0.5) < 1e-12
+    assert abs(nf.binomial_se - (0.82 * 0.18 / 400) ** 0.5) < 1e-12
+    assert NoiseFloor((0.8, 0.8), 10, 2.0).threshold == 0.0  # identical runs: no floor
+    with pytest.raises(ValueError, match="at least two"):
+        NoiseFloor((0.8,), 10, 2.0)
+
+
 def test_memory_oracle_is_compiles_peak_and_is_cached(tiny, tmp_path):
     from tinytrain.memory.report import plan_memory
     from tinytrain.memory.schedule import reorder
@@ -221,7 +276,14 @@ def test_plan_cli_writes_a_plan_compile_and_train_accept_and_a_second_budget_reu
     plan = load_plan(plan_file)  # a strict version-1 plan
     assert plan.to_json() == first["plan"]
     assert (files / "plan-8k.search.json").exists()
-    # another (smaller) budget: everything it needs was measured: no fine-tune at all
+    # the presets that fit are finalists, and the plan written is the best measured finalist
+    names = [f["name"] for f in first["finalists"]]
+    assert names[0] == "classifier-only" and "last-k:2" in names and any(n.startswith("bias-only") for n in names)
+    last = {f["name"]: f["measured"][-1]["accuracy"] for f in first["finalists"] if f["last_rung"]}
+    assert first["validation_accuracy"] == max(last.values()) == last[first["chosen"]]
+    assert first["plan"] == next(f["plan"] for f in first["finalists"] if f["name"] == first["chosen"])
+    assert first["noise_floor"]["repeats"] == 3 and len(first["noise_floor"]["accuracies"]) == 3
+    # another (smaller) budget: every contribution it needs was measured: no contribution fine-tune at all
     second = _plan_cli(files, capsys, "6k")
     assert second["finetunes_run"] == 0 and second["finetunes_cached"] >= 1
     assert second["peak_sram_bytes"] <= 6 * 1024

@@ -47,6 +47,9 @@ def test_defaults():
     ({"channels": "random"}, '"channels" must be one of first'),
     ({"lr": 0}, '"lr" must be a positive number'),
     ({"bias_lr": "fast"}, '"bias_lr" must be a positive number'),
+    ({"head_lr": -0.1}, '"head_lr" must be a positive number'),
+    ({"head_lr": True}, '"head_lr" must be a positive number'),
+    ({"head_lrs": 0.1}, "unknown field 'head_lrs'"),
 ])
 def test_bad_plans_are_rejected_naming_the_field(change, message):
     obj = dict(EXAMPLE, **change)
@@ -118,6 +121,20 @@ def test_updated_params_order_and_learning_rates(graph):
     plan = Plan(2, (WeightUpdate(10, 1.0),), lr=0.1, bias_lr=0.05)
     ups = updated_params(plan, graph)
     assert [(u.param, u.lr) for u in ups] == [("conv6.bias", 0.05), ("fc0.weight", 0.1), ("fc0.bias", 0.05)]
+
+
+def test_head_lr_applies_to_the_last_layer_only(graph):
+    plan = Plan(2, (WeightUpdate(9, 1.0), WeightUpdate(10, 1.0)), lr=0.1, bias_lr=0.05, head_lr=0.3)
+    ups = updated_params(plan, graph)
+    assert [(u.param, u.lr) for u in ups] == [("conv6.weight", 0.1), ("conv6.bias", 0.05), ("fc0.weight", 0.3),
+                                              ("fc0.bias", 0.3)]
+
+
+def test_plan_files_without_head_lr_still_load_and_round_trip(tmp_path):
+    old = parse_plan(EXAMPLE)  # a file written before head_lr existed
+    assert old.head_lr is None and "head_lr" not in old.to_json()
+    new = parse_plan(dict(EXAMPLE, head_lr=0.02))
+    assert new.head_lr == 0.02 and parse_plan(json.loads(json.dumps(new.to_json()))) == new
 
 
 def test_a_plan_that_updates_nothing_is_an_error(graph):

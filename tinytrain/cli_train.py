@@ -130,9 +130,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     logits = graph.tensors[graph.outputs[0]].shape
     if any(d != 1 for d in logits[1:-1]):
         raise UsageError(f"{args.model}: the output {logits} is not class logits (1, C); training needs a classifier")
-    plan = load_plan(args.plan) if args.plan else preset(args.update or "bias-only", graph, lr=args.lr or 0.01)
-    if args.lr and args.plan:
-        raise UsageError("--lr applies to --update presets; a plan file carries its own lr")
+    if args.plan and (args.lr or args.bias_lr or args.head_lr):
+        raise UsageError("--lr / --bias-lr / --head-lr apply to --update presets; a plan file carries its own")
+    plan = load_plan(args.plan) if args.plan else preset(args.update or "bias-only", graph, lr=args.lr or 0.01,
+                                                         bias_lr=args.bias_lr, head_lr=args.head_lr)
     _check_persist_arguments(args)
     config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), qas=not args.no_qas,
                           seed=args.seed)
@@ -303,10 +304,14 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def add_train_commands(sub) -> None:
     s = sub.add_parser("train", help="fine-tune with the device's arithmetic (batch-1 SGD, QAS, sparse update)")
     s.add_argument("model")
-    s.add_argument("--data", required=True, help=".npz (x uint8 NHWC, y labels), a class-folder tree, or lfw")
+    s.add_argument("--data", required=True,
+                   help=".npz (x uint8 NHWC, y labels), a class-folder tree, lfw or fashion-mnist[:test][:N]")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
     s.add_argument("--update", help="full | bias-only | last-k:N (default bias-only)")
     s.add_argument("--lr", type=float, help="learning rate of an --update preset (default 0.01)")
+    s.add_argument("--bias-lr", type=float, help="learning rate of an --update preset's biases (default: --lr)")
+    s.add_argument("--head-lr", type=float,
+                   help="learning rate of an --update preset's last layer, weights and bias (default: --lr, --bias-lr)")
     n = s.add_mutually_exclusive_group()
     n.add_argument("--epochs", type=int, default=1)
     n.add_argument("--steps", type=int)

@@ -4,7 +4,11 @@ A dataset is uint8 images (N,H,W,C) with integer labels, read from
 - an ``.npz`` with ``x`` (N,H,W,C) uint8 and ``y`` (N,) integer labels,
 - a folder with one sub-folder of images (PNG/JPEG/BMP) per class (labels in sorted folder order),
 - ``lfw`` — scikit-image's ``lfw_subset`` (100 faces = 1, 100 non-faces = 0), the built-in VWW-style
-  demo set that needs nothing from outside the installed packages.
+  demo set that needs nothing from outside the installed packages;
+- ``fashion-mnist[:train|:test][:N]`` — Fashion-MNIST (28x28 grayscale, 10 classes; 60,000 training and
+  10,000 test images) from the Debian package ``dataset-fashion-mnist`` (IDX files in ``FASHION_MNIST_DIR``),
+  read in place; ``:N`` keeps a stratified subset of N images (``stratified_subset``, seed 0: the same rows
+  on every machine).
 
 ``model_inputs`` resizes (bilinear), converts channels and quantizes to the model's int8 input.
 Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0) or
@@ -14,6 +18,7 @@ for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import zipfile
 import zlib
@@ -28,6 +33,11 @@ from tinytrain.ir import Graph
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 MAX_LABEL = 65535  # an .npz label beyond this is not a class index
 LUMA = np.array([0.299, 0.587, 0.114])
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_MNIST_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+                       "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+FASHION_MNIST_CLASSES = ("t-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker",
+                         "bag", "ankle boot")
 
 
 @dataclass(frozen=True)
@@ -45,9 +55,11 @@ class Dataset:
 
 
 def load_dataset(spec: str | Path) -> Dataset:
-    """Read a dataset from an .npz, a class-folder tree, or the built-in name ``lfw``."""
+    """Read a dataset from an .npz, a class-folder tree, or a built-in name (``lfw``, ``fashion-mnist...``)."""
     if str(spec) == "lfw":
         return _load_lfw()
+    if str(spec) == "fashion-mnist" or str(spec).startswith("fashion-mnist:"):
+        return load_fashion_mnist(str(spec))
     path = Path(spec)
     if path.is_dir():
         return _load_folder(path)
@@ -118,6 +130,46 @@ def _load_lfw() -> Dataset:
     return Dataset(x, y, ("no_face", "face"), "lfw")
 
 
+def load_fashion_mnist(spec: str, root: Path = FASHION_MNIST_DIR) -> Dataset:
+    """``fashion-mnist[:train|:test][:N]`` from the IDX files of the Debian package (see the module docstring)."""
+    parts = spec.split(":")[1:]
+    split = parts.pop(0) if parts and parts[0] in FASHION_MNIST_FILES else "train"
+    n = None
+    if len(parts) == 1 and parts[0].isdigit() and int(parts[0]) > 0:
+        n = int(parts[0])
+    elif parts:
+        raise UsageError(f"dataset {spec}: expected fashion-mnist[:train|:test][:N] (N a positive subset size)")
+    images, labels = (root / f for f in FASHION_MNIST_FILES[split])
+    if not images.is_file() or not labels.is_file():
+        raise UsageError(f"dataset {spec}: {images} not found; install the Debian package dataset-fashion-mnist "
+                         "(apt-get install dataset-fashion-mnist)")
+    x, y = _read_idx(images), _read_idx(labels)
+    if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+        raise UsageError(f"dataset {spec}: {images.name} {x.shape} and {labels.name} {y.shape} do not match")
+    ds = Dataset(x[..., None], y.astype(np.int64), FASHION_MNIST_CLASSES, spec)
+    if n is not None:
+        if n > len(ds):
+            raise UsageError(f"dataset {spec}: {n} images asked, the {split} split has {len(ds)}")
+        ds = ds.subset(stratified_subset(ds.y, n))
+    return ds
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """An IDX file (gzip-compressed): magic 0x0000 | type 0x08 (uint8) | ndim, big-endian int32 dims, data."""
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise UsageError(f"{path}: cannot read ({e})") from None
+    if len(raw) < 4 or raw[:3] != b"\0\0\x08":
+        raise UsageError(f"{path}: not an IDX file of uint8 values")
+    ndim = raw[3]
+    dims = tuple(int(d) for d in np.frombuffer(raw, ">i4", ndim, 4))
+    if len(raw) != 4 + 4 * ndim + int(np.prod(dims)):
+        raise UsageError(f"{path}: truncated IDX file (dimensions {dims})")
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
 def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
     from PIL import Image
 
@@ -161,6 +213,16 @@ def quantize_images(graph: Graph, x: np.ndarray) -> np.ndarray:
 def model_inputs(graph: Graph, x: np.ndarray) -> np.ndarray:
     """uint8 images (N,H,W,C) of any size -> the model's int8 input batch."""
     return quantize_images(graph, images_for_model(graph, x))
+
+
+def stratified_subset(y: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of n rows with the class balance of y (largest remainders decide the rounding)."""
+    classes, counts = np.unique(y, return_counts=True)
+    share = counts * n / len(y)
+    take = np.floor(share).astype(int)
+    take[np.argsort(-(share - take), kind="stable")[: n - take.sum()]] += 1
+    rng = np.random.default_rng(seed)
+    return np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:k] for c, k in zip(classes, take)]))
 
 
 def stratified_split(y: np.ndarray, held_out: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -6,9 +6,12 @@ As in MCUNetV3 ("On-Device Training Under 256KB Memory", Lin et al. 2022, sectio
    classifier (the last layer's weights and bias): the biases of the last k layers (Δb[k]) and the weights of
    layer i at ratio r of its output channels (Δw[i, r]), each by a short fine-tune with the device arithmetic
    on the host C engine; the results are cached on disk (resumable, budget independent);
+   Gains within the noise of repeated baseline runs count as 0 (noise.py);
 2. search (evolution.py, exact.py) the plan maximizing Δb[k] + Σ_i Δw[i, r_i] subject to the true peak SRAM
    of its training step (training.device_step.device_step -> plan_memory, what
-   ``tinytrain compile --plan`` reports; memory.py caches it) being within the budget.
+   ``tinytrain compile --plan`` reports; memory.py caches it) being within the budget;
+3. (not in the paper: gains do not add up) train the finalists — every preset that fits (candidates.py) and the
+   searches' proposals — with the recipe and keep the best measured one (halving.py).
 """
 
 from tinytrain.search.space import Choice, Space

@@ -29,7 +29,8 @@ def _choice(k: int, ratios: dict[int, float]) -> Choice:
 def evolve(gains: Gains, fits, *, population: int = 100, generations: int = 30, parent_ratio: float = 0.25,
            mutate_ratio: float = 0.5, mutate_prob: float = 0.1, seed: int = 0, deadline: float | None = None,
            progress=None) -> dict:
-    """Best feasible Choice found: {"choice", "score", "generations", "history" (best score per generation)}."""
+    """Best feasible Choice found: {"choice", "score", "generations", "history" (best score per generation),
+    "population" (the last population, distinct, best first)}."""
     rng = random.Random(seed)
     ks, options = _genes(gains)
 
@@ -98,4 +99,5 @@ def evolve(gains: Gains, fits, *, population: int = 100, generations: int = 30, 
         if progress is not None:
             progress.update(1)
     pop = sorted(set(pop), key=lambda c: (-gains.score(c), c.key()))
-    return {"choice": pop[0], "score": gains.score(pop[0]), "generations": done, "history": history}
+    return {"choice": pop[0], "score": gains.score(pop[0]), "generations": done, "history": history,
+            "population": pop}

@@ -37,6 +37,7 @@ class FineTune:
 
     lr: float = 0.01
     bias_lr: float | None = None
+    head_lr: float | None = None
     steps: int = 0  # 0: one epoch over the search's training rows
     qas: bool = True
     rounding: str = "stochastic"
@@ -149,8 +150,16 @@ def _setup(job: dict) -> None:
     _JOB.update(job)
 
 
-def finetune_accuracy(plan_json: dict) -> dict:
-    """Fine-tune the classifier-only baseline + one option (``plan_json``) and score it: a worker task."""
+def sample_order(n: int, steps: int, seed: int) -> np.ndarray:
+    """The batch-1 sample order of a fine-tune: ``steps`` indices into n rows, a new permutation each epoch."""
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.permutation(n) for _ in range(-(-steps // n))])[:steps]
+
+
+def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | None = None) -> dict:
+    """Fine-tune a plan (the classifier-only baseline + one option, or a whole candidate plan) and score it on
+    the validation rows: a worker task. ``steps`` / ``seed`` (sample order and rounding stream) override the
+    job's ``FineTune``; the defaults give the job's order."""
     from tinytrain.engine_c import CTrainer
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.qas import UpdateConfig
@@ -163,10 +172,15 @@ def finetune_accuracy(plan_json: dict) -> dict:
     plan = parse_plan(plan_json)
     g, p, cut = suffix_model(job["graph"], plan)
     x = job["features"][cut] if cut is not None else job["x"]  # rows: train rows then val rows
-    config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
+    seed = ft.seed if seed is None else seed
+    config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
     trainer = CTrainer(build_training_graph(g, p, config))
     n_train = len(job["train_rows"])
-    trainer.train(x[:n_train], job["y_train"], job["order"])
+    if steps is None and seed == ft.seed:
+        order = job["order"]
+    else:
+        order = sample_order(n_train, steps or ft.steps or n_train, seed)
+    trainer.train(x[:n_train], job["y_train"], order)
     pred = trainer.predict(x[n_train:]).argmax(axis=1)
     return {"accuracy": float((pred == job["y_val"]).mean()), "seconds": round(time.time() - t0, 3)}
 
@@ -174,36 +188,39 @@ def finetune_accuracy(plan_json: dict) -> dict:
 def prepare_job(graph: Graph, x: np.ndarray, y: np.ndarray, train_rows: np.ndarray, val_rows: np.ndarray,
                 ft: FineTune, plans: list[Plan]) -> dict:
     """The shared inputs of the fine-tunes: images (train rows then val rows), the sample order, and the
-    frozen features at every cut the ``plans`` need (simulator forward, once)."""
+    frozen features at every cut the ``plans`` need (simulator forward, once; ``add_features`` adds more)."""
+    rows = np.concatenate([train_rows, val_rows])
+    order = sample_order(len(train_rows), ft.steps or len(train_rows), ft.seed)
+    job = {"graph": graph, "x": np.ascontiguousarray(x[rows]), "y_train": y[train_rows], "y_val": y[val_rows],
+           "train_rows": train_rows, "order": order, "features": {}, "finetune": ft}
+    add_features(job, plans)
+    return job
+
+
+def add_features(job: dict, plans: list[Plan]) -> None:
+    """Compute the frozen features of the cuts ``plans`` need that ``job`` does not have yet (one forward)."""
     from tinytrain.simulator import forward
 
-    rows = np.concatenate([train_rows, val_rows])
-    xs = np.ascontiguousarray(x[rows])
-    cuts = sorted({c for p in plans for c in [suffix_model(graph, p)[2]] if c is not None})
-    features = {}
+    graph = job["graph"]
+    cuts = sorted({c for p in plans for c in [suffix_model(graph, p)[2]] if c is not None} - set(job["features"]))
     if cuts:
-        features = forward(replace(graph, outputs=tuple(cuts)), {graph.inputs[0]: xs})
-        features = {k: np.ascontiguousarray(v) for k, v in features.items()}
-    rng = np.random.default_rng(ft.seed)
-    n = len(train_rows)
-    steps = ft.steps or n
-    order = np.concatenate([rng.permutation(n) for _ in range(-(-steps // n))])[:steps]
-    return {"graph": graph, "x": xs, "y_train": y[train_rows], "y_val": y[val_rows], "train_rows": train_rows,
-            "order": order, "features": features, "finetune": ft}
+        features = forward(replace(graph, outputs=tuple(cuts)), {graph.inputs[0]: job["x"]})
+        job["features"].update({k: np.ascontiguousarray(v) for k, v in features.items()})
 
 
 def run_finetunes(job: dict, tasks: list[tuple[str, dict]], workers: int, on_result, deadline: float | None,
                   progress=None) -> bool:
-    """Run ``tasks`` ((key, plan json), ...) calling ``on_result(key, result)`` as each ends. Returns False
-    when the deadline stopped it before every task ran (finished results are kept)."""
+    """Run ``tasks`` ((key, plan json[, steps, seed]), ...: ``finetune_accuracy``'s arguments) calling
+    ``on_result(key, result)`` as each ends. Returns False when the deadline stopped it before every task ran
+    (finished results are kept)."""
     if not tasks:
         return True
     if workers <= 1:
         _setup(job)
-        for key, plan_json in tasks:
+        for key, *arguments in tasks:
             if deadline is not None and time.time() > deadline:
                 return False
-            on_result(key, finetune_accuracy(plan_json))
+            on_result(key, finetune_accuracy(*arguments))
             if progress is not None:
                 progress.update(1)
         return True
@@ -213,7 +230,7 @@ def run_finetunes(job: dict, tasks: list[tuple[str, dict]], workers: int, on_res
     _setup(job)  # inherited by the forked workers
     pool = ctx.Pool(workers)
     try:
-        pending = {key: pool.apply_async(finetune_accuracy, (plan_json,)) for key, plan_json in tasks}
+        pending = {key: pool.apply_async(finetune_accuracy, tuple(arguments)) for key, *arguments in tasks}
         while pending:
             done = [k for k, r in pending.items() if r.ready()]
             for k in done:

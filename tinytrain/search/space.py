@@ -53,9 +53,13 @@ class Space:
         ks = tuple(k for k in (bias_ks or default_bias_ks(n)) if 1 <= k <= n)
         return cls(n, tuple(sorted(set(ks) | {1})), tuple(range(n - 1)))
 
-    def plan(self, choice: Choice, lr: float, bias_lr: float | None = None) -> Plan:
+    def plan(self, choice: Choice, lr: float, bias_lr: float | None = None, head_lr: float | None = None) -> Plan:
         weights = tuple(WeightUpdate(i, float(r)) for i, r in choice.weights) + (WeightUpdate(self.classifier, 1.0),)
-        return Plan(choice.k, tuple(sorted(weights, key=lambda w: w.conv)), "first", lr, bias_lr)
+        return Plan(choice.k, tuple(sorted(weights, key=lambda w: w.conv)), "first", lr, bias_lr, head_lr)
+
+    def last_k(self, n: int) -> Choice:
+        """The ``last-k:N`` preset: weights and biases of the last n layers (n = 1: the classifier alone)."""
+        return Choice(n, tuple((i, 1.0) for i in range(self.n_layers - n, self.classifier)))
 
     # the single-option plans the contributions are measured with
     def bias_option(self, k: int) -> Choice:

@@ -23,7 +23,7 @@ RATIOS = (1.0, 0.5, 0.25, 0.125)
 CHANNEL_RULES = ("first",)
 LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
-FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr")
+FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr")
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,16 @@ class WeightUpdate:
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated version-1 plan. ``bias_lr`` None means: the same as ``lr``."""
+    """A validated version-1 plan: ``lr`` for weights, ``bias_lr`` for biases (None: ``lr``), ``head_lr`` for the
+    last layer's weights and bias — the classifier, a new head (None: the other two apply to it as well).
+    ``head_lr`` is optional, so files written before it existed load unchanged."""
 
     bias_last_k: int = 0
     weights: tuple[WeightUpdate, ...] = ()
     channels: str = "first"
     lr: float = DEFAULT_LR
     bias_lr: float | None = None
+    head_lr: float | None = None
 
     @property
     def effective_bias_lr(self) -> float:
@@ -52,6 +55,8 @@ class Plan:
              "channels": self.channels, "lr": self.lr}
         if self.bias_lr is not None:
             d["bias_lr"] = self.bias_lr
+        if self.head_lr is not None:
+            d["head_lr"] = self.head_lr
         return d
 
 
@@ -131,7 +136,8 @@ def parse_plan(obj, source: str = "plan") -> Plan:
         raise PlanError(f'{source}: "channels" must be one of {", ".join(CHANNEL_RULES)}, got {json.dumps(channels)}')
     lr = _number(obj.get("lr", DEFAULT_LR), '"lr"', source)
     bias_lr = _number(obj["bias_lr"], '"bias_lr"', source) if "bias_lr" in obj else None
-    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr)
+    head_lr = _number(obj["head_lr"], '"head_lr"', source) if "head_lr" in obj else None
+    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -146,19 +152,20 @@ def load_plan(path: str | Path) -> Plan:
     return parse_plan(obj, str(path))
 
 
-def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | None = None) -> Plan:
+def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | None = None,
+           head_lr: float | None = None) -> Plan:
     """--update full | bias-only | last-k:N (the last N layers: biases and all weights)."""
     n = len(layers(graph))
     if spec == "full":
-        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), lr=lr, bias_lr=bias_lr)
+        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
     if spec == "bias-only":
-        return Plan(n, lr=lr, bias_lr=bias_lr)
+        return Plan(n, lr=lr, bias_lr=bias_lr, head_lr=head_lr)
     if spec.startswith("last-k:"):
         k = spec[len("last-k:"):]
         if not k.isdigit() or not 1 <= int(k) <= n:
             raise PlanError(f"--update {spec}: N must be an integer from 1 to {n} (the model's layer count)")
         k = int(k)
-        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), lr=lr, bias_lr=bias_lr)
+        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
     raise PlanError(f"--update {spec}: expected full, bias-only or last-k:N")
 
 
@@ -176,18 +183,19 @@ def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:
 
 
 def updated_params(plan: Plan, graph: Graph) -> list[ParamUpdate]:
-    """What the plan updates, in layer order (weights before the bias of each layer)."""
+    """What the plan updates, in layer order (weights before the bias of each layer), each with its lr."""
     ls = check_plan(plan, graph)
     ratios = {w.conv: w.ratio for w in plan.weights}
     result = []
     for k, node in enumerate(ls):
+        head = plan.head_lr if k == len(ls) - 1 else None
         if k in ratios:
             c_out = graph.tensors[node.inputs[1]].shape[0]
             result.append(ParamUpdate(node.inputs[1], k, False, select_channels(c_out, ratios[k], plan.channels),
-                                      plan.lr))
+                                      head or plan.lr))
         has_bias = len(node.inputs) > 2 and node.inputs[2]
         if k >= len(ls) - plan.bias_last_k and has_bias:
-            result.append(ParamUpdate(node.inputs[2], k, True, None, plan.effective_bias_lr))
+            result.append(ParamUpdate(node.inputs[2], k, True, None, head or plan.effective_bias_lr))
     return result
 
 

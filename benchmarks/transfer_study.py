@@ -1,0 +1,498 @@
+"""Transfer study on a shifted domain: Fashion-MNIST on ImageNet MobileNetV1-0.25, searched plans against presets.
+
+    .venv/bin/python benchmarks/transfer_study.py --fresh [--workers 2] [--train-images 5000]
+
+(61 min on 2 cores shared with other jobs; ``--test-images N`` and a small ``--train-images`` make a quick check,
+not the study.)
+
+ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head
+(``--new-head 10 --seed 0``) on Fashion-MNIST (Debian package ``dataset-fashion-mnist``, read in place): a
+stratified subset of ``--train-images`` of the 60,000 training images (``fashion-mnist:N``; the whole set does
+not fit the time), the official 10,000 test images (``fashion-mnist:test``) for every reported number. Nothing is
+chosen on the test images: the recipe, the learning rates and the plans are chosen on a validation split (30 %,
+stratified, split seed 0) of the training subset. Stages:
+
+1. recipe (validation split): the head's lr (on classifier-only), then on last-k:5 one lr for all against a
+   separate backbone lr, a separate bias lr, the number of epochs, and the lr schedule (constant, cosine, warm-up;
+   a schedule is emulated by training in segments, one C build per lr), each measured before it is kept (when it
+   beats the simpler choice by more than one standard error of the difference; ``choose_recipe``);
+2. ``tinytrain plan`` at 256 KB and at 128 KB with that recipe (contributions, gain model, finalists trained);
+3. every row trained on the whole training subset with ``tinytrain train --engine c`` (the emitted C: the device's
+   arithmetic), scored on the test set by the emitted C forward; peak SRAM from ``tinytrain compile``'s
+   report.json. Rows: classifier-only, bias-only (the biases of the deepest last k that fits), every last-k:N that
+   fits 256 KB, the searched plans, the searched 256 KB plan without QAS (at its own best lr on the validation
+   split) and fp32 full fine-tuning in PyTorch (an fp32 twin of the graph, vww_study.torch_twin; lr chosen on the
+   validation split): the upper bound.
+
+Accuracies come with 95 % intervals; differences are paired per test image (mean of d_i in {-1, 0, 1} +- 1.96
+standard errors). Writes benchmarks/results/transfer_study.json and .md; work files in build/transfer_study.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from vww_study import torch_twin  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Study:
+    model: str  # relative to the project root
+    train: str  # the training data spec (a stratified subset of Fashion-MNIST's training images)
+    test: str
+    head: int
+    seed: int
+    val: float  # validation fraction of the training subset (stratified, split seed 0)
+    ft_steps: int  # steps of each contribution fine-tune
+    workers: int
+    build: Path
+
+    @property
+    def model_path(self) -> Path:
+        return ROOT / self.model
+
+
+@dataclass(frozen=True)
+class Recipe:
+    lr: float
+    bias_lr: float
+    head_lr: float
+    epochs: int
+
+    def flags(self) -> list[str]:
+        return ["--lr", f"{self.lr:g}", "--bias-lr", f"{self.bias_lr:g}", "--head-lr", f"{self.head_lr:g}"]
+
+
+# ---- running tinytrain commands ---------------------------------------------------------------------------------
+
+def run(study: Study, argv: list[str], log: list) -> dict:
+    """Run one tinytrain command from the project root; its --json object (exit on failure)."""
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "tinytrain.cli", *argv], cwd=ROOT, capture_output=True, text=True,
+                       check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    log.append({"command": shlex.join(["tinytrain", *argv]), "exit": r.returncode,
+                "seconds": round(time.time() - t0, 1)})
+    if r.returncode != 0:
+        raise SystemExit(f"tinytrain {shlex.join(argv)} failed: {r.stderr.strip()[-2000:]}")
+    lines = r.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if "--json" in argv and lines else {}
+
+
+def rel(path: Path) -> str:
+    return os.path.relpath(path, ROOT)
+
+
+def write_plan(study: Study, name: str, plan: dict) -> str:
+    path = study.build / "plans" / f"{name.replace(' ', '_').replace(':', '-')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan) + "\n")
+    return rel(path)
+
+
+def peak_sram(study: Study, plan_file: str, name: str, log: list) -> int:
+    out = study.build / "compile" / name.replace(" ", "_").replace(":", "-")
+    run(study, ["compile", study.model, "--new-head", str(study.head), "--sram", "4m", "--flash", "4m",
+                "--plan", plan_file, "-o", rel(out)], log)
+    return int(json.loads((out / "report.json").read_text())["peak_sram_bytes"])
+
+
+# ---- data and graph (in process: validation fine-tunes, test predictions) ---------------------------------------
+
+class Task:
+    """The graph with its new head, the training subset (fit / validation rows) and the test set, as int8 inputs."""
+
+    def __init__(self, study: Study) -> None:
+        from tinytrain.data import load_dataset, model_inputs, stratified_split
+        from tinytrain.frontends import load_model
+        from tinytrain.training.head import new_head
+
+        self.graph = new_head(load_model(study.model_path), study.head, seed=study.seed)
+        train, test = load_dataset(study.train), load_dataset(study.test)
+        self.x, self.y = model_inputs(self.graph, train.x), train.y
+        self.x_test, self.y_test = model_inputs(self.graph, test.x), test.y
+        self.fit, self.val = stratified_split(self.y, study.val, 0)
+        self.job: dict | None = None  # the validation fine-tunes' inputs (search.measure.prepare_job), built once
+
+    def test_correct(self, state_file: str) -> np.ndarray:
+        """Per test image: does the emitted C forward with the trained state predict its label?"""
+        from tinytrain.cli_train import _load_state
+        from tinytrain.engine_c import predict
+        from tinytrain.simulator import with_state
+
+        g = with_state(self.graph, _load_state(str(ROOT / state_file), self.graph))
+        return predict(g, self.x_test).argmax(axis=1) == self.y_test
+
+
+def _segmented_accuracy(plan_json: dict, steps: int, schedule: tuple[tuple[float, float], ...], qas: bool) -> float:
+    """Validation accuracy of a plan trained ``steps`` batch-1 steps on the fit rows (the search's cut model, C
+    engine); ``schedule``: (fraction of the steps, lr factor) segments, one C build each, state carried over."""
+    from tinytrain.engine_c import CTrainer
+    from tinytrain.search.measure import _JOB, sample_order, suffix_model
+    from tinytrain.training.qas import UpdateConfig
+    from tinytrain.training.sparse import parse_plan
+    from tinytrain.training.train_graph import build_training_graph
+
+    job = _JOB
+    g, p, cut = suffix_model(job["graph"], parse_plan(plan_json))
+    x = job["features"][cut] if cut is not None else job["x"]
+    n = len(job["train_rows"])
+    order = sample_order(n, steps, job["finetune"].seed)
+    bounds = np.round(np.cumsum([0.0] + [f for f, _ in schedule]) / sum(f for f, _ in schedule) * steps).astype(int)
+    state, trainer = None, None
+    for (lo, hi), (_, factor) in zip(zip(bounds[:-1], bounds[1:]), schedule):
+        scaled = replace(p, lr=p.lr * factor, bias_lr=p.effective_bias_lr * factor,
+                         head_lr=None if p.head_lr is None else p.head_lr * factor)
+        trainer = CTrainer(build_training_graph(g, scaled, UpdateConfig(qas=qas, seed=job["finetune"].seed)))
+        if state is not None:
+            trainer.load_state(state)
+        trainer.train(x[:n], job["y_train"], order[lo:hi])
+        state = trainer.state()
+    return float((trainer.predict(x[n:]).argmax(axis=1) == job["y_val"]).mean())
+
+
+def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list) -> dict[str, float]:
+    """name -> (plan json, steps, schedule, qas): validation accuracies, ``study.workers`` processes."""
+    import multiprocessing as mp
+
+    from tinytrain.search.measure import FineTune, _setup, add_features, prepare_job
+    from tinytrain.training.sparse import parse_plan
+
+    t0 = time.time()
+    plans = [parse_plan(r[0]) for r in runs.values()]
+    if task.job is None:
+        task.job = prepare_job(task.graph, task.x, task.y, task.fit, task.val, FineTune(seed=study.seed), plans)
+    add_features(task.job, plans)  # the frozen features of new cuts only
+    _setup(task.job)
+    with mp.get_context("fork").Pool(study.workers) as pool:
+        pending = {name: pool.apply_async(_segmented_accuracy, r) for name, r in runs.items()}
+        out = {name: res.get() for name, res in pending.items()}
+    log.append({"validation_runs": sorted(runs), "seconds": round(time.time() - t0, 1)})
+    return out
+
+
+# ---- stage 1: the recipe ----------------------------------------------------------------------------------------
+
+CONSTANT = ((1.0, 1.0),)
+COSINE = tuple((1 / 8, 0.5 * (1 + math.cos(math.pi * (j + 0.5) / 8))) for j in range(8))
+WARMUP = ((0.05, 0.25), (0.05, 0.75), (0.9, 1.0))
+WARMUP_COSINE = WARMUP[:2] + tuple((0.9 / 8, 0.5 * (1 + math.cos(math.pi * (j + 0.5) / 8))) for j in range(8))
+
+
+def choose_recipe(task: Task, study: Study, log: list) -> tuple[Recipe, dict]:
+    """Each element measured on the validation split before it is kept: the head's lr on classifier-only, then on
+    last-k:5 (backbone weights, biases and head: a plan of the depth budgets allow) one lr for all against a
+    separate backbone lr, a separate bias lr, the epochs and the schedule. An element is kept when it beats the
+    simpler choice by more than one standard error of a difference of two validation accuracies."""
+    from tinytrain.training.sparse import preset
+
+    n_fit, n_val = len(task.fit), len(task.val)
+    head_only, deep = (preset(p, task.graph).to_json() for p in ("last-k:1", "last-k:5"))
+
+    def plan(base, lr, bias_lr=None, head_lr=None):
+        return {**base, "lr": lr, "bias_lr": bias_lr or lr, "head_lr": head_lr or lr}
+
+    def best(acc: dict, names) -> str:
+        return max(names, key=acc.get)
+
+    record = {"n_fit": int(n_fit), "n_val": int(n_val)}
+    grid = (0.001, 0.003, 0.01, 0.03)
+    runs = {f"classifier-only, lr {v:g}": (plan(head_only, v), 2 * n_fit, CONSTANT, True) for v in (*grid, 0.1)}
+    runs |= {f"last-k:5, one lr {v:g}": (plan(deep, v), 2 * n_fit, CONSTANT, True) for v in grid}
+    acc = validation_runs(task, study, runs, log)
+    head_lr = float(best(acc, [n for n in runs if n.startswith("classifier")]).split()[-1])
+    single = best(acc, [n for n in runs if n.startswith("last-k")])
+    base = acc[single]
+    se = math.sqrt(2 * base * (1 - base) / n_val)  # standard error of a difference of two validation accuracies
+    record.update(head_lr=acc, difference_se=se)
+    runs = {f"last-k:5, backbone lr {v:g}, head lr {head_lr:g}": (plan(deep, v, head_lr=head_lr), 2 * n_fit,
+                                                                 CONSTANT, True) for v in grid}
+    acc = validation_runs(task, study, runs, log)
+    record["separate_head_lr"] = acc
+    sep = best(acc, list(runs))
+    if acc[sep] > base + se:
+        lr, base = float(sep.split(",")[1].split()[-1]), acc[sep]
+    else:
+        lr = head_lr = float(single.split()[-1])
+    runs = {f"bias lr x{f:g}": (plan(deep, lr, lr * f, head_lr), 2 * n_fit, CONSTANT, True) for f in (3, 10)}
+    acc = validation_runs(task, study, runs, log)
+    record["separate_bias_lr"] = acc
+    f_best = max((3, 10), key=lambda f: acc[f"bias lr x{f:g}"])
+    bias_lr = lr * f_best if acc[f"bias lr x{f_best:g}"] > base + se else lr
+    base = max(base, acc[f"bias lr x{f_best:g}"]) if bias_lr != lr else base
+    chosen = plan(deep, lr, bias_lr, head_lr)
+    runs = {f"epochs {e}": (chosen, e * n_fit, CONSTANT, True) for e in (1, 3)}
+    runs |= {name: (chosen, 2 * n_fit, sched, True)
+             for name, sched in (("cosine", COSINE), ("warm-up", WARMUP), ("warm-up + cosine", WARMUP_COSINE))}
+    acc = validation_runs(task, study, runs, log) | {"epochs 2": base}
+    record["epochs_and_schedule"] = acc
+    # fewer epochs unless more are better by a standard error (each epoch is a pass over the data on the device)
+    top = max(acc[f"epochs {e}"] for e in (1, 2, 3))
+    epochs = min(e for e in (1, 2, 3) if acc[f"epochs {e}"] >= top - se)
+    sched = best(acc, ["cosine", "warm-up", "warm-up + cosine"])
+    record["schedule_kept"] = False
+    record["schedule_note"] = (
+        f"{sched} vs constant (2 epochs): {100 * (acc[sched] - acc['epochs 2']):+.1f} points (one standard error of "
+        f"the difference: {100 * se:.1f}). The device's step has one constant lr per parameter (the step scale is "
+        "a constant of the emitted C), so a schedule would need a runtime lr factor in the emitted C (codegen); "
+        + ("it would be worth it." if acc[sched] > acc["epochs 2"] + se else "not worth it on this measurement."))
+    recipe = Recipe(lr, bias_lr, head_lr, epochs)
+    record["chosen"] = {"lr": lr, "bias_lr": bias_lr, "head_lr": head_lr, "epochs": epochs, "schedule": "constant"}
+    return recipe, record
+
+
+# ---- stage 2 and 3: search, rows ----------------------------------------------------------------------------------
+
+def search(study: Study, recipe: Recipe, budget: str, log: list) -> dict:
+    out = study.build / "plans" / f"searched-{budget}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run(study, ["plan", study.model, "--data", study.train, "--new-head", str(study.head), "--seed",
+                str(study.seed), "--sram", budget, "--val", str(study.val), *recipe.flags(), "--epochs",
+                str(recipe.epochs), "--ft-steps", str(study.ft_steps), "--workers", str(study.workers),
+                "--cache", rel(study.build / "cache"), "--no-progress", "--json", "-o", rel(out)], log)
+    return {"plan_file": rel(out), **json.loads(out.with_name(out.stem + ".search.json").read_text())}
+
+
+def scale_lrs(plan: dict, factor: float) -> dict:
+    return {**plan, **{k: v * factor for k, v in plan.items() if k in ("lr", "bias_lr", "head_lr")}}
+
+
+def train_row(study: Study, task: Task, name: str, plan_file: str, epochs: int, log: list, *extra: str) -> dict:
+    state = study.build / "states" / f"{name.replace(' ', '_').replace(':', '-')}.npz"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    out = run(study, ["train", study.model, "--data", study.train, "--new-head", str(study.head), "--seed",
+                      str(study.seed), "--plan", plan_file, "--epochs", str(epochs), "--engine", "c", *extra,
+                      "--state-out", rel(state), "--json"], log)
+    correct = task.test_correct(rel(state))
+    return {"plan_file": plan_file, "train_seconds": out["seconds"], "final_loss": out["final_loss"],
+            "correct": correct}
+
+
+def ci(correct: np.ndarray) -> tuple[float, float]:
+    p = float(correct.mean())
+    return p, 1.96 * math.sqrt(p * (1 - p) / len(correct))
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    d = a.astype(np.float64) - b.astype(np.float64)
+    return float(d.mean()), 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
+
+
+def fp32_full_finetune(task: Task, study: Study, recipe: Recipe, log: list) -> dict:
+    """Every parameter, fp32, batch-1 SGD with the recipe's lrs x {0.03, 0.1, 0.3, 1} (chosen on the validation split),
+    then trained on the whole training subset and scored on the test set."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)
+    q = task.graph.tensors[task.graph.inputs[0]].quant
+
+    def tensor(x):
+        return torch.tensor(((x.astype(np.float32) - q.zp) * np.float32(q.s)).transpose(0, 3, 1, 2).copy())
+
+    x, x_test = tensor(task.x), tensor(task.x_test)
+    y = torch.tensor(task.y)
+    head = max(k for k, n in enumerate(task.graph.nodes) if n.op in ("conv2d", "fully_connected"))
+
+    def fit_predict(factor: float, rows: np.ndarray, x_eval) -> np.ndarray:
+        torch.manual_seed(study.seed)
+        model = torch_twin(task.graph)
+        groups = {"w": [], "b": [], "h": []}
+        for name, p in model.params.items():
+            groups["h" if int(name[1:]) == head else name[0]].append(p)
+        opt = torch.optim.SGD([{"params": groups["w"], "lr": recipe.lr * factor},
+                               {"params": groups["b"], "lr": recipe.bias_lr * factor},
+                               {"params": groups["h"], "lr": recipe.head_lr * factor}])
+        rng = np.random.default_rng(study.seed)
+        order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(recipe.epochs)])]
+        for k in order:
+            opt.zero_grad()
+            F.cross_entropy(model(x[k: k + 1]), y[k: k + 1]).backward()
+            opt.step()
+        with torch.no_grad():
+            return torch.cat([model(x_eval[i: i + 500]).argmax(1) for i in range(0, len(x_eval), 500)]).numpy()
+
+    t0 = time.time()
+    factors = (0.03, 0.1, 0.3, 1.0)
+    val = {f: float((fit_predict(f, task.fit, x[task.val]) == task.y[task.val]).mean()) for f in factors}
+    best = max(factors, key=val.get)
+    correct = fit_predict(best, np.arange(len(task.y)), x_test) == task.y_test
+    log.append({"fp32": "torch", "seconds": round(time.time() - t0, 1)})
+    return {"validation": {f"{f:g}": a for f, a in val.items()}, "lr_factor": best, "correct": correct,
+            "seconds": round(time.time() - t0, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--train-images", type=int, default=5000,
+                    help="stratified subset of Fashion-MNIST's 60,000 training images (default 5000)")
+    ap.add_argument("--ft-steps", type=int, default=1000, help="steps of each contribution fine-tune")
+    ap.add_argument("--test-images", type=int, default=0,
+                    help="a stratified subset of the test set, for a quick check only (default 0: all 10,000)")
+    ap.add_argument("--fresh", action="store_true", help="start from an empty build/transfer_study")
+    args = ap.parse_args()
+    from tinytrain.data import FASHION_MNIST_DIR
+
+    model = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
+    if not model.exists() or not FASHION_MNIST_DIR.is_dir():
+        raise SystemExit(f"needs {model} and {FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)")
+    test = "fashion-mnist:test" + (f":{args.test_images}" if args.test_images else "")
+    study = Study(rel(model), f"fashion-mnist:{args.train_images}", test, 10, 0, 0.3,
+                  args.ft_steps, args.workers, ROOT / "build" / "transfer_study")
+    if args.fresh and study.build.exists():
+        shutil.rmtree(study.build)
+    t_start = time.time()
+    log: list = []
+    task = Task(study)
+    print(f"data: {len(task.y)} training images ({len(task.fit)} fit / {len(task.val)} validation), "
+          f"{len(task.y_test)} test images", flush=True)
+
+    recipe, recipe_record = choose_recipe(task, study, log)
+    print(f"recipe: {recipe} ({time.time() - t_start:.0f} s)", flush=True)
+    searches = {b: search(study, recipe, b, log) for b in ("256k", "128k")}
+    print(f"searches done ({time.time() - t_start:.0f} s)", flush=True)
+
+    # the rows: every finalist preset of the 256 KB search (the presets that fit 256 KB) and the searched plans
+    rows: dict[str, dict] = {}
+    for s in searches.values():
+        for f in s["finalists"]:
+            if f["preset"]:
+                rows.setdefault(f["name"], {"plan": f["plan"]})
+    for b, s in searches.items():
+        rows[f"searched {b}"] = {"plan": s["plan"], "chosen": s["chosen"]}
+    # int8 without QAS: the searched 256 KB plan at its own best lr (lr factor chosen on the validation split)
+    noqas_factors = (1.0, 1e2, 1e4)
+    searched = rows["searched 256k"]["plan"]
+    runs = {f"x{f:g}": (scale_lrs(searched, f), recipe.epochs * len(task.fit), CONSTANT, False) for f in noqas_factors}
+    noqas_val = validation_runs(task, study, runs, log)
+    best = max(noqas_factors, key=lambda f: noqas_val[f"x{f:g}"])
+    rows["searched 256k, no QAS"] = {"plan": runs[f"x{best:g}"][0], "validation": noqas_val, "lr_factor": best,
+                                     "extra": ["--no-qas"]}
+
+    def one(item):
+        name, row = item
+        plan_file = write_plan(study, name, row["plan"])
+        row["peak_sram_bytes"] = peak_sram(study, plan_file, name, log)
+        row.update(train_row(study, task, name, plan_file, recipe.epochs, log, *row.get("extra", [])))
+        print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
+        return name
+
+    with ThreadPoolExecutor(study.workers) as pool:
+        list(pool.map(one, rows.items()))
+    fp32 = fp32_full_finetune(task, study, recipe, log)
+    print(f"  fp32: {100 * fp32['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
+
+    result = report(study, task, recipe, recipe_record, searches, rows, fp32, log, time.time() - t_start)
+    out = ROOT / "benchmarks" / "results"
+    (out / "transfer_study.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "transfer_study.md").write_text(markdown(result))
+    print(f"wrote {rel(out / 'transfer_study.md')} ({result['seconds']:.0f} s)")
+
+
+def report(study, task, recipe, recipe_record, searches, rows, fp32, log, seconds) -> dict:
+    ref = rows["classifier-only"]["correct"]
+    table = {}
+    for name, row in [*rows.items(), ("fp32 full fine-tuning (PyTorch)", fp32)]:
+        acc, half = ci(row["correct"])
+        d, dhalf = paired(row["correct"], ref)
+        table[name] = {"accuracy": acc, "ci95": half, "vs_classifier_only": d, "vs_classifier_only_ci95": dhalf,
+                       **{k: v for k, v in row.items() if k not in ("correct",)}}
+    budgets = {}
+    for b, limit in (("256k", 256 * 1024), ("128k", 128 * 1024)):
+        fitting = [n for n, row in rows.items() if not n.startswith("searched") and row["peak_sram_bytes"] <= limit]
+        best = max(fitting, key=lambda n: rows[n]["correct"].mean())
+        d, dhalf = paired(rows[f"searched {b}"]["correct"], rows[best]["correct"])
+        budgets[b] = {"best_preset": best, "searched_minus_best_preset": d, "ci95": dhalf,
+                      "searched_peak_sram_bytes": rows[f"searched {b}"]["peak_sram_bytes"],
+                      "chosen": searches[b]["chosen"]}
+    import tinytrain
+
+    return {"study": {"model": study.model, "train": study.train, "test": study.test, "new_head": study.head,
+                      "seed": study.seed, "val": study.val, "ft_steps": study.ft_steps, "workers": study.workers},
+            "n_train": int(len(task.y)), "n_test": int(len(task.y_test)),
+            "recipe": recipe_record, "rows": table, "budgets": budgets,
+            "searches": {b: {k: v for k, v in s.items() if k != "contributions"} for b, s in searches.items()},
+            "commands": log, "seconds": round(seconds, 1), "tinytrain_version": tinytrain.__version__,
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}"
+
+
+def markdown(r: dict) -> str:
+    rec = r["recipe"]["chosen"]
+    lines = [
+        "# Transfer study: Fashion-MNIST on ImageNet MobileNetV1-0.25 (int8, on-device training arithmetic)",
+        "",
+        f"`python benchmarks/transfer_study.py --fresh` ({r['seconds'] / 60:.0f} min on {r['machine']['cpus']} "
+        f"cores, {r['study']['workers']} workers). Model `{r['study']['model']}` + a new 10-class head; training "
+        f"data `{r['study']['train']}` ({r['n_train']} images: a stratified subset of the 60,000, seed 0), test "
+        f"`{r['study']['test']}` ("
+        + ("the official 10,000 test images, all of them" if r["n_test"] == 10000 else
+           f"a stratified subset of {r['n_test']} of the official test images: a quick check, not the study")
+        + ", looked at only for this table). "
+        f"Recipe, lrs and plans were chosen on a 30 % validation split of the training subset.",
+        "",
+        f"Recipe (chosen on the validation split, see below): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
+        f"{rec['head_lr']:g}, {rec['epochs']} epochs, constant lr, batch-1 SGD, QAS, stochastic rounding.",
+        "",
+        "| row | test accuracy (95 % CI) | vs classifier-only (paired, 95 % CI) | peak SRAM |",
+        "|---|---|---|---|",
+    ]
+    for name, row in r["rows"].items():
+        peak = f"{row['peak_sram_bytes'] / 1024:.1f} KB" if "peak_sram_bytes" in row else "n/a (fp32, unlimited)"
+        lines.append(f"| {name} | {_pct(row['accuracy'])} ± {_pct(row['ci95'])} | "
+                     f"{100 * row['vs_classifier_only']:+.1f} ± {_pct(row['vs_classifier_only_ci95'])} | {peak} |")
+    lines += ["", "Searched plan against the best preset that fits the same budget (test set, paired):", ""]
+    for b, v in r["budgets"].items():
+        lines.append(f"- {b}: searched (chose `{v['chosen']}`, {v['searched_peak_sram_bytes'] / 1024:.1f} KB) "
+                     f"minus {v['best_preset']}: {100 * v['searched_minus_best_preset']:+.1f} ± {_pct(v['ci95'])} "
+                     "points")
+    lines += ["", "Finalists of each search (validation split; predicted = the additive gain model's sum of "
+              "single-option gains, measured = trained, at the last rung they reached):", ""]
+    for b, s in r["searches"].items():
+        lines.append(f"**{b}** (noise floor: {s['noise_floor']['repeats']} baseline runs, sd "
+                     f"{_pct(s['noise_floor']['run_sd'])} points; validation SE {_pct(s['noise_floor']['binomial_se'])}"
+                     f"; {s['seconds']:.0f} s)")
+        lines += ["", "| finalist | peak SRAM | predicted gain | measured gain | validation accuracy | steps |",
+                  "|---|---|---|---|---|---|"]
+        for f in s["finalists"]:
+            m = f["measured"][-1]
+            pred = "n/a" if f["predicted_gain"] is None else f"{100 * f['predicted_gain']:+.1f}"
+            lines.append(f"| {f['name']}{' (chosen)' if f['name'] == s['chosen'] else ''} | "
+                         f"{f['peak_sram_bytes'] / 1024:.1f} KB | {pred} | {100 * m['gain']:+.1f} | "
+                         f"{_pct(m['accuracy'])} | {m['steps']} |")
+        lines.append("")
+    lines += ["Recipe measurements (validation accuracy; `choose_recipe` in the script):", "", "```",
+              json.dumps({k: v for k, v in r["recipe"].items() if k != "chosen"}, indent=1), "```", "",
+              "Commands (each re-runs standalone from the project root):", "", "```"]
+    lines += [c["command"] for c in r["commands"] if "command" in c]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

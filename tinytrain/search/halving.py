@@ -1,0 +1,44 @@
+"""Successive halving: rank the finalists by training them, with the device's arithmetic, on the validation rows.
+
+Rung j of R trains every surviving candidate for ``full_steps / 2^(R-1-j)`` batch-1 steps (the last rung: the
+whole recipe) and scores it on the validation rows; the better half (rounded up) goes on. The reference plan
+(classifier-only) is measured at every rung, whether it survives or not, so each measured gain is taken against
+it at the same number of steps. The winner is the best candidate of the last rung (ties: the smaller peak SRAM,
+then the earlier candidate — presets come first). ``measure(names, steps)`` -> {name: accuracy} runs the
+fine-tunes (in parallel, cached: measure.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rung:
+    steps: int
+    accuracy: dict[str, float]  # every candidate measured at this rung (and the reference)
+    kept: tuple[str, ...]  # the candidates that go on (the last rung: its ranking)
+
+
+def rung_steps(n_candidates: int, full_steps: int, max_rungs: int = 2, min_steps: int = 1) -> list[int]:
+    """Steps per rung: one rung per halving down to 2 candidates (at most ``max_rungs``), the last at full_steps."""
+    rungs = max(1, min(max_rungs, math.ceil(math.log2(max(n_candidates, 2)))))
+    return [max(min_steps, full_steps >> (rungs - 1 - j)) for j in range(rungs)]
+
+
+def successive_halving(names: list[str], reference: str, measure, full_steps: int, size, max_rungs: int = 2,
+                       min_steps: int = 1) -> tuple[str, list[Rung]]:
+    """(the winner, the rungs). ``names`` in priority order; ``size(name)`` breaks ties (peak SRAM)."""
+    alive = list(names)
+    rungs = []
+    steps_list = rung_steps(len(alive), full_steps, max_rungs, min_steps)
+    for j, steps in enumerate(steps_list):
+        wanted = alive + ([reference] if reference not in alive else [])
+        acc = measure(wanted, steps)
+        ranked = sorted(alive, key=lambda n: (-acc[n], size(n), names.index(n)))
+        last = j == len(steps_list) - 1
+        kept = tuple(ranked if last else ranked[: math.ceil(len(ranked) / 2)])
+        rungs.append(Rung(steps, {n: acc[n] for n in wanted}, kept))
+        alive = list(kept)
+    return alive[0], rungs
