@@ -98,7 +98,7 @@ def study(task: dict) -> list[dict]:
     """All runs of one (model, data, plan), in one process (so the plan's frozen prefix is computed once).
 
     A run the C engine fails (e.g. while its templates are being edited) is re-run with the simulator and
-    the row says so; both engines implement the same arithmetic (design.md §4)."""
+    the row says so; both engines implement the same arithmetic (docs/design.md §4)."""
     os.chdir(ROOT)
     rows: list[dict] = []
 
@@ -233,7 +233,7 @@ def full_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-PAPER_GAP = 86.9 - 75.4  # design.md §7: int8 SGD with QAS vs without, mean of 10 transfer data sets
+PAPER_GAP = 86.9 - 75.4  # docs/design.md §7: int8 SGD with QAS vs without, mean of 10 transfer data sets
 
 
 def noise_points(n: int) -> float:
@@ -394,7 +394,7 @@ weights of similar scale carry the update.
 **Caveats.** One seed and one split; held-out sets of 50 (lfw) and 200 (VWW) images (two standard errors:
 ±{noise_points(50):.0f} and ±{noise_points(200):.0f} points); the best lr is chosen on the held-out set (both modes
 alike). The C engine (bias-only rows) and the simulator agree bit for bit on integer work but only within a
-tolerance on fp32 gradients (design.md §4); under stochastic rounding a 1-LSB difference can appear after a
+tolerance on fp32 gradients (docs/design.md §4); under stochastic rounding a 1-LSB difference can appear after a
 hundred steps (seen with `--no-qas --lr 1e6`), so a row reproduces exactly with its own `--engine`.
 """
 

@@ -11,7 +11,7 @@ instructions with SysTick (tinytrain/firmware/c/tt_ticks.h). When the firmware d
 overflow is recorded and the instructions are measured with a RAM region of the board's 4 MB instead
 (instruction counts do not depend on where memory is).
 
-Columns: the published training latency per image (STM32F746 at 216 MHz, sparse update, design.md §7) as
+Columns: the published training latency per image (STM32F746 at 216 MHz, sparse update, docs/design.md §7) as
 cycles; a lower bound in cycles from the MAC counts of the training step — int8 MACs (the int8 forward) at 2
 per cycle (SMLAD), fp32 MACs (backward and everything float) at 1 per cycle (VFMA-free fp32 multiply-add is at
 best one per cycle); the instructions QEMU counted. Instructions are not cycles: a Cortex-M7 issues up to two
@@ -141,7 +141,7 @@ def markdown(rows, meta) -> str:
     lines = [f"# Instructions per training step and per inference on {meta['board']} (QEMU -icount shift=0)", "",
              f"Measured by `python benchmarks/qemu_instructions.py` on {meta['host']}, {meta['qemu']}, {meta['gcc']}; "
              f"{meta['steps']} training steps and {meta['inferences']} inferences per model, synthetic images. "
-             "Published: STM32F746 @ 216 MHz, sparse update (design.md §7), as cycles. Lower bound: int8 MACs at 2 "
+             "Published: STM32F746 @ 216 MHz, sparse update (docs/design.md §7), as cycles. Lower bound: int8 MACs at 2 "
              "per cycle + fp32 MACs at 1 per cycle. Instructions are not cycles (an M7 dual-issues and stalls on "
              "memory).", "",
              "| model | plan | input | links at 256 KB | RAM | stack used | flash | step: instructions | "

@@ -1,4 +1,4 @@
-"""How an fp32 SGD step lands on int8 weights: round-to-nearest vs stochastic rounding (design.md §3).
+"""How an fp32 SGD step lands on int8 weights: round-to-nearest vs stochastic rounding (docs/design.md §3).
 
     .venv/bin/python benchmarks/rounding.py [--epochs 3] [--lrs 0.003,0.01,0.03]
 

@@ -1,4 +1,4 @@
-"""Generated C == numpy simulator, bit for bit, op by op (design.md §4), on graphs built in the IR.
+"""Generated C == numpy simulator, bit for bit, op by op (docs/design.md §4), on graphs built in the IR.
 
 Hypothesis draws shapes, strides, paddings and variants (derandomized), including the rounding of every
 requantization (TFLite's double rounding, single rounding, or onnxruntime's float32 rounding, as ONNX imports

@@ -1,4 +1,4 @@
-"""The emitted training step (C, built for the host) against the simulator, the spec (design.md §4).
+"""The emitted training step (C, built for the host) against the simulator, the spec (docs/design.md §4).
 
 Per step, from an identical state (the simulator's state loaded into the C with tt_state_load), every tensor
 the C step computed is read back from its arena (linear memory plan: nothing is overwritten) and compared:

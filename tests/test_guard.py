@@ -80,7 +80,7 @@ def test_host_c_skips_the_same_steps_and_keeps_the_same_state(poisoned):
         before = c.state_bytes()
         loss = c.step(x[k], int(y[k]))
         assert np.isfinite(loss) == np.isfinite(sim_losses[k]), f"step {k}: sim and C disagree on finiteness"
-        if np.isfinite(loss):  # fp32 work: the simulator within a tolerance (design.md §4)
+        if np.isfinite(loss):  # fp32 work: the simulator within a tolerance (docs/design.md §4)
             assert abs(loss - sim_losses[k]) <= 4e-6 * max(1.0, abs(loss))
         else:
             assert c.state_bytes() == before, f"step {k}: a non-finite step changed the C state"

@@ -1,4 +1,4 @@
-"""The version-1 plan file, the presets and channel selection (design.md §5b)."""
+"""The version-1 plan file, the presets and channel selection (docs/design.md §5b)."""
 
 import json
 

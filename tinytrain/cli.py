@@ -1,4 +1,4 @@
-"""The ``tinytrain`` command line (design.md §5a). Errors become one line on stderr and exit code 2."""
+"""The ``tinytrain`` command line (docs/design.md §5a). Errors become one line on stderr and exit code 2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``tinytrain firmware`` and ``tinytrain stream`` (design.md §5a), kept apart from cli.py's other commands.
+"""``tinytrain firmware`` and ``tinytrain stream`` (docs/design.md §5a), kept apart from cli.py's other commands.
 
 firmware: a `tinytrain compile` output folder -> a firmware project for a board (tinytrain/firmware/).
 stream: the host side of the real boards' serial protocol (tinytrain/firmware/protocol.py): send labelled

@@ -1,4 +1,4 @@
-"""``tinytrain plan`` (design.md §5a): search the sparse-update plan with the best measured accuracy under the SRAM
+"""``tinytrain plan`` (docs/design.md §5a): search the sparse-update plan with the best measured accuracy under the SRAM
 budget, write it as a version-1 plan file (§5b).
 
     tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--held-out F] [--workers N]

@@ -1,4 +1,4 @@
-"""``tinytrain train`` and ``tinytrain eval`` (design.md §5a), kept apart from cli.py's other commands.
+"""``tinytrain train`` and ``tinytrain eval`` (docs/design.md §5a), kept apart from cli.py's other commands.
 
 train: fine-tune on the host with the device's arithmetic (``--engine sim``: the numpy simulator; ``--engine c``:
 the emitted C training step built with the host compiler, engine_c.CTrainer, scored with its tt_predict), batch-1

@@ -1,4 +1,4 @@
-"""Datasets for fine-tuning and evaluation, and the model-derived input pipeline (design.md §5a DATA).
+"""Datasets for fine-tuning and evaluation, and the model-derived input pipeline (docs/design.md §5a DATA).
 
 A dataset is uint8 images (N,H,W,C) with integer labels, read from
 - an ``.npz`` with ``x`` (N,H,W,C) uint8 and ``y`` (N,) integer labels,

@@ -25,7 +25,7 @@ from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
 
 HOST_CC = "gcc"
-# Same C as on the device: C99, no fused multiply-add contraction, no fast-math (design.md §4).
+# Same C as on the device: C99, no fused multiply-add contraction, no fast-math (docs/design.md §4).
 # -fno-delete-null-pointer-checks works around a GCC 12 wrong-code bug (x86-64, -O2 and -O3): once IPA-CP has
 # propagated constant tt_arena addresses into a kernel, IVOPTs may emit a store as a zero-based TARGET_MEM_REF
 # (`MEM[(float *)0B + C + _k + iv * 4]`). local-pure-const and modref take that for a NULL dereference

@@ -1,4 +1,4 @@
-"""Writing user-visible outputs so that a failure leaves nothing behind (design.md §5: no partial output)."""
+"""Writing user-visible outputs so that a failure leaves nothing behind (docs/design.md §5: no partial output)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixed-point arithmetic of TFLite / CMSIS-NN, vectorized over numpy arrays (design.md §3).
+"""Fixed-point arithmetic of TFLite / CMSIS-NN, vectorized over numpy arrays (docs/design.md §3).
 
 Requantization comes in TFLite's two roundings, chosen per :class:`Requant` by the frontend:
 double rounding (TFLite's default MultiplyByQuantizedMultiplier: SaturatingRoundingDoublingHighMul,

@@ -1,4 +1,4 @@
-"""Memory sizes as users write them: 256k, 256K, 256KB, 262144, 1m, 1MB (design.md §5)."""
+"""Memory sizes as users write them: 256k, 256K, 256KB, 262144, 1m, 1MB (docs/design.md §5)."""
 
 from __future__ import annotations
 

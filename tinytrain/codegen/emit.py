@@ -1,6 +1,6 @@
 """The C project of a graph's int8 forward pass: kernels, frozen constants, one arena, the schedule.
 
-Codegen only reads the graph and the memory plan (design.md §2): every activation is placed at the
+Codegen only reads the graph and the memory plan (docs/design.md §2): every activation is placed at the
 offset the planner gave its buffer (a view such as a reshape output shares its buffer's offset), and
 nothing is planned here. The output is deterministic: the same graph and plan give the same bytes.
 """

@@ -1,4 +1,4 @@
-"""Firmware for the QEMU Cortex-M boards and real boards (design.md §5a ``tinytrain firmware``).
+"""Firmware for the QEMU Cortex-M boards and real boards (docs/design.md §5a ``tinytrain firmware``).
 
 ``render_firmware`` / ``write_firmware`` turn a ``tinytrain compile`` output folder into a project
 (boards.py lists the boards); ``samples`` is the host <-> QEMU sample file format, ``protocol`` the

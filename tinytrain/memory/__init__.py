@@ -1,4 +1,4 @@
-"""Memory of a step on the device (design.md §2): schedule, lifetimes, in-place pairs, arena planners,
+"""Memory of a step on the device (docs/design.md §2): schedule, lifetimes, in-place pairs, arena planners,
 SRAM / flash accounting, and the reports.
 
     schedule.reorder (Graph -> Graph)  ->  lifetimes.buffer_lifetimes  ->  inplace.choose

@@ -1,4 +1,4 @@
-"""SRAM / flash accounting of a planned schedule and the budget check (design.md §5).
+"""SRAM / flash accounting of a planned schedule and the budget check (docs/design.md §5).
 
 SRAM = the arena (every computed tensor: activations, saved activations, gradients, kernel scratch, at the
 offsets the planner chose) + the SRAM copies of the trainable parameters (what the plan updates: a whole

@@ -1,4 +1,4 @@
-"""Schedule + reorder of a training step (design.md §2): updates as early as possible, buffers freed early.
+"""Schedule + reorder of a training step (docs/design.md §2): updates as early as possible, buffers freed early.
 
 ``reorder`` is a pass (Graph in -> Graph out) on the graph ``training.build_training_graph`` returns, whose
 backward runs in reverse forward order and whose updates all come at the end — so every weight gradient is

@@ -1,4 +1,4 @@
-"""SGD update of an int8 weight or int32 bias in place (design.md §3) — the spec C replicates bit for bit.
+"""SGD update of an int8 weight or int32 bias in place (docs/design.md §3) — the spec C replicates bit for bit.
 
 Inputs: param (int8 (C_out,...) weight or int32 (C_out,) bias, written in place), grad fp32 (C_sel,...)
 (the gradient of the real parameter for the selected output channels ``channels``, all when None),

@@ -1,4 +1,4 @@
-"""Softmax cross-entropy on the dequantized int8 logits (design.md §3): the loss and its gradient.
+"""Softmax cross-entropy on the dequantized int8 logits (docs/design.md §3): the loss and its gradient.
 
 Inputs: logits int8 (N,...,C) (per-tensor quantized; any middle dimensions are 1), labels int32 (N,).
 fp32 in this order: z = s * (q - zp); m = max(z); e = exp(z - m); S = sum(e); p = e / S;

@@ -1,4 +1,4 @@
-"""Quantization-aware scaling (QAS) and the SGD update nodes (design.md §3).
+"""Quantization-aware scaling (QAS) and the SGD update nodes (docs/design.md §3).
 
 An int8 weight W̄ with per-channel scale s_W stands for W = s_W W̄, so its gradient is G_W̄ = s_W G_W
 (G_W: the gradient of the real weight, what autodiff computes). QAS updates with G_W̄ s_W⁻² = G_W / s_W,

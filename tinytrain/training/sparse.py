@@ -1,4 +1,4 @@
-"""Sparse-update plans (design.md §5b): the version-1 plan file, the presets, channel selection, and the
+"""Sparse-update plans (docs/design.md §5b): the version-1 plan file, the presets, channel selection, and the
 pass that applies a plan to a training graph.
 
 A plan names layers by their index among the model's convolution / fully-connected nodes in topological

@@ -3,7 +3,7 @@
     differentiate (loss + full backward)  ->  apply_plan (which gradients, which channels)
       ->  add_updates (QAS-scaled SGD, in place)  ->  prune (drop what no update needs)
 
-(design.md §2 lists QAS before the plan; here the plan is applied first so that QAS scales only the
+(docs/design.md §2 lists QAS before the plan; here the plan is applied first so that QAS scales only the
 gradients that are kept — the composition is the same.) The result runs in the simulator
 (``simulator.train_step``) and is what the scheduler, memory planner and code generator consume: inputs
 (image, label[, step]), output ``loss``, and one ``sgd_update`` node per updated parameter

@@ -1,4 +1,4 @@
-/* tt_fixedpoint.h — the fixed-point arithmetic of TFLite / CMSIS-NN / gemmlowp (design.md §3).
+/* tt_fixedpoint.h — the fixed-point arithmetic of TFLite / CMSIS-NN / gemmlowp (docs/design.md §3).
  *
  * The math only; kernels (the generated tinytrain_model.c) call these. Each function is the C
  * counterpart of a function in tinytrain/quant.py or tinytrain/ops/softmax.py and must agree with

@@ -1,4 +1,4 @@
-/* tt_float.h — the fp32 helpers of the training step (design.md §3-4): exp / log for the loss, the
+/* tt_float.h — the fp32 helpers of the training step (docs/design.md §3-4): exp / log for the loss, the
  * integer rounding of an SGD step and the stochastic-rounding hash of tinytrain/ops/sgd_update.py.
  *
  * Everything here uses only IEEE-754 float32 + - * / and integer arithmetic, never libm, so the
