@@ -318,15 +318,17 @@ BLOCK_SCRATCH_BYTES = 2048
 def grad_input_block(a: Conv2dGradInputAttrs, ins, outs) -> int:
     """Channels per block of the blocked depthwise input gradient, 0 for the kernel gathering in C order. Blocked
     when g_x has g_z's shape (stride 1, multiplier 1: it may then take g_z's very bytes, ``OpDef.overwrites``) and its
-    scratch — the most channels whose g_x fits BLOCK_SCRATCH_BYTES, at least one — is smaller than the distance the
-    C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for 7x7)."""
+    scratch — the most channels whose g_x and taps fit BLOCK_SCRATCH_BYTES, at least one — is smaller than the
+    distance the C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for
+    7x7). The scratch also holds the block's weights, dequantized once (``grad_input_scratch``)."""
     from tinytrain.memory.inplace import min_gap
 
     g, gx = ins[0], outs[0]
     if a.groups == 1 or g.shape != gx.shape:
         return 0
     plane = gx.size // gx.shape[-1] * 4
-    block = max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // plane))
+    kh, kw = ins[1].shape[1:3]
+    block = max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // (plane + kh * kw * 4)))  # + its taps, dequantized
     return block if block * plane < min_gap(_gather_min_read(a, ins, outs), 4, 4) else 0
 
 
@@ -335,8 +337,11 @@ def grad_input_overwrites(a: Conv2dGradInputAttrs, ins, outs) -> int | None:
 
 
 def grad_input_scratch(a: Conv2dGradInputAttrs, ins, outs) -> int:
-    """The blocked depthwise kernel's block of g_x channels."""
-    return grad_input_block(a, ins, outs) * (outs[0].size // outs[0].shape[-1]) * 4 if a.groups != 1 else 0
+    """The blocked depthwise kernel's block of g_x channels, and the block's taps dequantized once."""
+    if a.groups == 1:
+        return 0
+    kh, kw = ins[1].shape[1:3]
+    return grad_input_block(a, ins, outs) * (outs[0].size // outs[0].shape[-1] + kh * kw) * 4
 
 
 def _pointwise(a: Conv2dGradInputAttrs, w: Tensor) -> bool:
