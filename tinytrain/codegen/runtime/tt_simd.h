@@ -70,6 +70,15 @@ static inline uint32_t tt_min_s8x4(uint32_t a, uint32_t b) {
     __asm__("ssub8 %0, %1, %2\n\tsel %0, %2, %1" : "=&r"(r) : "r"(a), "r"(b) : "cc");
     return r;
 }
+/* Bit j (j < 4) set when byte j of x, less byte j of low4 (mod 256), is below byte j of width4 (unsigned): USUB8
+ * twice, SEL of 0 / 1 per byte, and a multiply gathering the four bytes' low bits. */
+static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
+    uint32_t r;
+    __asm__("usub8 %0, %1, %2\n\tusub8 %0, %0, %3\n\tsel %0, %4, %5"
+            : "=&r"(r) : "r"(x), "r"(low4), "r"(width4), "r"(0u), "r"(0x01010101u) : "cc");
+    return (r * 0x01020408u) >> 24;
+}
+#define TT_INSIDE4_DSP 1
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB and SMLATB (sums wrap mod 2^32), SSAT
  * to 8 bits, BFI of bytes and SSUB8 + SEL. */
@@ -108,6 +117,19 @@ static inline uint32_t tt_min_s8x4(uint32_t a, uint32_t b) {
     for (int i = 0; i < 32; i += 8) {
         const int8_t x = (int8_t)(a >> i), y = (int8_t)(b >> i);
         r |= (uint32_t)(uint8_t)(x >= y ? y : x) << i;
+    }
+    return r;
+}
+#endif
+
+#ifndef TT_INSIDE4_DSP
+/* Bit j (j < 4) set when byte j of x, less byte j of low4 (mod 256), is below byte j of width4 (unsigned): the
+ * portable form, and the C model of the DSP one. */
+static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
+    uint32_t r = 0;
+    for (int j = 0; j < 4; j++) {
+        const uint32_t d = ((x >> (8 * j)) - (low4 >> (8 * j))) & 0xFFu;
+        r |= (uint32_t)(d < ((width4 >> (8 * j)) & 0xFFu)) << j;
     }
     return r;
 }
