@@ -229,12 +229,12 @@ def test_blocked_depthwise_grad_input_takes_its_gradients_bytes():
         wt = Tensor("w", (c, k, k, 1), DType.INT8, Role.WEIGHT)
         return a, [gz, wt], [gz]
 
-    a, ins, outs = case(4, 384, 7)
-    assert grad_input_block(a, ins, outs) == BLOCK_SCRATCH_BYTES // (16 * 4) == 32
-    assert grad_input_scratch(a, ins, outs) == 2048 and grad_input_overwrites(a, ins, outs) == 0
+    a, ins, outs = case(4, 384, 7)  # a block: the channels whose g_x and 49 dequantized taps fit 2 KB
+    assert grad_input_block(a, ins, outs) == BLOCK_SCRATCH_BYTES // (16 * 4 + 49 * 4) == 7
+    assert grad_input_scratch(a, ins, outs) == 7 * (16 + 49) * 4 and grad_input_overwrites(a, ins, outs) == 0
     assert grad_input_min_read(a, ins, outs, 0) is None
-    a, ins, outs = case(16, 48, 3)  # 2 channels (2 KB) against a row and a pixel (3264 bytes)
-    assert grad_input_block(a, ins, outs) == 2 and grad_input_scratch(a, ins, outs) == 2048
+    a, ins, outs = case(16, 48, 3)  # 2 channels (2 KB) against a row and a pixel (3264 bytes); blocks of 1 with taps
+    assert grad_input_block(a, ins, outs) == 1 and grad_input_scratch(a, ins, outs) == (256 + 9) * 4
     a, ins, outs = case(64, 16, 3)  # one channel (16 KB) against a row and a pixel (4160 bytes)
     assert grad_input_block(a, ins, outs) == 0 and grad_input_scratch(a, ins, outs) == 0
     assert grad_input_overwrites(a, ins, outs) is None

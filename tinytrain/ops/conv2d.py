@@ -317,19 +317,20 @@ BLOCK_SCRATCH_BYTES = 2048
 
 def grad_input_block(a: Conv2dGradInputAttrs, ins, outs) -> int:
     """Channels per block of the blocked depthwise input gradient, 0 for the kernel gathering in C order. Blocked
-    when g_x has g_z's shape (stride 1, multiplier 1: it may then take g_z's very bytes, ``OpDef.overwrites``) and its
-    scratch — the most channels whose g_x and taps fit BLOCK_SCRATCH_BYTES, at least one — is smaller than the
-    distance the C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for
-    7x7). The scratch also holds the block's weights, dequantized once (``grad_input_scratch``)."""
+    when g_x has g_z's shape (stride 1, multiplier 1: it may then take g_z's very bytes, ``OpDef.overwrites``) and
+    the most channels of g_x that fit BLOCK_SCRATCH_BYTES, at least one, are fewer bytes than the distance the
+    C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for 7x7). A block is
+    then the most channels whose g_x and taps (dequantized once, ``grad_input_scratch``) fit that scratch."""
     from tinytrain.memory.inplace import min_gap
 
     g, gx = ins[0], outs[0]
     if a.groups == 1 or g.shape != gx.shape:
         return 0
     plane = gx.size // gx.shape[-1] * 4
+    if max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // plane)) * plane >= min_gap(_gather_min_read(a, ins, outs), 4, 4):
+        return 0
     kh, kw = ins[1].shape[1:3]
-    block = max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // (plane + kh * kw * 4)))  # + its taps, dequantized
-    return block if block * plane < min_gap(_gather_min_read(a, ins, outs), 4, 4) else 0
+    return max(1, min(gx.shape[-1], BLOCK_SCRATCH_BYTES // (plane + kh * kw * 4)))  # with its taps, dequantized
 
 
 def grad_input_overwrites(a: Conv2dGradInputAttrs, ins, outs) -> int | None:
