@@ -22,9 +22,9 @@ def _stream_lines(report: MemoryReport, graph: Graph) -> list[str]:
              f"{format_size(sum(b.nbytes for b in rings))} instead of {format_size(whole)} of whole tensors"]
     for b in region.buffers:
         if b.source:
-            lines.append(f"               input {b.tensor} read from a row source into {b.rows} of its {b.height} "
-                         f"rows ({format_size(b.nbytes)}; tt_predict / tt_train_step copy the rows from the caller's "
-                         f"image x, {format_size(graph.tensors[b.tensor].nbytes)})")
+            lines.append(f"               the input ({b.tensor}) is read from a row source, {b.rows} of its {b.height} "
+                         f"rows at a time ({format_size(b.nbytes)}; tt_predict / tt_train_step copy the rows from the "
+                         f"caller's image x, {format_size(graph.tensors[b.tensor].nbytes)})")
     return lines
 
 
