@@ -50,23 +50,7 @@ static int tt_nrf_program(const tt_flash *f, uint32_t offset, const uint8_t *dat
     return 0;
 }
 
-static int tt_nrf_read(const tt_flash *f, uint32_t offset, uint8_t *data, uint32_t n)
-{
-    if (offset > f->size || n > f->size - offset) {
-        return -1;
-    }
-    memcpy(data, (const void *)(TT_FLASH_REGION_ORIGIN + offset), n);
-    return 0;
-}
-
 int tt_flash_open(tt_flash *f, uint32_t size)
 {
-    f->size = size;
-    f->sector_bytes = TT_FLASH_SECTOR_BYTES;
-    f->program_bytes = TT_FLASH_PROGRAM_BYTES;
-    f->erase = tt_nrf_erase;
-    f->program = tt_nrf_program;
-    f->read = tt_nrf_read;
-    f->context = NULL;
-    return size <= TT_FLASH_REGION_BYTES ? 0 : -1;
+    return tt_flash_mapped_open(f, size, tt_nrf_erase, tt_nrf_program);
 }

@@ -76,23 +76,7 @@ static int tt_stm32_program(const tt_flash *f, uint32_t offset, const uint8_t *d
     return r;
 }
 
-static int tt_stm32_read(const tt_flash *f, uint32_t offset, uint8_t *data, uint32_t n)
-{
-    if (offset > f->size || n > f->size - offset) {
-        return -1;
-    }
-    memcpy(data, (const void *)(TT_FLASH_REGION_ORIGIN + offset), n);
-    return 0;
-}
-
 int tt_flash_open(tt_flash *f, uint32_t size)
 {
-    f->size = size;
-    f->sector_bytes = TT_FLASH_SECTOR_BYTES;
-    f->program_bytes = TT_FLASH_PROGRAM_BYTES;
-    f->erase = tt_stm32_erase;
-    f->program = tt_stm32_program;
-    f->read = tt_stm32_read;
-    f->context = NULL;
-    return size <= TT_FLASH_REGION_BYTES ? 0 : -1;
+    return tt_flash_mapped_open(f, size, tt_stm32_erase, tt_stm32_program);
 }
