@@ -8,7 +8,6 @@ and run on a small batch including the int8 extremes.
 
 import shutil
 import subprocess
-from importlib import resources
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from codegen_graphs import GraphBuilder
 from tinytrain import engine_c, simulator
+from tinytrain.csources import codegen_runtime
 
 SETTINGS = dict(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -248,7 +248,7 @@ def test_requantize_helpers_match_quant_py(tmp_path):
 
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
+    header = codegen_runtime().joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
     (tmp_path / "tt_fixedpoint.h").write_text(header)
     (tmp_path / "main.c").write_text(REQUANT_MAIN)
     exe = tmp_path / "requant"
@@ -301,7 +301,7 @@ def test_requantize_fp32_helper_matches_quant_py_and_float32(tmp_path):
 
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
+    header = codegen_runtime().joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
     (tmp_path / "tt_fixedpoint.h").write_text(header)
     (tmp_path / "main.c").write_text(FP32_MAIN)
     exe = tmp_path / "requant_fp32"
@@ -399,7 +399,7 @@ def test_requantize_fp32_s8_equals_the_exact_helper(tmp_path):
     range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts)."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
+    header = codegen_runtime().joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
     (tmp_path / "tt_fixedpoint.h").write_text(header)
     (tmp_path / "main.c").write_text(FP32_S8_MAIN)
     for word64 in (0, 1):  # both ways tt_fixedpoint.h computes the fast path (32-bit cores, 64-bit hosts)

@@ -184,13 +184,13 @@ def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
 
 def _status_meaning(status: int) -> str:
     if status >= 64 + 2:
-        return f" (fault: exception {status - 64}, see tinytrain/firmware/c/tt_startup.c)"
+        return f" (fault: exception {status - 64}, see firmware/c/tt_startup.c)"
     return {1: " (semihosting exit failure)", 2: " (a sample file was unreadable)",
             3: " (no memory for the state copy)"}.get(status, "")
 
 
 def parse_output(text: str) -> dict:
-    """The harness's records (format in tinytrain/firmware/c/tt_harness_qemu.c) as arrays."""
+    """The harness's records (format in firmware/c/tt_harness_qemu.c) as arrays."""
     bits, step_insns, predict_insns, skipped, stack, first = [], [], [], [], 0, 0
     for line in text.splitlines():
         m = _LINE.match(line.strip())

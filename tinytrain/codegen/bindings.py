@@ -1,6 +1,6 @@
 """C template bindings: one function per op turns a node into a call of a specialized kernel.
 
-A binding decides the kernel family (a template under ``templates/kernels/``), the template
+A binding decides the kernel family (a template under ``codegen/templates/kernels/``), the template
 parameters that specialize it (kernel size, stride, padding, variant) and the kernel's parameter
 list together with the call's arguments, so signature and call come from one place. What varies
 per layer at run time (sizes, zero points, clamp range) is passed as plain ints; what shapes the
@@ -35,7 +35,7 @@ class Param:
 
 @dataclass(frozen=True)
 class Kernel:
-    family: str                         # templates/kernels/<family>.c.j2
+    family: str                         # codegen/templates/kernels/<family>.c.j2
     name: str                           # the C function, unique per specialization
     consts: tuple[tuple[str, Any], ...]  # template parameters
     params: tuple[Param, ...]

@@ -8,7 +8,6 @@ nothing is planned here. The output is deterministic: the same graph and plan gi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -17,6 +16,7 @@ import numpy as np
 from tinytrain import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS, Band, Call, Kernel
+from tinytrain.csources import codegen_runtime, codegen_templates
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Tensor
 from tinytrain.memory.report import MemoryReport
@@ -44,7 +44,7 @@ class _Array:
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("tinytrain.codegen", "templates"),
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(codegen_templates()),
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                               keep_trailing_newline=True, autoescape=False)
 
@@ -257,7 +257,7 @@ def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             constants=constants, pointers=pointers,
             const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
-    runtime = resources.files("tinytrain.codegen.runtime")
+    runtime = codegen_runtime()
     for name in RUNTIME_FILES:
         files[name] = runtime.joinpath(name).read_text(encoding="utf-8")
     return files

@@ -21,8 +21,6 @@ documented in the emitted header and in ``state.py``.
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 
 from tinytrain import __version__
@@ -33,6 +31,7 @@ from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _
                                     _step_comment, arena_offsets, arm_dsp, bind_call,
                                     streamed_input)
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
+from tinytrain.csources import codegen_runtime
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.codegen.emit_stream import render_region
@@ -307,7 +306,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
             n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
-    runtime = resources.files("tinytrain.codegen.runtime")
+    runtime = codegen_runtime()
     for name in TRAIN_RUNTIME_FILES:
         files[name] = runtime.joinpath(name).read_text(encoding="utf-8")
     return files
