@@ -75,7 +75,7 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     whole. Raises BudgetError, before any linker runs, when it does not fit.
     Returns the report as JSON."""
     from tinytrain.codegen import render_project
-    from tinytrain.codegen.emit_train import is_training_graph
+    from tinytrain.codegen.project import is_training_graph
     from tinytrain.memory.report import check_budget, plan_memory
     from tinytrain.training.device_step import device_schedule
 

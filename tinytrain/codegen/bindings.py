@@ -19,54 +19,10 @@ first for shifts in -32..-2 only); single-rounding kernels carry ``_sr`` in thei
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
-
 import numpy as np
 
+from tinytrain.codegen.context import Band, Binding, Call, Signature
 from tinytrain.ir import Node, Tensor
-
-
-@dataclass(frozen=True)
-class Param:
-    decl: str     # e.g. "const int8_t *inp"
-    comment: str  # shape of a pointer, e.g. "(H,W,Ci)"
-
-
-@dataclass(frozen=True)
-class Kernel:
-    family: str                         # codegen/templates/kernels/<family>.c.j2
-    name: str                           # the C function, unique per specialization
-    consts: tuple[tuple[str, Any], ...]  # template parameters
-    params: tuple[Param, ...]
-    calls: tuple[Kernel, ...] = ()      # kernels its body calls (emitted before it)
-
-
-@dataclass(frozen=True)
-class Call:
-    kernel: Kernel
-    args: tuple[str, ...]
-
-
-@dataclass
-class _Signature:
-    params: list[Param] = field(default_factory=list)
-    args: list[str] = field(default_factory=list)
-
-    def add(self, decl: str, arg: Any, comment: str = "") -> None:
-        self.params.append(Param(decl, comment))
-        self.args.append(str(arg))
-
-    def ints(self, **values: int) -> None:
-        for name, v in values.items():
-            self.add(f"int {name}", int(v))
-
-    def int32s(self, **values: int) -> None:
-        for name, v in values.items():
-            self.add(f"int32_t {name}", int(v))
-
-    def call(self, family: str, name: str, consts: dict[str, Any], calls: tuple[Kernel, ...] = ()) -> Call:
-        return Call(Kernel(family, name, tuple(sorted(consts.items())), tuple(self.params), calls), tuple(self.args))
 
 
 def _bias(node: Node) -> str | None:
@@ -114,7 +70,7 @@ def _sr(*requants) -> str:
     return "_sr" + "".join(codes)
 
 
-def _requant_tables(sig: _Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:
+def _requant_tables(sig: Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:
     """Per output channel: the weight zero points (if any) and the requantization, multiplier and shift side by side
     (one double-word load per output on a Cortex-M)."""
     if wzp is not None:
@@ -123,7 +79,7 @@ def _requant_tables(sig: _Signature, ctx, node: Node, requant, cout: int, wzp: n
     sig.add("const int32_t *rq", ctx.table(node, "requant", rq.reshape(-1)), "(Co,2): multiplier, shift")
 
 
-def _weight(sig: _Signature, ctx, w: Tensor, comment: str) -> bool:
+def _weight(sig: Signature, ctx, w: Tensor, comment: str) -> bool:
     """Add the weight pointer. In a training step whose plan updates only the first Cs output channels of
     ``w`` (``ctx.trainable_rows``), ``weight`` is the SRAM copy of those rows and ``weight_frozen`` the flash
     original, read for rows >= Cs (template parameter ``split``); returns whether it is split."""
@@ -141,18 +97,7 @@ def _suffix(has_bias: bool, has_wzp: bool) -> str:
     return ("" if has_bias else "_nobias") + ("_wzp" if has_wzp else "")
 
 
-@dataclass(frozen=True)
-class Band:
-    """A band of output rows of a windowed kernel in a streamed region (codegen/emit_stream.py): C expressions
-    of the first and end output rows and of the rows the input and output buffers start at (line buffers)."""
-
-    oy_begin: str
-    oy_end: str
-    in_row0: str
-    out_row0: str
-
-
-def _band(sig: _Signature, band: Band) -> None:
+def _band(sig: Signature, band: Band) -> None:
     """The rows a windowed kernel computes (template parameter ``band``): output rows [oy_begin, oy_end), input
     row r at inp + (r - in_row0) * W * Ci, output row oy at out + (oy - out_row0) * Wo * Co."""
     sig.add("int oy_begin", band.oy_begin)
@@ -186,7 +131,7 @@ def conv2d(node: Node, ctx) -> Call:
     (sh, sw), (dh, dw), (pt, pl) = a.stride, a.dilation, a.padding[:2]
     k = dict(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, padded=padded,
              has_bias=bias is not None, has_wzp=has_wzp)
-    s = _Signature()
+    s = Signature()
     if pointwise:
         s.add("int8_t *out", ctx.act(y.name), "(P,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)")
@@ -232,7 +177,7 @@ def fully_connected(node: Node, ctx) -> Call:
     bias = _bias(node)
     wzp = _weight_zero_points(w, cout)
     has_wzp = bool(np.any(wzp))
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(Co,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(K,)")
     split = _weight(s, ctx, w, "(Co,K)")
@@ -249,7 +194,7 @@ def fully_connected(node: Node, ctx) -> Call:
 def add(node: Node, ctx) -> Call:
     a = node.attrs
     x1, x2, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(N,)")
     s.add("const int8_t *in1", ctx.act(x1.name), "(N,)")
     s.add("const int8_t *in2", ctx.act(x2.name), "(N,)")
@@ -269,7 +214,7 @@ def avg_pool2d(node: Node, ctx) -> Call:
     _, h, wd, c = x.shape
     _, ho, wo, _ = y.shape
     (kh, kw), (sh, sw), (pt, pl) = a.kernel, a.stride, a.padding[:2]
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,C)")
     s.add("const int8_t *inp", ctx.act(x.name), "(H,W,C)")
     s.ints(H=h, W=wd, C=c, Ho=ho, Wo=wo)
@@ -303,7 +248,7 @@ def mean(node: Node, ctx) -> Call:
     _, h, wd, c = x.shape
     count = h * wd
     multiplier, shift = mean_multiplier(a, count)
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(C,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(P,C)")
     s.ints(P=count, C=c)
@@ -318,7 +263,7 @@ def pad(node: Node, ctx) -> Call:
     if len(dims) > 3:
         raise ValueError(f"pad: {len(dims)} non-batch dimensions, the C kernel handles up to 3")
     dims, pads = [1] * (3 - len(dims)) + dims, [(0, 0)] * (3 - len(pads)) + pads
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(O0,O1,O2)")
     s.add("const int8_t *inp", ctx.act(x.name), "(D0,D1,D2)")
     s.ints(D0=dims[0], D1=dims[1], D2=dims[2], B0=pads[0][0], B1=pads[1][0], B2=pads[2][0],
@@ -330,7 +275,7 @@ def pad(node: Node, ctx) -> Call:
 def requantize(node: Node, ctx) -> Call:
     r = node.attrs.requant
     x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(N,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(N,)")
     s.ints(N=y.size)
@@ -342,7 +287,7 @@ def softmax(node: Node, ctx) -> Call:
     a = node.attrs
     x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
     depth = x.shape[-1]
-    s = _Signature()
+    s = Signature()
     s.add("int8_t *out", ctx.act(y.name), "(R,D)")
     s.add("const int8_t *inp", ctx.act(x.name), "(R,D)")
     s.ints(R=x.size // depth, D=depth)
@@ -351,8 +296,6 @@ def softmax(node: Node, ctx) -> Call:
     s.int32s(diff_min=a.diff_min)
     return s.call("softmax", "tt_softmax_s8", {})
 
-
-Binding = Callable[[Node, Any], Call]
 
 BINDINGS: dict[str, Binding] = {
     "add": add,

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.codegen.bindings import Binding, Call, Param, _Signature, _weight, _weight_zero_points, _window_name
+from tinytrain.codegen.bindings import _weight, _weight_zero_points, _window_name
+from tinytrain.codegen.context import Binding, Call, Param, Signature
 from tinytrain.codegen.cformat import float_literal
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node, Tensor
@@ -36,7 +37,7 @@ def _channel_range(channels, cout: int, node: Node) -> tuple[int, int]:
     return c0, len(channels)
 
 
-def _weight_dequant(s: _Signature, ctx, node: Node, w: Tensor) -> bool:
+def _weight_dequant(s: Signature, ctx, node: Node, w: Tensor) -> bool:
     """Add the float32 per-channel scale (and the zero points when any is non-zero); True if zero points."""
     cout = w.shape[0]
     scale = np.broadcast_to(np.asarray(w.quant.scale, np.float32), (cout,))
@@ -48,7 +49,7 @@ def _weight_dequant(s: _Signature, ctx, node: Node, w: Tensor) -> bool:
     return False
 
 
-def _input_dequant(s: _Signature, x: Tensor) -> None:
+def _input_dequant(s: Signature, x: Tensor) -> None:
     s.int32s(in_zp=x.quant.zp)
     s.add("float in_scale", float_literal(x.quant.s))
 
@@ -81,7 +82,7 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     _, ho, wo, cout = g.shape
     _, h, wd, cin = gx.shape
     tag, k = _conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
-    s = _Signature()
+    s = Signature()
     pointwise = k["variant"] == "pointwise"
     s.add("float *gx", ctx.fp(gx.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
     s.add("const float *gz", ctx.fp(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
@@ -114,7 +115,7 @@ def _conv2d_grad_weight(node: Node, ctx, a, inputs, gw: str) -> Call:
     c0, cs = _channel_range(a.channels, cout, node)
     tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     pointwise = k["variant"] == "pointwise"
-    s = _Signature()
+    s = Signature()
     s.add("float *gw", gw, "(Cs,Ci)" if pointwise else (
         f"(Cs,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Cs,{k['kh']},{k['kw']},Ci)"))
     s.add("const float *gz", ctx.fp(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
@@ -133,7 +134,7 @@ def _conv2d_grad_weight(node: Node, ctx, a, inputs, gw: str) -> Call:
 def fully_connected_grad_input(node: Node, ctx) -> Call:
     g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     cout, depth = w.shape
-    s = _Signature()
+    s = Signature()
     s.add("float *gx", ctx.fp(gx.name), "(K,)")
     s.add("const float *gz", ctx.fp(g.name), "(Co,)")
     split = _weight(s, ctx, w, "(Co,K)")
@@ -152,7 +153,7 @@ def _fully_connected_grad_weight(node: Node, ctx, a, inputs, gw: str) -> Call:
     g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
     cout, depth = g.shape[1], x.shape[1]
     c0, cs = _channel_range(a.channels, cout, node)
-    s = _Signature()
+    s = Signature()
     s.add("float *gw", gw, "(Cs,K)")
     s.add("const float *gz", ctx.fp(g.name), "(Co,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(K,)")
@@ -167,7 +168,7 @@ def softmax_xent(node: Node, ctx, grad: bool = False) -> Call:
     out = ctx.tensor(node.outputs[0])
     if q.shape[0] != 1:
         raise UnsupportedModelError("codegen: a training step takes one sample (batch 1)")
-    s = _Signature()
+    s = Signature()
     s.add("float *grad" if grad else "float *loss", ctx.fp(out.name), "(D,)" if grad else "(1,)")
     s.add("const int8_t *logits", ctx.act(q.name), "(D,)")
     s.ints(D=q.shape[-1])
@@ -183,7 +184,7 @@ def softmax_xent_grad(node: Node, ctx) -> Call:
 
 def clamp_mask(node: Node, ctx) -> Call:
     g, y, out = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
-    s = _Signature()
+    s = Signature()
     s.add("float *out", ctx.fp(out.name), "(N,)")
     s.add("const float *g", ctx.fp(g.name), "(N,)")
     s.add("const int8_t *y", ctx.act(y.name), "(N,)")
@@ -195,7 +196,7 @@ def clamp_mask(node: Node, ctx) -> Call:
 def pack_clamp_mask(node: Node, ctx) -> Call:
     """A forward node of the training step: the clamp mask of a saved output, in bits (``ctx.bits``)."""
     y, bits = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
-    s = _Signature()
+    s = Signature()
     s.add("uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
     s.add("const int8_t *y", ctx.act(y.name), "(N,)")
     s.ints(N=y.size)
@@ -205,7 +206,7 @@ def pack_clamp_mask(node: Node, ctx) -> Call:
 
 def clamp_mask_packed(node: Node, ctx) -> Call:
     g, bits, out = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
-    s = _Signature()
+    s = Signature()
     s.add("float *out", ctx.fp(out.name), "(N,)")
     s.add("const float *g", ctx.fp(g.name), "(N,)")
     s.add("const uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
@@ -215,7 +216,7 @@ def clamp_mask_packed(node: Node, ctx) -> Call:
 
 def grad_accumulate(node: Node, ctx) -> Call:
     a, b, out = (ctx.tensor(n) for n in (*node.inputs, node.outputs[0]))
-    s = _Signature()
+    s = Signature()
     s.add("float *out", ctx.fp(out.name), "(N,)")
     s.add("const float *a", ctx.fp(a.name), "(N,)")
     s.add("const float *b", ctx.fp(b.name), "(N,)")
@@ -226,7 +227,7 @@ def grad_accumulate(node: Node, ctx) -> Call:
 def bias_grad(node: Node, ctx) -> Call:
     g, gb = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
     c = g.shape[-1]
-    s = _Signature()
+    s = Signature()
     s.add("float *gb", ctx.fp(gb.name), "(C,)")
     s.add("const float *g", ctx.fp(g.name), "(P,C)")
     s.ints(P=g.size // c, C=c)
@@ -236,7 +237,7 @@ def bias_grad(node: Node, ctx) -> Call:
 def mean_grad(node: Node, ctx) -> Call:
     g, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
     _, h, wd, c = gx.shape
-    s = _Signature()
+    s = Signature()
     s.add("float *gx", ctx.fp(gx.name), "(P,C)")
     s.add("const float *g", ctx.fp(g.name), "(C,)")
     s.ints(P=h * wd, C=c)
@@ -246,7 +247,7 @@ def mean_grad(node: Node, ctx) -> Call:
 def mean_grad_masked(node: Node, ctx) -> Call:
     g, bits, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     _, h, wd, c = gx.shape
-    s = _Signature()
+    s = Signature()
     s.add("float *gx", ctx.fp(gx.name), "(P,C)")
     s.add("const float *g", ctx.fp(g.name), "(C,)")
     s.add("const uint8_t *bits", ctx.bits(bits.name), "((P*C+7)/8,)")
@@ -260,7 +261,7 @@ def avg_pool2d_grad(node: Node, ctx) -> Call:
     _, ho, wo, c = g.shape
     _, h, wd, _ = gx.shape
     (kh, kw), (sh, sw), (pt, pl) = a.kernel, a.stride, a.padding[:2]
-    s = _Signature()
+    s = Signature()
     s.add("float *gx", ctx.fp(gx.name), "(H,W,C)")
     s.add("const float *g", ctx.fp(g.name), "(Ho,Wo,C)")
     s.ints(H=h, W=wd, C=c, Ho=ho, Wo=wo)
@@ -274,7 +275,7 @@ def pad_grad(node: Node, ctx) -> Call:
     if len(dims) > 3:
         raise UnsupportedModelError(f"pad_grad: {len(dims)} non-batch dimensions, the C kernel handles up to 3")
     dims, pads = [1] * (3 - len(dims)) + dims, [(0, 0)] * (3 - len(pads)) + pads
-    s = _Signature()
+    s = Signature()
     s.add("float *gx", ctx.fp(gx.name), "(D0,D1,D2)")
     s.add("const float *g", ctx.fp(g.name), "(O0,O1,O2)")
     s.ints(D0=dims[0], D1=dims[1], D2=dims[2], B0=pads[0][0], B1=pads[1][0], B2=pads[2][0],
@@ -301,7 +302,7 @@ def _sgd_update(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
         raise AssertionError(f"{p.name}: {ctx.trainable_rows(p.name)} rows in SRAM, {cs} updated")
     stochastic = a.rounding is Rounding.STOCHASTIC
     block = block and stochastic  # only the draws depend on the element's index in the selection
-    s = _Signature()
+    s = Signature()
     s.add(f"{ptype} *param", ctx.state(p.name), "(Cs,E)")
     s.add("const float *grad", grad, "(Cs,E)")
     s.add("const float *scale", ctx.const(k.name), "(Cs,)")
@@ -344,7 +345,7 @@ def _grad_weight_sgd_update(node: Node, ctx, grad_weight) -> Call:
     update = _sgd_update(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
                          names[fused.STEP], block=True)
     grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch)
-    s = _Signature()
+    s = Signature()
     args: dict[str, str] = {}
     for call in (update, grad):
         for p, arg in zip(call.kernel.params, call.args, strict=True):
