@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
 from tinytrain.ops import get_op
 from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
@@ -22,6 +22,7 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant
+from tinytrain.verify import verify
 
 
 def _requant_of(real, single: bool | str) -> Requant:

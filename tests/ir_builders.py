@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
 from tinytrain.ops import get_op
 from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
@@ -21,6 +21,7 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant, activation_range
+from tinytrain.verify import verify
 
 ACT_BOUNDS = {None: (None, None), "relu": (0.0, None), "relu6": (0.0, 6.0)}
 

@@ -26,7 +26,6 @@ import numpy as np
 from tinytrain import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
-from tinytrain.codegen.bindings_train import TRAIN_BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,
                                        arena_offsets, arm_dsp, bind_call, environment, runtime_files, step_comment,
                                        streamed_input)
@@ -37,9 +36,9 @@ from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.memory.lifetimes import scratch_name
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
 from tinytrain.memory.stream import StreamPlan
+from tinytrain.names import LABEL, LOSS, STEP_INPUT
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
-ALL_BINDINGS = {**BINDINGS, **TRAIN_BINDINGS}
 
 
 class _TrainContext(Context):
@@ -171,7 +170,7 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
     index = {n.name: k for k, n in enumerate(graph.nodes)}
     steps, used = [], set()
     if stream is not None and nodes and index[nodes[0].name] == 0:
-        step, region_used = render_region(graph, stream, ctx, lambda n, c: bind_call(env, ALL_BINDINGS, n, c, kernels),
+        step, region_used = render_region(graph, stream, ctx, lambda n, c: bind_call(env, BINDINGS, n, c, kernels),
                                           lambda j, n: step_comment(j, n, graph))
         steps.append(step)
         used.update(region_used)
@@ -181,7 +180,7 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
         if _view(node):
             steps.append({"comment": comment + " (a view: same arena bytes, no code)", "code": ""})
             continue
-        call = bind_call(env, ALL_BINDINGS, node, ctx, kernels)
+        call = bind_call(env, BINDINGS, node, ctx, kernels)
         code = f"{call.kernel.name}({', '.join(call.args)});"
         if node.name in train_only:
             comment, code = comment + " (training only)", f"if (train) {{\n        {code}\n    }}"
@@ -226,8 +225,6 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
 
 def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime)."""
-    from tinytrain.simulator import STEP_INPUT
-    from tinytrain.training.autodiff import LABEL, LOSS
 
     image = graph.inputs[0]
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):

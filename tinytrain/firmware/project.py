@@ -19,6 +19,7 @@ from pathlib import Path
 import jinja2
 
 from tinytrain import __version__
+from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
@@ -31,7 +32,6 @@ SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.
 # --save-every: the persistent state (firmware/c/tt_persist.h) and the board's flash driver (Board.flash.driver).
 PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
-MODEL_HEADER = "tinytrain_model.h"
 DEFAULT_BAUD = 115200
 # Stack and minimum heap in the RAM region (bytes). The heap holds newlib's stdio buffers on QEMU. The stack is
 # the compile's estimate (memory/report.py STACK_BYTES); measured on qemu-m7: 530-630 bytes for the shipped
@@ -62,7 +62,7 @@ def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
         raise UsageError(f"{report_path}: not a tinytrain memory report ({e})") from None
     report.update(sizes)
     sources = {p.name: p.read_bytes() for p in sorted(compile_dir.iterdir()) if p.suffix in (".c", ".h")}
-    if MODEL_HEADER not in sources or "tinytrain_model.c" not in sources:
+    if MODEL_HEADER not in sources or MODEL_SOURCE not in sources:
         raise UsageError(f"{compile_dir} has no tinytrain_model.c / .h; run `tinytrain compile` again")
     return report, sources
 

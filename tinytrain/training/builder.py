@@ -1,7 +1,7 @@
 """A small builder that extends a graph with new tensors and nodes (used by the passes and backward rules).
 
 Names are made unique by suffixing ``#k``; output shapes come from the op's shape rule, so a node is
-created consistent with ``ir.verify``.
+created consistent with ``verify``.
 """
 
 from __future__ import annotations
