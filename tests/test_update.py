@@ -278,7 +278,7 @@ def test_verify_rejects_reads_after_an_update_and_writes_to_activations(model):
     from dataclasses import replace
 
     from tinytrain.ops.reshape import ReshapeAttrs
-    from tinytrain.training.builder import GraphBuilder
+    from tinytrain.builder import GraphBuilder
 
     g, _ = model
     t = build_training_graph(g, preset("last-k:1", g))

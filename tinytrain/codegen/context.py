@@ -19,6 +19,7 @@ from tinytrain.csources import codegen_runtime, codegen_templates
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Tensor
 from tinytrain.memory.report import MemoryReport
+from tinytrain.names import unique_name
 
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
@@ -190,9 +191,7 @@ class Context:
         return cname
 
     def _unique(self, base: str) -> str:
-        name, k = base, 2
-        while name in self._taken:
-            name, k = f"{base}_{k}", k + 1
+        name = unique_name(base, self._taken, first=2)
         self._taken.add(name)
         return name
 

@@ -22,7 +22,7 @@ ShapeRule = Callable[[Any, Sequence[Tensor | None]], list[tuple[int, ...]]]
 Reference = Callable[[Any, Sequence[np.ndarray | None], Sequence[Tensor | None], Sequence[Tensor]], list[np.ndarray]]
 MacCount = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
 # backward(builder, forward_node, output_gradient_names) -> one gradient name (or None) per node input.
-# The builder is tinytrain.training.builder.GraphBuilder: it emits fp32 backward nodes and says which
+# The builder is tinytrain.builder.GraphBuilder: it emits fp32 backward nodes and says which
 # inputs need a gradient (``needs_grad``). Gradients are with respect to the dequantized (real) values.
 Backward = Callable[[Any, Node, Sequence[str | None]], list[str | None]]
 # min_read(attrs, in_tensors, out_tensors, k) -> for each element of output 0 in C order, the lowest C-order

@@ -18,7 +18,7 @@ from tinytrain.names import GRAD_SUFFIX, LABEL, LOSS, RESERVED, grad_name
 from tinytrain.ops import get_op
 from tinytrain.ops.grad_accumulate import GradAccumulateAttrs
 from tinytrain.ops.softmax_xent import SoftmaxXentAttrs
-from tinytrain.training.builder import GraphBuilder
+from tinytrain.builder import GraphBuilder
 
 def param_gradients(graph: Graph) -> dict[str, str]:
     """{parameter: its gradient} for every parameter gradient among the graph outputs."""

@@ -33,7 +33,7 @@ from tinytrain.ir import DType, Graph, Role
 from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs
 from tinytrain.names import LOSS, STEP_INPUT
 from tinytrain.training.autodiff import param_gradients
-from tinytrain.training.builder import GraphBuilder
+from tinytrain.builder import GraphBuilder
 from tinytrain.training.sparse import Plan, updated_params
 
 
