@@ -98,7 +98,8 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
                     stack_bytes: int = STACK_BYTES, heap_bytes: int | None = None,
                     save_every: int = 0) -> dict[str, bytes]:
     """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes). ``save_every`` > 0:
-    the training state is saved to the board's flash every that many samples and loaded at boot (firmware/c/tt_persist.h)."""
+    the training state is saved to the board's flash every that many samples and loaded at boot
+    (firmware/c/tt_persist.h)."""
     b = board if isinstance(board, Board) else get_board(board)
     report, sources = read_compile_dir(Path(compile_dir))
     sram, flash_budget = report["sram_budget_bytes"], report["flash_budget_bytes"]
