@@ -7,7 +7,7 @@ For each shipped model (models/*.onnx) with its shipped sparse plan (models/plan
 MobileNetV1-0.25 VWW models have none shipped and use VWW_PLAN below), and the MLPerf VWW model from ../shared
 when it is there: `emit_compile_dir` (the compile, --sram 256k --flash 1m) -> firmware for the board, linked with
 RAM = 256 KB -> QEMU (-icount shift=0) trains --steps steps and runs --inferences inferences, counting
-instructions with SysTick (tinytrain/firmware/c/tt_ticks.h). When the firmware does not link at 256 KB the
+instructions with SysTick (firmware/c/tt_ticks.h). When the firmware does not link at 256 KB the
 overflow is recorded and the instructions are measured with a RAM region of the board's 4 MB instead
 (instruction counts do not depend on where memory is).
 

@@ -24,9 +24,9 @@ import numpy as np
 from tinytrain.data import load_dataset, model_inputs, stratified_split
 from tinytrain.frontends import load_model
 from tinytrain.ir import Graph, Role
+from tinytrain.names import LOSS
 from tinytrain.ops.sgd_update import Rounding
 from tinytrain.simulator import execute, forward, init_state, train_step, with_state
-from tinytrain.training.autodiff import LOSS
 from tinytrain.training.head import new_head
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import layers, preset

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
-from tinytrain.ops import get_op
+from tinytrain import builder
+from tinytrain.ir import DType, Graph, QuantParams, Role
 from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
 from tinytrain.ops.conv2d import Conv2dAttrs
@@ -22,6 +22,7 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant
+from tinytrain.verify import verify
 
 
 def _requant_of(real, single: bool | str) -> Requant:
@@ -30,36 +31,30 @@ def _requant_of(real, single: bool | str) -> Requant:
     return Requant.from_scales(real, bool(single))
 
 
-class GraphBuilder:
+class GraphBuilder(builder.GraphBuilder):
+    """tinytrain's graph builder with layers whose weights and quantization are drawn from ``seed``."""
+
     def __init__(self, seed: int = 0, name: str = "g") -> None:
+        super().__init__(name=name)
         self.rng = np.random.default_rng(seed)
-        self.name = name
-        self.tensors: dict[str, Tensor] = {}
-        self.nodes: list[Node] = []
-        self.inputs: list[str] = []
 
     def _q(self) -> QuantParams:
         return QuantParams.per_tensor(float(self.rng.uniform(0.01, 0.1)), int(self.rng.integers(-20, 21)))
 
     def input(self, shape, quant: QuantParams | None = None) -> str:
-        name = f"input{len(self.inputs)}"
-        self.tensors[name] = Tensor(name, tuple(shape), DType.INT8, Role.INPUT, quant or self._q())
+        name = self.add_tensor(f"input{len(self.inputs)}", shape, DType.INT8, Role.INPUT, quant or self._q())
         self.inputs.append(name)
         return name
 
     def const(self, name: str, data: np.ndarray, role: Role, quant: QuantParams | None = None) -> str:
         dtype = DType.INT8 if data.dtype == np.int8 else DType.INT32
-        self.tensors[name] = Tensor(name, data.shape, dtype, role, quant, data)
-        return name
+        return self.add_tensor(name, data.shape, dtype, role, quant, data)
 
     def node(self, op: str, inputs, attrs, quant: QuantParams | None = None) -> str:
         k = len(self.nodes)
-        name = f"{op}{k}/out"
-        ins = [self.tensors[i] if i else None for i in inputs]
-        (shape,) = get_op(op).infer_shapes(attrs, ins)
-        self.tensors[name] = Tensor(name, tuple(shape), DType.INT8, Role.ACTIVATION, quant or self._q())
-        self.nodes.append(Node(f"{op}_{k}", op, tuple(inputs), (name,), attrs))
-        return name
+        (out,) = self.emit(op, inputs, attrs, f"{op}_{k}", DType.INT8, Role.ACTIVATION, [f"{op}{k}/out"],
+                           quant or self._q())
+        return out
 
     def _requant(self, channels: int, depth: int, single: bool | str = False) -> Requant:
         # acc ~ 74 * 73 * sqrt(depth); aim for outputs of about +-40 around the zero point.
@@ -137,7 +132,7 @@ class GraphBuilder:
                          QuantParams.per_tensor(1 / 256, -128))
 
     def build(self, *outputs: str) -> Graph:
-        g = Graph(self.name, self.tensors, tuple(self.nodes), tuple(self.inputs), tuple(outputs))
+        g = super().build(outputs=tuple(outputs))
         verify(g)
         return g
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
+from tinytrain import builder
+from tinytrain.ir import DType, Graph, Node, QuantParams, Role
 from tinytrain.ops import get_op
 from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
@@ -21,6 +22,7 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant, activation_range
+from tinytrain.verify import verify
 
 ACT_BOUNDS = {None: (None, None), "relu": (0.0, None), "relu6": (0.0, 6.0)}
 
@@ -36,14 +38,14 @@ def _out_quant(real: np.ndarray, act: str | None) -> QuantParams:
     return QuantParams.per_tensor(s, zp)
 
 
-class ModelBuilder:
+class ModelBuilder(builder.GraphBuilder):
+    """tinytrain's graph builder with calibrated layers: each output's quantization comes from its real range on a
+    calibration batch (``values``) run through the ops' references."""
+
     def __init__(self, name: str = "test", seed: int = 0, calib: int = 4) -> None:
-        self.name = name
+        super().__init__(name=name)
         self.rng = np.random.default_rng(seed)
         self.calib = calib
-        self.tensors: dict[str, Tensor] = {}
-        self.nodes: list[Node] = []
-        self.inputs: list[str] = []
         self.values: dict[str, np.ndarray] = {}  # calibration batch of every activation
         self.layers: list[str] = []              # conv / fc node names, in order
 
@@ -53,17 +55,14 @@ class ModelBuilder:
         return f"{prefix}{k}"
 
     def _act(self, name: str, shape, quant: QuantParams) -> str:
-        self.tensors[name] = Tensor(name, tuple(shape), DType.INT8, Role.ACTIVATION, quant)
-        return name
+        return self.add_tensor(name, shape, DType.INT8, Role.ACTIVATION, quant)
 
     def _const(self, name: str, data: np.ndarray, role: Role, quant: QuantParams | None) -> str:
         dtype = DType.INT8 if data.dtype == np.int8 else DType.INT32
-        self.tensors[name] = Tensor(name, data.shape, dtype, role, quant, data)
-        return name
+        return self.add_tensor(name, data.shape, dtype, role, quant, data)
 
     def _node(self, op: str, name: str, inputs, out: str, attrs) -> str:
-        node = Node(name, op, tuple(inputs), (out,), attrs)
-        self.nodes.append(node)
+        self.append(Node(name, op, tuple(inputs), (out,), attrs))
         ins = [self.tensors[i] if i else None for i in inputs]
         arrays = [(self.tensors[i].data if self.tensors[i].is_constant else self.values[i]) if i else None
                   for i in inputs]
@@ -78,8 +77,7 @@ class ModelBuilder:
 
     # -- layers ---------------------------------------------------------------------------------------
     def input(self, hwc, scale: float = 1 / 64, zp: int = -3) -> str:
-        name = "input"
-        self.tensors[name] = Tensor(name, (1,) + tuple(hwc), DType.INT8, Role.INPUT, QuantParams.per_tensor(scale, zp))
+        name = self.add_tensor("input", (1,) + tuple(hwc), DType.INT8, Role.INPUT, QuantParams.per_tensor(scale, zp))
         self.inputs.append(name)
         self.values[name] = self.rng.integers(-128, 128, (self.calib,) + tuple(hwc)).astype(np.int8)
         return name
@@ -196,7 +194,7 @@ class ModelBuilder:
         return self.softmax(h) if softmax else h
 
     def build(self, *outputs: str) -> Graph:
-        g = Graph(self.name, dict(self.tensors), tuple(self.nodes), tuple(self.inputs), tuple(outputs))
+        g = super().build(outputs=tuple(outputs))
         verify(g)
         return g
 

@@ -5,11 +5,12 @@ import pytest
 
 from ir_builders import ModelBuilder, tiny_mobilenet
 from tinytrain.errors import UnsupportedModelError
-from tinytrain.ir import DType, Role, verify
+from tinytrain.ir import DType, Role
+from tinytrain.names import LABEL, LOSS, grad_name
 from tinytrain.ops import get_op
 from tinytrain.simulator import execute
-from tinytrain.training.autodiff import (LABEL, LOSS, differentiate, grad_name, is_forward, logits_of,
-                                         param_gradients, trainable_params)
+from tinytrain.training.autodiff import differentiate, is_forward, logits_of, param_gradients, trainable_params
+from tinytrain.verify import verify
 
 
 @pytest.fixture(scope="module")

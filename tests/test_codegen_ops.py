@@ -8,7 +8,6 @@ and run on a small batch including the int8 extremes.
 
 import shutil
 import subprocess
-from importlib import resources
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from codegen_graphs import GraphBuilder
 from tinytrain import engine_c, simulator
+from tinytrain.csources import codegen_runtime
 
 SETTINGS = dict(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -223,6 +223,21 @@ def test_softmax_wide_rows(cache, depth, spread):
     np.testing.assert_array_equal(engine_c.predict(g, xs, cache_dir=cache), simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]])
 
 
+def _build_fixedpoint_main(tmp_path, main: str, exe_name: str, *flags: str):
+    """Compile ``main`` (a C program including tt_fixedpoint.h) with UBSan and ``flags`` into ``exe_name``."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    header = codegen_runtime().joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
+    (tmp_path / "tt_fixedpoint.h").write_text(header)
+    (tmp_path / "main.c").write_text(main)
+    exe = tmp_path / exe_name
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", str(tmp_path / "main.c"), "-o", str(exe), *flags],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return exe
+
+
 REQUANT_MAIN = r"""
 #include <stdio.h>
 #include "tt_fixedpoint.h"
@@ -246,16 +261,7 @@ def test_requantize_helpers_match_quant_py(tmp_path):
     tt_requantize_s8 (its own arithmetic for shifts <= 0)."""
     from tinytrain.quant import INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier
 
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
-    (tmp_path / "tt_fixedpoint.h").write_text(header)
-    (tmp_path / "main.c").write_text(REQUANT_MAIN)
-    exe = tmp_path / "requant"
-    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", str(tmp_path / "main.c"), "-o", str(exe)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    exe = _build_fixedpoint_main(tmp_path, REQUANT_MAIN, "requant")
     rng = np.random.default_rng(0)
     n = 20000
     shift = rng.integers(-31, 31, n)
@@ -299,16 +305,7 @@ def test_requantize_fp32_helper_matches_quant_py_and_float32(tmp_path):
     and accumulators crowded around rounding ties (where the float32 product's own rounding decides)."""
     from tinytrain.quant import INT32_MAX, INT32_MIN, multiply_by_float32_scale, quantize_multiplier
 
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
-    (tmp_path / "tt_fixedpoint.h").write_text(header)
-    (tmp_path / "main.c").write_text(FP32_MAIN)
-    exe = tmp_path / "requant_fp32"
-    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", str(tmp_path / "main.c"), "-o", str(exe)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    exe = _build_fixedpoint_main(tmp_path, FP32_MAIN, "requant_fp32")
     rng = np.random.default_rng(1)
     n = 20000
     scale = (rng.uniform(0.5, 1.0, n) * 2.0 ** rng.integers(-40, 11, n)).astype(np.float32)
@@ -397,17 +394,9 @@ def test_requantize_fp32_s8_equals_the_exact_helper(tmp_path):
     significands, zero points and clamp ranges, accumulators of all magnitudes and near rounding ties, as near as
     the fast path's tie band (where the float32 roundings of wide accumulators decide), for results in the int8
     range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts)."""
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    header = resources.files("tinytrain.codegen.runtime").joinpath("tt_fixedpoint.h").read_text(encoding="utf-8")
-    (tmp_path / "tt_fixedpoint.h").write_text(header)
-    (tmp_path / "main.c").write_text(FP32_S8_MAIN)
     for word64 in (0, 1):  # both ways tt_fixedpoint.h computes the fast path (32-bit cores, 64-bit hosts)
-        exe = tmp_path / f"requant_fp32_s8_{word64}"
-        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
-                            "-fno-sanitize-recover=all", f"-DTT_WORD64={word64}", str(tmp_path / "main.c"), "-o",
-                            str(exe), "-lm"], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        exe = _build_fixedpoint_main(tmp_path, FP32_S8_MAIN, f"requant_fp32_s8_{word64}", f"-DTT_WORD64={word64}",
+                                     "-lm")
         r = subprocess.run([str(exe)], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "differ 0" in r.stdout

@@ -34,10 +34,10 @@ STEPS = 50
 
 
 def fashion_mnist(n: int) -> tuple[np.ndarray, np.ndarray]:
-    build = pytest.importorskip("models.build")
+    data = pytest.importorskip("models.data")
     try:
-        d = build.load_fashion_mnist()
-    except build.DataMissing as e:
+        d = data.load_fashion_mnist()
+    except data.DataMissing as e:
         pytest.skip(str(e))
     return np.repeat(d["train_x"][:n, :, :, None], 3, axis=3), d["train_y"][:n].astype(np.int64)
 

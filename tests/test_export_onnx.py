@@ -29,8 +29,9 @@ from tinytrain.errors import UnsupportedModelError
 from tinytrain.export_onnx import graph_to_onnx
 from tinytrain.frontends import load_model
 from tinytrain.frontends.onnx import graph_from_onnx
-from tinytrain.ir import QuantParams, verify
+from tinytrain.ir import QuantParams
 from tinytrain.ops import get_op
+from tinytrain.verify import verify
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -17,6 +17,7 @@ import pytest
 
 from test_codegen_train import train_ops_model
 from tinytrain.cli import main
+from tinytrain.csources import firmware_sources
 from tinytrain.engine_c import CTrainer
 from tinytrain.engine_qemu import emit_compile_dir
 from tinytrain.firmware import BOARDS, render_firmware, samples
@@ -131,7 +132,7 @@ def _host_board(compile_dir: Path, out: Path) -> Path:
     for rel, data in files.items():
         if rel.startswith("src/") and not rel.endswith(("tt_startup.c", "tt_ticks.c", "tt_uart_stm32f7.c")):
             (out / Path(rel).name).write_bytes(data)
-    here = Path(__file__).resolve().parents[1] / "tinytrain" / "firmware" / "c" / "tt_uart_posix.c"
+    here = firmware_sources() / "tt_uart_posix.c"
     shutil.copy(here, out)
     exe = out / "board"
     subprocess.run(["gcc", "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-O1", "-ffp-contract=off", "-Wall", "-Wextra",

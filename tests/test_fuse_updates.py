@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ir_builders import ModelBuilder, tiny_mobilenet
-from tinytrain.ir import Role, verify
+from tinytrain.ir import Role
 from tinytrain.memory.lifetimes import scratch_requests
 from tinytrain.ops import get_op
 from tinytrain.ops.grad_weight_sgd_update import SCRATCH_BYTES, block_rows
@@ -17,6 +17,7 @@ from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.verify import verify
 
 FUSED_OPS = ("conv2d_grad_weight_sgd_update", "fully_connected_grad_weight_sgd_update")
 

@@ -19,12 +19,14 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from ir_builders import ModelBuilder, tiny_mobilenet
-from tinytrain.ir import DType, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, QuantParams, Role, Tensor
+from tinytrain.names import LABEL, grad_name
 from tinytrain.ops import get_op
 from tinytrain.ops.conv2d import Conv2dAttrs, Conv2dGradInputAttrs, Conv2dGradWeightAttrs, output_hw
 from tinytrain.quant import Requant
 from tinytrain.simulator import execute
-from tinytrain.training.autodiff import LABEL, differentiate, grad_name, logits_of, trainable_params
+from tinytrain.training.autodiff import differentiate, logits_of, trainable_params
+from tinytrain.verify import verify
 
 RTOL = 2e-6
 MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize"}

@@ -21,8 +21,8 @@ from tinytrain.codegen.state import pack
 from tinytrain.engine_c import CTrainer
 from tinytrain.errors import PlanError
 from tinytrain.ir import QuantParams
+from tinytrain.names import LOSS
 from tinytrain.simulator import init_state, train_step
-from tinytrain.training.autodiff import LOSS
 from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate

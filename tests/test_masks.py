@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ir_builders import tiny_mobilenet
-from tinytrain.ir import DType, Role, Tensor, verify
+from tinytrain.ir import DType, Role, Tensor
 from tinytrain.ops import get_op
 from tinytrain.ops.clamp_mask import ClampMaskAttrs
 from tinytrain.ops.clamp_mask_packed import ClampMaskPackedAttrs, packed_shape
@@ -16,6 +16,7 @@ from tinytrain.training.fuse_masks import fuse_mean_masks
 from tinytrain.training.masks import save_masks
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.verify import verify
 
 
 @pytest.mark.parametrize("shape", [(1, 4, 4, 8), (3, 5, 3, 7), (2, 1), (1, 1, 1, 13)])

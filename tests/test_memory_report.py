@@ -162,20 +162,17 @@ def backward_max_live(step) -> tuple[int, int]:
     cannot be smaller once the forward's peak is below it)."""
     from tinytrain.memory.inplace import choose
     from tinytrain.memory.lifetimes import buffer_lifetimes, scratch_requests
-    from tinytrain.memory.report import ALIGNMENT
+    from tinytrain.memory.planner import ALIGNMENT, align
     from tinytrain.training.autodiff import is_forward
-
-    def aligned(n: int) -> int:
-        return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
     uses = buffer_lifetimes(step)
     pairs = {p.step: p for p in choose(step, uses, ALIGNMENT)}
-    sizes = {u.tensor: aligned(u.size) for u in uses}
+    sizes = {u.tensor: align(u.size) for u in uses}
     buffers = uses + scratch_requests(step)
     first = next(k for k, n in enumerate(step.nodes) if not is_forward(step, n))
     live = []
     for k in range(first, len(step.nodes)):
-        alive = sum(aligned(u.size) for u in buffers if u.first_use <= k <= u.last_use)
+        alive = sum(align(u.size) for u in buffers if u.first_use <= k <= u.last_use)
         if k in pairs:
             p = pairs[k]
             alive -= max(0, min(sizes[p.input], sizes[p.output] - p.delta) - max(0, -p.delta))

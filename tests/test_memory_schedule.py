@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from tinytrain.ir import verify
 from tinytrain.memory.lifetimes import buffer_lifetimes
 from tinytrain.memory.report import plan_memory
 from tinytrain.memory.schedule import reorder, update_steps
@@ -14,6 +13,7 @@ from tinytrain.training.autodiff import is_forward
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import load_plan, preset
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.verify import verify
 
 from ir_builders import tiny_mobilenet
 

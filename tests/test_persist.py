@@ -1,5 +1,5 @@
 """Persistent learned state (README "Learning that survives the field"): the state in two flash slots with sequence
-numbers and CRCs (tinytrain/firmware/c/tt_persist.c), checked on the same C as the firmware.
+numbers and CRCs (firmware/c/tt_persist.c), checked on the same C as the firmware.
 
 Power loss: power is cut at every erase and program operation of consecutive saves, before the operation and
 in the middle of it (torn: a part of its bits changed), on a NOR simulator; every boot must load the previous
@@ -9,13 +9,13 @@ or the new state, byte for byte, never anything else.
 import re
 import shutil
 import subprocess
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from test_codegen_train import train_ops_model
+from tinytrain.csources import firmware_sources
 from tinytrain.engine_c import CTrainer
 from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.qas import UpdateConfig
@@ -33,7 +33,7 @@ def build_powerloss(out: Path, graph) -> Path:
     """The power-loss driver (tests/c/powerloss_main.c) linked with the graph's emitted step and tt_persist.c."""
     for name, text in CTrainer(graph).files.items():
         (out / name).write_text(text)
-    c = resources.files("tinytrain.firmware.c")
+    c = firmware_sources()
     for name in PERSIST_SOURCES:
         (out / name).write_bytes(c.joinpath(name).read_bytes())
     shutil.copy(Path(__file__).parent / "c" / "powerloss_main.c", out)

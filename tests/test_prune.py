@@ -3,11 +3,12 @@
 import pytest
 
 from ir_builders import tiny_mobilenet
-from tinytrain.ir import Role, verify
+from tinytrain.ir import Role
 from tinytrain.training.autodiff import is_forward
 from tinytrain.training.prune import prune
 from tinytrain.training.sparse import Plan, WeightUpdate, layers, preset
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.verify import verify
 
 WEIGHT_GRAD_OPS = {"conv2d_grad_weight", "fully_connected_grad_weight"}
 INPUT_GRAD_OPS = {"conv2d_grad_input", "fully_connected_grad_input"}

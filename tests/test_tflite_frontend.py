@@ -23,9 +23,10 @@ from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
 from tinytrain.frontends import load_model
 from tinytrain.frontends.tflite import graph_from_tflite, padding_values
 from tinytrain.frontends.tflite_reader import read_model
-from tinytrain.ir import DType, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, QuantParams, Role, Tensor
 from tinytrain.ops import get_op
 from tinytrain.ops.quantize import QuantizeAttrs
+from tinytrain.verify import verify
 
 
 def run(graph, x: np.ndarray) -> np.ndarray:

@@ -4,15 +4,16 @@ import numpy as np
 import pytest
 
 from ir_builders import tiny_mobilenet
-from tinytrain.ir import DType, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, QuantParams, Role, Tensor
+from tinytrain.names import LOSS
 from tinytrain.ops import get_op
 from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, mix32, uniform
 from tinytrain.simulator import forward, init_state, train, train_step, with_state
-from tinytrain.training.autodiff import LOSS
 from tinytrain.training.head import new_head
 from tinytrain.training.qas import UpdateConfig, optimizer_state_bytes, param_scales, step_scale
 from tinytrain.training.sparse import Plan, WeightUpdate, layers, preset
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.verify import verify
 
 UPDATE = get_op("sgd_update")
 
@@ -277,7 +278,7 @@ def test_verify_rejects_reads_after_an_update_and_writes_to_activations(model):
     from dataclasses import replace
 
     from tinytrain.ops.reshape import ReshapeAttrs
-    from tinytrain.training.builder import GraphBuilder
+    from tinytrain.builder import GraphBuilder
 
     g, _ = model
     t = build_training_graph(g, preset("last-k:1", g))

@@ -225,8 +225,8 @@ def test_provenance_records_accuracy_and_recipe():
 
 
 def test_builder_reports_missing_data(monkeypatch, tmp_path, capsys):
-    from models import build
-    monkeypatch.setattr(build, "DATA_DIRS", [str(tmp_path)])
+    from models import build, data
+    monkeypatch.setattr(data, "DATA_DIRS", [str(tmp_path)])
     rc = build.main(["--only", "mbv1-0.25-vww", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
     assert rc == 2

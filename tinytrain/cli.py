@@ -29,7 +29,7 @@ def _load(path: str):
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from tinytrain.inspect import describe
+    from tinytrain.describe import describe
 
     print(describe(_load(args.model)))
 

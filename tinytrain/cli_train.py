@@ -117,7 +117,6 @@ def _suffix_accuracy(suffix, features, rows: np.ndarray, y: np.ndarray, state=No
 def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.simulator import init_state, train
-    from tinytrain.training.fuse import fuse_updates
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import load_plan, preset
     from tinytrain.training.train_graph import build_training_graph
@@ -137,7 +136,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     _check_persist_arguments(args)
     config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), qas=not args.no_qas,
                           seed=args.seed)
-    tg = fuse_updates(build_training_graph(graph, plan, config))  # the device's step, as every engine runs it
+    tg = build_training_graph(graph, plan, config)  # the C and QEMU engines run its device_schedule
     x, y = _data(graph, args.data)
     split = _split(args, y)
     rows = split[0] if split else np.arange(len(y))  # the training rows of x

@@ -83,6 +83,8 @@ def build(graph: Graph, cache_dir: str | Path | None = None, *, planner: str = "
 def compile_files(files: dict[str, str], cache_dir: str | Path | None = None, *, cc: str = HOST_CC,
                   cflags: tuple[str, ...] = HOST_CFLAGS) -> Path:
     """Compile an emitted project (file name -> text) into a shared library, cached by content."""
+    from tinytrain.codegen import MODEL_SOURCE
+
     h = hashlib.sha256()
     for part in (_compiler_id(cc), *cflags, *(f"{n}\0{t}" for n, t in sorted(files.items()))):
         h.update(part.encode("utf-8") + b"\0")
@@ -95,7 +97,7 @@ def compile_files(files: dict[str, str], cache_dir: str | Path | None = None, *,
     try:
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        cmd = [cc, *cflags, "-o", LIBRARY, "tinytrain_model.c"]
+        cmd = [cc, *cflags, "-o", LIBRARY, MODEL_SOURCE]
         r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise CompilerError(f"{' '.join(cmd)} failed in {tmp} (a tinytrain bug, please report it):\n"

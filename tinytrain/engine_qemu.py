@@ -75,7 +75,7 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     whole. Raises BudgetError, before any linker runs, when it does not fit.
     Returns the report as JSON."""
     from tinytrain.codegen import render_project
-    from tinytrain.codegen.emit_train import is_training_graph
+    from tinytrain.codegen.project import is_training_graph
     from tinytrain.memory.report import check_budget, plan_memory
     from tinytrain.training.device_step import device_schedule
 
@@ -184,13 +184,13 @@ def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
 
 def _status_meaning(status: int) -> str:
     if status >= 64 + 2:
-        return f" (fault: exception {status - 64}, see tinytrain/firmware/c/tt_startup.c)"
+        return f" (fault: exception {status - 64}, see firmware/c/tt_startup.c)"
     return {1: " (semihosting exit failure)", 2: " (a sample file was unreadable)",
             3: " (no memory for the state copy)"}.get(status, "")
 
 
 def parse_output(text: str) -> dict:
-    """The harness's records (format in tinytrain/firmware/c/tt_harness_qemu.c) as arrays."""
+    """The harness's records (format in firmware/c/tt_harness_qemu.c) as arrays."""
     bits, step_insns, predict_insns, skipped, stack, first = [], [], [], [], 0, 0
     for line in text.splitlines():
         m = _LINE.match(line.strip())

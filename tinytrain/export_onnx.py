@@ -50,6 +50,7 @@ from tinytrain import __version__
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.frontends.onnx_values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor
+from tinytrain.names import unique_name
 from tinytrain.outputs import write_atomic
 
 OPSET = 18
@@ -87,9 +88,7 @@ class _Exporter:
 
     # ----- names, initializers, nodes
     def fresh(self, hint: str) -> str:
-        name, k = hint, 1
-        while name in self.used:
-            name, k = f"{hint}_{k}", k + 1
+        name = unique_name(hint, self.used)
         self.used.add(name)
         return name
 

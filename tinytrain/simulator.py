@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from tinytrain.ir import DType, Graph, Role
+from tinytrain.names import LABEL, LOSS, STEP_INPUT
 from tinytrain.ops import get_op
 
 
@@ -98,9 +99,6 @@ def external_input_dtype(graph: Graph) -> np.dtype:
 
 # ---- training -------------------------------------------------------------------------------------------
 
-STEP_INPUT = "step"
-
-
 @dataclass
 class TrainState:
     """What a training run changes: the tensors update nodes write (trainable int8 weights, int32 biases,
@@ -138,7 +136,6 @@ def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = 
     tensor with ``keep_all``. The non-finite guard: a step whose loss is NaN or Inf is not applied (the state
     is untouched, ``state.nonfinite`` counts it), as in the C (train_model.c.j2).
     """
-    from tinytrain.training.autodiff import LABEL, LOSS
 
     inputs = dict(x) if isinstance(x, Mapping) else {graph.inputs[0]: x}
     if any(len(v) != 1 for v in inputs.values()):
@@ -165,7 +162,6 @@ def split_frozen(graph: Graph, live: Iterable[str] = ()) -> tuple[Graph, Graph]:
     the same way)."""
     from dataclasses import replace
 
-    from tinytrain.training.autodiff import LABEL
 
     live = set(written_tensors(graph)) | {LABEL, STEP_INPUT} | set(live)
     frozen, rest = [], []
@@ -189,7 +185,6 @@ def train(graph: Graph, state: TrainState, xs: np.ndarray, labels: np.ndarray, o
     With ``frozen_cache`` the frozen prefix (``split_frozen``) runs once per image, batched. ``features``
     gives the prefix's outputs for every row of ``xs`` instead (computed once by the caller, e.g. for several
     runs on the same images); the prefix is then not run."""
-    from tinytrain.training.autodiff import LOSS
 
     order = np.arange(len(xs)) if order is None else np.asarray(order)
     used = np.unique(order)  # images actually visited; row r of feats is image used[r]

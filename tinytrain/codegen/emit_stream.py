@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Callable
 
 from tinytrain.codegen import cformat
-from tinytrain.codegen.bindings import Band, Call
+from tinytrain.codegen.context import Band, Call
 from tinytrain.ir import Graph, Node, Tensor
 from tinytrain.memory.stream import StreamPlan
 from tinytrain.ops import RowWindow

@@ -21,36 +21,27 @@ documented in the emitted header and in ``state.py``.
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 
 from tinytrain import __version__
 from tinytrain.codegen import cformat
-from tinytrain.codegen.bindings import BINDINGS, Kernel
-from tinytrain.codegen.bindings_train import TRAIN_BINDINGS
-from tinytrain.codegen.emit import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, _Array, _Context, _environment,
-                                    _step_comment, arena_offsets, arm_dsp, bind_call,
-                                    streamed_input)
+from tinytrain.codegen.bindings import BINDINGS
+from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,
+                                       arena_offsets, arm_dsp, bind_call, environment, runtime_files, step_comment,
+                                       streamed_input)
+from tinytrain.codegen.emit_stream import render_region
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
-from tinytrain.codegen.emit_stream import render_region
 from tinytrain.memory.lifetimes import scratch_name
-from tinytrain.memory.stream import StreamPlan
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
+from tinytrain.memory.stream import StreamPlan
+from tinytrain.names import LABEL, LOSS, STEP_INPUT
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
-ALL_BINDINGS = {**BINDINGS, **TRAIN_BINDINGS}
 
 
-def is_training_graph(graph: Graph) -> bool:
-    from tinytrain.ops import get_op
-
-    return any(get_op(n.op).writes for n in graph.nodes)
-
-
-class _TrainContext(_Context):
+class _TrainContext(Context):
     """The forward context plus fp32 arena tensors, SRAM copies of the state and scalar inputs."""
 
     def __init__(self, graph: Graph, offsets: dict[str, int], layout: list[StateEntry], scalars: dict[str, str],
@@ -58,7 +49,7 @@ class _TrainContext(_Context):
         super().__init__(graph, offsets)
         self.scratch_buffers = scratch            # kernel scratch buffer name -> its planned buffer
         self.ctypes: dict[str, str] = {}          # pointer variable -> element type
-        self.sram: dict[str, _Array] = {}         # tensor -> SRAM array (name, ctype, initial values: its rows)
+        self.sram: dict[str, Array] = {}         # tensor -> SRAM array (name, ctype, initial values: its rows)
         self.rows: dict[str, int] = {}            # weight -> rows in SRAM, when the plan updates only those
         self.scalars = scalars
         for e in layout:
@@ -70,7 +61,7 @@ class _TrainContext(_Context):
                 self.rows[e.name] = e.shape[0]
             cname = self._unique("tt_" + cformat.identifier(e.name))
             rows = f"rows 0..{e.shape[0] - 1} of " if e.partial else ""
-            self.sram[e.name] = _Array(cname, cformat.ctype(t.data.dtype), t.data[: e.shape[0]],
+            self.sram[e.name] = Array(cname, cformat.ctype(t.data.dtype), t.data[: e.shape[0]],
                                        f"{rows}{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} "
                                        f"{cformat.comment(e.name)}")
 
@@ -179,17 +170,17 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
     index = {n.name: k for k, n in enumerate(graph.nodes)}
     steps, used = [], set()
     if stream is not None and nodes and index[nodes[0].name] == 0:
-        step, region_used = render_region(graph, stream, ctx, lambda n, c: bind_call(env, ALL_BINDINGS, n, c, kernels),
-                                          lambda j, n: _step_comment(j, n, graph))
+        step, region_used = render_region(graph, stream, ctx, lambda n, c: bind_call(env, BINDINGS, n, c, kernels),
+                                          lambda j, n: step_comment(j, n, graph))
         steps.append(step)
         used.update(region_used)
         nodes = nodes[stream.steps:]
     for node in nodes:
-        comment = _step_comment(index[node.name], node, graph)
+        comment = step_comment(index[node.name], node, graph)
         if _view(node):
             steps.append({"comment": comment + " (a view: same arena bytes, no code)", "code": ""})
             continue
-        call = bind_call(env, ALL_BINDINGS, node, ctx, kernels)
+        call = bind_call(env, BINDINGS, node, ctx, kernels)
         code = f"{call.kernel.name}({', '.join(call.args)});"
         if node.name in train_only:
             comment, code = comment + " (training only)", f"if (train) {{\n        {code}\n    }}"
@@ -234,14 +225,12 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
 
 def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime)."""
-    from tinytrain.simulator import STEP_INPUT
-    from tinytrain.training.autodiff import LABEL, LOSS
 
     image = graph.inputs[0]
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
         raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
                                     f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
-    env = _environment()
+    env = environment()
     offsets = arena_offsets(graph, plan)
     layout = state_layout(graph)
     for e in layout:
@@ -307,8 +296,6 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
             n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
-    runtime = resources.files("tinytrain.codegen.runtime")
-    for name in TRAIN_RUNTIME_FILES:
-        files[name] = runtime.joinpath(name).read_text(encoding="utf-8")
+    files.update(runtime_files(TRAIN_RUNTIME_FILES))
     return files
 

@@ -2,7 +2,8 @@
 
 ``render_firmware`` / ``write_firmware`` turn a ``tinytrain compile`` output folder into a project
 (boards.py lists the boards); ``samples`` is the host <-> QEMU sample file format, ``protocol`` the
-serial framing of the real boards. The C (startup, harnesses, drivers) and templates are package data.
+serial framing of the real boards. The C (startup, harnesses, drivers) and templates are the top-level
+``firmware/`` folder (``tinytrain.csources``).
 """
 
 from tinytrain.firmware.boards import BOARDS, Board, get_board

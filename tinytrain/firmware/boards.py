@@ -28,9 +28,9 @@ class PlatformIO:
 
 @dataclass(frozen=True)
 class Flash:
-    """Where the persistent training state lives (c/tt_persist.h): a driver of c/tt_flash_port.h, the erase and
-    program granularity, and (real boards) the number of the board's last flash sector: the state's two slots are
-    the last sectors of flash, the program is linked below them."""
+    """Where the persistent training state lives (firmware/c/tt_persist.h): a driver of
+    firmware/c/tt_flash_port.h, the erase and program granularity, and (real boards) the number of the board's last
+    flash sector: the state's two slots are the last sectors of flash, the program is linked below them."""
 
     driver: str
     sector_bytes: int
@@ -50,7 +50,7 @@ class Board:
     vector_irqs: int    # interrupt vectors after the 16 system exceptions (all routed to the fault exit)
     qemu: Qemu | None = None
     pio: PlatformIO | None = None
-    uart_driver: str | None = None  # C file of the serial boards' UART (tinytrain/firmware/c/)
+    uart_driver: str | None = None  # C file of the serial boards' UART (firmware/c/)
     uart: str = ""                  # which UART and pins, for the README
     defines: tuple[tuple[str, str], ...] = ()  # extra #defines of tt_board.h (the UART driver's choices)
     flash: Flash | None = None      # the persistent state's flash (firmware --save-every)
@@ -65,7 +65,7 @@ M7_SP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16") 
 M7_DP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16")     # STM32F767: double precision
 M55 = ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard")
 MB = 1024 * 1024
-# QEMU boards: a file on the host through semihosting (c/tt_flash_semihost.c), NOR rules kept by the driver.
+# QEMU boards: a file on the host through semihosting (firmware/c/tt_flash_semihost.c), NOR rules kept by the driver.
 SEMIHOST_FLASH = Flash("tt_flash_semihost.c", 4096, 4)
 
 BOARDS: dict[str, Board] = {b.name: b for b in (

@@ -1,5 +1,6 @@
-"""The host's reading of a persistent-state flash region (format: c/tt_persist.h), e.g. the QEMU boards' tt_flash.bin:
-the newest valid slot's payload (``tt_state_save`` bytes) and position, found exactly as the device finds it."""
+"""The host's reading of a persistent-state flash region (format: firmware/c/tt_persist.h), e.g. the QEMU boards'
+tt_flash.bin: the newest valid slot's payload (``tt_state_save`` bytes) and position, found exactly as the device
+finds it."""
 
 from __future__ import annotations
 

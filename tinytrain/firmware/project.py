@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from importlib import resources
 from pathlib import Path
 
 import jinja2
 
 from tinytrain import __version__
+from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
+from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
 from tinytrain.sizes import format_size
@@ -28,10 +29,9 @@ from tinytrain.sizes import format_size
 COMMON_SOURCES = ("tt_startup.c", "tt_ticks.c", "tt_ticks.h")
 QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
 SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
-# --save-every: the persistent state (c/tt_persist.h) and the board's flash driver (Board.flash.driver).
+# --save-every: the persistent state (firmware/c/tt_persist.h) and the board's flash driver (Board.flash.driver).
 PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
-PERSIST_HEADER_BYTES = 32  # c/tt_persist.h TT_PERSIST_HEADER_BYTES
-MODEL_HEADER = "tinytrain_model.h"
+PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
 # Stack and minimum heap in the RAM region (bytes). The heap holds newlib's stdio buffers on QEMU. The stack is
 # the compile's estimate (memory/report.py STACK_BYTES); measured on qemu-m7: 530-630 bytes for the shipped
@@ -44,7 +44,7 @@ _STATE_BYTES = re.compile(r"#define TT_STATE_BYTES (\d+)")
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("tinytrain.firmware", "templates"),
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(firmware_templates()),
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                               keep_trailing_newline=True, autoescape=False)
 
@@ -62,7 +62,7 @@ def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
         raise UsageError(f"{report_path}: not a tinytrain memory report ({e})") from None
     report.update(sizes)
     sources = {p.name: p.read_bytes() for p in sorted(compile_dir.iterdir()) if p.suffix in (".c", ".h")}
-    if MODEL_HEADER not in sources or "tinytrain_model.c" not in sources:
+    if MODEL_HEADER not in sources or MODEL_SOURCE not in sources:
         raise UsageError(f"{compile_dir} has no tinytrain_model.c / .h; run `tinytrain compile` again")
     return report, sources
 
@@ -72,7 +72,7 @@ def has_training_api(header: str) -> bool:
 
 
 def persist_region_bytes(state_bytes: int, sector_bytes: int) -> int:
-    """Flash bytes of the two slots of a state (c/tt_persist.c tt_persist_region_bytes)."""
+    """Flash bytes of the two slots of a state (firmware/c/tt_persist.c tt_persist_region_bytes)."""
     return 2 * -(-(PERSIST_HEADER_BYTES + state_bytes) // sector_bytes) * sector_bytes
 
 
@@ -98,7 +98,8 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
                     stack_bytes: int = STACK_BYTES, heap_bytes: int | None = None,
                     save_every: int = 0) -> dict[str, bytes]:
     """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes). ``save_every`` > 0:
-    the training state is saved to the board's flash every that many samples and loaded at boot (c/tt_persist.h)."""
+    the training state is saved to the board's flash every that many samples and loaded at boot
+    (firmware/c/tt_persist.h)."""
     b = board if isinstance(board, Board) else get_board(board)
     report, sources = read_compile_dir(Path(compile_dir))
     sram, flash_budget = report["sram_budget_bytes"], report["flash_budget_bytes"]
@@ -120,7 +121,7 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
            "training": training, "baud": baud, "model": report.get("model", "?"),
            "model_sha256": report.get("model_sha256", "?"), "persist": persist}
     files: dict[str, bytes] = {f"src/{name}": data for name, data in sources.items()}
-    c = resources.files("tinytrain.firmware.c")
+    c = firmware_sources()
     own = COMMON_SOURCES + (QEMU_SOURCES if b.qemu else SERIAL_SOURCES + (b.uart_driver,))
     if persist:
         own += PERSIST_SOURCES + (b.flash.driver,)

@@ -1,4 +1,5 @@
-"""The serial protocol between the host (``tinytrain stream``) and a real board's firmware (c/tt_harness_serial.c).
+"""The serial protocol between the host (``tinytrain stream``) and a real board's firmware
+(firmware/c/tt_harness_serial.c).
 
 Stop-and-wait: the host sends one request frame, the board answers with one reply frame. All integers are
 little-endian; the CRC is CRC-32 (IEEE 802.3, as zlib.crc32) of every byte after the magic and before the CRC.

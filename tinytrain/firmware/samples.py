@@ -1,4 +1,5 @@
-"""The sample file the host writes for the QEMU harness (the C side: c/tt_samples.h, c/tt_harness_qemu.c).
+"""The sample file the host writes for the QEMU harness (the C side: firmware/c/tt_samples.h,
+firmware/c/tt_harness_qemu.c).
 
     offset        size    field
     0             4       magic b"TTDS"

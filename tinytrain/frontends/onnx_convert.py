@@ -29,7 +29,8 @@ from tinytrain.errors import TinyTrainError
 from tinytrain.frontends.onnx_emit import IRBuilder
 from tinytrain.frontends.onnx_parse import INT_ACT_TYPES, elem_type_name, graph_inputs, node_label, static_input_shape
 from tinytrain.frontends.onnx_values import Act, FVal, SoftmaxOut, ir_shape, onnx_shape, same_quant
-from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
+from tinytrain.verify import verify
 
 Handler = Callable[["Converter", onnx.NodeProto], None]
 

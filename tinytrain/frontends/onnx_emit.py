@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from tinytrain.builder import GraphBuilder
 from tinytrain.frontends.onnx_parse import ConstantReader, QConst
 from tinytrain.frontends.onnx_requant import (BIAS_REL_TOL, add_attrs, avgpool_output, clamp_range, layer_requant,
                                               mean_requant, requantize_requant, round_half_even)
@@ -29,29 +30,24 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 
 
-class IRBuilder(ConstantReader):
-    """The IR tensors and nodes built from an ONNX model (the constant reader supplies its name and errors)."""
+class IRBuilder(ConstantReader, GraphBuilder):
+    """The IR tensors and nodes built from an ONNX model (the constant reader supplies its name and errors). Tensor
+    and node names share one namespace with the model's own value names (``fresh``), made unique by ``_k``."""
 
     def __init__(self, model: onnx.ModelProto, name: str):
-        super().__init__(model, name)
-        self.tensors: dict[str, Tensor] = {}
-        self.nodes: list[Node] = []
+        ConstantReader.__init__(self, model, name)
+        GraphBuilder.__init__(self, name=name, separator="_")
         self._used_names: set[str] = set()
 
     # ----- names and IR construction
     def fresh(self, hint: str) -> str:
-        base = hint or "t"
-        name, k = base, 1
-        while name in self._used_names:
-            name, k = f"{base}_{k}", k + 1
+        name = self.unique(hint or "t", self._used_names)
         self._used_names.add(name)
         return name
 
-    def add_tensor(self, hint: str, shape, dtype: DType, role: Role, quant: QuantParams | None,
+    def add_tensor(self, hint: str, shape, dtype: DType, role: Role, quant: QuantParams | None = None,
                    data: np.ndarray | None = None) -> str:
-        name = self.fresh(hint)
-        self.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, role, quant, data)
-        return name
+        return super().add_tensor(self.fresh(hint), shape, dtype, role, quant, data)
 
     def add_node(self, op: str, hint: str, inputs: list[str], out_hint: str, out_quant: QuantParams, attrs: Any,
                  label: str) -> str:

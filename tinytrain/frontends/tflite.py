@@ -36,7 +36,7 @@ import numpy as np
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
 from tinytrain.frontends.tflite_reader import (TflModel, TflOperator, TflQuant, TflTensor,
                                                builtin_name, read_model)
-from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor, verify
+from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
 from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
 from tinytrain.ops.conv2d import Conv2dAttrs
@@ -47,6 +47,7 @@ from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant, activation_range
+from tinytrain.verify import verify
 
 SUPPORTED_OPS = ("ADD", "AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED", "MEAN",
                  "PAD", "QUANTIZE", "RESHAPE", "SOFTMAX")

@@ -33,6 +33,7 @@ import numpy as np
 
 from tinytrain.ir import Graph, Role
 from tinytrain.memory.lifetimes import BufferUse
+from tinytrain.memory.planner import ALIGNMENT, align
 
 SLACK = 1 / 16
 GRADIENT_SLACK = 1 / 8
@@ -49,10 +50,6 @@ class InPlace:
     saving: int  # bytes saved at that step against separate buffers
 
 
-def _align(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
-
-
 def min_gap(min_read: np.ndarray, out_itemsize: int, in_itemsize: int) -> int:
     """The smallest delta (bytes, may be negative) for which writing the output in order is safe."""
     min_read = np.asarray(min_read, np.int64)
@@ -63,7 +60,7 @@ def min_gap(min_read: np.ndarray, out_itemsize: int, in_itemsize: int) -> int:
     return int((q1 * out_itemsize - later * in_itemsize).max())
 
 
-def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16, first_step: int = 0) -> list[InPlace]:
+def candidates(graph: Graph, uses: list[BufferUse], alignment: int = ALIGNMENT, first_step: int = 0) -> list[InPlace]:
     """Per node from ``first_step`` on (the nodes before it run streamed), the best input its output 0 may
     overwrite (if any), with its delta and saving."""
     from tinytrain.ops import get_op
@@ -82,7 +79,7 @@ def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16, first_s
             continue
         ins = [graph.tensors[i] if i else None for i in node.inputs]
         outs = [graph.tensors[out]]
-        s_out = _align(outs[0].nbytes, alignment)
+        s_out = align(outs[0].nbytes, alignment)
         best = None
         for i, name in enumerate(node.inputs):
             u = by_name.get(name)
@@ -91,13 +88,13 @@ def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16, first_s
                 continue
             reads = op.min_read(node.attrs, ins, outs, i) if op.min_read is not None else None
             if reads is not None:
-                delta = _align(max(min_gap(reads, outs[0].dtype.itemsize, ins[i].dtype.itemsize), 0), alignment)
+                delta = align(max(min_gap(reads, outs[0].dtype.itemsize, ins[i].dtype.itemsize), 0), alignment)
             elif op.overwrites is not None and op.overwrites(node.attrs, ins, outs) == i \
                     and ins[i].nbytes == outs[0].nbytes:
                 delta = 0
             else:
                 continue
-            s_in = _align(ins[i].nbytes, alignment)
+            s_in = align(ins[i].nbytes, alignment)
             saving = s_in + s_out - max(s_out, delta + s_in)
             if saving > 0 and (best is None or saving > best.saving):
                 best = InPlace(k, name, out, delta, saving)
@@ -106,10 +103,10 @@ def candidates(graph: Graph, uses: list[BufferUse], alignment: int = 16, first_s
     return result
 
 
-def choose(graph: Graph, uses: list[BufferUse], alignment: int = 16, slack: float = SLACK,
+def choose(graph: Graph, uses: list[BufferUse], alignment: int = ALIGNMENT, slack: float = SLACK,
            gradient_slack: float = GRADIENT_SLACK, first_step: int = 0) -> list[InPlace]:
     """The in-place pairs to use: candidates by decreasing saving, chained while the chain stays compact."""
-    sizes = {u.tensor: _align(u.size, alignment) for u in uses}
+    sizes = {u.tensor: align(u.size, alignment) for u in uses}
     gradients = {u.tensor for u in uses if u.role == Role.GRADIENT.value}
     group: dict[str, tuple[str, int]] = {}      # tensor -> (chain id, offset in the chain)
     members: dict[str, list[str]] = {}

@@ -25,12 +25,16 @@ class Buffer:
         return self.first_use <= other.last_use and other.first_use <= self.last_use
 
 
-def _align(n: int, alignment: int) -> int:
+ALIGNMENT = 16  # bytes: every arena buffer starts and ends on a multiple (fp32 tensors and SIMD loads are aligned)
+
+
+def align(n: int, alignment: int = ALIGNMENT) -> int:
+    """``n`` rounded up to a multiple of ``alignment``."""
     return (n + alignment - 1) // alignment * alignment
 
 
 class _Planner:
-    def __init__(self, alignment: int = 16) -> None:
+    def __init__(self, alignment: int = ALIGNMENT) -> None:
         self.alignment = alignment
         self.buffers: list[Buffer] = []
         self._parent: list[int] = []   # union-find over ties
@@ -89,7 +93,7 @@ class _Planner:
     def total_size(self) -> int:
         if not self.buffers:
             return 0
-        return max(self.offset(i) + _align(b.size, self.alignment) for i, b in enumerate(self.buffers))
+        return max(self.offset(i) + align(b.size, self.alignment) for i, b in enumerate(self.buffers))
 
     def live_bytes(self, step: int) -> int:
         """Bytes alive at ``step``: aligned sizes summed, a group counting the union of its live members."""
@@ -106,10 +110,10 @@ class _Planner:
         for group in self.groups():
             if len(group) == 1:
                 b = self.buffers[group[0][0]]
-                total += np.where((steps_a >= b.first_use) & (steps_a <= b.last_use), _align(b.size, al), 0)
+                total += np.where((steps_a >= b.first_use) & (steps_a <= b.last_use), align(b.size, al), 0)
                 continue
             for k, step in enumerate(steps):
-                spans = sorted((rel, rel + _align(self.buffers[i].size, al)) for i, rel in group
+                spans = sorted((rel, rel + align(self.buffers[i].size, al)) for i, rel in group
                                if self.buffers[i].first_use <= step <= self.buffers[i].last_use)
                 end = None
                 for start, stop in spans:
@@ -133,7 +137,7 @@ class LinearPlanner(_Planner):
         for group in sorted(self.groups(), key=lambda g: min(i for i, _ in g)):
             for i, rel in group:
                 offsets[i] = end + rel
-            end += max(rel + _align(self.buffers[i].size, self.alignment) for i, rel in group)
+            end += max(rel + align(self.buffers[i].size, self.alignment) for i, rel in group)
         return offsets
 
 
@@ -153,7 +157,7 @@ class GreedyBySizePlanner(_Planner):
         al = self.alignment
         groups = self.groups()
         n = len(self.buffers)
-        sizes = np.array([_align(b.size, al) for b in self.buffers], np.int64)
+        sizes = np.array([align(b.size, al) for b in self.buffers], np.int64)
         firsts = np.array([b.first_use for b in self.buffers], np.int64)
         lasts = np.array([b.last_use for b in self.buffers], np.int64)
         g_size = np.array([max(sizes[i] for i, _ in g) for g in groups], np.int64)

@@ -16,11 +16,10 @@ from tinytrain.errors import BudgetError
 from tinytrain.ir import Graph, Role
 from tinytrain.memory.inplace import SLACK, InPlace, choose
 from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requests
-from tinytrain.memory.planner import PLANNERS
+from tinytrain.memory.planner import ALIGNMENT, PLANNERS, align
 from tinytrain.memory.stream import StreamPlan, plan_stream
 from tinytrain.sizes import format_size
 
-ALIGNMENT = 16
 RUNTIME_BYTES = 256      # the C runtime's statics: step counter, loss, label, arena pointer (estimate)
 STACK_BYTES = 2048       # stack of the deepest kernel call chain (estimate; to be measured on the target)
 CODE_BASE_BYTES = 4096   # code estimate: runtime + entry points, plus per distinct op and per call site
@@ -94,7 +93,7 @@ class MemoryReport:
             counted: list[tuple[int, int]] = []
             roles: dict[str, int] = {}
             for b in alive:
-                lo, hi = b.offset, b.offset + _align(b.use.size)
+                lo, hi = b.offset, b.offset + align(b.use.size)
                 own = hi - lo - sum(max(0, min(hi, e) - max(lo, s)) for s, e in counted)
                 counted.append((lo, hi))
                 roles[b.use.role] = roles.get(b.use.role, 0) + own
@@ -139,10 +138,6 @@ class MemoryReport:
                                  for b in self.stream.rings]},
             "buffers": [entry(b) for b in self.buffers + self.scratch],
         }
-
-
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
 def trainable_copies(graph: Graph) -> list[tuple[str, int]]:

@@ -17,7 +17,7 @@ Saved activations end at their last backward reader and gradients at their updat
 the order (memory/lifetimes.py). In-place execution is decided by the memory plan (memory/inplace.py).
 
 Invariant: the same nodes and tensors; the order is topological; every reader of a parameter runs before
-its update (``ir.verify`` holds); forward nodes keep their relative order; the result is deterministic.
+its update (``verify`` holds); forward nodes keep their relative order; the result is deterministic.
 """
 
 from __future__ import annotations
@@ -25,10 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tinytrain.ir import Graph
-
-
-def _align(n: int) -> int:
-    return (n + 15) // 16 * 16
+from tinytrain.memory.planner import align
 
 
 def reorder(graph: Graph) -> Graph:
@@ -76,7 +73,7 @@ def reorder(graph: Graph) -> Graph:
     waiting = [len(d) for d in deps]
     remaining = {r: len(ks) for r, ks in readers.items()}
     kept = {root.get(o, o) for o in graph.outputs}
-    size = {name: _align(t.nbytes) for name, t in graph.tensors.items()}
+    size = {name: align(t.nbytes) for name, t in graph.tensors.items()}
 
     def growth(k: int) -> int:
         node = nodes[k]

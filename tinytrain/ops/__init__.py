@@ -2,12 +2,15 @@
 
 An op module holds everything about its op: attribute dataclass, shape rule, numpy reference
 (the spec), MAC count and backward rule. A forward op's backward kernels (``conv2d_grad_input``, ...)
-live in its module too, which then exports them all in ``OPS``. Adding an op touches its module and
-the list below.
+live in its module too, which then exports them all in ``OPS``. The registry is collected from the package's
+modules: adding an op adds its module here, its C binding (``codegen/bindings/``) and its kernel templates
+(docs/design.md §11).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -19,7 +22,7 @@ ShapeRule = Callable[[Any, Sequence[Tensor | None]], list[tuple[int, ...]]]
 Reference = Callable[[Any, Sequence[np.ndarray | None], Sequence[Tensor | None], Sequence[Tensor]], list[np.ndarray]]
 MacCount = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
 # backward(builder, forward_node, output_gradient_names) -> one gradient name (or None) per node input.
-# The builder is tinytrain.training.builder.GraphBuilder: it emits fp32 backward nodes and says which
+# The builder is tinytrain.builder.GraphBuilder: it emits fp32 backward nodes and says which
 # inputs need a gradient (``needs_grad``). Gradients are with respect to the dequantized (real) values.
 Backward = Callable[[Any, Node, Sequence[str | None]], list[str | None]]
 # min_read(attrs, in_tensors, out_tensors, k) -> for each element of output 0 in C order, the lowest C-order
@@ -109,15 +112,15 @@ def elementwise_rows(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Te
 
 
 def _registry() -> dict[str, OpDef]:
-    from tinytrain.ops import (add, avg_pool2d, conv2d, dequantize, fully_connected, mean, pad, quantize,
-                               requantize, reshape, softmax)
-    from tinytrain.ops import (bias_grad, clamp_mask, clamp_mask_packed, grad_accumulate, grad_weight_sgd_update,
-                               sgd_update, softmax_xent)
-
-    modules = (add, avg_pool2d, conv2d, dequantize, fully_connected, mean, pad, quantize, requantize, reshape, softmax,
-               bias_grad, clamp_mask, clamp_mask_packed, grad_accumulate, grad_weight_sgd_update, sgd_update,
-               softmax_xent)
-    return {op.name: op for m in modules for op in (m.OPS if hasattr(m, "OPS") else (m.OP,))}
+    """Op name -> OpDef, from every module of this package (each exports ``OP``, or ``OPS`` when it defines several)."""
+    found: dict[str, OpDef] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for op in getattr(module, "OPS", None) or (module.OP,):
+            if op.name in found:
+                raise AssertionError(f"two ops named {op.name!r} (ops/{info.name}.py and another)")
+            found[op.name] = op
+    return found
 
 
 _OPS: dict[str, OpDef] = {}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.csources import Folder, c_folder
 from tinytrain.ir import Graph, Role
 from tinytrain.training.sparse import Plan, WeightUpdate, layers
 
@@ -101,18 +102,19 @@ class Measurement:
 def arithmetic_fingerprint() -> str:
     """sha256 of the sources that decide a fine-tune's numbers (op rules, training passes, the emitted C and its
     runtime): a contribution measured by other arithmetic is not reused."""
-    return source_fingerprint(("ops", "training", "codegen", "quant.py", "memory/schedule.py"))
+    return source_fingerprint(("ops", "training", "codegen", "quant.py", "memory/schedule.py"), ("codegen",))
 
 
-def source_fingerprint(subs: tuple[str, ...]) -> str:
-    """sha256 (16 hex digits) of the .py / .c / .h / .j2 sources under ``subs`` (paths in the package)."""
-    root = Path(__file__).resolve().parents[1]
+def source_fingerprint(subs: tuple[str, ...], c_folders: tuple[Folder, ...] = ()) -> str:
+    """sha256 (16 hex digits) of the .py / .c / .h / .j2 sources under ``subs`` (paths in the package) and under
+    the C folders ``c_folders`` (``csources.c_folder``)."""
+    package = Path(__file__).resolve().parents[1]
+    roots = [(package / sub, package) for sub in subs] + [(c_folder(f), c_folder(f).parent) for f in c_folders]
     h = hashlib.sha256()
-    for sub in subs:
-        p = root / sub
+    for p, base in roots:
         for f in sorted(p.rglob("*") if p.is_dir() else [p]):
             if f.is_file() and f.suffix in (".py", ".c", ".h", ".j2"):
-                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+                h.update(str(f.relative_to(base)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 

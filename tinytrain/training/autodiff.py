@@ -14,20 +14,11 @@ from typing import Sequence
 
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
+from tinytrain.names import GRAD_SUFFIX, LABEL, LOSS, RESERVED, grad_name
 from tinytrain.ops import get_op
 from tinytrain.ops.grad_accumulate import GradAccumulateAttrs
 from tinytrain.ops.softmax_xent import SoftmaxXentAttrs
-from tinytrain.training.builder import GraphBuilder
-
-LOSS = "loss"
-LABEL = "label"
-GRAD_SUFFIX = ".grad"
-
-
-def grad_name(param: str) -> str:
-    """The name of a parameter's gradient in a training graph."""
-    return param + GRAD_SUFFIX
-
+from tinytrain.builder import GraphBuilder
 
 def param_gradients(graph: Graph) -> dict[str, str]:
     """{parameter: its gradient} for every parameter gradient among the graph outputs."""
@@ -87,7 +78,7 @@ def differentiate(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
     wrt). A gradient is computed only for tensors that depend on a parameter in ``wrt``; forward
     activations the backward reads have role SAVED.
     """
-    for reserved in (LOSS, LABEL, "step"):
+    for reserved in RESERVED:
         if reserved in graph.tensors:
             raise UnsupportedModelError(f"the model has a tensor named {reserved!r}, a name training graphs reserve")
     wrt = list(trainable_params(graph) if wrt is None else wrt)

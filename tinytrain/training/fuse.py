@@ -10,7 +10,7 @@ Invariant: a pair is fused exactly when the update's gradient is the output of a
 form and nothing else reads it (not summed by ``grad_accumulate`` with another gradient of the same weight, not
 a graph output); the fused node takes the update's name and place, its inputs are (param, g_z, x, scale[,
 momentum[, step]]); the grad-weight node and the gradient tensor disappear; every other node and tensor is kept,
-in order. The fused reference composes the two references, so the graph computes the same state; ``ir.verify``
+in order. The fused reference composes the two references, so the graph computes the same state; ``verify``
 still holds (the update's place is after every reader of the weight). Idempotent.
 """
 

@@ -5,7 +5,7 @@ A pass (Graph in -> Graph out) on a training graph after ``training.masks.save_m
 runs it). Invariant: a ``mean_grad`` node is fused exactly when its output is read by nothing but one
 ``clamp_mask_packed`` node, as the gradient, and is not a graph output; the pair becomes one ``mean_grad_masked``
 node (ops/mean.py) with the clamp node's name, place and output, inputs (g, bits); its values are the pair's
-(the same float32 division, then the same mask); every other node and tensor is kept, in order; ``ir.verify`` still
+(the same float32 division, then the same mask); every other node and tensor is kept, in order; ``verify`` still
 holds. Idempotent.
 """
 

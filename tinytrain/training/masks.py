@@ -12,7 +12,7 @@ Invariant: the masked gradients are exactly the unmasked graph's (same node name
 output is replaced exactly when every reader of it outside the forward pass is a ``clamp_mask`` reading it as the
 saved output and it is not a graph output; one pack node per (output, clamp range), placed right after the
 output's producer, so the forward nodes stay a prefix in their order; roles SAVED / ACTIVATION are re-derived
-(``autodiff.mark_saved``); ``ir.verify`` still holds. Idempotent.
+(``autodiff.mark_saved``); ``verify`` still holds. Idempotent.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ import numpy as np
 
 from tinytrain.ir import DType, Graph, Role
 from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs
-from tinytrain.simulator import STEP_INPUT
-from tinytrain.training.autodiff import LOSS, param_gradients
-from tinytrain.training.builder import GraphBuilder
+from tinytrain.names import LOSS, STEP_INPUT
+from tinytrain.training.autodiff import param_gradients
+from tinytrain.builder import GraphBuilder
 from tinytrain.training.sparse import Plan, updated_params
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from tinytrain.errors import PlanError
 from tinytrain.ir import Graph, Node
-from tinytrain.training.autodiff import LOSS, grad_name, param_gradients
+from tinytrain.names import LOSS, grad_name
+from tinytrain.training.autodiff import param_gradients
 
 VERSION = 1
 RATIOS = (1.0, 0.5, 0.25, 0.125)

@@ -174,7 +174,7 @@ static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, i
 }
 
 /* tt_requantize_fp32's int8-output form, for -32 <= shift <= -2 (26 <= k <= 56: the scales of int8 layers;
- * bindings.py picks tt_requantize_fp32_wide for a node with any other shift). A fast path in 32-bit words:
+ * bindings/common.py picks tt_requantize_fp32_wide for a node with any other shift). A fast path in 32-bit words:
  * q = floor(p * 2^(32 - k)) = floor(acc * multiplier / 2^e), e = -1 - shift in 1..31, is the 64-bit product
  * shifted right by e (p = acc * m exact); its high word is floor(p / 2^k), its low word f the remainder of p
  * modulo 2^k in units of 2^(k - 32), floored. The fast result is high word + (f >= 2^31), p / 2^k rounded half
@@ -201,7 +201,7 @@ static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int
     return high + (int32_t)(f >> 31);
 }
 
-/* tt_requantize_fp32 under the name bindings.py gives nodes with a shift outside -32..-2, and its int8-output
+/* tt_requantize_fp32 under the name bindings/common.py gives nodes with a shift outside -32..-2, and its int8-output
  * form: the exact arithmetic. */
 static inline int32_t tt_requantize_fp32_wide(int32_t acc, int32_t multiplier, int32_t shift) {
     return tt_requantize_fp32(acc, multiplier, shift);

@@ -1,0 +1,124 @@
+"""The layout's promises: one place per op down to the C binding, registries collected from their packages."""
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import tinytrain
+from tinytrain import ops
+from tinytrain.codegen import bindings
+from tinytrain.codegen.bindings import BINDINGS
+from tinytrain.ops import _registry
+from tinytrain.ops.grad_weight_sgd_update import FUSED
+
+
+def _defined(op_module: str) -> set[str]:
+    """The ops ``tinytrain/ops/<op_module>.py`` defines, with the fused updates of its grad-weight ops."""
+    module = importlib.import_module(f"tinytrain.ops.{op_module}")
+    names = {op.name for op in getattr(module, "OPS", None) or (module.OP,)}
+    return names | {FUSED[name].name for name in names if name in FUSED}
+
+
+def test_every_binding_module_mirrors_an_ops_module():
+    """codegen/bindings/<m>.py binds only ops of tinytrain/ops/<m>.py (or of the grad-weight ops there, fused)."""
+    op_modules = {m.name for m in pkgutil.iter_modules(ops.__path__)}
+    for info in pkgutil.iter_modules(bindings.__path__):
+        module = importlib.import_module(f"tinytrain.codegen.bindings.{info.name}")
+        if info.name == "common":
+            assert not hasattr(module, "BINDINGS")
+            continue
+        assert info.name in op_modules, f"codegen/bindings/{info.name}.py has no tinytrain/ops/{info.name}.py"
+        extra = set(getattr(module, "BINDINGS", {})) - _defined(info.name)
+        assert not extra, f"codegen/bindings/{info.name}.py binds {sorted(extra)}, not ops of ops/{info.name}.py"
+
+
+def test_the_collected_registries_cover_every_op_with_a_kernel():
+    registry = _registry()
+    assert set(BINDINGS) <= set(registry)
+    # reshape is a view (no code); quantize and dequantize have no C kernel
+    assert set(registry) - set(BINDINGS) == {"dequantize", "quantize", "reshape"}
+
+
+def _executed(tree: ast.AST):
+    """Every node of ``tree`` outside ``if TYPE_CHECKING:`` blocks."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+            yield from (n for s in child.orelse for n in (s, *_executed(s)))
+            continue
+        yield child
+        yield from _executed(child)
+
+
+def _imports(package: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, at module level or inside functions.
+
+    ``import a.b`` and ``from a.b import c`` name ``a.b``, or ``a.b.c`` when that is a module itself. Relative
+    imports are resolved against the importing module. A package's implicit import of its parents is not an edge,
+    nor is an import under ``if TYPE_CHECKING:`` (annotations only, never executed).
+    """
+    root = package.parent
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, set())
+        is_package = path.name == "__init__.py"
+        for node in _executed(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = module.split(".")[: len(module.split(".")) - node.level + is_package]
+                    base = ".".join(parts + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t in modules and t != module)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_of_tinytrain_has_no_cycle():
+    graph = _imports(Path(tinytrain.__file__).parent)
+    assert len(graph) > 50 and "tinytrain.ops" in graph["tinytrain.verify"]  # the walk sees imports
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

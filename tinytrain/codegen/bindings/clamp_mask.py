@@ -1,0 +1,23 @@
+"""The C binding of ``clamp_mask`` (ops/clamp_mask.py): a gradient masked by the int8 output's clamp.
+"""
+
+from __future__ import annotations
+
+from tinytrain.codegen.context import Binding, Call, Signature
+from tinytrain.ir import Node
+
+
+def clamp_mask(node: Node, ctx) -> Call:
+    g, y, out = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    s = Signature()
+    s.add("float *out", ctx.fp(out.name), "(N,)")
+    s.add("const float *g", ctx.fp(g.name), "(N,)")
+    s.add("const int8_t *y", ctx.act(y.name), "(N,)")
+    s.ints(N=out.size)
+    s.int32s(act_min=node.attrs.act_min, act_max=node.attrs.act_max)
+    return s.call("clamp_mask", "tt_clamp_mask_f32", {})
+
+
+BINDINGS: dict[str, Binding] = {
+    "clamp_mask": clamp_mask,
+}

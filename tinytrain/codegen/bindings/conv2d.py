@@ -1,0 +1,163 @@
+"""The C bindings of ``conv2d`` (ops/conv2d.py): the int8 forward (regular, pointwise, depthwise), the fp32 input
+and weight gradients, and the weight gradient fused with its SGD update (ops/grad_weight_sgd_update.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinytrain.codegen.bindings.common import (band_params, bias_input, bias_wzp_suffix, channel_range, input_dequant,
+                                               requant_tables, rounding_suffix, rq_helper, weight_dequant, weight_param,
+                                               weight_zero_points, window_name)
+from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call
+from tinytrain.codegen.context import Binding, Call, Signature
+from tinytrain.ir import Node
+from tinytrain.ops.conv2d import grad_input_block
+
+
+# The longest input vector a convolution kernel widens into a stack buffer once per output pixel (conv2d.c.j2 "xw"):
+# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window) within the 2 KB stack (memory/report.py).
+XW_MAX = 256
+
+
+def conv2d(node: Node, ctx) -> Call:
+    a = node.attrs
+    x, w, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, h, wd, cin = x.shape
+    cout, kh, kw, _ = w.shape
+    _, ho, wo, _ = y.shape
+    bias = bias_input(node)
+    wzp = weight_zero_points(w, cout)
+    has_wzp = bool(np.any(wzp))
+    depthwise = a.groups != 1
+    padded = any(a.padding)
+    pointwise = not depthwise and (kh, kw) == (1, 1) and a.stride == (1, 1) and not padded
+    (sh, sw), (dh, dw), (pt, pl) = a.stride, a.dilation, a.padding[:2]
+    k = dict(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, padded=padded,
+             has_bias=bias is not None, has_wzp=has_wzp)
+    s = Signature()
+    if pointwise:
+        s.add("int8_t *out", ctx.act(y.name), "(P,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)")
+        split = weight_param(s, ctx, w, "(Co,Ci)")
+    else:
+        s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
+        split = weight_param(s, ctx, w, f"(Co,{kh},{kw})" if depthwise else f"(Co,{kh},{kw},Ci)")
+    if bias is not None:
+        s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
+    requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
+    band = None if pointwise else ctx.band(node)
+    if pointwise:
+        s.ints(P=h * wd, Ci=cin, Co=cout)
+    else:  # without padding no bounds checks: the input height is not needed
+        s.ints(**({"H": h} if padded else {}), W=wd, Ci=cin, **({} if band else {"Ho": ho}), Wo=wo, Co=cout)
+    if band:
+        band_params(s, band)
+    s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
+    suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
+              + ("_band" if band else ""))
+    k["rq"], k["split"], k["band"] = rq_helper(a.requant), split, band is not None
+    if depthwise:
+        mult = cout // cin
+        name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
+            f"_m{mult}" if mult > 1 else "") + f"_s8{suffix}"
+        return s.call("depthwise_conv2d", name, dict(k, mult=mult))
+    # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
+    # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
+    # blocks of 4 rows are read as a row and offsets from it).
+    xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
+    stage = "_xw" if xw else ""
+    if pointwise:
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}", dict(k, pointwise=True, xw=xw))
+    return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}",
+                  dict(k, pointwise=False, xw=xw))
+
+
+def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
+    _, kh, kw, _ = w_shape
+    (sh, sw), (dh, dw), (pt, pl) = a.stride, a.dilation, padding[:2]
+    padded = any(padding)
+    if groups != 1:
+        variant = "depthwise"
+    elif (kh, kw) == (1, 1) and a.stride == (1, 1) and not padded:
+        variant = "pointwise"
+    else:
+        variant = "regular"
+    k = dict(variant=variant, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, padded=padded,
+             mult=cout // cin if groups != 1 else 1)
+    window = window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)
+    if variant == "pointwise":
+        tag = "1x1"
+    elif variant == "depthwise":
+        tag = f"depthwise_{window}" + (f"_m{k['mult']}" if k["mult"] > 1 else "")
+    else:
+        tag = window
+    return tag, k
+
+
+def conv2d_grad_input(node: Node, ctx) -> Call:
+    a = node.attrs
+    g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, ho, wo, cout = g.shape
+    _, h, wd, cin = gx.shape
+    tag, k = _conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
+    s = Signature()
+    pointwise = k["variant"] == "pointwise"
+    s.add("float *gx", ctx.fp(gx.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
+    s.add("const float *gz", ctx.fp(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
+    k["split"] = weight_param(s, ctx, w, "(Co,Ci)" if pointwise else (
+        f"(Co,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Co,{k['kh']},{k['kw']},Ci)"))
+    has_wzp = weight_dequant(s, ctx, node, w)
+    if pointwise:
+        s.ints(P=h * wd, Ci=cin, Co=cout)
+    else:
+        s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
+    k["has_wzp"] = has_wzp
+    block = grad_input_block(a, [g, w], [gx])
+    k["block"] = block > 0
+    if block:  # B channels at a time through the node's scratch (ops/conv2d.py)
+        s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
+        s.ints(B=block)
+    return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
+                  + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else ""), k)
+
+
+def conv2d_grad_weight(node: Node, ctx) -> Call:
+    return conv2d_grad_weight_into(node, ctx, node.attrs, node.inputs, ctx.fp(node.outputs[0]))
+
+
+def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str) -> Call:
+    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression)."""
+    g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
+    _, ho, wo, cout = g.shape
+    _, h, wd, cin = x.shape
+    c0, cs = channel_range(a.channels, cout, node)
+    tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
+    pointwise = k["variant"] == "pointwise"
+    s = Signature()
+    s.add("float *gw", gw, "(Cs,Ci)" if pointwise else (
+        f"(Cs,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Cs,{k['kh']},{k['kw']},Ci)"))
+    s.add("const float *gz", ctx.fp(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
+    if pointwise:
+        s.ints(P=h * wd, Ci=cin, Co=cout)
+    elif k["padded"]:
+        s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
+    else:  # no bounds checks: the input height is not needed
+        s.ints(W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
+    s.ints(c0=c0, Cs=cs)
+    input_dequant(s, x)
+    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32", k)
+
+
+def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:
+    return fused_call(node, ctx, conv2d_grad_weight_into)
+
+
+BINDINGS: dict[str, Binding] = {
+    "conv2d": conv2d,
+    "conv2d_grad_input": conv2d_grad_input,
+    "conv2d_grad_weight": conv2d_grad_weight,
+    "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,
+}

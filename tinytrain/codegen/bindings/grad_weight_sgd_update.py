@@ -1,0 +1,55 @@
+"""A weight gradient fused with its SGD update (ops/grad_weight_sgd_update.py): the kernel that calls a
+grad-weight kernel and the update kernel a block of rows at a time. Each op with a fused form binds it in its own
+module (``conv2d``, ``fully_connected``) through ``fused_call``.
+"""
+
+from __future__ import annotations
+
+from tinytrain.codegen.bindings.sgd_update import update_call
+from tinytrain.codegen.context import Call, Param, Signature
+from tinytrain.ir import Node
+from tinytrain.ops import grad_weight_sgd_update as fused
+
+
+# The fused kernel (template grad_weight_sgd_update) calls the two kernels on the block of rows r0 .. r0+rows-1 of
+# the selection: their parameters named here get these arguments, the others the fused kernel's parameter of the
+# same name (its parameters: the union of theirs but the block's own, plus scratch and B).
+_BLOCK_GRAD_ARGS = {"gw": "scratch", "c0": "c0 + r0", "Cs": "rows"}
+_BLOCK_UPDATE_ARGS = {"param": "param + r0 * E", "grad": "scratch", "scale": "scale + r0",
+                      "momentum": "momentum + r0 * E", "Cs": "rows", "i0": "r0 * E"}
+_BLOCK_ONLY = ("gw", "grad", "i0")
+
+
+def _param_name(p: Param) -> str:
+    return p.decl.split()[-1].lstrip("*")
+
+
+def fused_call(node: Node, ctx, grad_weight) -> Call:
+    """The fused node (ops/grad_weight_sgd_update.py): ``grad_weight`` (a grad-weight binding body) and the update,
+    called per block of ``attrs.block`` rows with the block's gradient in the node's scratch."""
+    a = node.attrs
+    names = list(node.inputs) + [""] * (fused.STEP + 1 - len(node.inputs))
+    scratch = ctx.scratch(node)
+    update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
+                         names[fused.STEP], block=True)
+    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch)
+    s = Signature()
+    args: dict[str, str] = {}
+    for call in (update, grad):
+        for p, arg in zip(call.kernel.params, call.args, strict=True):
+            name = _param_name(p)
+            if name in _BLOCK_ONLY:
+                continue
+            if name in args:
+                if args[name] != arg:
+                    raise AssertionError(f"{node.name}: {name} is {args[name]} for the update, {arg} for the gradient")
+                continue
+            args[name] = arg
+            s.add(p.decl, arg, p.comment)
+    s.add("float *scratch", scratch, "(B,E)")
+    s.ints(B=a.block)
+    consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
+                  grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
+                  update_args=tuple(_BLOCK_UPDATE_ARGS.get(n, n) for n in map(_param_name, update.kernel.params)))
+    return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
+                  (grad.kernel, update.kernel))

@@ -1,0 +1,56 @@
+"""The C bindings of ``mean`` and its gradients, plain and masked (ops/mean.py).
+"""
+
+from __future__ import annotations
+
+from tinytrain.codegen.bindings.common import rounding_suffix, rq_helper
+from tinytrain.codegen.context import Binding, Call, Signature
+from tinytrain.ir import Node
+from tinytrain.ops.mean import mean_multiplier
+
+
+def mean(node: Node, ctx) -> Call:
+    """Mean over H, W: 1/count is in the multiplier (folded as tflite-micro's QuantizedMeanOrSum does, or
+    already in the Requant: ops/mean.py's mean_multiplier)."""
+    from tinytrain.ops.mean import mean_multiplier
+
+    a = node.attrs
+    x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = x.shape
+    count = h * wd
+    multiplier, shift = mean_multiplier(a, count)
+    s = Signature()
+    s.add("int8_t *out", ctx.act(y.name), "(C,)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(P,C)")
+    s.ints(P=count, C=c)
+    s.int32s(in_zp=x.quant.zp, multiplier=multiplier, shift=shift,
+             out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
+    return s.call("mean", "tt_mean_s8" + rounding_suffix(a.requant), dict(rq=rq_helper(a.requant)))
+
+
+def mean_grad(node: Node, ctx) -> Call:
+    g, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = gx.shape
+    s = Signature()
+    s.add("float *gx", ctx.fp(gx.name), "(P,C)")
+    s.add("const float *g", ctx.fp(g.name), "(C,)")
+    s.ints(P=h * wd, C=c)
+    return s.call("mean_grad", "tt_mean_grad_f32", {})
+
+
+def mean_grad_masked(node: Node, ctx) -> Call:
+    g, bits, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = gx.shape
+    s = Signature()
+    s.add("float *gx", ctx.fp(gx.name), "(P,C)")
+    s.add("const float *g", ctx.fp(g.name), "(C,)")
+    s.add("const uint8_t *bits", ctx.bits(bits.name), "((P*C+7)/8,)")
+    s.ints(P=h * wd, C=c)
+    return s.call("mean_grad_masked", "tt_mean_grad_masked_f32", {})
+
+
+BINDINGS: dict[str, Binding] = {
+    "mean": mean,
+    "mean_grad": mean_grad,
+    "mean_grad_masked": mean_grad_masked,
+}

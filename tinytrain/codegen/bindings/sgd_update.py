@@ -1,0 +1,57 @@
+"""The C binding of ``sgd_update`` (ops/sgd_update.py): the QAS-scaled update of an int8 weight or int32 bias in
+place, nearest or stochastic rounding, with or without momentum; ``update_call`` also serves the fused updates.
+"""
+
+from __future__ import annotations
+
+from tinytrain.codegen.bindings.common import channel_range
+from tinytrain.codegen.cformat import float_literal
+from tinytrain.codegen.context import Binding, Call, Signature
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ir import DType, Node
+from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, SCALE, STEP, Rounding
+
+
+def sgd_update(node: Node, ctx) -> Call:
+    names = list(node.inputs) + [""] * (STEP + 1 - len(node.inputs))
+    return update_call(node, ctx, node.attrs, names[PARAM], ctx.fp(names[GRAD]), names[SCALE], names[MOMENTUM],
+                       names[STEP], block=False)
+
+
+def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum: str, step: str, block: bool) -> Call:
+    """The update of ``param`` by the gradient at ``grad`` (a C pointer expression). ``block``: a kernel that
+    updates a block of rows of the selection, given the index i0 of its first element (0 here)."""
+    p, k = ctx.tensor(param), ctx.tensor(scale)
+    ptype = {DType.INT8: "int8_t", DType.INT32: "int32_t"}.get(p.dtype)
+    if ptype is None:
+        raise UnsupportedModelError(f"codegen: cannot update {p.dtype.value} parameter {p.name}")
+    cout = p.shape[0]
+    c0, cs = channel_range(a.channels, cout, node)
+    if ctx.trainable_rows(p.name) not in (None, cs):
+        raise AssertionError(f"{p.name}: {ctx.trainable_rows(p.name)} rows in SRAM, {cs} updated")
+    stochastic = a.rounding is Rounding.STOCHASTIC
+    block = block and stochastic  # only the draws depend on the element's index in the selection
+    s = Signature()
+    s.add(f"{ptype} *param", ctx.state(p.name), "(Cs,E)")
+    s.add("const float *grad", grad, "(Cs,E)")
+    s.add("const float *scale", ctx.const(k.name), "(Cs,)")
+    if momentum:
+        s.add("float *momentum", ctx.state(momentum), "(Cs,E)")
+    s.ints(Cs=cs, E=p.size // cout)
+    if momentum:
+        s.add("float mu", float_literal(a.momentum))
+    if stochastic:
+        s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
+        s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
+        s.add("uint32_t step", f"(uint32_t){ctx.scalar(step)}")
+    if block:
+        s.ints(i0=0)
+    bits = "s8" if ptype == "int8_t" else "s32"
+    name = (f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
+            + ("_block" if block else ""))
+    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block))
+
+
+BINDINGS: dict[str, Binding] = {
+    "sgd_update": sgd_update,
+}

@@ -1,0 +1,39 @@
+"""A graph and its memory plan -> the emitted C project: the inference project (``emit.py``) or, for a training
+graph (one with update nodes), the training project (``emit_train.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tinytrain.codegen.emit import render_forward_project
+from tinytrain.codegen.emit_train import render_training_project
+from tinytrain.ir import Graph
+from tinytrain.memory.report import MemoryReport
+from tinytrain.ops import get_op
+
+
+def is_training_graph(graph: Graph) -> bool:
+    """Whether ``graph`` updates state (an op that ``writes`` its inputs: the training step)."""
+    return any(get_op(n.op).writes for n in graph.nodes)
+
+
+def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
+    """File name -> text of the emitted project (model source, header, runtime)."""
+    if is_training_graph(graph):
+        return render_training_project(graph, plan)
+    return render_forward_project(graph, plan)
+
+
+def emit_project(graph: Graph, memory_plan: MemoryReport, out_dir: str | Path) -> list[Path]:
+    """Write the C project of ``graph`` laid out by ``memory_plan`` into ``out_dir``; return the files written.
+
+    Other files in ``out_dir`` (e.g. report.json) are left alone.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_project(graph, memory_plan).items():
+        path = out / name
+        path.write_bytes(text.encode("utf-8"))
+        written.append(path)
+    return written

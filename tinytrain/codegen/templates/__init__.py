@@ -1,1 +1,0 @@
-"""Jinja2 templates of the emitted C project, shipped as package data."""

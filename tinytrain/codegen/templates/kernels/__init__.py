@@ -1,1 +1,0 @@
-"""One template per kernel family; parameters specialize kernel size, stride, padding and variant."""

@@ -1,1 +1,0 @@
-"""C sources of the firmware (startup, tick counter, harnesses, UART drivers), shipped as package data."""

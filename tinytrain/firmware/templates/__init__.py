@@ -1,1 +1,0 @@
-"""Jinja2 templates of the firmware project (linker script, Makefile, platformio.ini, board header)."""
