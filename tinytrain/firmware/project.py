@@ -22,6 +22,7 @@ import jinja2
 from tinytrain import __version__
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
+from tinytrain.memory.report import STACK_BYTES
 from tinytrain.sizes import format_size
 
 # Common to every board; the harness and UART driver are added per board.
@@ -33,10 +34,8 @@ PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.
 PERSIST_HEADER_BYTES = 32  # c/tt_persist.h TT_PERSIST_HEADER_BYTES
 MODEL_HEADER = "tinytrain_model.h"
 DEFAULT_BAUD = 115200
-# Stack and minimum heap in the RAM region (bytes). The heap holds newlib's stdio buffers on QEMU. The stack is
-# the compile's estimate (memory/report.py STACK_BYTES); measured on qemu-m7: 530-630 bytes for the shipped
-# models' training steps (benchmarks/results/qemu_instructions.md).
-STACK_BYTES = 2048
+# Minimum heap in the RAM region (bytes): newlib's stdio buffers on QEMU. The stack reserved is the one the memory
+# report counts (memory/report.py STACK_BYTES, measured: benchmarks/results/stack.md).
 HEAP_BYTES = {True: 2048, False: 0}  # keyed by "is a QEMU board"
 
 _TRAINING_API = re.compile(r"\btt_train_step\s*\(")
