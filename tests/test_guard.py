@@ -216,3 +216,10 @@ def test_cli_compile_reports_the_proof_and_refuses_an_overflowing_plan(tmp_path,
     code = main(["compile", str(model), "--sram", "64m", "--flash", "64m", "--update", "full", "-o", str(tmp_path / "no")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "with a finite loss" in err
+
+
+def test_the_plan_search_treats_a_step_whose_gradients_can_overflow_as_never_fitting():
+    from tinytrain.search.memory import UNTRAINABLE, peak_sram
+
+    assert peak_sram(overflowing_model(), PLAN) == UNTRAINABLE
+    assert peak_sram(train_ops_model()[0], PLAN) < 96 * 1024
