@@ -86,7 +86,8 @@ def _per_channel(values, cout: int) -> np.ndarray:
 
 
 # The longest input vector a convolution kernel widens into a stack buffer once per output pixel (conv2d.c.j2 "xw"):
-# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window) within the 2 KB stack (memory/report.py).
+# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window), part of the measured stack (memory/report.py
+# STACK_BYTES: the models measured have 256-channel pointwise inputs).
 XW_MAX = 256
 FP32_FAST_SHIFTS = range(-32, -1)  # tt_requantize_fp32_s8's precondition: scales 2^-32 .. 2^-2, as int8 layers have
 

@@ -45,7 +45,7 @@ class PlannedBuffer:
 @dataclass(frozen=True)
 class MemoryReport:
     """What the device needs. ``peak_sram_bytes`` = arena + SRAM copies of trainable tensors + optimizer state
-    + runtime + stack estimate. ``buffers`` are the graph's tensors (codegen reads their offsets; a view shares
+    + runtime + measured stack. ``buffers`` are the graph's tensors (codegen reads their offsets; a view shares
     its buffer's offset); kernel scratch is in ``scratch``. Steps index ``graph.nodes``."""
 
     arena_bytes: int
