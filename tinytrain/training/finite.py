@@ -6,7 +6,7 @@ the backward and applied layer by layer, so a gradient found non-finite later co
 already applied. Instead this pass proves, for the training graph, that whenever the loss is finite every fp32
 gradient is finite: the loss gradient p - onehot is then in [-1, 1], and each backward op's ``OpDef.bound`` turns
 upper bounds of its inputs' |elements| into one of its outputs' (exact arithmetic: sums of |weight| x bound, with
-the weights as stored — trainable int8 weights at their worst case, 127 + |zero point| — and every int8 activation
+the weights as stored — trainable int8 weights at their worst case, any int8 value — and every int8 activation
 value possible). A momentum buffer M = mu M + g stays within bound(g) / (1 - mu) over any number of steps.
 
 The bounds must stay below float32's largest value by ``MARGIN`` (2^10), which covers float32 rounding: a float32
@@ -52,9 +52,10 @@ class GradientProof:
 
 
 def _worst_case(t: Tensor) -> Tensor:
-    """A trainable int8 weight as the proof sees it: every element as far from its zero point as int8 allows."""
+    """A trainable int8 weight as the proof sees it: every element as far from its zero point as int8 allows (-128
+    before the first update, [-127, 127] after)."""
     zp = np.asarray(t.quant.zero_point).reshape((-1,) + (1,) * (len(t.shape) - 1))
-    return replace(t, data=np.broadcast_to(np.where(zp > 0, -127, 127), t.shape).astype(np.int8))
+    return replace(t, data=np.broadcast_to(np.where(zp >= 0, -128, 127), t.shape).astype(np.int8))
 
 
 def gradient_bounds(graph: Graph) -> GradientProof:
