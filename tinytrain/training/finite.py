@@ -60,11 +60,11 @@ def _worst_case(t: Tensor) -> Tensor:
 
 def gradient_bounds(graph: Graph) -> GradientProof:
     """Bounds of |element| of every fp32 tensor a training graph computes — and of the gradient and momentum of
-    each update (``NODE:gradient``, the momentum buffer's name) — given a finite loss. Any training graph: as
+    each update (``PARAM.grad``, the momentum buffer's name), fused or not — given a finite loss. Any training graph: as
     ``build_training_graph`` makes it or as the device runs it (``device_schedule``: masks, fused updates).
     Raises PlanError when a bound is not below ``LIMIT``."""
     from tinytrain.simulator import written_tensors
-    from tinytrain.training.autodiff import LOSS
+    from tinytrain.training.autodiff import LOSS, grad_name
 
     written = set(written_tensors(graph))
     tensors = {k: _worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}
@@ -80,7 +80,7 @@ def gradient_bounds(graph: Graph) -> GradientProof:
         result = op.bound(node.attrs, ins, [bounds.get(i) for i in node.inputs])
         if op.writes:
             grad, momentum = result
-            bounds[f"{node.name}:gradient"] = grad
+            bounds[grad_name(node.inputs[op.writes[0]])] = grad
             if momentum:
                 bounds[node.inputs[op.writes[1]]] = momentum
             continue
