@@ -141,14 +141,31 @@ def test_cli_refuses_an_overflowing_lr_in_one_line(tmp_path, capsys):
 
 # ---- a finite loss proves every gradient finite (training/finite.py) ------------------------------------------------
 
-def overflowing_model():
-    """The test model with its pointwise conv's (conv 2, frozen, between two updated layers) weight scales times 2^130:
-    the forward is unchanged (its requantization is in the node), the real weights exceed float32's range."""
+def rescaled_model(factors: dict[int, float]):
+    """The test model with the weight scales of conv ``k`` times ``factors[k]``: the forward is unchanged (its
+    requantization is in the node), only the backward's real weights change."""
     g, _ = train_ops_model()
     convs = [n for n in g.nodes if n.op == "conv2d"]
-    w = g.tensors[convs[2].inputs[1]]
-    quant = QuantParams(tuple(s * 2.0 ** 130 for s in w.quant.scale), w.quant.zero_point, w.quant.axis)
-    return dataclasses.replace(g, tensors={**g.tensors, w.name: dataclasses.replace(w, quant=quant)})
+    tensors = dict(g.tensors)
+    for k, f in factors.items():
+        w = g.tensors[convs[k].inputs[1]]
+        tensors[w.name] = dataclasses.replace(w, quant=QuantParams(tuple(s * f for s in w.quant.scale),
+                                                                   w.quant.zero_point, w.quant.axis))
+    return dataclasses.replace(g, tensors=tensors)
+
+
+def overflowing_model():
+    """The pointwise conv's (conv 2, frozen, between two updated layers) real weights beyond float32's range."""
+    return rescaled_model({2: 2.0 ** 130})
+
+
+def run_unguarded(tg, seed=5):
+    """One step's values, run below the engines' entry points (which refuse a graph the proof rejects)."""
+    state = {name: tg.tensors[name].data.copy() for name in written_tensors(tg)}
+    x = np.random.default_rng(seed).integers(-128, 128, (1, *tg.tensors[tg.inputs[0]].shape[1:])).astype(np.int8)
+    with np.errstate(all="ignore"):
+        return execute(tg, {tg.inputs[0]: x, LABEL: np.array([1], np.int32), "step": np.array([0], np.int32)},
+                       state, keep_all=True)
 
 
 @pytest.mark.parametrize("device", [False, True], ids=["training-graph", "device-schedule"])
@@ -178,13 +195,18 @@ def test_the_bounds_hold_on_every_gradient_and_momentum(device):
 def test_without_the_proof_a_finite_loss_can_carry_infinite_gradients():
     """Why the proof is needed: the overflowing model's loss is finite, yet its gradients are not (run below the
     engines' entry points, which refuse it)."""
-    g = overflowing_model()
-    tg = build_training_graph(g, PLAN)
-    state = {name: tg.tensors[name].data.copy() for name in written_tensors(tg)}
-    x = np.random.default_rng(5).integers(-128, 128, (1, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
-    with np.errstate(all="ignore"):
-        values = execute(tg, {tg.inputs[0]: x, LABEL: np.array([1], np.int32), "step": np.array([0], np.int32)},
-                         state, keep_all=True)
+    values = run_unguarded(build_training_graph(overflowing_model(), PLAN))
+    assert np.isfinite(values[LOSS]).all()
+    assert any(not np.isfinite(v).all() for k, v in values.items() if v.dtype == np.float32)
+
+
+def test_an_overflowing_operand_is_refused_even_where_the_gradient_bounds_are_small():
+    """Conv 4's weights 2^-100 smaller shrink every gradient below it, so conv 2's 2^130 larger weights give small
+    gradient bounds; but the kernels compute the real weight s_w (w - zw) first, and that overflows."""
+    tg = build_training_graph(rescaled_model({4: 2.0 ** -100, 2: 2.0 ** 130}), PLAN)
+    with pytest.raises(PlanError, match=r"the backward.s real conv\d\.weight may reach 1\.\d+e\+39"):
+        gradient_bounds(tg)
+    values = run_unguarded(tg)
     assert np.isfinite(values[LOSS]).all()
     assert any(not np.isfinite(v).all() for k, v in values.items() if v.dtype == np.float32)
 

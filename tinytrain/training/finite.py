@@ -7,15 +7,18 @@ already applied. Instead this pass proves, for the training graph, that whenever
 gradient is finite: the loss gradient p - onehot is then in [-1, 1], and each backward op's ``OpDef.bound`` turns
 upper bounds of its inputs' |elements| into one of its outputs' (exact arithmetic: sums of |weight| x bound, with
 the weights as stored — trainable int8 weights at their worst case, any int8 value — and every int8 activation
-value possible). A momentum buffer M = mu M + g stays within bound(g) / (1 - mu) over any number of steps.
+value possible). A momentum buffer M = mu M + g stays within bound(g) / (1 - mu) over any number of steps. The
+operands the backward dequantizes (s_w (w - zw), s_x (x - zx): the kernels compute them before multiplying) are
+bounded too, so no intermediate value overflows where the bound of a product would not show it.
 
 The bounds must stay below float32's largest value by ``MARGIN`` (2^10), which covers float32 rounding: a float32
 sum of n terms exceeds the exact sum of their magnitudes by at most a factor 1 + n 2^-23, and the product of these
 factors over a backward chain (n up to ~10^5 per sum, a few dozen ops) stays far below 2^10. When a bound does not
 fit, the step is refused with one line naming the gradient wherever a step is made runnable: the simulator's
 ``init_state``, the C's ``render_training_project`` (host C, QEMU, compile). Every plan of the zoo and VWW models
-that fits 256 KB is proven; only near-full updates of the deepest models (megabytes of SRAM) are refused. The step factor lr / s (training/qas.py) is not a gradient: a finite gradient times it is finite or
-±Inf, never NaN, and the rounding clamps it to ±2^30 (ops/sgd_update.py), identically in every engine.
+that fits 256 KB is proven; only near-full updates of the deepest models (megabytes of SRAM) are refused. The step
+factor lr / s (training/qas.py) is not a gradient: a finite gradient times it is finite or ±Inf, never NaN, and
+the rounding clamps it to ±2^30 (ops/sgd_update.py), identically in every engine.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 from tinytrain.errors import PlanError
 from tinytrain.ir import DType, Graph, Role, Tensor
 from tinytrain.ops import get_op
-from tinytrain.ops import sgd_update as sgd
+from tinytrain.ops.conv2d import input_magnitude, weight_magnitude
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 MARGIN = 2.0 ** 10
@@ -59,15 +62,17 @@ def _worst_case(t: Tensor) -> Tensor:
 
 
 def gradient_bounds(graph: Graph) -> GradientProof:
-    """Bounds of |element| of every fp32 tensor a training graph computes — and of the gradient and momentum of
-    each update (``PARAM.grad``, the momentum buffer's name), fused or not — given a finite loss. Any training graph: as
-    ``build_training_graph`` makes it or as the device runs it (``device_schedule``: masks, fused updates).
-    Raises PlanError when a bound is not below ``LIMIT``."""
+    """Bounds of |element| of every fp32 tensor a training graph computes — of the gradient and momentum of each
+    update (``PARAM.grad``, the momentum buffer's name), fused or not, and of each int8 operand the backward
+    dequantizes (``real NAME``) — given a finite loss. Any training graph: as ``build_training_graph`` makes it or
+    as the device runs it (``device_schedule``: masks, fused updates). Raises PlanError when a bound is not below
+    ``LIMIT``."""
     from tinytrain.simulator import written_tensors
     from tinytrain.training.autodiff import LOSS, grad_name
 
     written = set(written_tensors(graph))
     tensors = {k: _worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}
+    at_run_time = {i for n in graph.nodes if LOSS in n.outputs for i in n.inputs}  # finite when the loss is
     bounds: dict[str, float] = {}
     for node in graph.nodes:
         op = get_op(node.op)
@@ -77,6 +82,9 @@ def gradient_bounds(graph: Graph) -> GradientProof:
         if op.bound is None:
             raise PlanError(f"cannot prove the gradients of {node.name} finite: {node.op} has no bound rule")
         ins = [tensors[i] if i else None for i in node.inputs]
+        for t in ins:
+            if t is not None and t.dtype is DType.INT8 and t.quant is not None and t.name not in at_run_time:
+                bounds[f"real {t.name}"] = float(weight_magnitude(t).max()) if t.has_data else input_magnitude(t)
         result = op.bound(node.attrs, ins, [bounds.get(i) for i in node.inputs])
         if op.writes:
             grad, momentum = result
@@ -91,6 +99,6 @@ def gradient_bounds(graph: Graph) -> GradientProof:
         raise PlanError("the training graph computes no gradient")
     largest = max(bounds, key=bounds.__getitem__)
     if not bounds[largest] < LIMIT:
-        raise PlanError(f"gradient {largest} may reach {bounds[largest]:.3g} with a finite loss (float32 overflows at "
-                        f"{FLOAT32_MAX:.3g}): the model's scales let it overflow; update fewer layers")
+        raise PlanError(f"the backward's {largest} may reach {bounds[largest]:.3g} with a finite loss (float32 overflows "
+                        f"at {FLOAT32_MAX:.3g}): the model's scales let it overflow; update fewer layers")
     return GradientProof(bounds, largest)
