@@ -245,3 +245,20 @@ def test_the_plan_search_treats_a_step_whose_gradients_can_overflow_as_never_fit
 
     assert peak_sram(overflowing_model(), PLAN) == UNTRAINABLE
     assert peak_sram(train_ops_model()[0], PLAN) < 96 * 1024
+
+
+ZOO = ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps", "mbv1-0.25-vww")
+
+
+@pytest.mark.parametrize("model", ZOO + ("vww_96_int8.tflite", "person_detect.tflite"))
+def test_plans_deeper_than_256_kb_allows_are_proven(model):
+    """The presets that fit 256 KB update at most the last 9 layers or the biases of the last 22 (memory.md,
+    transfer_study.md); the proof reaches deeper: last-k:12 and the biases of all but the first 10 layers."""
+    from conftest import shared_file
+    from tinytrain.frontends import load_model
+    from tinytrain.training.sparse import layers, preset
+
+    root = Path(__file__).resolve().parents[1]
+    g = load_model(root / "models" / f"{model}.onnx" if model in ZOO else shared_file(f"models/{model}"))
+    for plan in (preset("last-k:12", g), Plan(bias_last_k=len(layers(g)) - 10, weights=())):
+        assert gradient_bounds(build_training_graph(g, plan)).largest_bound < LIMIT
