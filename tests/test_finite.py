@@ -87,6 +87,7 @@ def test_softmax_gradient_and_momentum_bounds():
     op = get_op("softmax_xent_grad")
     assert op.bound(None, [], [None, None]) == [1.0]
     sgd = get_op("sgd_update")
-    assert sgd.bound(SgdUpdateAttrs(None, Rounding.NEAREST, 0.9), [], [None, B, None, None]) == pytest.approx([B, 10 * B])
+    with_momentum = SgdUpdateAttrs(None, Rounding.NEAREST, 0.9)
+    assert sgd.bound(with_momentum, [], [None, B, None, None]) == pytest.approx([B, 10 * B])
     assert sgd.bound(SgdUpdateAttrs(None, Rounding.NEAREST), [], [None, B, None]) == [B, 0.0]
     assert sgd.bound(SgdUpdateAttrs(None, Rounding.NEAREST, 1.0), [], [None, B, None, None])[1] == np.inf

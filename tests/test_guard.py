@@ -235,7 +235,8 @@ def test_cli_compile_reports_the_proof_and_refuses_an_overflowing_plan(tmp_path,
     guard = json.loads((tmp_path / "ok" / "report.json").read_text())["nonfinite_guard"]
     assert guard["runtime_check"] == "loss" and 0 < guard["largest_gradient_bound"] < guard["limit"] == LIMIT
     capsys.readouterr()
-    code = main(["compile", str(model), "--sram", "64m", "--flash", "64m", "--update", "full", "-o", str(tmp_path / "no")])
+    code = main(["compile", str(model), "--sram", "64m", "--flash", "64m", "--update", "full",
+                 "-o", str(tmp_path / "no")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "with a finite loss" in err
 

@@ -15,10 +15,10 @@ The bounds must stay below float32's largest value by ``MARGIN`` (2^10), which c
 sum of n terms exceeds the exact sum of their magnitudes by at most a factor 1 + n 2^-23, and the product of these
 factors over a backward chain (n up to ~10^5 per sum, a few dozen ops) stays far below 2^10. When a bound does not
 fit, the step is refused with one line naming the gradient wherever a step is made runnable: the simulator's
-``init_state``, the C's ``render_training_project`` (host C, QEMU, compile). Every plan of the zoo and VWW models
-that fits 256 KB is proven; only near-full updates of the deepest models (megabytes of SRAM) are refused. The step
-factor lr / s (training/qas.py) is not a gradient: a finite gradient times it is finite or ±Inf, never NaN, and
-the rounding clamps it to ±2^30 (ops/sgd_update.py), identically in every engine.
+``init_state``, the C's ``render_training_project`` (host C, QEMU, compile). The shipped plans and the zoo and
+VWW models' presets that fit 256 KB are proven; near-full updates of the deepest models (megabytes of SRAM) are
+not. The step factor lr / s (training/qas.py) is not a gradient: a finite gradient times it is finite or ±Inf,
+never NaN, and the rounding clamps it to ±2^30 (ops/sgd_update.py), identically in every engine.
 """
 
 from __future__ import annotations
@@ -99,6 +99,6 @@ def gradient_bounds(graph: Graph) -> GradientProof:
         raise PlanError("the training graph computes no gradient")
     largest = max(bounds, key=bounds.__getitem__)
     if not bounds[largest] < LIMIT:
-        raise PlanError(f"the backward's {largest} may reach {bounds[largest]:.3g} with a finite loss (float32 overflows "
-                        f"at {FLOAT32_MAX:.3g}): the model's scales let it overflow; update fewer layers")
+        raise PlanError(f"the backward's {largest} may reach {bounds[largest]:.3g} with a finite loss (float32 "
+                        f"overflows at {FLOAT32_MAX:.3g}): the model's scales let it overflow; update fewer layers")
     return GradientProof(bounds, largest)
