@@ -205,3 +205,15 @@ def test_shipped_sparse_plans_backward_working_set(model):
     assert (live, static, step.nodes[at].op) == want
     saved = {name for name, t in step.tensors.items() if t.role.value == "saved"}
     assert any(step.tensors[name].dtype.value == "uint8" for name in saved)  # clamp masks
+
+
+def test_the_stack_reservation_is_the_measured_high_water_mark_plus_the_margin():
+    """memory/report.py STACK_BYTES rests on benchmarks/results/stack.json (benchmarks/stack.py): every zoo plan and
+    VWW TFLite model on qemu-m4, qemu-m7 and qemu-m55."""
+    from tinytrain.memory.report import STACK_MARGIN_BYTES, STACK_MEASURED_BYTES
+
+    measured = json.loads((ROOT / "benchmarks" / "results" / "stack.json").read_text())
+    marks = [r["stack_used_bytes"] for r in measured["rows"] if r["stack_used_bytes"] is not None]
+    assert {r["board"] for r in measured["rows"]} == {"qemu-m4", "qemu-m7", "qemu-m55"}
+    assert max(marks) == STACK_MEASURED_BYTES and measured["meta"]["reservation_bytes"] == STACK_BYTES
+    assert STACK_BYTES % 64 == 0 and 0 <= STACK_BYTES - (STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) < 64
