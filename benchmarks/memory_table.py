@@ -16,7 +16,7 @@ training graph is planned three ways:
   default of ``tinytrain compile``.
 
 Peak SRAM = arena + SRAM copies of the updated parameters + optimizer state (none: plain SGD) + runtime +
-stack estimate. PyTorch figures come from benchmarks/torch_memory.py (one fresh process per model and plan;
+stack (measured: benchmarks/stack.py). PyTorch figures come from benchmarks/torch_memory.py (one fresh process per model and plan;
 its docstring gives the method). The compile command's answer at --sram 256k is recorded for the sparse
 and the full plan.
 """
@@ -99,6 +99,8 @@ def kb(n: float | None) -> str:
 
 
 def markdown(results: dict, with_torch: bool) -> str:
+    from tinytrain.memory.report import RUNTIME_BYTES, STACK_BYTES
+
     lines = [
         "# Peak SRAM of one training step (batch 1, 128×128)",
         "",
@@ -106,7 +108,8 @@ def markdown(results: dict, with_torch: bool) -> str:
         "",
         "tinytrain: int8 forward, fp32 backward, SGD without momentum; peak SRAM = planned arena + SRAM copies of",
         "the updated parameters (a partially updated weight: only its selected output-channel rows) + runtime",
-        "(256 B) + stack (2 KB), both estimates. In every column the frozen forward prefix runs row-streamed in",
+        f"({RUNTIME_BYTES} B, an estimate) + stack ({STACK_BYTES} B: the largest high-water mark measured on the QEMU",
+        "boards + a margin, benchmarks/results/stack.md). In every column the frozen forward prefix runs row-streamed in",
         "line buffers when that lowers the peak (memory/stream.py; the input a 3-row buffer fed by a row source).",
         "*naive*: updates after the whole backward, one buffer per tensor;",
         "*reorder*: the device step (training/device_step.py): 1-bit clamp masks saved instead of int8 outputs",

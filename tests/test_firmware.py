@@ -189,6 +189,45 @@ def test_stream_protocol_over_a_pty_trains_like_the_host_engine(tiny, host_board
     assert np.array_equal(logits, host.predict(x[:1])[0])
 
 
+def test_dropped_bytes_time_out_and_the_board_resynchronizes(tiny, host_board):
+    """Five image bytes of a train request lost on the line: the board waits for them, so the host times out; the board
+    takes them from the next request, answers it "CRC mismatch" and resynchronizes on the magic after it. Neither
+    broken request changes the state, and the samples the board acknowledged train it exactly like the host engine.
+    Then a train frame whose CRC is corrupted and a frame of an unknown command: refused, nothing changed."""
+    serial = pytest.importorskip("serial")
+    g, tg = tiny
+    x, y = _images(g, 5, seed=3), np.array([0, 1, 2, 3, 4])
+    lost = proto.request(b"T", x[1].tobytes(), int(y[1]))
+    following = proto.request(b"T", x[2].tobytes(), int(y[2]))
+    assert b"Tt" not in following[2:], "the rest of the request the board skips must hold no magic"
+    with _pty_board(host_board) as pty:
+        port = serial.Serial(pty.port, timeout=10)
+        board = proto.Board(port)
+        losses = [board.train(x[0], int(y[0]))[0]]
+        port.write(lost[:20] + lost[25:])
+        port.timeout = 0.5
+        with pytest.raises(proto.ProtocolError, match="timeout waiting for a reply"):
+            proto.read_reply(port.read)
+        port.timeout = 10
+        port.write(following)
+        with pytest.raises(proto.ProtocolError, match="CRC mismatch"):
+            proto.read_reply(port.read)
+        corrupted = bytearray(proto.request(b"T", x[3].tobytes(), int(y[3])))
+        corrupted[-1] ^= 0x01
+        port.write(bytes(corrupted) + proto.REQUEST_MAGIC + b"X" + bytes(6))
+        with pytest.raises(proto.ProtocolError, match="CRC mismatch"):
+            proto.read_reply(port.read)
+        with pytest.raises(proto.ProtocolError, match="unknown command"):
+            proto.read_reply(port.read)
+        losses += [board.train(x[k], int(y[k]))[0] for k in (1, 2, 3, 4)]
+        state = board.state()
+        port.close()
+    host = CTrainer(tg)
+    want = host.train(x, y)
+    assert np.array_equal(np.array(losses, np.float32).view(np.uint32), want.view(np.uint32))
+    assert state == host.state_bytes()
+
+
 @pytest.mark.skipif(ARM_GCC is None, reason="arm-none-eabi-gcc is not installed (scripts/setup.sh installs it)")
 @pytest.mark.parametrize("board", REAL_BOARDS)
 def test_platformio_project_is_valid_offline_and_its_sources_build(board, compile_dir, tmp_path):

@@ -1,6 +1,7 @@
-"""The training step of every zoo model with its shipped plan, built for the host with AddressSanitizer and
-UndefinedBehaviorSanitizer (gcc -fsanitize=address,undefined, every report fatal): a few steps run clean, and the
-state they leave is byte for byte the one the ordinary build (engine_c.CTrainer) leaves on the same samples."""
+"""The training step of every zoo model with its shipped plan and of the VWW TFLite models, built for the host with
+AddressSanitizer and UndefinedBehaviorSanitizer (gcc -fsanitize=address,undefined, every report fatal): a few steps
+run clean, and the state they leave is byte for byte the one the ordinary build (engine_c.CTrainer) leaves on the
+same samples."""
 
 import subprocess
 from pathlib import Path
@@ -8,15 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import shared_file
+from test_firmware_qemu import VWW_PLAN
 from tinytrain.engine_c import CTrainer
 from tinytrain.frontends import load_model
-from tinytrain.training.sparse import load_plan
+from tinytrain.training.sparse import load_plan, parse_plan
 from tinytrain.training.train_graph import build_training_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = sorted((ROOT / "models" / "plans").glob("*.json"))
 SANITIZE = ("-std=c99", "-O1", "-g", "-ffp-contract=off", "-fno-delete-null-pointer-checks", "-Wall", "-Wextra",
             "-Werror", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+VWW_TFLITE = ("vww_96_int8.tflite", "person_detect.tflite")
 STEPS = 2
 
 
@@ -39,11 +43,10 @@ def _model_of(plan: Path) -> Path:
     return ROOT / "models" / (plan.stem.rsplit("-", 1)[0] + ".onnx")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("plan", PLANS, ids=[p.stem for p in PLANS])
-def test_zoo_training_step_is_clean_under_sanitizers(plan, tmp_path):
-    graph = load_model(_model_of(plan))
-    tg = build_training_graph(graph, load_plan(str(plan)))
+def check_sanitized_step(graph, plan, tmp_path) -> None:
+    """STEPS steps of ``graph``'s training step under ``plan`` run clean under the sanitizers and leave the state
+    the ordinary build leaves on the same samples."""
+    tg = build_training_graph(graph, plan)
     host = CTrainer(tg)
     for name, text in host.files.items():
         (tmp_path / name).write_text(text)
@@ -58,3 +61,17 @@ def test_zoo_training_step_is_clean_under_sanitizers(plan, tmp_path):
     xs, ys = lcg_samples(STEPS, x.nbytes, n_classes)
     host.train(xs.reshape((STEPS,) + tuple(x.shape[1:])), ys)
     assert (tmp_path / "state.bin").read_bytes() == host.state_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", PLANS, ids=[p.stem for p in PLANS])
+def test_zoo_training_step_is_clean_under_sanitizers(plan, tmp_path):
+    check_sanitized_step(load_model(_model_of(plan)), load_plan(str(plan)), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", VWW_TFLITE)
+def test_vww_tflite_training_step_is_clean_under_sanitizers(model, tmp_path):
+    """The MLPerf VWW model and TFLite Micro's person detection model (../shared/models, skipped when absent) with
+    the VWW sparse plan of the QEMU tests (the biases of the last 12 layers, parts of three pointwise layers)."""
+    check_sanitized_step(load_model(shared_file(f"models/{model}")), parse_plan(VWW_PLAN), tmp_path)

@@ -86,6 +86,10 @@ def cmd_compile(args: argparse.Namespace) -> None:
         meta.update(mode="inference")
     report = plan_memory(step, sram, flash, planner=args.planner, inplace=not args.no_inplace, target=args.target)
     check_budget(report, step)
+    if meta["mode"] == "training":  # the guard checks the loss: a finite one must prove every gradient finite
+        from tinytrain.training.finite import gradient_bounds
+
+        meta["nonfinite_guard"] = gradient_bounds(step).to_json()
     try:
         files = render_project(step, report)
     except UnsupportedModelError as e:
@@ -140,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--update", help="full | bias-only | last-k:N: plan the training step of a preset "
                    "(without --plan / --update: the inference forward pass)")
     s.add_argument("--target", choices=("cortex-m4", "cortex-m7", "cortex-m55"), default="cortex-m7",
-                   help="recorded in the report (the stack and code estimates do not depend on it yet)")
+                   help="recorded in the report (the code estimate does not depend on it; the stack is the largest "
+                   "measured on the three cores)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")

@@ -95,7 +95,8 @@ def _frozen(graph, tg, x: np.ndarray):
     suffix is bit-identical to the whole forward pass."""
     from dataclasses import replace
 
-    from tinytrain.simulator import split_frozen, written_tensors
+    from tinytrain.ops import written_tensors
+    from tinytrain.simulator import split_frozen
 
     t_prefix, _ = split_frozen(tg)
     f_prefix, f_suffix = split_frozen(graph, live=written_tensors(tg))

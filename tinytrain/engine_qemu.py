@@ -93,12 +93,14 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     return data
 
 
-def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int = 600, save_every: int = 0) -> Firmware:
+def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int = 600, save_every: int = 0,
+          **options) -> Firmware:
     """Write the firmware project of ``compile_dir`` for ``board`` into ``project`` and link it (``save_every`` > 0:
-    with the persistent state, saved every that many samples)."""
+    with the persistent state, saved every that many samples; ``options``: those of ``write_firmware``, e.g.
+    ``stack_bytes``)."""
     _need("arm-none-eabi-gcc", "gcc-arm-none-eabi")
     project = Path(project)
-    write_firmware(compile_dir, board, project, save_every=save_every)
+    write_firmware(compile_dir, board, project, save_every=save_every, **options)
     r = subprocess.run(["make", "-s", ELF], cwd=project, capture_output=True, text=True, timeout=timeout, check=False)
     if r.returncode != 0:
         raise QemuError(f"the firmware in {project} does not link:\n{(r.stderr or r.stdout)[-3000:]}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from tinytrain.ir import DType, Graph, Role
 from tinytrain.names import LABEL, LOSS, STEP_INPUT
-from tinytrain.ops import get_op
+from tinytrain.ops import get_op, written_tensors
 
 
 def forward(graph: Graph, inputs: Mapping[str, np.ndarray], chunk: int = 64) -> dict[str, np.ndarray]:
@@ -113,18 +113,12 @@ class TrainState:
         return TrainState({k: v.copy() for k, v in self.tensors.items()}, self.step, self.nonfinite)
 
 
-def written_tensors(graph: Graph) -> list[str]:
-    """The tensors a training graph updates in place, in node order."""
-    names = []
-    for node in graph.nodes:
-        for w in get_op(node.op).writes:
-            if w < len(node.inputs) and node.inputs[w]:
-                names.append(node.inputs[w])
-    return names
-
-
 def init_state(graph: Graph) -> TrainState:
-    """The initial state: copies of the graph data of every tensor the training graph writes."""
+    """The initial state: copies of the graph data of every tensor the training graph writes. Refuses (PlanError) a
+    graph whose gradients a finite loss does not prove finite (training/finite.py: the guard checks the loss)."""
+    from tinytrain.training.finite import gradient_bounds
+
+    gradient_bounds(graph)
     return TrainState({name: graph.tensors[name].data.copy() for name in written_tensors(graph)})
 
 
@@ -134,7 +128,8 @@ def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = 
     ``x`` is the (1,H,W,C) internal int8 image, or a mapping of every image-derived graph input (a suffix
     graph of ``split_frozen``). Mutates ``state`` and returns the graph outputs (``loss`` first), or every
     tensor with ``keep_all``. The non-finite guard: a step whose loss is NaN or Inf is not applied (the state
-    is untouched, ``state.nonfinite`` counts it), as in the C (train_model.c.j2).
+    is untouched, ``state.nonfinite`` counts it), as in the C (train_model.c.j2); a finite loss implies finite
+    gradients (training/finite.py, checked by ``init_state``).
     """
 
     inputs = dict(x) if isinstance(x, Mapping) else {graph.inputs[0]: x}

@@ -37,6 +37,7 @@ from tinytrain.memory.lifetimes import scratch_name
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
 from tinytrain.memory.stream import StreamPlan
 from tinytrain.names import LABEL, LOSS, STEP_INPUT
+from tinytrain.training.finite import gradient_bounds
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
 
@@ -230,6 +231,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
         raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
                                     f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
+    gradient_bounds(graph)  # the C guard checks the loss only: a finite one must imply finite gradients
     env = environment()
     offsets = arena_offsets(graph, plan)
     layout = state_layout(graph)

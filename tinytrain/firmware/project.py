@@ -23,6 +23,7 @@ from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
+from tinytrain.memory.report import STACK_BYTES
 from tinytrain.sizes import format_size
 
 # Common to every board; the harness and UART driver are added per board.
@@ -33,10 +34,8 @@ SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.
 PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
-# Stack and minimum heap in the RAM region (bytes). The heap holds newlib's stdio buffers on QEMU. The stack is
-# the compile's estimate (memory/report.py STACK_BYTES); measured on qemu-m7: 530-630 bytes for the shipped
-# models' training steps (benchmarks/results/qemu_instructions.md).
-STACK_BYTES = 2048
+# Minimum heap in the RAM region (bytes): newlib's stdio buffers on QEMU. The stack reserved is the one the memory
+# report counts (memory/report.py STACK_BYTES, measured: benchmarks/results/stack.md).
 HEAP_BYTES = {True: 2048, False: 0}  # keyed by "is a QEMU board"
 
 _TRAINING_API = re.compile(r"\btt_train_step\s*\(")

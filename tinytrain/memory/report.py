@@ -3,7 +3,7 @@
 SRAM = the arena (every computed tensor: activations, saved activations, gradients, kernel scratch, at the
 offsets the planner chose) + the SRAM copies of the trainable parameters (what the plan updates: a whole
 bias, or the first n output-channel rows of a weight, the frozen rows staying in flash) + optimizer state
-(momentum) + the C runtime's own statics + an estimated stack (to be replaced by a measured one).
+(momentum) + the C runtime's own statics + the stack (measured on the QEMU boards: STACK_BYTES below).
 Flash = every constant (frozen weights, and the initial values the trainable copies are loaded from) + an
 estimate of the code.
 """
@@ -21,7 +21,14 @@ from tinytrain.memory.stream import StreamPlan, plan_stream
 from tinytrain.sizes import format_size
 
 RUNTIME_BYTES = 256      # the C runtime's statics: step counter, loss, label, arena pointer (estimate)
-STACK_BYTES = 2048       # stack of the deepest kernel call chain (estimate; to be measured on the target)
+# The stack, measured: the largest high-water mark of the training step (reset, harness, forward, backward, updates,
+# state save, inference) on qemu-m4 (mps2-an386), qemu-m7 (mps2-an500) and qemu-m55 (mps3-an547), over every zoo
+# model with its shipped plan and the VWW TFLite models (benchmarks/stack.py -> benchmarks/results/stack.md),
+# plus a margin for what the QEMU runs do not exercise (exception frames with FP context, 104 B each; the serial
+# boards' harness), rounded up to 64 B. The firmware reserves the same (firmware/project.py).
+STACK_MEASURED_BYTES = 1268  # proxyless-w0.3 sparse plan on qemu-m55
+STACK_MARGIN_BYTES = 512
+STACK_BYTES = -(-(STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
 CODE_BASE_BYTES = 4096   # code estimate: runtime + entry points, plus per distinct op and per call site
 CODE_PER_OP_BYTES = 1536
 CODE_PER_CALL_BYTES = 24
@@ -37,7 +44,7 @@ class PlannedBuffer:
 @dataclass(frozen=True)
 class MemoryReport:
     """What the device needs. ``peak_sram_bytes`` = arena + SRAM copies of trainable tensors + optimizer state
-    + runtime + stack estimate. ``buffers`` are the graph's tensors (codegen reads their offsets; a view shares
+    + runtime + measured stack. ``buffers`` are the graph's tensors (codegen reads their offsets; a view shares
     its buffer's offset); kernel scratch is in ``scratch``. Steps index ``graph.nodes``."""
 
     arena_bytes: int
@@ -118,7 +125,8 @@ class MemoryReport:
             "trainable_sram_bytes": self.trainable_sram_bytes,
             "optimizer_state_bytes": self.optimizer_state_bytes,
             "runtime_sram_bytes": self.runtime_sram_bytes,
-            "stack_bytes_estimate": self.stack_bytes,
+            "stack_bytes": self.stack_bytes,
+            "stack_source": "measured high-water mark + margin (benchmarks/results/stack.md)",
             "flash_bytes": self.flash_bytes,
             "weights_flash_bytes": self.weights_flash_bytes,
             "code_bytes_estimate": self.code_bytes,

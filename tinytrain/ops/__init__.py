@@ -32,6 +32,11 @@ MinRead = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "np.nd
 Scratch = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], int]
 # overwrites(attrs, in_tensors, out_tensors) -> the input whose bytes output 0 may take over exactly, or None.
 Overwrites = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor]], "int | None"]
+# bound(attrs, in_tensors, in_bounds) -> for each output, an upper bound of |element| in exact arithmetic, given for
+# each input computed in fp32 by the backward an upper bound of |element| (None for the other inputs: the rule reads
+# weights from their tensor data and int8 activations from their quantization, so any int8 value is covered). An
+# update op (``writes``) returns the bounds of the gradient it applies and of the momentum it keeps (0 without).
+Bound = Callable[[Any, Sequence[Tensor | None], Sequence["float | None"]], list[float]]
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class OpDef:
     ``overwrites`` is the other in-place promise, for kernels that do not write in C order: output 0 may occupy
     exactly the bytes of the input it names (same size), the kernel reading each block of that input into its
     scratch before writing the block's outputs (e.g. a depthwise input gradient a few channels at a time).
+    ``bound`` is a backward op's magnitude rule: ``training/finite.py`` composes the rules from the loss gradient
+    (bounded by 1) to prove that no gradient of a step with a finite loss overflows float32.
     """
 
     name: str
@@ -99,6 +106,7 @@ class OpDef:
     scratch: Scratch | None = None
     rows: Rows | None = None
     overwrites: Overwrites | None = None
+    bound: Bound | None = None
 
 
 def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> np.ndarray:
@@ -133,6 +141,21 @@ def get_op(name: str) -> OpDef:
         return _OPS[name]
     except KeyError:
         raise KeyError(f"no op named {name!r}") from None
+
+
+def written_tensors(graph) -> list[str]:
+    """The tensors a training graph updates in place (its nodes' ``writes`` inputs), in node order."""
+    names = []
+    for node in graph.nodes:
+        for w in get_op(node.op).writes:
+            if w < len(node.inputs) and node.inputs[w]:
+                names.append(node.inputs[w])
+    return names
+
+
+def same_bound(attrs: Any, ins: Sequence[Tensor | None], bounds: Sequence[float | None]) -> list[float]:
+    """``bound`` of an op whose output elements are input 0's elements or zeros (masks, pads, views)."""
+    return [bounds[0]]
 
 
 def no_macs(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor]) -> int:

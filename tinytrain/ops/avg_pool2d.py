@@ -146,5 +146,10 @@ def backward(b, node, out_grads) -> list[str | None]:
 
 
 OP = OpDef("avg_pool2d", AvgPool2dAttrs, infer_shapes, reference, macs, backward=backward)
-GRAD = OpDef("avg_pool2d_grad", AvgPool2dGradAttrs, grad_shapes, grad_reference, macs)
+def grad_bound(a: AvgPool2dGradAttrs, ins, bounds) -> list[float]:
+    """An input cell lies in at most ceil(k / stride) windows per axis, each adding g / count with count >= 1."""
+    return [bounds[0] * -(-a.kernel[0] // a.stride[0]) * -(-a.kernel[1] // a.stride[1])]
+
+
+GRAD = OpDef("avg_pool2d_grad", AvgPool2dGradAttrs, grad_shapes, grad_reference, macs, bound=grad_bound)
 OPS = (OP, GRAD)

@@ -31,4 +31,8 @@ def macs(a: BiasGradAttrs, ins, outs) -> int:
     return ins[0].size
 
 
-OP = OpDef("bias_grad", BiasGradAttrs, infer_shapes, reference, macs)
+def bound(a: BiasGradAttrs, ins, bounds) -> list[float]:
+    return [bounds[0] * (ins[0].size // ins[0].shape[-1])]
+
+
+OP = OpDef("bias_grad", BiasGradAttrs, infer_shapes, reference, macs, bound=bound)

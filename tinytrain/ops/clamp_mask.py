@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs, elementwise_min_read
+from tinytrain.ops import OpDef, elementwise_min_read, no_macs, same_bound
 
 
 @dataclass(frozen=True)
@@ -39,4 +39,5 @@ def masked_grad(b, g: str, y: str, act_min: int, act_max: int, name: str) -> str
     return b.emit("clamp_mask", [g, y], ClampMaskAttrs(act_min, act_max), name)[0]
 
 
-OP = OpDef("clamp_mask", ClampMaskAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read)
+OP = OpDef("clamp_mask", ClampMaskAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read,
+           bound=same_bound)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, no_macs, same_bound
 from tinytrain.ops.clamp_mask import ClampMaskAttrs
 
 
@@ -63,5 +63,5 @@ def apply_min_read(a: ClampMaskPackedAttrs, ins, outs, k: int) -> np.ndarray | N
 
 PACK = OpDef("pack_clamp_mask", ClampMaskAttrs, pack_shapes, pack_reference, no_macs)
 OP = OpDef("clamp_mask_packed", ClampMaskPackedAttrs, apply_shapes, apply_reference, no_macs,
-           min_read=apply_min_read)
+           min_read=apply_min_read, bound=same_bound)
 OPS = (PACK, OP)

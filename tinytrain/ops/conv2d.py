@@ -150,6 +150,18 @@ def dequantize_input(x: np.ndarray, xt: Tensor) -> np.ndarray:
     return (x.astype(np.int32) - np.int32(xt.quant.zp)).astype(np.float32) * np.float32(xt.quant.s)
 
 
+def weight_magnitude(wt: Tensor) -> np.ndarray:
+    """|s_w[o] (w - zw[o])| in float64, elementwise, of a weight's data (the non-finite proof, training/finite.py)."""
+    shape = (-1,) + (1,) * (len(wt.shape) - 1)
+    zw = np.asarray(wt.quant.zero_point, np.float64).reshape(shape)
+    return np.abs((wt.data.astype(np.float64) - zw) * np.asarray(wt.quant.scale, np.float64).reshape(shape))
+
+
+def input_magnitude(xt: Tensor) -> float:
+    """The largest |s_x (x - zx)| any int8 x can give."""
+    return float(max(abs(-128 - xt.quant.zp), abs(127 - xt.quant.zp)) * np.float64(xt.quant.s))
+
+
 def _taps(kh: int, kw: int, ho: int, wo: int, stride, dilation):
     for i in range(kh):
         for j in range(kw):
@@ -228,6 +240,21 @@ def grad_weight_macs(a: Conv2dGradWeightAttrs, ins, outs) -> int:
     _, ho, wo, _ = ins[0].shape
     n_sel, kh, kw, cg = outs[0].shape
     return ho * wo * n_sel * kh * kw * cg
+
+
+def grad_input_bound(a: Conv2dGradInputAttrs, ins, bounds) -> list[float]:
+    """|g_x[.., c]| <= |g_z|max * the sum of |real weight| over every (output channel, tap) that reads channel c."""
+    wr = weight_magnitude(ins[1])
+    if a.groups == 1:
+        per_channel = wr.sum(axis=(0, 1, 2))
+    else:  # depthwise: output channel o reads input channel o // m, m = C_out / groups
+        per_channel = wr.sum(axis=(1, 2, 3)).reshape(a.groups, -1).sum(axis=1)
+    return [bounds[0] * float(per_channel.max())]
+
+
+def grad_weight_bound(a: Conv2dGradWeightAttrs, ins, bounds) -> list[float]:
+    """Each element sums H_out * W_out products |g_z| |real x|."""
+    return [bounds[0] * ins[0].shape[1] * ins[0].shape[2] * input_magnitude(ins[1])]
 
 
 def backward(b, node, out_grads) -> list[str | None]:
@@ -372,7 +399,8 @@ def _gather_min_read(a: Conv2dGradInputAttrs, ins, outs) -> np.ndarray | None:
 OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read,
             rows=row_window)
 GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs,
-                   min_read=grad_input_min_read, scratch=grad_input_scratch, overwrites=grad_input_overwrites)
+                   min_read=grad_input_min_read, scratch=grad_input_scratch, overwrites=grad_input_overwrites,
+                   bound=grad_input_bound)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
-                    grad_weight_macs)
+                    grad_weight_macs, bound=grad_weight_bound)
 OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)

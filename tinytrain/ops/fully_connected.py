@@ -103,6 +103,18 @@ def grad_weight_macs(a, ins, outs) -> int:
     return outs[0].shape[0] * outs[0].shape[1]
 
 
+def grad_input_bound(a: FullyConnectedGradInputAttrs, ins, bounds) -> list[float]:
+    from tinytrain.ops.conv2d import weight_magnitude
+
+    return [bounds[0] * float(weight_magnitude(ins[1]).sum(axis=0).max())]
+
+
+def grad_weight_bound(a: FullyConnectedGradWeightAttrs, ins, bounds) -> list[float]:
+    from tinytrain.ops.conv2d import input_magnitude
+
+    return [bounds[0] * input_magnitude(ins[1])]
+
+
 def backward(b, node, out_grads) -> list[str | None]:
     from tinytrain.ops.bias_grad import BiasGradAttrs
     from tinytrain.ops.clamp_mask import masked_grad
@@ -125,7 +137,7 @@ def backward(b, node, out_grads) -> list[str | None]:
 
 OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward)
 GRAD_INPUT = OpDef("fully_connected_grad_input", FullyConnectedGradInputAttrs, grad_input_shapes,
-                   grad_input_reference, grad_input_macs)
+                   grad_input_reference, grad_input_macs, bound=grad_input_bound)
 GRAD_WEIGHT = OpDef("fully_connected_grad_weight", FullyConnectedGradWeightAttrs, grad_weight_shapes,
-                    grad_weight_reference, grad_weight_macs)
+                    grad_weight_reference, grad_weight_macs, bound=grad_weight_bound)
 OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)

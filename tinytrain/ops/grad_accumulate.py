@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs, elementwise_min_read
+from tinytrain.ops import OpDef, elementwise_min_read, no_macs
 
 
 @dataclass(frozen=True)
@@ -24,4 +24,9 @@ def reference(a: GradAccumulateAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [(arrays[0].astype(np.float32) + arrays[1].astype(np.float32)).astype(np.float32)]
 
 
-OP = OpDef("grad_accumulate", GradAccumulateAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read)
+def bound(a: GradAccumulateAttrs, ins, bounds) -> list[float]:
+    return [bounds[0] + bounds[1]]
+
+
+OP = OpDef("grad_accumulate", GradAccumulateAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read,
+           bound=bound)

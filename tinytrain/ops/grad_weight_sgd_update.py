@@ -100,8 +100,12 @@ def _fused(grad: OpDef) -> OpDef:
     def scratch(a: GradWeightSgdUpdateAttrs, ins, outs) -> int:
         return a.block * row_elements(ins[PARAM]) * FLOAT_BYTES
 
+    def bound(a: GradWeightSgdUpdateAttrs, ins, bounds) -> list[float]:
+        (g,) = grad.bound(a.grad, [ins[G_Z], ins[X]], [bounds[G_Z], None])
+        return sgd.update_bound(a.update, g)
+
     return OpDef(name, GradWeightSgdUpdateAttrs, infer_shapes, reference, macs,
-                 writes=(PARAM, MOMENTUM), scratch=scratch)
+                 writes=(PARAM, MOMENTUM), scratch=scratch, bound=bound)
 
 
 # grad-weight op -> the op fusing it with sgd_update

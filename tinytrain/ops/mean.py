@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef
+from tinytrain.ops import OpDef, same_bound
 from tinytrain.quant import Requant, multiply_by_quantized_multiplier
 
 
@@ -119,6 +119,7 @@ def backward(b, node, out_grads) -> list[str | None]:
 
 
 OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs, backward=backward)
-GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs)
-GRAD_MASKED = OpDef("mean_grad_masked", MeanGradMaskedAttrs, grad_masked_shapes, grad_masked_reference, macs)
+GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs, bound=same_bound)  # g / (H*W) <= g
+GRAD_MASKED = OpDef("mean_grad_masked", MeanGradMaskedAttrs, grad_masked_shapes, grad_masked_reference, macs,
+                    bound=same_bound)
 OPS = (OP, GRAD, GRAD_MASKED)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, no_macs, same_bound
 
 
 @dataclass(frozen=True)
@@ -54,5 +54,5 @@ def backward(b, node, out_grads) -> list[str | None]:
 
 
 OP = OpDef("pad", PadAttrs, infer_shapes, reference, no_macs, backward=backward)
-GRAD = OpDef("pad_grad", PadGradAttrs, grad_shapes, grad_reference, no_macs)
+GRAD = OpDef("pad_grad", PadGradAttrs, grad_shapes, grad_reference, no_macs, bound=same_bound)
 OPS = (OP, GRAD)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, no_macs, same_bound
 
 
 @dataclass(frozen=True)
@@ -34,4 +34,5 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [b.emit("reshape", [out_grads[0]], ReshapeAttrs(b.tensor(x).shape[1:]), f"{node.name}.grad_input")[0]]
 
 
-OP = OpDef("reshape", ReshapeAttrs, infer_shapes, reference, no_macs, view=True, backward=backward)
+OP = OpDef("reshape", ReshapeAttrs, infer_shapes, reference, no_macs, view=True, backward=backward,
+           bound=same_bound)

@@ -128,4 +128,15 @@ def macs(a: SgdUpdateAttrs, ins, outs) -> int:
     return ins[GRAD].size
 
 
-OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM))
+def update_bound(a: SgdUpdateAttrs, grad: float) -> list[float]:
+    """[gradient, momentum] bounds: M = mu M + g stays within |g|max / (1 - mu) over any number of steps."""
+    if not a.momentum:
+        return [grad, 0.0]
+    return [grad, grad / (1.0 - a.momentum) if 0 <= a.momentum < 1 else float("inf")]
+
+
+def bound(a: SgdUpdateAttrs, ins, bounds) -> list[float]:
+    return update_bound(a, bounds[GRAD])
+
+
+OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM), bound=bound)

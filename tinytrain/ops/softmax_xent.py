@@ -67,5 +67,10 @@ def grad_reference(a: SoftmaxXentAttrs, arrays, ins, outs) -> list[np.ndarray]:
 
 
 LOSS = OpDef("softmax_xent", SoftmaxXentAttrs, loss_shapes, loss_reference, no_macs)
-GRAD = OpDef("softmax_xent_grad", SoftmaxXentAttrs, grad_shapes, grad_reference, no_macs)
+def grad_bound(a: SoftmaxXentAttrs, ins, bounds) -> list[float]:
+    """p - onehot is in [-1, 1] whenever the logits are finite, i.e. whenever the loss is (the guard's check)."""
+    return [1.0]
+
+
+GRAD = OpDef("softmax_xent_grad", SoftmaxXentAttrs, grad_shapes, grad_reference, no_macs, bound=grad_bound)
 OPS = (LOSS, GRAD)

@@ -21,6 +21,7 @@ from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan
 
 MEMORY_SOURCES = ("ops", "training", "memory")
+UNTRAINABLE = 1 << 62  # the "peak" of a plan no engine runs: over every budget
 
 
 def plan_key(plan: Plan) -> str:
@@ -28,11 +29,19 @@ def plan_key(plan: Plan) -> str:
 
 
 def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), planner: str = "greedy") -> int:
-    """``tinytrain compile --plan``'s peak_sram_bytes for this plan (budget-independent)."""
+    """``tinytrain compile --plan``'s peak_sram_bytes for this plan (budget-independent); ``UNTRAINABLE`` for a plan
+    no engine runs, its gradients not proven finite by a finite loss (training/finite.py: monotone too, a plan
+    updating more has larger bounds)."""
+    from tinytrain.errors import PlanError
     from tinytrain.memory.report import plan_memory
     from tinytrain.training.device_step import device_step
+    from tinytrain.training.finite import gradient_bounds
 
     step = device_step(graph, plan, config)
+    try:
+        gradient_bounds(step)
+    except PlanError:
+        return UNTRAINABLE
     return plan_memory(step, 1 << 62, 1 << 62, planner=planner).peak_sram_bytes
 
 

@@ -16,7 +16,8 @@ from tinytrain.ops.conv2d import grad_input_block
 
 
 # The longest input vector a convolution kernel widens into a stack buffer once per output pixel (conv2d.c.j2 "xw"):
-# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window) within the 2 KB stack (memory/report.py).
+# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window), part of the measured stack (memory/report.py
+# STACK_BYTES: the models measured have 256-channel pointwise inputs).
 XW_MAX = 256
 
 

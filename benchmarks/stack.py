@@ -1,0 +1,130 @@
+"""The stack high-water mark of the training step on every QEMU board, for every zoo model with its shipped plan and
+the VWW TFLite models of ../shared — the measurement the stack reservation (memory/report.py STACK_BYTES) rests on.
+
+    .venv/bin/python benchmarks/stack.py [--steps 2] [--inferences 1]
+
+For each model and plan (``qemu_instructions.models()``: the shipped plans of models/plans, VWW_PLAN for the
+MobileNetV1-0.25 VWW models, which ship none; here also every shipped plan, the wide one included, and
+../shared/models/person_detect.tflite) and each board (qemu-m4 mps2-an386, qemu-m7 mps2-an500, qemu-m55
+mps3-an547): compile for the board's core with an SRAM budget of the board's RAM less 64 KB (stack use does not
+depend on where buffers are), link with a stack of PROBE_STACK bytes, run --steps training steps and --inferences
+inferences on QEMU. The startup code paints the stack and the harness prints how much of it was written
+(firmware/c/tt_startup.c tt_stack_used): the high-water mark over the whole run — reset, harness,
+forward, loss, backward, updates, state save, inference.
+
+Writes benchmarks/results/stack.json and .md; the reservation = max measured + MARGIN_BYTES, rounded up to 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from qemu_instructions import SHARED, VWW_PLAN, models
+
+from tinytrain import engine_qemu
+from tinytrain.data import model_inputs
+from tinytrain.errors import TinyTrainError
+from tinytrain.firmware.boards import get_board
+from tinytrain.frontends import load_model
+from tinytrain.memory.report import STACK_BYTES, STACK_MARGIN_BYTES
+from tinytrain.training.sparse import load_plan, parse_plan
+from tinytrain.training.train_graph import build_training_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55")
+PROBE_STACK = 16 * 1024   # reserved while measuring: far above any measured use, so the mark is never clipped
+KB = 1024
+
+
+def workloads() -> list[tuple[str, Path, object, str]]:
+    """(name, model, plan, plan source): qemu_instructions' list, every other shipped plan, person detection."""
+    out = models()
+    named = {(str(path), src) for _, path, _, src in out}
+    for plan_path in sorted((ROOT / "models" / "plans").glob("*.json")):
+        model = ROOT / "models" / (plan_path.stem.rsplit("-", 1)[0] + ".onnx")
+        src = str(plan_path.relative_to(ROOT))
+        if (str(model), src) not in named:
+            out.append((plan_path.stem, model, load_plan(plan_path), src))
+    person = SHARED / "models" / "person_detect.tflite"
+    if person.exists():
+        out.append(("person_detect (TFLM)", person, parse_plan(VWW_PLAN), "VWW_PLAN"))
+    return out
+
+
+def measure(name, path, plan, plan_source, board, args, work: Path) -> dict:
+    b = get_board(board)
+    graph = load_model(path)
+    tg = build_training_graph(graph, plan)
+    rng = np.random.default_rng(0)
+    shape = graph.tensors[graph.inputs[0]].shape[1:]
+    n_classes = graph.tensors[graph.outputs[0]].shape[-1]
+    x = model_inputs(graph, rng.integers(0, 256, (args.steps + args.inferences, *shape), dtype=np.uint8))
+    y = rng.integers(0, n_classes, len(x))
+    row = {"model": name, "plan": plan_source, "board": board, "machine": b.qemu.machine, "core": b.core,
+           "steps": args.steps, "inferences": args.inferences}
+    try:
+        engine_qemu.emit_compile_dir(tg, work / "compile", b.ram_max - 64 * KB, b.flash_max, target=b.core)
+        fw = engine_qemu.build(work / "compile", board, work / "project", stack_bytes=PROBE_STACK)
+    except TinyTrainError as e:  # the board's memory map cannot hold it (e.g. 1.1 MB of weights in 512 KB of flash)
+        return {**row, "stack_used_bytes": None, "not_run": str(e).splitlines()[0]}
+    t0 = time.time()
+    r = engine_qemu.run(fw, board, train=(x[:args.steps], y[:args.steps]), test=(x[args.steps:], y[args.steps:]))
+    return {**row, "stack_used_bytes": r.stack_bytes, "qemu_seconds": round(time.time() - t0, 2)}
+
+
+def cell(v) -> str:
+    return "does not fit the board" if v is None else f"{v} B"
+
+
+def markdown(rows, meta) -> str:
+    by_model: dict[tuple[str, str], dict[str, int]] = {}
+    for r in rows:
+        by_model.setdefault((r["model"], r["plan"]), {})[r["board"]] = r["stack_used_bytes"]
+    lines = ["# Stack high-water mark of the training step", "",
+             f"`{meta['command']}` — {meta['date']}; stack painted at reset, measured over {meta['steps']} training "
+             f"steps and {meta['inferences']} inference(s) (firmware linked with a {PROBE_STACK} B stack; compiled for "
+             "the board's core, SRAM budget its RAM less 64 KB, flash budget its flash).", "",
+             "| model | plan | " + " | ".join(f"{b} ({get_board(b).qemu.machine})" for b in BOARDS) + " |",
+             "|---|---|" + "---:|" * len(BOARDS)]
+    for (model, plan), marks in by_model.items():
+        lines.append(f"| {model} | {plan} | " + " | ".join(cell(marks.get(b)) for b in BOARDS)
+                     + " |")
+    lines += ["", f"Largest: **{meta['max_stack_used_bytes']} B**. Reservation (memory/report.py STACK_BYTES): max + "
+              f"{STACK_MARGIN_BYTES} B margin, rounded up to 64 B = **{meta['reservation_bytes']} B** "
+              f"(in the code: {STACK_BYTES} B).", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--inferences", type=int, default=1)
+    ap.add_argument("--boards", default=",".join(BOARDS))
+    args = ap.parse_args()
+    rows = []
+    for name, path, plan, src in workloads():
+        for board in args.boards.split(","):
+            with tempfile.TemporaryDirectory(prefix="tt-stack-") as tmp:
+                row = measure(name, path, plan, src, board, args, Path(tmp))
+            print(f"{name:28s} {src:40s} {board:9s} {cell(row['stack_used_bytes'])}", flush=True)
+            rows.append(row)
+    top = max(r["stack_used_bytes"] for r in rows if r["stack_used_bytes"] is not None)
+    meta = {"command": "python benchmarks/stack.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
+            "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "steps": args.steps,
+            "inferences": args.inferences, "probe_stack_bytes": PROBE_STACK, "max_stack_used_bytes": top,
+            "margin_bytes": STACK_MARGIN_BYTES, "reservation_bytes": -(-(top + STACK_MARGIN_BYTES) // 64) * 64,
+            "stack_bytes_in_code": STACK_BYTES}
+    out = ROOT / "benchmarks" / "results"
+    (out / "stack.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (out / "stack.md").write_text(markdown(rows, meta))
+    print(markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
