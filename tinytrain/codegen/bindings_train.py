@@ -313,13 +313,20 @@ def _sgd_update(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     if stochastic:
         s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
         s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
+    if a.reads_step:
         s.add("uint32_t step", f"(uint32_t){ctx.scalar(step)}")
+    scheduled = a.schedule is not None
+    if scheduled:
+        s.add("uint32_t warmup", f"{a.schedule.warmup}u")
+        s.add("uint32_t steps", f"{a.schedule.steps}u")
+        s.add("float lr_floor", float_literal(a.schedule.floor))
     if block:
         s.ints(i0=0)
     bits = "s8" if ptype == "int8_t" else "s32"
     name = (f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
-            + ("_block" if block else ""))
-    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block))
+            + ("_cosine" if scheduled else "") + ("_block" if block else ""))
+    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block,
+                                           scheduled=scheduled))
 
 
 # The fused kernel (template grad_weight_sgd_update) calls the two kernels on the block of rows r0 .. r0+rows-1 of
