@@ -5,6 +5,8 @@ import io
 import json
 from pathlib import Path
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,10 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model():
     return str(shared_file("models/vww_96_int8.tflite"))
+
+
+needs_qemu = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                                reason="needs arm-none-eabi-gcc and qemu-system-arm")
 
 
 def _last_json(capsys):
@@ -64,6 +70,28 @@ def test_preset_learning_rates_per_group_and_not_with_a_plan_file(model, data, t
     assert "a plan file carries its own" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("engines", [("sim", "c"), pytest.param(("c", "qemu"), marks=[pytest.mark.slow, needs_qemu])],
+                         ids=["sim-c", "c-qemu"])
+def test_cosine_schedule_spans_the_run_and_engines_agree(model, data, tmp_path, capsys, engines):
+    """--lr-schedule cosine: the plan's schedule spans this run's steps; the device computes the factor from its
+    step count, identically in every engine (byte-identical states)."""
+    states = []
+    for engine in engines:
+        state = tmp_path / f"{engine}.npz"
+        assert main(["train", model, "--data", data, "--update", "last-k:2", "--lr", "0.05", "--steps", "8",
+                     "--lr-schedule", "cosine", "--warmup", "0.25", "--engine", engine, "--state-out", str(state),
+                     "--json"]) == 0
+        assert _last_json(capsys)["plan"]["lr_schedule"] == {"kind": "cosine", "warmup": 2, "steps": 8}
+        states.append(np.load(state))
+    for k in states[0].files:
+        np.testing.assert_array_equal(states[0][k], states[1][k], err_msg=k)
+    # constant lrs train differently (the schedule really reaches the update)
+    assert main(["train", model, "--data", data, "--update", "last-k:2", "--lr", "0.05", "--steps", "8",
+                 "--engine", engines[0], "--state-out", str(tmp_path / "constant.npz"), "--json"]) == 0
+    constant = np.load(tmp_path / "constant.npz")
+    assert any(not np.array_equal(constant[k], states[0][k]) for k in constant.files if k != "step")
+
+
 def test_eval_json(model, data, capsys):
     assert main(["eval", model, "--data", data, "--json"]) == 0
     out = _last_json(capsys)
@@ -77,6 +105,8 @@ def test_eval_json(model, data, capsys):
     (["--new-head", "1"], "at least 2 classes"),
     (["--held-out", "1.5"], "between 0 and 1"),
     (["--held-out", "0.1"], "both must be non-empty"),  # 6 samples: nothing would be held out
+    (["--warmup", "0.1"], "--warmup applies to --lr-schedule cosine"),
+    (["--lr-schedule", "cosine", "--warmup", "1"], "in [0, 1)"),
 ])
 def test_train_errors_are_one_line(model, data, args, message, capsys):
     assert main(["train", model, "--data", data, "--steps", "1", *args]) == 2

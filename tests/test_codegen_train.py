@@ -40,6 +40,7 @@ from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.fuse_masks import fuse_mean_masks
 from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.schedule import Schedule
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
 
@@ -76,6 +77,11 @@ CONFIGS = {
         Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5), WeightUpdate(1, 0.5), WeightUpdate(3, 0.25),
                                      WeightUpdate(5, 0.5)), lr=0.05),
         UpdateConfig(momentum=0.9, rounding=Rounding.NEAREST, seed=3)),
+    # warm-up (steps 0, 1), cosine decay (2 .. 6), then the floor: every branch of the lr factor
+    "channels+cosine": lambda g: (
+        Plan(bias_last_k=3, weights=(WeightUpdate(2, 0.25), WeightUpdate(4, 0.5), WeightUpdate(5, 1.0)), lr=0.05,
+             lr_schedule=Schedule(2, 7, 0.25)),
+        UpdateConfig(seed=5)),
 }
 
 

@@ -297,6 +297,12 @@ def test_plan_cli_writes_a_plan_compile_and_train_accept_and_a_second_budget_reu
     assert main(["train", str(files / "tiny.onnx"), "--data", str(files / "tiny.npz"), "--new-head", "2",
                  "--plan", str(plan_file), "--steps", "4", "--engine", "c", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 4
+    # a cosine recipe: its own fine-tunes (another cache key), and the plan's schedule spans --epochs of the data
+    cosine = _plan_cli(files, capsys, "8k", "--lr-schedule", "cosine", "--warmup", "0.1")
+    assert cosine["finetunes_run"] > 1
+    n = len(np.load(files / "tiny.npz")["y"])
+    steps = 2 * (n - round(0.25 * n))  # --epochs 2 over the rows --held-out 0.25 leaves
+    assert cosine["plan"]["lr_schedule"] == {"kind": "cosine", "warmup": int(0.1 * steps), "steps": steps}
 
 
 def test_plan_cli_refuses_a_budget_below_the_classifier(files, capsys):

@@ -8,6 +8,7 @@ from ir_builders import tiny_mobilenet
 from tinytrain.errors import PlanError, UsageError
 from tinytrain.training.sparse import (Plan, WeightUpdate, check_plan, layers, load_plan, parse_plan, preset,
                                        select_channels, updated_params)
+from tinytrain.training.schedule import Schedule
 from tinytrain.training.train_graph import build_training_graph
 
 EXAMPLE = {"version": 1, "bias_last_k": 20, "weights": [{"conv": 36, "ratio": 0.25}, {"conv": 39, "ratio": 1.0}],
@@ -50,6 +51,12 @@ def test_defaults():
     ({"head_lr": -0.1}, '"head_lr" must be a positive number'),
     ({"head_lr": True}, '"head_lr" must be a positive number'),
     ({"head_lrs": 0.1}, "unknown field 'head_lrs'"),
+    ({"lr_schedule": "cosine"}, '"lr_schedule" must be'),
+    ({"lr_schedule": {"kind": "step", "warmup": 0, "steps": 10}}, '"lr_schedule" must be'),
+    ({"lr_schedule": {"kind": "cosine", "warmup": 0}}, '"lr_schedule" must be'),
+    ({"lr_schedule": {"kind": "cosine", "warmup": 1.5, "steps": 10}}, "warmup and steps are integers"),
+    ({"lr_schedule": {"kind": "cosine", "warmup": 10, "steps": 10}}, r"warmup \(10\) < steps \(10\)"),
+    ({"lr_schedule": {"kind": "cosine", "warmup": 0, "steps": 10, "floor": 2}}, "floor 2.0 is not a fraction"),
 ])
 def test_bad_plans_are_rejected_naming_the_field(change, message):
     obj = dict(EXAMPLE, **change)
@@ -140,3 +147,12 @@ def test_plan_files_without_head_lr_still_load_and_round_trip(tmp_path):
 def test_a_plan_that_updates_nothing_is_an_error(graph):
     with pytest.raises(PlanError, match="updates nothing"):
         build_training_graph(graph, parse_plan({"version": 1}))
+
+
+def test_lr_schedule_round_trips_and_old_files_have_none(tmp_path):
+    plan = parse_plan(dict(EXAMPLE, lr_schedule={"kind": "cosine", "warmup": 100, "steps": 7000, "floor": 0.1}))
+    assert plan.lr_schedule == Schedule(100, 7000, 0.1)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_json()))
+    assert load_plan(path) == plan
+    assert parse_plan(EXAMPLE).lr_schedule is None and "lr_schedule" not in parse_plan(EXAMPLE).to_json()

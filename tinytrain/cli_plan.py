@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.cli_train import add_schedule_arguments
 from tinytrain.errors import BudgetError, UsageError
 
 DEFAULT_LR = 0.01
@@ -62,7 +63,7 @@ def _predicted(choice, bias: dict, weight: dict) -> float | None:
 
 def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain import __version__
-    from tinytrain.cli_train import _data, _model, _split
+    from tinytrain.cli_train import _data, _model, _split, check_schedule_arguments
     from tinytrain.data import stratified_split
     from tinytrain.engine_c import default_cache_dir
     from tinytrain.ops.sgd_update import Rounding
@@ -77,7 +78,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain.search.space import Gains, Space
     from tinytrain.sizes import format_size, parse_size
     from tinytrain.training.qas import UpdateConfig
-    from tinytrain.training.sparse import parse_plan
+    from tinytrain.training.sparse import parse_plan, with_lr_schedule
 
     t_start = time.time()
     deadline = t_start + args.time_limit if args.time_limit else None
@@ -91,6 +92,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         raise UsageError(f"--repeats {args.repeats}: the noise floor needs at least 2 runs of the baseline")
     if args.epochs < 1:
         raise UsageError(f"--epochs {args.epochs}: give a positive number of epochs")
+    check_schedule_arguments(args)
     graph = _model(args)
     space = Space.of(graph, _ks(args.bias_k))
     x, y = _data(graph, args.data)
@@ -98,7 +100,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     rows = split[0] if split is not None else np.arange(len(y))
     fit_idx, val_idx = stratified_split(y[rows], args.val, args.split_seed)
     train_rows, val_rows = rows[fit_idx], rows[val_idx]
-    ft = FineTune(lr=args.lr, bias_lr=args.bias_lr, head_lr=args.head_lr,
+    ft = FineTune(lr=args.lr, bias_lr=args.bias_lr, head_lr=args.head_lr, lr_schedule=args.lr_schedule or "constant",
+                  warmup=args.warmup,
                   steps=args.ft_steps or args.ft_epochs * len(train_rows), qas=not args.no_qas,
                   rounding=args.rounding, seed=args.seed)
     config = UpdateConfig(rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
@@ -220,7 +223,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     winner, rungs = successive_halving([c.name for c in cands], "classifier-only", measure, full_steps,
                                        lambda n: mem(plan_of(by_name[n].choice)), args.max_rungs)
     mem.save()
-    chosen = plan_of(by_name[winner].choice)
+    # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
+    chosen = with_lr_schedule(plan_of(by_name[winner].choice), args.lr_schedule, args.warmup, args.epochs * len(rows))
     plan_json = chosen.to_json()
     tmp = out.with_name(out.name + ".partial")
     tmp.write_text(json.dumps(plan_json, indent=1) + "\n")
@@ -315,6 +319,7 @@ def add_plan_command(sub) -> None:
     s.add_argument("--head-lr", type=float, help="learning rate of the last layer (default: --lr / --bias-lr)")
     s.add_argument("--epochs", type=int, default=2,
                    help="epochs over the fit rows of the finalists' last rung, the recipe (default 2)")
+    add_schedule_arguments(s, "each fine-tune's steps (the written plan: over --epochs of the data)")
     n = s.add_mutually_exclusive_group()
     n.add_argument("--ft-epochs", type=int, default=1, help="epochs of each contribution fine-tune (default 1)")
     n.add_argument("--ft-steps", type=int, help="steps of each contribution fine-tune")

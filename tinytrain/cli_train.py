@@ -119,13 +119,14 @@ def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.simulator import init_state, train
     from tinytrain.training.qas import UpdateConfig
-    from tinytrain.training.sparse import load_plan, preset
+    from tinytrain.training.sparse import load_plan, preset, with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
 
     if args.output and not Path(args.output).resolve().parent.is_dir():
         raise UsageError(f"cannot write {args.output}: its folder does not exist")
     if args.plan and args.update:
         raise UsageError("give either --plan or --update, not both")
+    check_schedule_arguments(args)
     graph = _model(args)
     logits = graph.tensors[graph.outputs[0]].shape
     if any(d != 1 for d in logits[1:-1]):
@@ -137,7 +138,6 @@ def cmd_train(args: argparse.Namespace) -> None:
     _check_persist_arguments(args)
     config = UpdateConfig(momentum=args.momentum, rounding=Rounding(args.rounding), qas=not args.no_qas,
                           seed=args.seed)
-    tg = build_training_graph(graph, plan, config)  # the C and QEMU engines run its device_schedule
     x, y = _data(graph, args.data)
     split = _split(args, y)
     rows = split[0] if split else np.arange(len(y))  # the training rows of x
@@ -145,6 +145,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     steps = args.steps if args.steps is not None else args.epochs * len(rows)
     if steps <= 0:
         raise UsageError("nothing to do: --steps / --epochs must be positive")
+    plan = with_lr_schedule(plan, args.lr_schedule, args.warmup, steps)
+    tg = build_training_graph(graph, plan, config)  # the C and QEMU engines run its device_schedule
     order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(-(-steps // len(rows)))])[:steps]]
     result = {}
     if args.engine in ("c", "qemu"):
@@ -332,6 +334,7 @@ def add_train_commands(sub) -> None:
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     s.add_argument("--no-qas", action="store_true",
                    help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
+    add_schedule_arguments(s, "this run's steps")
     _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
     s.add_argument("--seed", type=int, default=0, help="sample order, rounding stream and new-head init")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
@@ -350,6 +353,21 @@ def add_train_commands(sub) -> None:
     _add_split_arguments(s, "evaluate on the held-out part only (the same split as train's)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)
+
+
+def check_schedule_arguments(args: argparse.Namespace) -> None:
+    if args.warmup and args.lr_schedule != "cosine":
+        raise UsageError("--warmup applies to --lr-schedule cosine; add it or drop --warmup")
+    if not 0 <= args.warmup < 1:
+        raise UsageError(f"--warmup {args.warmup}: give the fraction of the steps that warms up, in [0, 1)")
+
+
+def add_schedule_arguments(s, span: str) -> None:
+    s.add_argument("--lr-schedule", choices=("constant", "cosine"),
+                   help=f"cosine: warm-up, then cosine decay of every lr to 0 over {span}, computed by the device "
+                        "from its step count; constant: one lr throughout (default: the plan's own; presets: constant)")
+    s.add_argument("--warmup", type=float, default=0.0, metavar="FRACTION",
+                   help="--lr-schedule cosine: the fraction of the steps that warms the lrs up linearly (default 0)")
 
 
 def _add_split_arguments(s, what: str) -> None:

@@ -1,10 +1,11 @@
 /* tt_float.h — the fp32 helpers of the training step (docs/design.md §3-4): exp / log for the loss, the
- * integer rounding of an SGD step and the stochastic-rounding hash of tinytrain/ops/sgd_update.py.
+ * integer rounding of an SGD step, the stochastic-rounding hash of tinytrain/ops/sgd_update.py and the lr
+ * schedule's factor of tinytrain/training/schedule.py.
  *
  * Everything here uses only IEEE-754 float32 + - * / and integer arithmetic, never libm, so the
  * host build and the Cortex-M build give the same bits (glibc's and newlib's expf / logf differ in
  * the last bit; floorf / rintf are exact but may need -lm). Build with -ffp-contract=off, no fast-math.
- * The rounding helpers and the hash must agree bit for bit with the simulator; tt_expf / tt_logf are
+ * The rounding helpers, the hash and the lr factor must agree bit for bit with the simulator; tt_expf / tt_logf are
  * within 2 ulp of the exact values (the simulator uses numpy's float32 exp / log: see the tolerances in
  * tests/test_codegen_train.py).
  */
@@ -114,6 +115,28 @@ static inline uint32_t tt_sr_key(uint32_t seed, uint32_t step, uint32_t stream) 
 /* u_i in [0, 1): the top 24 bits of the hash of element i, times 2^-24 (exact in float32). */
 static inline float tt_sr_uniform(uint32_t key, uint32_t i) {
     return (float)(tt_mix32(key + i * TT_GOLDEN) >> 8) * (1.0f / 16777216.0f);
+}
+
+/* The lr schedule's factor at a step (training/schedule.py, the spec): linear warm-up over `warmup` steps,
+ * cosine decay until `steps`, then `lr_floor`. sin(pi/2 u) by its degree-9 odd Taylor polynomial (float32
+ * coefficients), so no libm; counts below 2^24 convert to float exactly. */
+static inline float tt_lr_factor(uint32_t step, uint32_t warmup, uint32_t steps, float lr_floor) {
+    if (step < warmup) {
+        return (float)(step + 1u) / (float)warmup;
+    }
+    if (step >= steps) {
+        return lr_floor;
+    }
+    const float t = (float)(step - warmup) / (float)(steps - warmup);
+    const float u = (t + t) - 1.0f;
+    const float u2 = u * u;
+    float p = 0.000160441181f;
+    p = p * u2 + -0.00468175393f;
+    p = p * u2 + 0.0796926245f;
+    p = p * u2 + -0.645964086f;
+    p = p * u2 + 1.57079637f;
+    const float c = 0.5f - 0.5f * (u * p);
+    return lr_floor + (1.0f - lr_floor) * c;
 }
 
 #endif /* TT_FLOAT_H */

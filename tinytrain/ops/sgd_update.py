@@ -4,12 +4,13 @@ Inputs: param (int8 (C_out,...) weight or int32 (C_out,) bias, written in place)
 (the gradient of the real parameter for the selected output channels ``channels``, all when None),
 scale fp32 (C_sel,) (the per-channel step factor set by QAS, lr folded in: see training/qas.py),
 momentum fp32 (C_sel,...) or "" (written in place), step int32 (1,) or "" (the step counter, read by
-stochastic rounding only).
+stochastic rounding and by an lr schedule only).
 
 Per element, in this order, every operation in IEEE float32 (C: -ffp-contract=off):
     d = g                                  (no momentum)
     M = mu * M;  M = M + g;  d = M          (momentum mu: two float32 operations)
     v = d * scale[c]                       (one float32 multiply; c = the element's selected channel)
+    v = v * f                              (an lr schedule only: f = schedule.factor(step), training/schedule.py)
     r = rintf(v)                           (NEAREST: ties to even)
     r = floorf(v + u)                      (STOCHASTIC: u below, one float32 add)
     r = min(max(r, -2^30), 2^30)           (then exactly an integer)
@@ -34,6 +35,7 @@ import numpy as np
 
 from tinytrain.ops import OpDef
 from tinytrain.quant import INT32_MAX, INT32_MIN
+from tinytrain.training.schedule import Schedule
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9
@@ -52,6 +54,11 @@ class SgdUpdateAttrs:
     momentum: float = 0.0
     stream: int = 0
     seed: int = 0
+    schedule: Schedule | None = None
+
+    @property
+    def reads_step(self) -> bool:
+        return self.rounding is Rounding.STOCHASTIC or self.schedule is not None
 
 
 PARAM, GRAD, SCALE, MOMENTUM, STEP = range(5)
@@ -69,8 +76,9 @@ def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
         raise ValueError(f"sgd_update: gradient {g.shape} / scale {k.shape} do not fit {n_sel} channels of {p.shape}")
     if (m is not None) != (a.momentum != 0.0) or (m is not None and m.shape != g.shape):
         raise ValueError("sgd_update: a momentum buffer of the gradient's shape is needed exactly when momentum != 0")
-    if (step is not None) != (a.rounding is Rounding.STOCHASTIC):
-        raise ValueError("sgd_update: stochastic rounding reads the step counter, nearest does not")
+    if (step is not None) != a.reads_step:
+        raise ValueError("sgd_update: the step counter is an input exactly when stochastic rounding or an lr "
+                         "schedule reads it")
     return []
 
 
@@ -116,6 +124,8 @@ def reference(a: SgdUpdateAttrs, arrays, ins, outs) -> list[np.ndarray | None]:
         new_m = (np.float32(a.momentum) * m.astype(np.float32)).astype(np.float32) + g
         d = new_m
     v = d * k.reshape((-1,) + (1,) * (g.ndim - 1))
+    if a.schedule is not None:
+        v = v * a.schedule.factor(step)
     r = integer_step(v, a.rounding, a.seed, step, a.stream)
     lo, hi = (-127, 127) if p.dtype == np.int8 else (INT32_MIN, INT32_MAX)
     rows = slice(None) if a.channels is None else np.asarray(a.channels)

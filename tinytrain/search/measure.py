@@ -40,6 +40,8 @@ class FineTune:
     bias_lr: float | None = None
     head_lr: float | None = None
     steps: int = 0  # 0: one epoch over the search's training rows
+    lr_schedule: str = "constant"  # "cosine": every fine-tune's lrs follow a cosine schedule over its own steps
+    warmup: float = 0.0  # the warm-up fraction of a cosine schedule
     qas: bool = True
     rounding: str = "stochastic"
     momentum: float = 0.0
@@ -165,7 +167,7 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     from tinytrain.engine_c import CTrainer
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.qas import UpdateConfig
-    from tinytrain.training.sparse import parse_plan
+    from tinytrain.training.sparse import parse_plan, with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
 
     t0 = time.time()
@@ -175,13 +177,14 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     g, p, cut = suffix_model(job["graph"], plan)
     x = job["features"][cut] if cut is not None else job["x"]  # rows: train rows then val rows
     seed = ft.seed if seed is None else seed
-    config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
-    trainer = CTrainer(build_training_graph(g, p, config))
     n_train = len(job["train_rows"])
     if steps is None and seed == ft.seed:
         order = job["order"]
     else:
         order = sample_order(n_train, steps or ft.steps or n_train, seed)
+    p = with_lr_schedule(p, ft.lr_schedule, ft.warmup, len(order))
+    config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
+    trainer = CTrainer(build_training_graph(g, p, config))
     trainer.train(x[:n_train], job["y_train"], order)
     pred = trainer.predict(x[n_train:]).argmax(axis=1)
     return {"accuracy": float((pred == job["y_val"]).mean()), "seconds": round(time.time() - t0, 3)}

@@ -79,13 +79,13 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
     parameter in place, after every other node (so every reader sees the pre-update value); the outputs
     shrink to (loss,); each update gets its float32 step-scale constant, its momentum buffer (role
     OPTIMIZER_STATE, zeros) when momentum is on, and reads the graph input ``step`` when rounding is
-    stochastic. Update nodes are numbered (``stream``) in output order.
+    stochastic or the plan has an lr schedule. Update nodes are numbered (``stream``) in output order.
     """
     grads = param_gradients(graph)
     updates = {u.param: u for u in updated_params(plan, graph)}
     b = GraphBuilder(graph)
     step = ""
-    if config.rounding is Rounding.STOCHASTIC:
+    if config.rounding is Rounding.STOCHASTIC or plan.lr_schedule is not None:
         step = b.add_tensor(STEP_INPUT, (1,), DType.INT32, Role.INPUT)
         b.inputs.append(step)
     for stream, (param, g) in enumerate(grads.items()):
@@ -95,7 +95,8 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
         if config.momentum:
             gt = graph.tensors[g]
             m = b.constant(f"{param}.momentum", np.zeros(gt.shape, np.float32), Role.OPTIMIZER_STATE)
-        attrs = SgdUpdateAttrs(u.channels, config.rounding, float(config.momentum), stream, config.seed)
+        attrs = SgdUpdateAttrs(u.channels, config.rounding, float(config.momentum), stream, config.seed,
+                               plan.lr_schedule)
         inputs = [param, g, k, m, step]
         while inputs and not inputs[-1]:
             inputs.pop()

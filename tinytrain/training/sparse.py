@@ -18,13 +18,14 @@ from tinytrain.errors import PlanError
 from tinytrain.ir import Graph, Node
 from tinytrain.names import LOSS, grad_name
 from tinytrain.training.autodiff import param_gradients
+from tinytrain.training.schedule import Schedule, parse_schedule
 
 VERSION = 1
 RATIOS = (1.0, 0.5, 0.25, 0.125)
 CHANNEL_RULES = ("first",)
 LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
-FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr")
+FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule")
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class WeightUpdate:
 @dataclass(frozen=True)
 class Plan:
     """A validated version-1 plan: ``lr`` for weights, ``bias_lr`` for biases (None: ``lr``), ``head_lr`` for the
-    last layer's weights and bias — the classifier, a new head (None: the other two apply to it as well).
-    ``head_lr`` is optional, so files written before it existed load unchanged."""
+    last layer's weights and bias — the classifier, a new head (None: the other two apply to it as well);
+    ``lr_schedule`` scales every lr by a factor of the device's step count (None: constant lrs). ``head_lr`` and
+    ``lr_schedule`` are optional, so files written before they existed load unchanged."""
 
     bias_last_k: int = 0
     weights: tuple[WeightUpdate, ...] = ()
@@ -45,6 +47,7 @@ class Plan:
     lr: float = DEFAULT_LR
     bias_lr: float | None = None
     head_lr: float | None = None
+    lr_schedule: Schedule | None = None
 
     @property
     def effective_bias_lr(self) -> float:
@@ -58,6 +61,8 @@ class Plan:
             d["bias_lr"] = self.bias_lr
         if self.head_lr is not None:
             d["head_lr"] = self.head_lr
+        if self.lr_schedule is not None:
+            d["lr_schedule"] = self.lr_schedule.to_json()
         return d
 
 
@@ -138,7 +143,8 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     lr = _number(obj.get("lr", DEFAULT_LR), '"lr"', source)
     bias_lr = _number(obj["bias_lr"], '"bias_lr"', source) if "bias_lr" in obj else None
     head_lr = _number(obj["head_lr"], '"head_lr"', source) if "head_lr" in obj else None
-    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr)
+    schedule = parse_schedule(obj["lr_schedule"], source) if "lr_schedule" in obj else None
+    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -168,6 +174,14 @@ def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | Non
         k = int(k)
         return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
     raise PlanError(f"--update {spec}: expected full, bias-only or last-k:N")
+
+
+def with_lr_schedule(plan: Plan, kind: str | None, warmup: float, steps: int) -> Plan:
+    """The plan with the lr schedule a run asks for: "cosine" spans the run's ``steps`` (``warmup``: the fraction
+    of them warming up), "constant" drops the plan's schedule, None keeps it."""
+    if kind is None:
+        return plan
+    return replace(plan, lr_schedule=Schedule.over(steps, warmup) if kind == "cosine" else None)
 
 
 def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:

@@ -1,5 +1,6 @@
 """The C binding of ``sgd_update`` (ops/sgd_update.py): the QAS-scaled update of an int8 weight or int32 bias in
-place, nearest or stochastic rounding, with or without momentum; ``update_call`` also serves the fused updates.
+place, nearest or stochastic rounding, with or without momentum and an lr schedule; ``update_call`` also serves the
+fused updates.
 """
 
 from __future__ import annotations
@@ -43,13 +44,20 @@ def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     if stochastic:
         s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
         s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
+    if a.reads_step:
         s.add("uint32_t step", f"(uint32_t){ctx.scalar(step)}")
+    scheduled = a.schedule is not None
+    if scheduled:
+        s.add("uint32_t warmup", f"{a.schedule.warmup}u")
+        s.add("uint32_t steps", f"{a.schedule.steps}u")
+        s.add("float lr_floor", float_literal(a.schedule.floor))
     if block:
         s.ints(i0=0)
     bits = "s8" if ptype == "int8_t" else "s32"
     name = (f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
-            + ("_block" if block else ""))
-    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block))
+            + ("_cosine" if scheduled else "") + ("_block" if block else ""))
+    return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block,
+                                           scheduled=scheduled))
 
 
 BINDINGS: dict[str, Binding] = {
