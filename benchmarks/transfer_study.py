@@ -13,9 +13,10 @@ chosen on the test images: the recipe, the learning rates and the plans are chos
 stratified, split seed 0) of the training subset. Stages:
 
 1. recipe (validation split): the head's lr (on classifier-only), then on last-k:5 one lr for all against a
-   separate backbone lr, a separate bias lr, the number of epochs, and the lr schedule (constant, cosine, warm-up;
-   a schedule is emulated by training in segments, one C build per lr), each measured before it is kept (when it
-   beats the simpler choice by more than one standard error of the difference; ``choose_recipe``);
+   separate backbone lr, a separate bias lr, the number of epochs, and the lr schedule (constant, cosine, warm-up
+   + cosine: the plan's lr_schedule, computed by the device from its step count), each measured before it is kept
+   (when it beats the simpler choice by more than one standard error of the difference; ``choose_recipe``); then
+   classifier-only's own best lr with that recipe (its row is trained at it: the fair baseline);
 2. ``tinytrain plan`` at 256 KB and at 128 KB with that recipe (contributions, gain model, finalists trained);
 3. every row trained on the whole training subset with ``tinytrain train --engine c`` (the emitted C: the device's
    arithmetic), scored on the test set by the emitted C forward; peak SRAM from ``tinytrain compile``'s
@@ -45,7 +46,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from dataclasses import dataclass, replace  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -80,9 +81,15 @@ class Recipe:
     bias_lr: float
     head_lr: float
     epochs: int
+    schedule: tuple[str, float] = ("constant", 0.0)  # (--lr-schedule, --warmup)
 
     def flags(self) -> list[str]:
-        return ["--lr", f"{self.lr:g}", "--bias-lr", f"{self.bias_lr:g}", "--head-lr", f"{self.head_lr:g}"]
+        return ["--lr", f"{self.lr:g}", "--bias-lr", f"{self.bias_lr:g}", "--head-lr", f"{self.head_lr:g}",
+                *self.schedule_flags()]
+
+    def schedule_flags(self) -> list[str]:
+        kind, warmup = self.schedule
+        return [] if kind == "constant" else ["--lr-schedule", kind] + (["--warmup", f"{warmup:g}"] if warmup else [])
 
 
 # ---- running tinytrain commands ---------------------------------------------------------------------------------
@@ -145,13 +152,13 @@ class Task:
         return predict(g, self.x_test).argmax(axis=1) == self.y_test
 
 
-def _segmented_accuracy(plan_json: dict, steps: int, schedule: tuple[tuple[float, float], ...], qas: bool) -> float:
+def _validation_accuracy(plan_json: dict, steps: int, schedule: tuple[str, float], qas: bool) -> float:
     """Validation accuracy of a plan trained ``steps`` batch-1 steps on the fit rows (the search's cut model, C
-    engine); ``schedule``: (fraction of the steps, lr factor) segments, one C build each, state carried over."""
+    engine); ``schedule``: (kind, warm-up fraction) of the lr schedule over those steps, as train --lr-schedule."""
     from tinytrain.engine_c import CTrainer
     from tinytrain.search.measure import _JOB, sample_order, suffix_model
     from tinytrain.training.qas import UpdateConfig
-    from tinytrain.training.sparse import parse_plan
+    from tinytrain.training.sparse import parse_plan, with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
 
     job = _JOB
@@ -159,16 +166,9 @@ def _segmented_accuracy(plan_json: dict, steps: int, schedule: tuple[tuple[float
     x = job["features"][cut] if cut is not None else job["x"]
     n = len(job["train_rows"])
     order = sample_order(n, steps, job["finetune"].seed)
-    bounds = np.round(np.cumsum([0.0] + [f for f, _ in schedule]) / sum(f for f, _ in schedule) * steps).astype(int)
-    state, trainer = None, None
-    for (lo, hi), (_, factor) in zip(zip(bounds[:-1], bounds[1:]), schedule):
-        scaled = replace(p, lr=p.lr * factor, bias_lr=p.effective_bias_lr * factor,
-                         head_lr=None if p.head_lr is None else p.head_lr * factor)
-        trainer = CTrainer(build_training_graph(g, scaled, UpdateConfig(qas=qas, seed=job["finetune"].seed)))
-        if state is not None:
-            trainer.load_state(state)
-        trainer.train(x[:n], job["y_train"], order[lo:hi])
-        state = trainer.state()
+    p = with_lr_schedule(p, schedule[0], schedule[1], steps)
+    trainer = CTrainer(build_training_graph(g, p, UpdateConfig(qas=qas, seed=job["finetune"].seed)))
+    trainer.train(x[:n], job["y_train"], order)
     return float((trainer.predict(x[n:]).argmax(axis=1) == job["y_val"]).mean())
 
 
@@ -186,7 +186,7 @@ def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list)
     add_features(task.job, plans)  # the frozen features of new cuts only
     _setup(task.job)
     with mp.get_context("fork").Pool(study.workers) as pool:
-        pending = {name: pool.apply_async(_segmented_accuracy, r) for name, r in runs.items()}
+        pending = {name: pool.apply_async(_validation_accuracy, r) for name, r in runs.items()}
         out = {name: res.get() for name, res in pending.items()}
     log.append({"validation_runs": sorted(runs), "seconds": round(time.time() - t0, 1)})
     return out
@@ -194,10 +194,8 @@ def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list)
 
 # ---- stage 1: the recipe ----------------------------------------------------------------------------------------
 
-CONSTANT = ((1.0, 1.0),)
-COSINE = tuple((1 / 8, 0.5 * (1 + math.cos(math.pi * (j + 0.5) / 8))) for j in range(8))
-WARMUP = ((0.05, 0.25), (0.05, 0.75), (0.9, 1.0))
-WARMUP_COSINE = WARMUP[:2] + tuple((0.9 / 8, 0.5 * (1 + math.cos(math.pi * (j + 0.5) / 8))) for j in range(8))
+CONSTANT = ("constant", 0.0)
+SCHEDULES = {"cosine": ("cosine", 0.0), "warm-up 5 % + cosine": ("cosine", 0.05)}
 
 
 def choose_recipe(task: Task, study: Study, log: list) -> tuple[Recipe, dict]:
@@ -243,22 +241,27 @@ def choose_recipe(task: Task, study: Study, log: list) -> tuple[Recipe, dict]:
     base = max(base, acc[f"bias lr x{f_best:g}"]) if bias_lr != lr else base
     chosen = plan(deep, lr, bias_lr, head_lr)
     runs = {f"epochs {e}": (chosen, e * n_fit, CONSTANT, True) for e in (1, 3)}
-    runs |= {name: (chosen, 2 * n_fit, sched, True)
-             for name, sched in (("cosine", COSINE), ("warm-up", WARMUP), ("warm-up + cosine", WARMUP_COSINE))}
+    runs |= {name: (chosen, 2 * n_fit, sched, True) for name, sched in SCHEDULES.items()}
     acc = validation_runs(task, study, runs, log) | {"epochs 2": base}
     record["epochs_and_schedule"] = acc
     # fewer epochs unless more are better by a standard error (each epoch is a pass over the data on the device)
     top = max(acc[f"epochs {e}"] for e in (1, 2, 3))
     epochs = min(e for e in (1, 2, 3) if acc[f"epochs {e}"] >= top - se)
-    sched = best(acc, ["cosine", "warm-up", "warm-up + cosine"])
-    record["schedule_kept"] = False
-    record["schedule_note"] = (
-        f"{sched} vs constant (2 epochs): {100 * (acc[sched] - acc['epochs 2']):+.1f} points (one standard error of "
-        f"the difference: {100 * se:.1f}). The device's step has one constant lr per parameter (the step scale is "
-        "a constant of the emitted C), so a schedule would need a runtime lr factor in the emitted C (codegen); "
-        + ("it would be worth it." if acc[sched] > acc["epochs 2"] + se else "not worth it on this measurement."))
-    recipe = Recipe(lr, bias_lr, head_lr, epochs)
-    record["chosen"] = {"lr": lr, "bias_lr": bias_lr, "head_lr": head_lr, "epochs": epochs, "schedule": "constant"}
+    # the device computes the schedule from its step count (plan field lr_schedule): kept when it beats constant lrs
+    sched = best(acc, list(SCHEDULES))
+    kept = acc[sched] > acc["epochs 2"] + se
+    record["schedule_note"] = (f"{sched} vs constant (2 epochs): {100 * (acc[sched] - acc['epochs 2']):+.1f} points "
+                               f"(one standard error of the difference: {100 * se:.1f}): "
+                               + ("kept." if kept else "not kept."))
+    recipe = Recipe(lr, bias_lr, head_lr, epochs, SCHEDULES[sched] if kept else CONSTANT)
+    # classifier-only's own best lr with the recipe's schedule: the fair baseline row
+    runs = {f"classifier-only, lr {v:g}, {recipe.schedule[0]}": (plan(head_only, v), epochs * n_fit, recipe.schedule,
+                                                                 True) for v in grid}
+    acc = validation_runs(task, study, runs, log)
+    record["classifier_only_lr"] = acc
+    classifier_lr = float(best(acc, list(runs)).split(",")[1].split()[-1])
+    record["chosen"] = {"lr": lr, "bias_lr": bias_lr, "head_lr": head_lr, "epochs": epochs,
+                        "schedule": recipe.schedule[0], "warmup": recipe.schedule[1], "classifier_only_lr": classifier_lr}
     return recipe, record
 
 
@@ -300,10 +303,12 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def fp32_full_finetune(task: Task, study: Study, recipe: Recipe, log: list) -> dict:
-    """Every parameter, fp32, batch-1 SGD with the recipe's lrs x {0.03, 0.1, 0.3, 1} (chosen on the validation split),
-    then trained on the whole training subset and scored on the test set."""
+    """Every parameter, fp32, batch-1 SGD with the recipe's lrs x {0.1, 0.3, 1} (chosen on the validation split) and
+    its lr schedule, then trained on the whole training subset and scored on the test set."""
     import torch
     import torch.nn.functional as F
+
+    from tinytrain.training.schedule import Schedule
 
     torch.set_num_threads(1)
     q = task.graph.tensors[task.graph.inputs[0]].quant
@@ -326,7 +331,13 @@ def fp32_full_finetune(task: Task, study: Study, recipe: Recipe, log: list) -> d
                                {"params": groups["h"], "lr": recipe.head_lr * factor}])
         rng = np.random.default_rng(study.seed)
         order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(recipe.epochs)])]
-        for k in order:
+        kind, warmup = recipe.schedule
+        schedule = Schedule.over(len(order), warmup) if kind == "cosine" else None
+        base = [g["lr"] for g in opt.param_groups]
+        for step, k in enumerate(order):
+            if schedule is not None:
+                for g, lr in zip(opt.param_groups, base):
+                    g["lr"] = lr * float(schedule.factor(step))
             opt.zero_grad()
             F.cross_entropy(model(x[k: k + 1]), y[k: k + 1]).backward()
             opt.step()
@@ -334,7 +345,7 @@ def fp32_full_finetune(task: Task, study: Study, recipe: Recipe, log: list) -> d
             return torch.cat([model(x_eval[i: i + 500]).argmax(1) for i in range(0, len(x_eval), 500)]).numpy()
 
     t0 = time.time()
-    factors = (0.03, 0.1, 0.3, 1.0)
+    factors = (0.1, 0.3, 1.0)
     val = {f: float((fit_predict(f, task.fit, x[task.val]) == task.y[task.val]).mean()) for f in factors}
     best = max(factors, key=val.get)
     correct = fit_predict(best, np.arange(len(task.y)), x_test) == task.y_test
@@ -380,12 +391,16 @@ def main() -> None:
         for f in s["finalists"]:
             if f["preset"]:
                 rows.setdefault(f["name"], {"plan": f["plan"]})
+    # classifier-only at its own best lr (the recipe's sweep): the baseline every row is compared with
+    lr = recipe_record["chosen"]["classifier_only_lr"]
+    rows["classifier-only"]["plan"] = {**rows["classifier-only"]["plan"], "lr": lr, "bias_lr": lr, "head_lr": lr}
     for b, s in searches.items():
         rows[f"searched {b}"] = {"plan": s["plan"], "chosen": s["chosen"]}
     # int8 without QAS: the searched 256 KB plan at its own best lr (lr factor chosen on the validation split)
     noqas_factors = (1.0, 1e2, 1e4)
     searched = rows["searched 256k"]["plan"]
-    runs = {f"x{f:g}": (scale_lrs(searched, f), recipe.epochs * len(task.fit), CONSTANT, False) for f in noqas_factors}
+    runs = {f"x{f:g}": (scale_lrs(searched, f), recipe.epochs * len(task.fit), recipe.schedule, False)
+            for f in noqas_factors}
     noqas_val = validation_runs(task, study, runs, log)
     best = max(noqas_factors, key=lambda f: noqas_val[f"x{f:g}"])
     rows["searched 256k, no QAS"] = {"plan": runs[f"x{best:g}"][0], "validation": noqas_val, "lr_factor": best,
@@ -395,7 +410,8 @@ def main() -> None:
         name, row = item
         plan_file = write_plan(study, name, row["plan"])
         row["peak_sram_bytes"] = peak_sram(study, plan_file, name, log)
-        row.update(train_row(study, task, name, plan_file, recipe.epochs, log, *row.get("extra", [])))
+        row.update(train_row(study, task, name, plan_file, recipe.epochs, log, *recipe.schedule_flags(),
+                             *row.get("extra", [])))
         print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
         return name
 
@@ -457,7 +473,11 @@ def markdown(r: dict) -> str:
         f"Recipe, lrs and plans were chosen on a 30 % validation split of the training subset.",
         "",
         f"Recipe (chosen on the validation split, see below): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
-        f"{rec['head_lr']:g}, {rec['epochs']} epochs, constant lr, batch-1 SGD, QAS, stochastic rounding.",
+        f"{rec['head_lr']:g}, {rec['epochs']} epochs, "
+        + ("constant lrs" if rec["schedule"] == "constant" else
+           f"{rec['schedule']} lr schedule ({100 * rec['warmup']:g} % warm-up)")
+        + f", batch-1 SGD, QAS, stochastic rounding; the classifier-only row at its own best lr, "
+        f"{rec['classifier_only_lr']:g}.",
         "",
         "| row | test accuracy (95 % CI) | vs classifier-only (paired, 95 % CI) | peak SRAM |",
         "|---|---|---|---|",
