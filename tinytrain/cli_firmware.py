@@ -38,6 +38,9 @@ def cmd_firmware(args: argparse.Namespace) -> None:
     if board.qemu:
         print(f"build: make -C {out}; run: put tt_train.bin / tt_test.bin (format: src/tt_samples.h) in {out} and "
               f"`make -C {out} run`, or let `tinytrain train ... --engine qemu --board {board.name}` do all of it")
+    elif board.emulator:
+        print(f"build: make -C {out} (firmware.bin, the image as flashed); run it on QEMU ({board.emulator}): "
+              f"`make -C {out} run PORT=5555`, then: tinytrain stream MODEL --port socket://127.0.0.1:5555 --data DATA")
     else:
         print(f"build: make -C {out} (arm-none-eabi-gcc) or `pio run -d {out}`; upload: {board.pio.note}; "
               f"then: tinytrain stream MODEL --port PORT --data DATA ({board.uart})")
