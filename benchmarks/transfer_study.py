@@ -137,11 +137,11 @@ class Task:
 
     def test_correct(self, state_file: str) -> np.ndarray:
         """Per test image: does the emitted C forward with the trained state predict its label?"""
-        from tinytrain.cli_train import _load_state
+        from tinytrain.state_file import load_state
         from tinytrain.engine_c import predict
         from tinytrain.simulator import with_state
 
-        g = with_state(self.graph, _load_state(str(ROOT / state_file), self.graph))
+        g = with_state(self.graph, load_state(str(ROOT / state_file), self.graph))
         return predict(g, self.x_test).argmax(axis=1) == self.y_test
 
 

@@ -47,23 +47,22 @@ def cmd_firmware(args: argparse.Namespace) -> None:
 
 
 def cmd_stream(args: argparse.Namespace) -> None:
-    from tinytrain.cli_train import _data, _model, _split
+    from tinytrain.api import load_model, model_data, sample_order, split
     from tinytrain.firmware.protocol import Board
 
     try:
         import serial
     except ImportError:
         raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
-    graph = _model(args)
-    x, y = _data(graph, args.data)
-    split = _split(args, y)
-    rows = split[0] if split else np.arange(len(y))
-    test_rows = split[1] if split else rows
-    rng = np.random.default_rng(args.seed)
+    graph = load_model(args.model)
+    x, y = model_data(graph, args.data)
+    parts = split(y, args.held_out, args.split_seed)
+    rows = parts[0] if parts else np.arange(len(y))
+    test_rows = parts[1] if parts else rows
     steps = args.steps if args.steps is not None else args.epochs * len(rows)
     if steps < 0:
         raise UsageError("--steps / --epochs must not be negative")
-    order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(-(-max(steps, 1) // len(rows)))])[:steps]]
+    order = sample_order(rows, steps, args.seed)
     try:
         port = serial.serial_for_url(args.port, baudrate=args.baud, timeout=args.timeout)
     except (serial.SerialException, ValueError) as e:
