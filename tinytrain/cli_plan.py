@@ -1,7 +1,7 @@
 """``tinytrain plan`` (docs/design.md §5a): search the sparse-update plan with the best measured accuracy under the SRAM
 budget, write it as a version-1 plan file (§5b).
 
-    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--held-out F] [--workers N]
+    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--held-out F] [--workers N | --executor ray [--address ADDR]]
                    [--time-limit SECONDS] [--json] -o PLAN.json
 
 The search itself is tinytrain/search/run.py (``tinytrain.plan`` in Python); this module turns the options into a
@@ -54,6 +54,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                   ft_epochs=args.ft_epochs, ft_steps=args.ft_steps, qas=not args.no_qas, rounding=args.rounding,
                   bias_k=_ks(args.bias_k), noise_floor=args.noise_floor, repeats=args.repeats,
                   proposals=args.proposals, max_rungs=args.max_rungs, workers=args.workers,
+                  executor=args.executor, address=args.address,
                   time_limit=args.time_limit, search_seconds_min=args.search_seconds_min,
                   population=args.population, generations=args.generations, cache=args.cache,
                   use_cache=not args.no_cache)
@@ -120,7 +121,14 @@ def add_plan_command(sub) -> None:
     s.add_argument("--max-rungs", type=int, default=2,
                    help="successive-halving rungs at most (default 2: half the recipe, then the whole; deep plans "
                         "can start slowly, shorter rungs drop them before they recover)")
-    s.add_argument("--workers", type=int, default=1, help="fine-tune processes (default 1)")
+    s.add_argument("--workers", type=int, default=1,
+                   help="fine-tune processes (default 1); --executor ray: the CPUs of the local Ray instance it "
+                        "starts (default: every core)")
+    s.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where the fine-tunes run: this machine (default) or Ray tasks (pip install "
+                        "'tinytrain[cluster]'); the results and the cache are the same")
+    s.add_argument("--address", help="--executor ray: the Ray cluster to connect to (e.g. auto, HOST:6379, "
+                   "ray://HOST:10001; default: start a local Ray instance)")
     s.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="cap on the contribution measurement: options not measured by then are left out of the "
                         "gain model (the finalists are always trained)")

@@ -57,7 +57,9 @@ class SearchOptions:
     repeats: int = 3
     proposals: int = 4
     max_rungs: int = 2
-    workers: int = 1
+    workers: int = 1                 # local: fine-tune processes; ray: CPUs of a local Ray instance
+    executor: str = "local"          # "local" or "ray" (search/executors.py)
+    address: str | None = None       # ray: the cluster to connect to (default: this process's or a local one)
     time_limit: float | None = None
     search_seconds_min: float = 20.0
     population: int = 100
@@ -110,8 +112,9 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     from tinytrain.search.evolution import evolve
     from tinytrain.search.exact import branch_and_bound
     from tinytrain.search.halving import successive_halving
+    from tinytrain.search.executors import make_executor
     from tinytrain.search.measure import (ContributionCache, FineTune, Measurement, add_features, dataset_sha256,
-                                          prepare_job, run_finetunes)
+                                          prepare_job)
     from tinytrain.search.memory import MemoryOracle, MonotoneFits
     from tinytrain.search.noise import NoiseFloor
     from tinytrain.search.space import Gains, Space
@@ -122,6 +125,7 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     t_start = time.time()
     deadline = t_start + opts.time_limit if opts.time_limit else None
     budget = opts.sram_bytes
+    executor = make_executor(opts.executor, opts.workers, opts.address)
     if not 0 < opts.val < 1:
         raise UsageError(f"--val {opts.val}: give a fraction between 0 and 1")
     if opts.repeats < 2:
@@ -191,8 +195,8 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
 
         # the baseline and its repeats first: without them nothing can be compared
         todo.sort(key=lambda t: t[0].split("#")[0] != base_choice.key())
-        complete = run_finetunes(job, todo, opts.workers, on_result,
-                                 None if deadline is None else deadline - opts.search_seconds_min, bar)
+        complete = executor.run(job, todo, on_result,
+                                None if deadline is None else deadline - opts.search_seconds_min, bar)
         bar.close()
     repeats = [cache.get(k) for k in repeat_keys]
     if any(r is None for r in repeats):
@@ -248,7 +252,7 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
             cache.put(key, result)
             finalists_run.append(key)
 
-        run_finetunes(job, todo_, opts.workers, on_result_, None, bar_)
+        executor.run(job, todo_, on_result_, None, bar_)
         bar_.close()
         return {n: cache.get(keys[n])["accuracy"] for n in names}
 
@@ -291,7 +295,7 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
         "baseline": {"plan": base.to_json(), "accuracy": base_acc, "peak_sram_bytes": mem(base)},
         "measurement": {"finetune": asdict(ft), "finalist_steps": full_steps, "n_fit": int(len(train_rows)),
                         "n_val": int(len(val_rows)), "held_out": opts.held_out, "split_seed": opts.split_seed,
-                        "val": opts.val, "engine": "c", "cache": str(cache.path) if cache.path else None},
+                        "val": opts.val, "engine": "c", "executor": opts.executor, "cache": str(cache.path) if cache.path else None},
         "contributions": {"bias": {str(k): round(v, 6) for k, v in sorted(bias.items())},
                           "weight": [{"conv": i, "ratio": r, "gain": round(g, 6)}
                                      for (i, r), g in sorted(weight.items())]},
