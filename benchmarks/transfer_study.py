@@ -144,11 +144,11 @@ class Task:
 
     def test_correct(self, state_file: str) -> np.ndarray:
         """Per test image: does the emitted C forward with the trained state predict its label?"""
-        from tinytrain.cli_train import _load_state
+        from tinytrain.state_file import load_state
         from tinytrain.engine_c import predict
         from tinytrain.simulator import with_state
 
-        g = with_state(self.graph, _load_state(str(ROOT / state_file), self.graph))
+        g = with_state(self.graph, load_state(str(ROOT / state_file), self.graph))
         return predict(g, self.x_test).argmax(axis=1) == self.y_test
 
 
@@ -176,7 +176,7 @@ def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list)
     """name -> (plan json, steps, schedule, qas): validation accuracies, ``study.workers`` processes."""
     import multiprocessing as mp
 
-    from tinytrain.search.measure import FineTune, _setup, add_features, prepare_job
+    from tinytrain.search.measure import FineTune, add_features, prepare_job, set_job
     from tinytrain.training.sparse import parse_plan
 
     t0 = time.time()
@@ -184,7 +184,7 @@ def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list)
     if task.job is None:
         task.job = prepare_job(task.graph, task.x, task.y, task.fit, task.val, FineTune(seed=study.seed), plans)
     add_features(task.job, plans)  # the frozen features of new cuts only
-    _setup(task.job)
+    set_job(task.job)
     with mp.get_context("fork").Pool(study.workers) as pool:
         pending = {name: pool.apply_async(_validation_accuracy, r) for name, r in runs.items()}
         out = {name: res.get() for name, res in pending.items()}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine: Debian toolchain (only what is missing) and .venv with tinytrain[dev].
+# Sets up a fresh machine: Debian toolchain (only what is missing) and .venv with tinytrain[dev,cluster].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.tinytrain-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing tinytrain[dev] into .venv"
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "setup: installing tinytrain[dev,cluster] into .venv"
+  .venv/bin/python -m pip install -q -e ".[dev,cluster]"
   touch "$stamp"
 fi

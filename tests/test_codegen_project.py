@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from codegen_graphs import GraphBuilder, every_op_graph
-from tinytrain import __version__, engine_c, simulator
+from tinytrain.version import __version__, engine_c, simulator
 from tinytrain.codegen import MODEL_SOURCE, arena_offsets, emit_project, render_project
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role, Tensor

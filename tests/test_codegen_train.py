@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from ir_builders import ModelBuilder
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.codegen import MODEL_HEADER, MODEL_SOURCE, arena_offsets, render_project
 from tinytrain.codegen.state import pack, unpack
 from tinytrain.engine_c import CTrainer

@@ -339,7 +339,8 @@ def test_searched_vww_plan_trains_identically_on_the_host_c_and_on_qemu(tmp_path
 
 @needs_cc
 def test_contribution_cache_is_resumable_and_keyed_by_the_setting(tiny, tmp_path):
-    from tinytrain.search.measure import ContributionCache, FineTune, Measurement, prepare_job, run_finetunes
+    from tinytrain.search.executors import LocalExecutor
+    from tinytrain.search.measure import ContributionCache, FineTune, Measurement, prepare_job
     from tinytrain.search.space import Space
 
     space = Space.of(tiny)
@@ -352,13 +353,14 @@ def test_contribution_cache_is_resumable_and_keyed_by_the_setting(tiny, tmp_path
     path = tmp_path / f"{ident.key()}.json"
     cache = ContributionCache(path, {})
     # an "interrupted" run: the deadline has passed after the first result
-    done = run_finetunes(job, [(k, p.to_json()) for k, p in plans[:1]], 1, cache.put, None)
+    local = LocalExecutor(1)
+    done = local.run(job, [(k, p.to_json()) for k, p in plans[:1]], cache.put, None)
     assert done and set(ContributionCache(path, {}).results) == {plans[0][0]}
     resumed = ContributionCache(path, {})
     todo = [(k, p.to_json()) for k, p in plans if resumed.get(k) is None]
     assert len(todo) == 2
-    assert not run_finetunes(job, todo, 1, resumed.put, deadline=0.0)  # out of time: nothing runs
-    assert run_finetunes(job, todo, 1, resumed.put, None)
+    assert not local.run(job, todo, resumed.put, deadline=0.0)  # out of time: nothing runs
+    assert local.run(job, todo, resumed.put, None)
     assert set(ContributionCache(path, {}).results) == {k for k, _ in plans}
     again = ContributionCache(path, {}).get(plans[0][0])
     assert 0 <= again["accuracy"] <= 1

@@ -1,3 +1,22 @@
-"""tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers."""
+"""tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers.
 
-__version__ = "0.1.0"
+The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate``; errors are the
+classes of tinytrain/errors.py (``TinyTrainError`` and its subclasses).
+"""
+
+from tinytrain.errors import (BudgetError, ModelError, PlanError, TinyTrainError, UnsupportedModelError,
+                              UsageError)
+from tinytrain.version import __version__
+
+API = ("load_model", "compile", "plan", "train", "evaluate")
+__all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError", "UnsupportedModelError",
+           "UsageError"]
+
+
+def __getattr__(name: str):
+    # The API loads on first use, so `import tinytrain` stays light.
+    if name in API:
+        from tinytrain import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tinytrain' has no attribute {name!r}")

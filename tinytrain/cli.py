@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import re
 import sys
@@ -12,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
-from tinytrain.outputs import AtomicDir, write_atomic
+from tinytrain.outputs import write_atomic
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,61 +54,17 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> None:
     """Plan the training step (with --plan / --update) or, without, the inference forward pass."""
-    from tinytrain.codegen import render_project
-    from tinytrain.errors import UnsupportedModelError
-    from tinytrain.memory.report import check_budget, plan_memory
-    from tinytrain.memory.text import report_text
-    from tinytrain.memory.timeline import write_timeline
-    from tinytrain.sizes import parse_size
+    from tinytrain.api import compile
 
-    sram, flash = parse_size(args.sram), parse_size(args.flash)
-    if args.plan and args.update:
-        raise UsageError("give either --plan or --update, not both")
-    graph = _load(args.model)
-    if args.new_head:
-        from tinytrain.training.head import new_head
-
-        graph = new_head(graph, args.new_head)
-    meta = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256}
-    if args.plan or args.update:
-        from tinytrain.training.device_step import device_schedule
-        from tinytrain.training.sparse import load_plan, preset
-        from tinytrain.training.train_graph import build_training_graph
-
-        plan = load_plan(args.plan) if args.plan else preset(args.update, graph)
-        step = build_training_graph(graph, plan)
-        if not args.no_reorder:
-            step = device_schedule(step)
-        meta.update(mode="training", plan=plan.to_json(), reorder=not args.no_reorder)
-    else:
-        step = graph
-        meta.update(mode="inference")
-    report = plan_memory(step, sram, flash, planner=args.planner, inplace=not args.no_inplace, target=args.target)
-    check_budget(report, step)
-    if meta["mode"] == "training":  # the guard checks the loss: a finite one must prove every gradient finite
-        from tinytrain.training.finite import gradient_bounds
-
-        meta["nonfinite_guard"] = gradient_bounds(step).to_json()
-    try:
-        files = render_project(step, report)
-    except UnsupportedModelError as e:
-        if meta["mode"] != "training":
-            raise
-        files, note = {}, f"note: no C project written for the training step yet ({e})"
+    compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
+                       target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
+                       inplace=not args.no_inplace)
     out = Path(args.output)
-    text = report_text(report, step)
-    with AtomicDir(out) as tmp:
-        for name, body in files.items():
-            (tmp / name).write_bytes(body.encode("utf-8"))
-        body = {**meta, **report.to_json(), "schedule": [f"{n.op} {n.name}" for n in step.nodes]}
-        (tmp / "report.json").write_text(json.dumps(body, indent=1) + "\n")
-        (tmp / "report.txt").write_text(text + "\n")
-        write_timeline(report, step, tmp / "memory_timeline.png",
-                       title=f"{graph.name} {meta['mode']}: SRAM over the schedule")
-    print(text)
-    if not files:
-        print(note)
-    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if files else ""))
+    compiled.write(out)
+    print(compiled.text())
+    if compiled.note:
+        print(compiled.note)
+    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else ""))
 
 
 def cmd_convert(args: argparse.Namespace) -> None:

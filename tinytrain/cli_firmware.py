@@ -38,29 +38,32 @@ def cmd_firmware(args: argparse.Namespace) -> None:
     if board.qemu:
         print(f"build: make -C {out}; run: put tt_train.bin / tt_test.bin (format: src/tt_samples.h) in {out} and "
               f"`make -C {out} run`, or let `tinytrain train ... --engine qemu --board {board.name}` do all of it")
+    elif board.emulator:
+        print(f"build: make -C {out} (firmware.bin, the image as flashed); run it on QEMU ({board.emulator}): "
+              f"`make -C {out} run PORT=5555`, then: tinytrain stream MODEL --port socket://127.0.0.1:5555 --data DATA")
     else:
         print(f"build: make -C {out} (arm-none-eabi-gcc) or `pio run -d {out}`; upload: {board.pio.note}; "
               f"then: tinytrain stream MODEL --port PORT --data DATA ({board.uart})")
 
 
 def cmd_stream(args: argparse.Namespace) -> None:
-    from tinytrain.cli_train import _data, _model, _split
+    from tinytrain.api import load_model, model_data, sample_order
+    from tinytrain.data import held_out_split
     from tinytrain.firmware.protocol import Board
 
     try:
         import serial
     except ImportError:
         raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
-    graph = _model(args)
-    x, y = _data(graph, args.data)
-    split = _split(args, y)
-    rows = split[0] if split else np.arange(len(y))
-    test_rows = split[1] if split else rows
-    rng = np.random.default_rng(args.seed)
+    graph = load_model(args.model)
+    x, y = model_data(graph, args.data)
+    parts = held_out_split(y, args.held_out, args.split_seed)
+    rows = parts[0] if parts else np.arange(len(y))
+    test_rows = parts[1] if parts else rows
     steps = args.steps if args.steps is not None else args.epochs * len(rows)
     if steps < 0:
         raise UsageError("--steps / --epochs must not be negative")
-    order = rows[np.concatenate([rng.permutation(len(rows)) for _ in range(-(-max(steps, 1) // len(rows)))])[:steps]]
+    order = sample_order(rows, steps, args.seed)
     try:
         port = serial.serial_for_url(args.port, baudrate=args.baud, timeout=args.timeout)
     except (serial.SerialException, ValueError) as e:

@@ -237,3 +237,14 @@ def stratified_split(y: np.ndarray, held_out: float, seed: int = 0) -> tuple[np.
         test.append(idx[:k])
         train.append(idx[k:])
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def held_out_split(y: np.ndarray, held_out: float | None, split_seed: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
+    """(train rows, held-out rows) of a stratified ``held_out`` fraction, or None."""
+    if held_out is None:
+        return None
+    train_rows, test_rows = stratified_split(y, held_out, split_seed)
+    if len(train_rows) == 0 or len(test_rows) == 0:
+        raise UsageError(f"--held-out {held_out} of {len(y)} samples leaves {len(train_rows)} to train on and "
+                         f"{len(test_rows)} held out; both must be non-empty")
+    return train_rows, test_rows

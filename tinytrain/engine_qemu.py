@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import get_board, samples, write_firmware
 from tinytrain.ir import Graph

@@ -46,7 +46,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.frontends.onnx_values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor

@@ -7,7 +7,7 @@ nothing is planned here. The output is deterministic: the same graph and plan gi
 
 from __future__ import annotations
 
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Context, Kernel, arena_offsets,

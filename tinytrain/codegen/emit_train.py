@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,

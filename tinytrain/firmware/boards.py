@@ -1,7 +1,8 @@
 """The boards ``tinytrain firmware`` knows: core, compiler flags, memory map, and how the firmware talks.
 
 QEMU boards run the semihosting harness (samples and results as files on the host); real boards run the
-serial harness (samples streamed over a UART, tinytrain/firmware/protocol.py). The memory map gives where
+serial harness (samples streamed over a UART, tinytrain/firmware/protocol.py). A real board QEMU also emulates
+(``emulator``: netduinoplus2) runs its flashed image under qemu-system-arm with that UART on a local TCP port. The memory map gives where
 flash and SRAM start and how much the board has; the linker script uses the compile's budgets, never more.
 """
 
@@ -54,6 +55,7 @@ class Board:
     uart: str = ""                  # which UART and pins, for the README
     defines: tuple[tuple[str, str], ...] = ()  # extra #defines of tt_board.h (the UART driver's choices)
     flash: Flash | None = None      # the persistent state's flash (firmware --save-every)
+    emulator: str | None = None     # serial boards QEMU emulates: qemu-system-arm -M (the UART on its first -serial)
 
     @property
     def harness(self) -> str:
@@ -91,6 +93,13 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
           uart_driver="tt_uart_nrf52840.c",
           uart="UART0 on D1 (P1.03) TX / D0 (P1.10) RX: a 3.3 V USB-serial adapter, not the board's USB",
           flash=Flash("tt_flash_nrf52840.c", 4096, 4, last_sector=255)),  # 256 pages of 4 KB
+    # STM32F405 (Netduino Plus 2), as QEMU's netduinoplus2 emulates it: 1 MB flash at 0x08000000, 128 KB SRAM at
+    # 0x20000000 (SRAM1 + SRAM2; the 64 KB CCM at 0x10000000 is left alone; QEMU maps 192 KB there, the chip has
+    # 128 KB), 82 interrupts (RM0090 12.2). QEMU connects its first -serial to USART1 (hw/arm/stm32f405_soc.c) and
+    # emulates no flash controller: no persistent state.
+    Board("netduinoplus2", "cortex-m4", M4F, 0x08000000, 1 * MB, 0x20000000, 128 * 1024, 82,
+          uart_driver="tt_uart_stm32f4.c", uart="USART1, PA9 TX / PA10 RX (AF7)", defines=(("TT_STM32_USART", "1"),),
+          emulator="netduinoplus2"),
 )}
 
 

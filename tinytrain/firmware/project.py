@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from tinytrain import __version__
+from tinytrain.version import __version__
 from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError

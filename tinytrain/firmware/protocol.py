@@ -114,16 +114,40 @@ def parse_info(payload: bytes) -> dict[str, str]:
 
 
 class Board:
-    """A board running the serial harness, over any object with ``write(bytes)`` and ``read(n)`` (pyserial)."""
+    """A board running the serial harness, over any object with ``write(bytes)`` and ``read(n)`` (pyserial).
 
-    def __init__(self, port) -> None:
+    A board that has just started (QEMU's netduinoplus2 starts when the host connects; opening a port may reset
+    a board) drops the bytes that arrive before its UART is on: the first info request is repeated every
+    ``hello_wait`` seconds (ports with a ``timeout`` attribute), ``hello_attempts`` times, and the replies to
+    repeats that arrive late are drained before anything else is sent."""
+
+    def __init__(self, port, hello_attempts: int = 5, hello_wait: float = 2.0) -> None:
         self.port = port
-        self.info = parse_info(self._call(b"I").payload)
+        self.info = parse_info(self._hello(hello_attempts, hello_wait).payload)
         if int(self.info.get("protocol", -1)) != PROTOCOL_VERSION:
             raise ProtocolError(f"the board speaks protocol {self.info.get('protocol')}, this host {PROTOCOL_VERSION}")
         self.input_bytes = int(self.info["input"])
         self.output_bytes = int(self.info["output"])
         self.training = self.info.get("training") == "1"
+
+    def _hello(self, attempts: int, wait: float) -> Reply:
+        timeout = getattr(self.port, "timeout", None)
+        if timeout is None:
+            return self._call(b"I")
+        self.port.timeout = min(wait, timeout)
+        try:
+            for attempt in range(attempts):
+                try:
+                    r = self._call(b"I")
+                    break
+                except ProtocolError as e:  # nothing, or an error reply to a frame that lost its first bytes
+                    if attempt == attempts - 1 or not str(e).startswith(("timeout", "the board answered")):
+                        raise
+            while attempt and self.port.read(4096):  # late replies to the repeats
+                pass
+            return r
+        finally:
+            self.port.timeout = timeout
 
     def _call(self, command: bytes, image: bytes = b"", label: int = -1) -> Reply:
         self.port.write(request(command, image, label))

@@ -12,6 +12,9 @@ As in MCUNetV3 ("On-Device Training Under 256KB Memory", Lin et al. 2022, sectio
    ``tinytrain compile --plan`` reports; memory.py caches it) being within the budget;
 3. (not in the paper: gains do not add up) train the finalists — every preset that fits (candidates.py) and the
    searches' proposals — with the recipe and keep the best measured one (halving.py).
+
+run.py puts the stages together (``tinytrain plan``, ``tinytrain.plan``); executors.py runs the fine-tunes of
+stages 1 and 3 in this process, in forked workers or as Ray tasks, with the same results.
 """
 
 from tinytrain.search.space import Choice, Space

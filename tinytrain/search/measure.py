@@ -8,8 +8,8 @@ validation rows. Gain = accuracy - baseline accuracy. Every option uses the same
 
 Speed: the layers below the first one an option touches are frozen, so their int8 outputs are computed
 once per image (simulator, bit-identical to the C forward) and the C step is built for the model cut there
-(``suffix_model``): the same training step, bit for bit, on the cut tensor. Options run in ``workers``
-processes.
+(``suffix_model``): the same training step, bit for bit, on the cut tensor. Options run where an executor
+(executors.py) puts them: this process, forked workers, or Ray tasks.
 
 Cache: a JSON file per measurement setting (``Measurement.key``: model sha256, head, data sha256, splits,
 every hyper-parameter, tool version and a fingerprint of the arithmetic's sources), updated after each
@@ -94,7 +94,7 @@ class Measurement:
     finetune: FineTune
 
     def key(self) -> str:
-        from tinytrain import __version__
+        from tinytrain.version import __version__
 
         body = json.dumps({**asdict(self), "version": __version__, "arithmetic": arithmetic_fingerprint()},
                           sort_keys=True)
@@ -146,10 +146,11 @@ class ContributionCache:
 
 # ---- one fine-tune (in this process or a worker) -------------------------------------------------------
 
-_JOB: dict = {}  # set before the workers fork: graph, images, labels, rows, order, features, finetune
+_JOB: dict = {}  # set_job: graph, images, labels, rows, order, features, finetune
 
 
-def _setup(job: dict) -> None:
+def set_job(job: dict) -> None:
+    """The job ``finetune_accuracy`` runs over, in this process (search/executors.py sets it)."""
     _JOB.clear()
     _JOB.update(job)
 
@@ -211,42 +212,3 @@ def add_features(job: dict, plans: list[Plan]) -> None:
     if cuts:
         features = forward(replace(graph, outputs=tuple(cuts)), {graph.inputs[0]: job["x"]})
         job["features"].update({k: np.ascontiguousarray(v) for k, v in features.items()})
-
-
-def run_finetunes(job: dict, tasks: list[tuple[str, dict]], workers: int, on_result, deadline: float | None,
-                  progress=None) -> bool:
-    """Run ``tasks`` ((key, plan json[, steps, seed]), ...: ``finetune_accuracy``'s arguments) calling
-    ``on_result(key, result)`` as each ends. Returns False when the deadline stopped it before every task ran
-    (finished results are kept)."""
-    if not tasks:
-        return True
-    if workers <= 1:
-        _setup(job)
-        for key, *arguments in tasks:
-            if deadline is not None and time.time() > deadline:
-                return False
-            on_result(key, finetune_accuracy(*arguments))
-            if progress is not None:
-                progress.update(1)
-        return True
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    _setup(job)  # inherited by the forked workers
-    pool = ctx.Pool(workers)
-    try:
-        pending = {key: pool.apply_async(finetune_accuracy, tuple(arguments)) for key, *arguments in tasks}
-        while pending:
-            done = [k for k, r in pending.items() if r.ready()]
-            for k in done:
-                on_result(k, pending.pop(k).get())
-                if progress is not None:
-                    progress.update(1)
-            if deadline is not None and time.time() > deadline and pending:
-                return False
-            if not done:
-                time.sleep(0.05)
-        return True
-    finally:
-        pool.terminate()
-        pool.join()

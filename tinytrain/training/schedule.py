@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.errors import PlanError
+from tinytrain.errors import PlanError, UsageError
 
 MAX_STEPS = 1 << 24  # int -> float32 conversions of counts below it are exact
 # sin(pi/2 u) ~ u * (C1 + u2 * (C3 + u2 * (C5 + u2 * (C7 + u2 * C9)))), Taylor coefficients as float32
@@ -91,3 +91,12 @@ def parse_schedule(obj, source: str) -> Schedule:
         return Schedule(w, t, float(f))
     except PlanError as e:
         raise PlanError(f"{source}: {e}") from None
+
+
+def check_schedule(lr_schedule: str | None, warmup: float) -> None:
+    if lr_schedule not in (None, "constant", "cosine"):
+        raise UsageError(f"lr schedule {lr_schedule!r}: choose constant or cosine")
+    if warmup and lr_schedule != "cosine":
+        raise UsageError("--warmup applies to --lr-schedule cosine; add it or drop --warmup")
+    if not 0 <= warmup < 1:
+        raise UsageError(f"--warmup {warmup}: give the fraction of the steps that warms up, in [0, 1)")

@@ -1,0 +1,72 @@
+"""Wall time of the plan search's fine-tunes on the local executor (``--workers 2``) and on Ray (``--executor ray``,
+a local Ray instance of 2 CPUs), the same search, each from an empty cache.
+
+    .venv/bin/python benchmarks/plan_executors.py [--ft-steps 40]
+
+Writes benchmarks/results/plan_executors.json and .md. Each run is ``tinytrain plan`` as a user types it, in its
+own process (the Ray run's time includes starting Ray): the shipped MobileNetV1-0.25 (models/mbv1-0.25-vww.onnx)
+with a new 2-class head on ``lfw``, 128 KB, held-out 0.25. Checks that both measured the same contributions and
+finalists and chose the same plan (bit for bit: the executor only decides where a fine-tune runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "mbv1-0.25-vww.onnx"
+EXECUTORS = {"local, --workers 2": ["--workers", "2"], "ray, local instance of 2 CPUs": ["--executor", "ray", "--workers", "2"]}
+
+
+def run(name: str, extra: list[str], common: list[str], tmp: Path) -> dict:
+    out = tmp / f"{len(list(tmp.iterdir()))}.json"
+    cmd = [sys.executable, "-m", "tinytrain.cli", "plan", *common, "--cache", str(tmp / f"cache-{out.stem}"),
+           *extra, "-o", str(out)]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds = time.time() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{name}: {r.stderr.strip()[-2000:]}")
+    report = json.loads(out.with_name(out.stem + ".search.json").read_text())
+    return {"executor": name, "command": "tinytrain " + " ".join(cmd[3:]), "wall_seconds": round(seconds, 1),
+            "finetunes": report["finetunes_run"] + report["finalist_finetunes_run"], "report": report}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ft-steps", type=int, default=40)
+    args = ap.parse_args()
+    common = [str(MODEL), "--data", "lfw", "--new-head", "2", "--sram", "128k", "--held-out", "0.25",
+              "--ft-steps", str(args.ft_steps), "--bias-k", "1,2,4,8", "--repeats", "2", "--epochs", "1",
+              "--max-rungs", "1", "--no-progress", "--json"]
+    with tempfile.TemporaryDirectory(prefix="tinytrain-executors-") as tmp:
+        runs = [run(name, extra, common, Path(tmp)) for name, extra in EXECUTORS.items()]
+    a, b = (r.pop("report") for r in runs)
+    same = {k: a[k] == b[k] for k in ("contributions", "finalists", "plan", "noise_floor")}
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)", "python": platform.python_version(),
+              "model": MODEL.name, "data": "lfw", "runs": runs, "identical": same,
+              "contributions_measured": a["options"]["measured"]}
+    out = ROOT / "benchmarks" / "results"
+    (out / "plan_executors.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = ["# `tinytrain plan`: local workers vs Ray tasks", "",
+             f"`python benchmarks/plan_executors.py --ft-steps {args.ft_steps}` on {result['machine']}: "
+             f"{MODEL.name} + a new 2-class head on lfw, 128 KB, {result['contributions_measured']} options measured; "
+             "each run from an empty cache, in its own process.", "",
+             "| executor | wall time | fine-tunes |", "|---|---|---|"]
+    lines += [f"| {r['executor']} | {r['wall_seconds']:.1f} s | {r['finetunes']} |" for r in runs]
+    lines += ["", "Identical between the two: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items()) + ".",
+              "", "Commands:", ""] + [f"    {r['command']}" for r in runs]
+    (out / "plan_executors.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

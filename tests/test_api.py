@@ -1,0 +1,121 @@
+"""The Python API (tinytrain/api.py): the README's example runs as written, and each function returns what the
+command line prints and writes, and raises typed errors."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinytrain
+from tinytrain.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO_MODEL = ROOT / "models" / "mbv1-0.25-vww.onnx"
+
+
+def _readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Python API"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_example_runs(monkeypatch, capsys):
+    if not ZOO_MODEL.exists():
+        pytest.skip(f"{ZOO_MODEL} is not built (python -m models.build)")
+    monkeypatch.chdir(ROOT)
+    exec(compile(_readme_example(), "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("peak SRAM ") and " -> " in out[1] and out[2].startswith("does not fit: ")
+
+
+def test_the_api_is_the_package():
+    assert {"load_model", "compile", "plan", "train", "evaluate"} <= set(dir(tinytrain)) | set(tinytrain.API)
+    assert issubclass(tinytrain.BudgetError, tinytrain.TinyTrainError)
+    with pytest.raises(AttributeError):
+        tinytrain.no_such_function
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    from ir_builders import tiny_mobilenet
+    from tinytrain.export_onnx import graph_to_onnx, save_onnx
+
+    d = tmp_path_factory.mktemp("api")
+    g, _ = tiny_mobilenet(seed=0)
+    save_onnx(graph_to_onnx(g), d / "tiny.onnx")
+    rng = np.random.default_rng(0)
+    y = np.arange(40) % 2
+    x = rng.integers(0, 256, (40, 16, 16, 3)).astype(np.uint8)
+    x[y == 1, :8] //= 2
+    np.savez(d / "tiny.npz", x=x, y=y)
+    return d
+
+
+def _last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_compile_returns_the_report_the_cli_writes(tiny_files, tmp_path, capsys):
+    model = str(tiny_files / "tiny.onnx")
+    compiled = tinytrain.compile(model, sram="64k", update="last-k:2", new_head=2)
+    assert compiled.mode == "training" and compiled.report.fits and "tinytrain_model.c" in compiled.files
+    assert main(["compile", model, "--sram", "64k", "--update", "last-k:2", "--new-head", "2", "-o",
+                 str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b" / "report.json").read_text()) == compiled.to_json()
+    assert (tmp_path / "b" / "tinytrain_model.c").read_text() == compiled.files["tinytrain_model.c"]
+    inference = tinytrain.compile(model, sram="64k")
+    assert inference.mode == "inference" and inference.plan is None
+
+
+def test_train_and_evaluate_return_what_the_cli_prints(tiny_files, capsys):
+    model, data = str(tiny_files / "tiny.onnx"), str(tiny_files / "tiny.npz")
+    common = dict(new_head=2, held_out=0.25)
+    r = tinytrain.train(model, data, update="last-k:2", lr=0.05, steps=20, engine="c", **common)
+    assert r.steps == 20 and r.losses.dtype == np.float32 and r.held_out["n_held_out"] == 10
+    assert main(["train", model, "--data", data, "--new-head", "2", "--held-out", "0.25", "--update", "last-k:2",
+                 "--lr", "0.05", "--steps", "20", "--engine", "c", "--json"]) == 0
+    cli = _last_json(capsys)
+    want = r.to_json()
+    for k in ("seconds", "build_seconds"):
+        cli.pop(k), want.pop(k)
+    assert cli == want
+    # arrays instead of a DATA spec, the trained model evaluated: the held-out accuracy after training
+    with np.load(data) as f:
+        arrays = (f["x"], f["y"])
+    again = tinytrain.train(tinytrain.load_model(model, new_head=2), arrays, update="last-k:2", lr=0.05, steps=20,
+                            held_out=0.25)
+    e = tinytrain.evaluate(again.trained_model(), arrays, held_out=0.25)
+    assert e.accuracy == again.accuracy_after and e.n == 10 and e.held_out == 0.25
+
+
+def test_typed_errors(tiny_files):
+    model, data = str(tiny_files / "tiny.onnx"), str(tiny_files / "tiny.npz")
+    with pytest.raises(tinytrain.BudgetError):
+        tinytrain.compile(model, sram="4k", update="full", new_head=2)
+    assert tinytrain.train(model, (np.zeros((4, 16, 16, 3), np.uint8), np.array([0, 1, 0, 1])), new_head=2,
+                           steps=1).steps == 1
+    with pytest.raises(tinytrain.UsageError, match="--new-head 100"):
+        tinytrain.train(model, (np.zeros((4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 99])))
+    with pytest.raises(tinytrain.UsageError, match="uint8 images"):
+        tinytrain.evaluate(model, (np.zeros((4, 16, 16, 3), np.float32), np.zeros(4, int)))
+    with pytest.raises(tinytrain.UsageError, match="either --plan or --update"):
+        tinytrain.train(model, data, plan={"version": 1}, update="bias-only", new_head=2)
+    with pytest.raises(tinytrain.PlanError):
+        tinytrain.train(model, data, plan={"version": 7}, new_head=2)
+    with pytest.raises(tinytrain.ModelError):
+        tinytrain.load_model(tiny_files / "tiny.npz")
+    with pytest.raises(tinytrain.UsageError, match="engine"):
+        tinytrain.train(model, data, engine="gpu", new_head=2)
+    with pytest.raises(tinytrain.UsageError, match="no_such_option"):
+        tinytrain.plan(model, data, new_head=2, no_such_option=1)
+
+
+def test_plan_returns_the_plan_and_writes_the_files(tiny_files, tmp_path):
+    result = tinytrain.plan(str(tiny_files / "tiny.onnx"), str(tiny_files / "tiny.npz"), sram="8k", new_head=2,
+                            held_out=0.25, ft_steps=12, bias_k=(1, 2, 4), generations=5, population=12,
+                            cache=str(tmp_path / "cache"), output=tmp_path / "plan.json")
+    assert isinstance(result.plan, tinytrain.api.Plan) and result.report["peak_sram_bytes"] <= 8 * 1024
+    assert json.loads((tmp_path / "plan.json").read_text()) == result.plan.to_json() == result.report["plan"]
+    assert json.loads((tmp_path / "plan.search.json").read_text()) == result.report

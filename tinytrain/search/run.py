@@ -1,0 +1,314 @@
+"""The plan search of ``tinytrain plan`` / ``tinytrain.plan`` (docs/design.md §5a, §5b): the gain model proposes,
+training decides.
+
+1. Contributions by short fine-tunes on the host C engine (measure.py, cached on disk under ``cache``, default
+   ``$TINYTRAIN_CACHE/contrib``); the classifier-only baseline is run ``repeats`` times with other seeds, and gains
+   within ``noise_floor`` standard deviations of that run-to-run noise count as 0 (noise.py).
+2. An evolutionary search (evolution.py) and an exact branch and bound (exact.py) over the additive gain model,
+   each plan checked with the true peak SRAM of its training step (memory.py, what ``tinytrain compile --plan``
+   reports).
+3. Finalists: every preset that fits (classifier-only, bias-only, every last-k:N; candidates.py), the exact
+   search's plan and the best of the evolution's population, ranked by training them with the recipe (``epochs``
+   over the fit rows, the plan's learning rates) by successive halving (halving.py). The best measured finalist is
+   the plan, so the result is never a plan that measured worse than a preset; the report records every
+   finalist's predicted (additive) and measured gain, the noise floor, every contribution and the timings. With
+   ``held_out`` the held-out part of the data (the same split as ``train(held_out=...)``) is never seen:
+   everything is measured on a validation part (``val``) of the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain.errors import BudgetError, UsageError
+from tinytrain.ir import Graph
+from tinytrain.training.sparse import Plan
+
+DEFAULT_LR = 0.01
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Everything ``tinytrain plan`` takes besides the model and the data (its options, same defaults)."""
+
+    sram_bytes: int = 256 * 1024
+    new_head: int | None = None
+    seed: int = 0                    # new-head init, sample order, rounding, search
+    held_out: float | None = None
+    split_seed: int = 0
+    val: float = 0.25
+    lr: float = DEFAULT_LR
+    bias_lr: float | None = None
+    head_lr: float | None = None
+    epochs: int = 2                  # the finalists' recipe
+    lr_schedule: str | None = None   # "cosine": every fine-tune's lrs follow a cosine over its steps, and the plan's
+    warmup: float = 0.0              # over --epochs of the data (the warm-up fraction); None / "constant": none
+    ft_epochs: int = 1
+    ft_steps: int | None = None
+    qas: bool = True
+    rounding: str = "stochastic"
+    bias_k: tuple[int, ...] | None = None
+    noise_floor: float = 2.0
+    repeats: int = 3
+    proposals: int = 4
+    max_rungs: int = 2
+    workers: int = 1                 # local: fine-tune processes; ray: CPUs of a local Ray instance
+    executor: str = "local"          # "local" or "ray" (search/executors.py)
+    address: str | None = None       # ray: the cluster to connect to (default: this process's or a local one)
+    time_limit: float | None = None
+    search_seconds_min: float = 20.0
+    population: int = 100
+    generations: int = 30
+    cache: str | None = None
+    use_cache: bool = True
+    progress: bool = False
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    plan: Plan     # the best measured finalist
+    report: dict   # PLAN.search.json
+
+    def write(self, out: str | Path) -> Path:
+        """PLAN.json (version 1) at ``out`` and PLAN.search.json beside it; returns the latter."""
+        out = Path(out)
+        if not out.resolve().parent.is_dir():
+            raise UsageError(f"cannot write {out}: its folder does not exist")
+        tmp = out.with_name(out.name + ".partial")
+        tmp.write_text(json.dumps(self.plan.to_json(), indent=1) + "\n")
+        os.replace(tmp, out)
+        details = out.with_name(out.stem + ".search.json")
+        details.write_text(json.dumps(self.report, indent=1) + "\n")
+        return details
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not enabled, leave=False, mininterval=0.5)
+
+
+def _predicted(choice, bias: dict, weight: dict) -> float | None:
+    """The additive model's gain of a plan from the raw (unfloored) contributions; None if one is unmeasured."""
+    if choice.k not in bias or any((i, r) not in weight for i, r in choice.weights):
+        return None
+    return bias[choice.k] + sum(weight[(i, r)] for i, r in choice.weights)
+
+
+def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> SearchResult:
+    """The plan of ``graph`` (with its new head, if any) on the int8 inputs ``x`` and labels ``y``; ``source``
+    names the model and the data in the report and the cache's metadata."""
+    from tinytrain.version import __version__
+    from tinytrain.data import held_out_split, stratified_split
+    from tinytrain.engine_c import default_cache_dir
+    from tinytrain.ops.sgd_update import Rounding
+    from tinytrain.search.candidates import Candidate, finalists, presets
+    from tinytrain.search.evolution import evolve
+    from tinytrain.search.exact import branch_and_bound
+    from tinytrain.search.halving import successive_halving
+    from tinytrain.search.executors import make_executor
+    from tinytrain.search.measure import (ContributionCache, FineTune, Measurement, add_features, dataset_sha256,
+                                          prepare_job)
+    from tinytrain.search.memory import MemoryOracle, MonotoneFits
+    from tinytrain.search.noise import NoiseFloor
+    from tinytrain.search.space import Gains, Space
+    from tinytrain.sizes import format_size
+    from tinytrain.training.qas import UpdateConfig
+    from tinytrain.training.schedule import check_schedule
+    from tinytrain.training.sparse import parse_plan, with_lr_schedule
+
+    t_start = time.time()
+    deadline = t_start + opts.time_limit if opts.time_limit else None
+    budget = opts.sram_bytes
+    executor = make_executor(opts.executor, opts.workers, opts.address)
+    if not 0 < opts.val < 1:
+        raise UsageError(f"--val {opts.val}: give a fraction between 0 and 1")
+    if opts.repeats < 2:
+        raise UsageError(f"--repeats {opts.repeats}: the noise floor needs at least 2 runs of the baseline")
+    if opts.epochs < 1:
+        raise UsageError(f"--epochs {opts.epochs}: give a positive number of epochs")
+    check_schedule(opts.lr_schedule, opts.warmup)
+    space = Space.of(graph, opts.bias_k)
+    parts = held_out_split(y, opts.held_out, opts.split_seed)
+    rows = parts[0] if parts is not None else np.arange(len(y))
+    fit_idx, val_idx = stratified_split(y[rows], opts.val, opts.split_seed)
+    train_rows, val_rows = rows[fit_idx], rows[val_idx]
+    ft = FineTune(lr=opts.lr, bias_lr=opts.bias_lr, head_lr=opts.head_lr, lr_schedule=opts.lr_schedule or "constant",
+                  warmup=opts.warmup, steps=opts.ft_steps or opts.ft_epochs * len(train_rows), qas=opts.qas,
+                  rounding=opts.rounding, seed=opts.seed)
+    config = UpdateConfig(rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
+    progress = opts.progress
+
+    def plan_of(choice):
+        return space.plan(choice, ft.lr, ft.bias_lr, ft.head_lr)
+
+    cache_root = None if not opts.use_cache else Path(opts.cache) if opts.cache else default_cache_dir() / "contrib"
+    head = f"head{opts.new_head}" if opts.new_head else "nohead"
+    mem = MemoryOracle(graph, config, cache_root / f"memory-{graph.source_sha256[:16]}-{head}.json"
+                       if cache_root else None)
+    ident = Measurement(graph.source_sha256, opts.new_head, opts.seed, dataset_sha256(x, y), opts.held_out,
+                        opts.split_seed, opts.val, ft)
+    cache = ContributionCache(cache_root / f"{ident.key()}.json" if cache_root else None,
+                              {"model": source["model"], "data": source["data"], **asdict(ident)})
+
+    def fits_plan(plan) -> bool:
+        return mem(plan) <= budget
+
+    base_choice = space.bias_option(1)
+    base = plan_of(base_choice)
+    if not fits_plan(base):
+        raise BudgetError(f"even the classifier alone (the baseline every plan updates) needs "
+                          f"{format_size(mem(base))} of SRAM, over the {format_size(budget)} budget; "
+                          "try a larger --sram")
+    # 1. contributions: the options that fit the budget alone (under monotone memory no other can be part of a
+    # fitting plan), each fine-tuned alone over the baseline, and the baseline repeated with other seeds
+    options = [("bias", k, 0.0) for k in space.bias_ks if k > 1] + \
+              [("weight", i, r) for i in space.weight_layers for r in (0.125, 0.25, 0.5, 1.0)]
+    feasible, skipped = [], 0
+    bar = _bar(len(options), "memory of each option", progress)
+    for kind, i, r in options:
+        c = space.bias_option(i) if kind == "bias" else space.weight_option(i, r)
+        if fits_plan(plan_of(c)):
+            feasible.append((kind, i, r, c))
+        else:
+            skipped += 1
+        bar.update(1)
+    bar.close()
+    seeds = [ft.seed + j for j in range(opts.repeats)]
+    repeat_keys = [base_choice.key() if s == ft.seed else f"{base_choice.key()}#seed{s}" for s in seeds]
+    tasks = [(c.key(), plan_of(c).to_json()) for _, _, _, c in [(0, 0, 0, base_choice)] + feasible]
+    tasks += [(key, base.to_json(), None, s) for key, s in zip(repeat_keys, seeds) if s != ft.seed]
+    todo = [t for t in tasks if cache.get(t[0]) is None]
+    measured_now, finalists_run = [], []
+    complete = True
+    job = prepare_job(graph, x, y, train_rows, val_rows, ft, [parse_plan(t[1]) for t in todo])
+    if todo:
+        bar = _bar(len(todo), f"fine-tunes ({ft.steps} steps each)", progress)
+
+        def on_result(key, result):
+            cache.put(key, result)
+            measured_now.append(key)
+
+        # the baseline and its repeats first: without them nothing can be compared
+        todo.sort(key=lambda t: t[0].split("#")[0] != base_choice.key())
+        complete = executor.run(job, todo, on_result,
+                                None if deadline is None else deadline - opts.search_seconds_min, bar)
+        bar.close()
+    repeats = [cache.get(k) for k in repeat_keys]
+    if any(r is None for r in repeats):
+        raise UsageError("--time-limit ran out before the baseline's repeated fine-tunes finished; give more time")
+    noise = NoiseFloor(tuple(r["accuracy"] for r in repeats), len(val_rows), opts.noise_floor)
+    base_acc = repeats[0]["accuracy"]
+    bias, weight = {1: 0.0}, {}
+    for kind, i, r, c in feasible:
+        got = cache.get(c.key())
+        if got is None:
+            continue  # not measured in time: left out of the search space
+        if kind == "bias":
+            bias[i] = got["accuracy"] - base_acc
+        else:
+            weight[(i, r)] = got["accuracy"] - base_acc
+    # gains within the noise of repeated runs count as 0: summing many of them picks plans that update much and
+    # gain nothing (benchmarks/results/vww_study.md shows it)
+    gains = Gains({k: g for k, g in bias.items() if k == 1 or g > noise.threshold},
+                  {o: g for o, g in weight.items() if g > noise.threshold})
+
+    # 2. the gain model proposes: evolution and an exact branch and bound
+    fits = MonotoneFits(mem, budget, plan_of)
+    t0 = time.time()
+    share = None if deadline is None else max(opts.search_seconds_min / 2, (deadline - t0) / 2)
+    bar = _bar(opts.generations, "evolutionary search", progress)
+    evo = evolve(gains, fits, population=opts.population, generations=opts.generations, seed=opts.seed,
+                 deadline=None if share is None else t0 + share, progress=bar)
+    bar.close()
+    evo_seconds = time.time() - t0
+    t0 = time.time()
+    bar = _bar(0, "branch and bound (nodes)", progress)
+    exact = branch_and_bound(gains, fits, deadline=None if deadline is None else max(deadline, t0 + share),
+                             progress=bar)
+    bar.close()
+    exact_seconds = time.time() - t0
+
+    # 3. finalists: the presets that fit + the model's proposals, ranked by training them (successive halving)
+    proposals = [Candidate("exact", exact["choice"], False)]
+    proposals += [Candidate(f"evolution #{j + 1}", c, False)
+                  for j, c in enumerate(evo["population"][: opts.proposals]) if fits_plan(plan_of(c))]
+    cands = finalists(presets(space, lambda c: fits_plan(plan_of(c))), proposals)
+    by_name = {c.name: c for c in cands}
+    full_steps = opts.epochs * len(train_rows)
+
+    def measure(names: list[str], steps: int) -> dict[str, float]:
+        keys = {n: f"{by_name[n].choice.key()}@{steps}" for n in names}
+        todo_ = [(keys[n], plan_of(by_name[n].choice).to_json(), steps, ft.seed)
+                 for n in names if cache.get(keys[n]) is None]
+        add_features(job, [parse_plan(t[1]) for t in todo_])
+        bar_ = _bar(len(todo_), f"finalists ({steps} steps each)", progress)
+
+        def on_result_(key, result):
+            cache.put(key, result)
+            finalists_run.append(key)
+
+        executor.run(job, todo_, on_result_, None, bar_)
+        bar_.close()
+        return {n: cache.get(keys[n])["accuracy"] for n in names}
+
+    winner, rungs = successive_halving([c.name for c in cands], "classifier-only", measure, full_steps,
+                                       lambda n: mem(plan_of(by_name[n].choice)), opts.max_rungs)
+    mem.save()
+    # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
+    chosen = with_lr_schedule(plan_of(by_name[winner].choice), opts.lr_schedule, opts.warmup, opts.epochs * len(rows))
+    plan_json = chosen.to_json()
+
+    def finalist_json(c: Candidate) -> dict:
+        measured = [{"steps": r.steps, "accuracy": r.accuracy[c.name],
+                     "gain": round(r.accuracy[c.name] - r.accuracy["classifier-only"], 6)}
+                    for r in rungs if c.name in r.accuracy]
+        pred = _predicted(c.choice, bias, weight)
+        return {"name": c.name, "preset": c.preset, "plan": plan_of(c.choice).to_json(),
+                "peak_sram_bytes": mem(plan_of(c.choice)),
+                "predicted_gain": None if pred is None else round(pred, 6),
+                "model_score": round(gains.score(c.choice), 6) if c.choice.k in gains.bias and all(
+                    o in gains.weight for o in c.choice.weights) else None,
+                "measured": measured, "last_rung": len(measured) == len(rungs)}
+
+    def proposal_json(res: dict) -> dict:
+        plan = plan_of(res["choice"])
+        return {"plan": plan.to_json(), "gain": round(res["score"], 6), "peak_sram_bytes": mem(plan),
+                "fits": mem(plan) <= budget}
+
+    final_rung = rungs[-1]
+    report = {
+        "tinytrain_version": __version__, "model": source["model"], "model_sha256": graph.source_sha256,
+        "new_head": opts.new_head, "data": source["data"], "sram_budget_bytes": budget, "plan": plan_json,
+        "peak_sram_bytes": mem(chosen), "chosen": winner, "preset_chosen": by_name[winner].preset,
+        "validation_accuracy": final_rung.accuracy[winner],
+        "validation_se": round(float(np.sqrt(final_rung.accuracy[winner] * (1 - final_rung.accuracy[winner])
+                                             / len(val_rows))), 6),
+        "finalists": [finalist_json(c) for c in cands],
+        "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in rungs],
+        "evolution": {**proposal_json(evo), "generations": evo["generations"], "seconds": round(evo_seconds, 2)},
+        "exact": {**proposal_json(exact), "proven_optimal": exact["proven_optimal"], "nodes": exact["nodes"],
+                  "seconds": round(exact_seconds, 2)},
+        "baseline": {"plan": base.to_json(), "accuracy": base_acc, "peak_sram_bytes": mem(base)},
+        "measurement": {"finetune": asdict(ft), "finalist_steps": full_steps, "n_fit": int(len(train_rows)),
+                        "n_val": int(len(val_rows)), "held_out": opts.held_out, "split_seed": opts.split_seed,
+                        "val": opts.val, "engine": "c", "executor": opts.executor, "cache": str(cache.path) if cache.path else None},
+        "contributions": {"bias": {str(k): round(v, 6) for k, v in sorted(bias.items())},
+                          "weight": [{"conv": i, "ratio": r, "gain": round(g, 6)}
+                                     for (i, r), g in sorted(weight.items())]},
+        "noise_floor": {**noise.to_json(), "options_above": len(gains.bias) - 1 + len(gains.weight)},
+        "options": {"total": len(options) + 1, "over_budget_alone": skipped, "measured": len(bias) + len(weight),
+                    "measured_complete": complete},
+        "finetunes_run": len(measured_now), "finetunes_cached": len(tasks) - len(todo),
+        "finalist_finetunes_run": len(finalists_run),
+        "memory_evaluations": mem.evaluations, "memory_checks_inferred": fits.inferred,
+        "seconds": round(time.time() - t_start, 2),
+    }
+    return SearchResult(chosen, report)
