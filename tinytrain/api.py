@@ -195,7 +195,8 @@ class TrainResult:
     plan: Plan
     config: UpdateConfig
     engine: str
-    losses: np.ndarray = field(repr=False)  # (steps,) float32; NaN / Inf: a step the guard did not apply
+    steps: int                         # the run's steps (a run resumed from a board's flash: with those it skipped)
+    losses: np.ndarray = field(repr=False)  # float32 per step run here; NaN / Inf: a step the guard did not apply
     state: TrainState = field(repr=False)
     seconds: float
     train_accuracy: float
@@ -203,10 +204,6 @@ class TrainResult:
     n_train: int
     held_out: dict = field(default_factory=dict)  # n_held_out, held_out, split_seed, accuracy_before / _after
     engine_info: dict = field(default_factory=dict)  # build_seconds; qemu: board, insns_per_step
-
-    @property
-    def steps(self) -> int:
-        return len(self.losses)
 
     @property
     def accuracy_after(self) -> float | None:
@@ -307,7 +304,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
     if parts:
         info["accuracy_after"] = score(parts[1], state)
-    return TrainResult(graph, chosen, config, engine, losses, state, round(seconds, 3), score(rows, state),
+    return TrainResult(graph, chosen, config, engine, int(n_steps), losses, state, round(seconds, 3), score(rows, state),
                        float(tail.mean()) if len(tail) else None, int(len(rows)), info, engine_info)
 
 

@@ -55,7 +55,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if "insns_per_step" in out:
         print(f"{out['board']}: {out['insns_per_step'] / 1e6:.1f}M instructions per training step "
               "(QEMU -icount shift=0, SysTick)")
-    tail = result.losses[-min(result.steps, result.n_train):]
+    tail = result.losses[-min(len(result.losses), result.n_train):]
     print(f"trained {result.steps} steps in {result.seconds:.1f} s: mean loss of the last "
           f"{int(np.isfinite(tail).sum())} steps {result.final_loss or float('nan'):.4f}, "
           f"training accuracy {result.train_accuracy:.3f}")
