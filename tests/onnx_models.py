@@ -251,3 +251,19 @@ def build_patterns(tmpdir: Path) -> dict[str, Path]:
                 out[f"{name}_{fmt}_{act}"] = path
         out[f"{name}_float"] = float_path
     return out
+
+
+def write_tiny_task(d: Path) -> Path:
+    """``d``/tiny.onnx (the tiny MobileNetV2-shaped test model) and ``d``/tiny.npz (40 learnable 2-class images):
+    the small search / API task of the plan tests."""
+    from ir_builders import tiny_mobilenet
+    from tinytrain.export_onnx import graph_to_onnx, save_onnx
+
+    g, _ = tiny_mobilenet(seed=0)
+    save_onnx(graph_to_onnx(g), d / "tiny.onnx")
+    rng = np.random.default_rng(0)
+    y = np.arange(40) % 2
+    x = rng.integers(0, 256, (40, 16, 16, 3)).astype(np.uint8)
+    x[y == 1, :8] //= 2
+    np.savez(d / "tiny.npz", x=x, y=y)
+    return d

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tinytrain
+from onnx_models import write_tiny_task
 from tinytrain.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,18 +40,7 @@ def test_the_api_is_the_package():
 
 @pytest.fixture(scope="module")
 def tiny_files(tmp_path_factory):
-    from ir_builders import tiny_mobilenet
-    from tinytrain.export_onnx import graph_to_onnx, save_onnx
-
-    d = tmp_path_factory.mktemp("api")
-    g, _ = tiny_mobilenet(seed=0)
-    save_onnx(graph_to_onnx(g), d / "tiny.onnx")
-    rng = np.random.default_rng(0)
-    y = np.arange(40) % 2
-    x = rng.integers(0, 256, (40, 16, 16, 3)).astype(np.uint8)
-    x[y == 1, :8] //= 2
-    np.savez(d / "tiny.npz", x=x, y=y)
-    return d
+    return write_tiny_task(tmp_path_factory.mktemp("api"))
 
 
 def _last_json(capsys) -> dict:

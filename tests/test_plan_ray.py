@@ -4,11 +4,10 @@ what the local executor measures — the same contributions, finalists and plan,
 import json
 import shutil
 
-import numpy as np
 import pytest
 
 import tinytrain
-from ir_builders import tiny_mobilenet
+from onnx_models import write_tiny_task
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tinytrain[cluster]'; scripts/setup.sh does)")
 pytestmark = [pytest.mark.slow,
@@ -18,17 +17,7 @@ SEARCH = dict(sram="8k", new_head=2, held_out=0.25, ft_steps=12, bias_k=(1, 2, 4
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from tinytrain.export_onnx import graph_to_onnx, save_onnx
-
-    d = tmp_path_factory.mktemp("ray")
-    g, _ = tiny_mobilenet(seed=0)
-    save_onnx(graph_to_onnx(g), d / "tiny.onnx")
-    rng = np.random.default_rng(0)
-    y = np.arange(40) % 2
-    x = rng.integers(0, 256, (40, 16, 16, 3)).astype(np.uint8)
-    x[y == 1, :8] //= 2
-    np.savez(d / "tiny.npz", x=x, y=y)
-    return d
+    return write_tiny_task(tmp_path_factory.mktemp("ray"))
 
 
 def _accuracies(cache_dir) -> dict:

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import shared_file
 from ir_builders import tiny_mobilenet
+from onnx_models import write_tiny_task
 from tinytrain.cli import main
 from tinytrain.engine_c import CTrainer
 from tinytrain.simulator import forward, init_state, train
@@ -31,17 +32,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The tiny MobileNetV2-shaped model as ONNX and a small learnable 2-class .npz."""
-    from tinytrain.export_onnx import graph_to_onnx, save_onnx
-
-    d = tmp_path_factory.mktemp("plan")
-    g, _ = tiny_mobilenet(seed=0)
-    save_onnx(graph_to_onnx(g), d / "tiny.onnx")
-    rng = np.random.default_rng(0)
-    y = np.arange(40) % 2
-    x = rng.integers(0, 256, (40, 16, 16, 3)).astype(np.uint8)
-    x[y == 1, :8] //= 2
-    np.savez(d / "tiny.npz", x=x, y=y)
-    return d
+    return write_tiny_task(tmp_path_factory.mktemp("plan"))
 
 
 def _images(g, n, seed=0):
