@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from codegen_graphs import GraphBuilder, every_op_graph
-from tinytrain.version import __version__, engine_c, simulator
+from tinytrain import engine_c, simulator
 from tinytrain.codegen import MODEL_SOURCE, arena_offsets, emit_project, render_project
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role, Tensor
 from tinytrain.memory.report import plan_forward
 from tinytrain.ops.dequantize import DequantizeAttrs
+from tinytrain.version import __version__
 
 SHA = "5a" * 32
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]

@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 from ir_builders import ModelBuilder
-from tinytrain.version import __version__
 from tinytrain.codegen import MODEL_HEADER, MODEL_SOURCE, arena_offsets, render_project
 from tinytrain.codegen.state import pack, unpack
 from tinytrain.engine_c import CTrainer
@@ -43,6 +42,7 @@ from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.schedule import Schedule
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.version import __version__
 
 SHA = "7e" * 32
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
