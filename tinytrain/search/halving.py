@@ -4,8 +4,10 @@ Rung j of R trains every surviving candidate for ``full_steps / 2^(R-1-j)`` batc
 whole recipe) and scores it on the validation rows; the better half (rounded up) goes on. The reference plan
 (classifier-only) is measured at every rung, whether it survives or not, so each measured gain is taken against
 it at the same number of steps. The winner is the best candidate of the last rung (ties: the smaller peak SRAM,
-then the earlier candidate — presets come first). ``measure(names, steps)`` -> {name: accuracy} runs the
-fine-tunes (in parallel, cached: measure.py).
+then the earlier candidate — presets come first), except that a candidate that is not a preset has to beat the
+best preset of the last rung by more than ``margin`` (the noise floor of a gain, noise.py): otherwise the preset
+wins — a ranking within the noise of the validation rows must not replace the obvious plan by a searched one.
+``measure(names, steps)`` -> {name: accuracy} runs the fine-tunes (in parallel, cached: measure.py).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ def rung_steps(n_candidates: int, full_steps: int, max_rungs: int = 2, min_steps
 
 
 def successive_halving(names: list[str], reference: str, measure, full_steps: int, size, max_rungs: int = 2,
-                       min_steps: int = 1) -> tuple[str, list[Rung]]:
-    """(the winner, the rungs). ``names`` in priority order; ``size(name)`` breaks ties (peak SRAM)."""
+                       min_steps: int = 1, presets: frozenset[str] = frozenset(),
+                       margin: float = 0.0) -> tuple[str, list[Rung]]:
+    """(the winner, the rungs). ``names`` in priority order; ``size(name)`` breaks ties (peak SRAM); ``presets``
+    (the reference among them) win unless another candidate beats the best of them by more than ``margin``."""
     alive = list(names)
     rungs = []
     steps_list = rung_steps(len(alive), full_steps, max_rungs, min_steps)
@@ -41,4 +45,11 @@ def successive_halving(names: list[str], reference: str, measure, full_steps: in
         kept = tuple(ranked if last else ranked[: math.ceil(len(ranked) / 2)])
         rungs.append(Rung(steps, {n: acc[n] for n in wanted}, kept))
         alive = list(kept)
-    return alive[0], rungs
+    winner = alive[0]
+    if presets and winner not in presets:
+        final = rungs[-1].accuracy
+        best_preset = min((n for n in final if n in presets or n == reference),
+                          key=lambda n: (-final[n], size(n), names.index(n) if n in names else -1))
+        if final[winner] - final[best_preset] <= margin:
+            winner = best_preset
+    return winner, rungs

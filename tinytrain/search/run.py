@@ -260,7 +260,8 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
         return {n: cache.get(keys[n])["accuracy"] for n in names}
 
     winner, rungs = successive_halving([c.name for c in cands], "classifier-only", measure, full_steps,
-                                       lambda n: mem(plan_of(by_name[n].choice)), opts.max_rungs)
+                                       lambda n: mem(plan_of(by_name[n].choice)), opts.max_rungs,
+                                       presets=frozenset(c.name for c in cands if c.preset), margin=noise.threshold)
     mem.save()
     # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
     chosen = with_lr_schedule(plan_of(by_name[winner].choice), opts.lr_schedule, opts.warmup, opts.epochs * len(rows))
