@@ -40,6 +40,15 @@ def test_other_input_quantization_uses_pixel_over_255():
     assert q.ravel().tolist() == [5, 105, round(128 / 255 / 0.01) + 5, round(64 / 255 / 0.01) + 5]
 
 
+def test_model_inputs_in_chunks_equal_one_batch():
+    x = np.random.default_rng(0).integers(0, 256, (7, 5, 6, 1), dtype=np.uint8)
+    g = input_graph(8, 9, 3, 1 / 128, 0)
+    whole = model_inputs(g, x, chunk=7)
+    assert whole.shape == (7, 8, 9, 3) and whole.dtype == np.int8
+    for chunk in (1, 3):
+        assert np.array_equal(model_inputs(g, x, chunk=chunk), whole)
+
+
 def test_image_folder_and_resize(tmp_path):
     for cls, value in (("cat", 10), ("dog", 250)):
         (tmp_path / cls).mkdir()
