@@ -223,6 +223,31 @@ def test_a_searched_finalist_must_beat_the_best_preset_by_the_noise_floor():
 
     assert halving(0.0) == "searched" and halving(0.019) == "searched"
     assert halving(0.02) == "bias-only" and halving(0.05) == "bias-only"  # within the noise: the preset
+    asked = []
+
+    def margin(candidate, preset):  # the margin may depend on the pair (run.py: their paired standard error)
+        asked.append((candidate, preset))
+        return 0.025
+
+    assert halving(margin) == "bias-only" and asked == [("searched", "bias-only")]
+
+
+def test_the_margin_adds_the_paired_standard_error_of_the_validation_rows():
+    from tinytrain.search.measure import pack_correct, unpack_correct
+    from tinytrain.search.noise import NoiseFloor, paired_se
+
+    a = [True] * 80 + [False] * 20
+    b = [True] * 70 + [False] * 30  # b's right rows are a subset of a's: d = 1 on 10 rows, 0 elsewhere
+    d_mean, d_var = 0.1, (10 * 0.9 ** 2 + 90 * 0.1 ** 2) / 99
+    assert abs(paired_se(a, b) - (d_var / 100) ** 0.5) < 1e-12
+    assert paired_se(a, a) == 0.0 and d_mean > 0
+    with pytest.raises(ValueError):
+        paired_se(a, b[:50])
+    nf = NoiseFloor((0.80, 0.82, 0.84), n_val=100, z=2.0)
+    assert abs(nf.margin(0.0) - nf.threshold) < 1e-12
+    assert abs(nf.margin(0.03) - 2 * (nf.gain_sd ** 2 + 0.03 ** 2) ** 0.5) < 1e-12
+    rows = np.random.default_rng(0).random(37) < 0.5
+    assert unpack_correct(pack_correct(rows), 37) == rows.tolist()
 
 
 def test_noise_floor_comes_from_the_repeated_runs():

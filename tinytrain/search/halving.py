@@ -5,14 +5,16 @@ whole recipe) and scores it on the validation rows; the better half (rounded up)
 (classifier-only) is measured at every rung, whether it survives or not, so each measured gain is taken against
 it at the same number of steps. The winner is the best candidate of the last rung (ties: the smaller peak SRAM,
 then the earlier candidate — presets come first), except that a candidate that is not a preset has to beat the
-best preset of the last rung by more than ``margin`` (the noise floor of a gain, noise.py): otherwise the preset
-wins — a ranking within the noise of the validation rows must not replace the obvious plan by a searched one.
+best preset of the last rung by more than ``margin`` (a number, or ``margin(candidate, preset)``: noise.py's
+run-to-run and paired validation-row noise): otherwise the preset wins — a ranking within the noise of the
+validation rows must not replace the obvious plan by a searched one.
 ``measure(names, steps)`` -> {name: accuracy} runs the fine-tunes (in parallel, cached: measure.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -31,7 +33,7 @@ def rung_steps(n_candidates: int, full_steps: int, max_rungs: int = 2, min_steps
 
 def successive_halving(names: list[str], reference: str, measure, full_steps: int, size, max_rungs: int = 2,
                        min_steps: int = 1, presets: frozenset[str] = frozenset(),
-                       margin: float = 0.0) -> tuple[str, list[Rung]]:
+                       margin: float | Callable[[str, str], float] = 0.0) -> tuple[str, list[Rung]]:
     """(the winner, the rungs). ``names`` in priority order; ``size(name)`` breaks ties (peak SRAM); ``presets``
     (the reference among them) win unless another candidate beats the best of them by more than ``margin``."""
     alive = list(names)
@@ -50,6 +52,7 @@ def successive_halving(names: list[str], reference: str, measure, full_steps: in
         final = rungs[-1].accuracy
         best_preset = min((n for n in final if n in presets or n == reference),
                           key=lambda n: (-final[n], size(n), names.index(n) if n in names else -1))
-        if final[winner] - final[best_preset] <= margin:
+        needed = margin(winner, best_preset) if callable(margin) else margin
+        if final[winner] - final[best_preset] <= needed:
             winner = best_preset
     return winner, rungs

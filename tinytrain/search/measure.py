@@ -4,7 +4,8 @@ Each option (the biases of the last k layers; the weights of layer i at ratio r)
 of the classifier-only baseline (space.py) with the device arithmetic — the emitted C training step of
 ``engine_c.CTrainer`` (int8 forward, fp32 backward, QAS SGD, the plan's rounding) — for a fixed number of
 batch-1 steps over the search's training rows, then scored (argmax of the C forward) on the search's
-validation rows. Gain = accuracy - baseline accuracy. Every option uses the same sample order and seed.
+validation rows. Gain = accuracy - baseline accuracy. Every option uses the same sample order and seed. Each
+result keeps which validation rows it got right (``pack_correct``), for paired comparisons of finalists.
 
 Speed: the layers below the first one an option touches are frozen, so their int8 outputs are computed
 once per image (simulator, bit-identical to the C forward) and the C step is built for the model cut there
@@ -187,8 +188,17 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
     trainer = CTrainer(build_training_graph(g, p, config))
     trainer.train(x[:n_train], job["y_train"], order)
-    pred = trainer.predict(x[n_train:]).argmax(axis=1)
-    return {"accuracy": float((pred == job["y_val"]).mean()), "seconds": round(time.time() - t0, 3)}
+    correct = trainer.predict(x[n_train:]).argmax(axis=1) == job["y_val"]
+    return {"accuracy": float(correct.mean()), "correct": pack_correct(correct), "seconds": round(time.time() - t0, 3)}
+
+
+def pack_correct(correct: np.ndarray) -> str:
+    """Per validation row, right or wrong, as hex of the packed bits (the cache keeps it for paired comparisons)."""
+    return np.packbits(correct.astype(bool)).tobytes().hex()
+
+
+def unpack_correct(packed: str, n: int) -> list[bool]:
+    return np.unpackbits(np.frombuffer(bytes.fromhex(packed), np.uint8))[:n].astype(bool).tolist()
 
 
 def prepare_job(graph: Graph, x: np.ndarray, y: np.ndarray, train_rows: np.ndarray, val_rows: np.ndarray,

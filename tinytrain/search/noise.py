@@ -6,6 +6,11 @@ the run's randomness changes (sample order, rounding stream): the classifier-onl
 noise of one run; a gain (a difference of two runs) has sqrt(2) times it. Gains below ``z`` standard deviations
 of a gain count as 0 in the gain model. The binomial standard error of the validation accuracy is reported beside
 it: the part of the noise that more validation rows would shrink.
+
+Choosing between two finalists adds the noise of the validation rows themselves: a plan that leads on these
+images may trail on others. ``paired_se`` is the standard error of the difference of two plans' accuracies on the
+same rows (from their per-image results), and ``margin`` the lead a searched plan needs over the best preset:
+``z`` standard deviations of both noises together (halving.py).
 """
 
 from __future__ import annotations
@@ -47,7 +52,20 @@ class NoiseFloor:
         p = self.mean
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_val)
 
+    def margin(self, paired_se: float) -> float:
+        """The lead that counts: ``z`` x sqrt(gain_sd^2 + paired_se^2) (run-to-run and validation-row noise)."""
+        return self.z * math.sqrt(self.gain_sd ** 2 + paired_se ** 2)
+
     def to_json(self) -> dict:
         return {"repeats": len(self.accuracies), "accuracies": [round(a, 6) for a in self.accuracies],
                 "run_sd": round(self.run_sd, 6), "gain_sd": round(self.gain_sd, 6), "z": self.z,
                 "threshold": round(self.threshold, 6), "binomial_se": round(self.binomial_se, 6), "n_val": self.n_val}
+
+
+def paired_se(a: list[bool], b: list[bool]) -> float:
+    """Standard error of mean(a) - mean(b) for per-row results on the same rows: sd(a_i - b_i) / sqrt(n)."""
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError("paired results need the same rows, at least two")
+    d = [int(x) - int(y) for x, y in zip(a, b)]
+    m = sum(d) / len(d)
+    return math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d))

@@ -10,8 +10,9 @@ training decides.
 3. Finalists: every preset that fits (classifier-only, bias-only, every last-k:N; candidates.py), the exact
    search's plan and the best of the evolution's population, ranked by training them with the recipe (``epochs``
    over the fit rows, the plan's learning rates) by successive halving (halving.py). The best measured finalist is
-   the plan, so the result is never a plan that measured worse than a preset; the report records every
-   finalist's predicted (additive) and measured gain, the noise floor, every contribution and the timings. With
+   the plan, so the result is never a plan that measured worse than a preset, and a searched plan must lead the
+   best preset by more than the noise (noise.py: run-to-run and paired validation-row noise); the report records
+   every finalist's predicted (additive) and measured gain, the noise floor, every contribution and the timings. With
    ``held_out`` the held-out part of the data (the same split as ``train(held_out=...)``) is never seen:
    everything is measured on a validation part (``val``) of the rest.
 """
@@ -115,9 +116,9 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     from tinytrain.search.halving import successive_halving
     from tinytrain.search.executors import make_executor
     from tinytrain.search.measure import (ContributionCache, FineTune, Measurement, add_features, dataset_sha256,
-                                          prepare_job)
+                                          prepare_job, unpack_correct)
     from tinytrain.search.memory import MemoryOracle, MonotoneFits
-    from tinytrain.search.noise import NoiseFloor
+    from tinytrain.search.noise import NoiseFloor, paired_se
     from tinytrain.search.space import Gains, Space
     from tinytrain.sizes import format_size
     from tinytrain.training.qas import UpdateConfig
@@ -257,11 +258,29 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
 
         executor.run(job, todo_, on_result_, None, bar_)
         bar_.close()
-        return {n: cache.get(keys[n])["accuracy"] for n in names}
+        last_results.clear()
+        last_results.update({n: cache.get(keys[n]) for n in names})
+        return {n: last_results[n]["accuracy"] for n in names}
+
+    last_results: dict[str, dict] = {}  # the last rung's fine-tunes
+    decision: dict = {}
+
+    def margin(candidate: str, preset: str) -> float:
+        """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise and the paired standard error
+        of the two on the validation rows (unpaired, from the accuracies, for a cached result without rows)."""
+        a, b = last_results[candidate], last_results[preset]
+        if "correct" in a and "correct" in b:
+            se = paired_se(unpack_correct(a["correct"], len(val_rows)), unpack_correct(b["correct"], len(val_rows)))
+        else:
+            se = float(np.sqrt(sum(r["accuracy"] * (1 - r["accuracy"]) for r in (a, b)) / len(val_rows)))
+        decision.update({"candidate": candidate, "best_preset": preset,
+                         "lead": round(a["accuracy"] - b["accuracy"], 6), "paired_se": round(se, 6),
+                         "margin": round(noise.margin(se), 6)})
+        return noise.margin(se)
 
     winner, rungs = successive_halving([c.name for c in cands], "classifier-only", measure, full_steps,
                                        lambda n: mem(plan_of(by_name[n].choice)), opts.max_rungs,
-                                       presets=frozenset(c.name for c in cands if c.preset), margin=noise.threshold)
+                                       presets=frozenset(c.name for c in cands if c.preset), margin=margin)
     mem.save()
     # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
     chosen = with_lr_schedule(plan_of(by_name[winner].choice), opts.lr_schedule, opts.warmup, opts.epochs * len(rows))
@@ -294,6 +313,7 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
                                              / len(val_rows))), 6),
         "finalists": [finalist_json(c) for c in cands],
         "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in rungs],
+        "searched_vs_best_preset": decision or None,
         "evolution": {**proposal_json(evo), "generations": evo["generations"], "seconds": round(evo_seconds, 2)},
         "exact": {**proposal_json(exact), "proven_optimal": exact["proven_optimal"], "nodes": exact["nodes"],
                   "seconds": round(exact_seconds, 2)},
