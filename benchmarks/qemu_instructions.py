@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qemu_profile import FAMILIES, profile
 from tinytrain import engine_qemu
 from tinytrain.data import model_inputs
 from tinytrain.frontends import load_model
@@ -88,6 +89,13 @@ def forward_macs(graph) -> int:
     return total
 
 
+def requantized_outputs(graph) -> int:
+    """Outputs of the int8 nodes requantized through a tt_fixedpoint.h _s8 helper (convolutions, mean, fully
+    connected) in one inference."""
+    return sum(int(np.prod(graph.tensors[n.outputs[0]].shape)) for n in graph.nodes
+               if getattr(n.attrs, "requant", None) is not None)
+
+
 def measure(name, path, plan, plan_source, args, work: Path) -> dict:
     graph = load_model(path)
     tg = build_training_graph(graph, plan)
@@ -106,11 +114,12 @@ def measure(name, path, plan, plan_source, args, work: Path) -> dict:
     except engine_qemu.QemuError as e:
         m = re.search(r"region `RAM' overflowed by (\d+) bytes", str(e))
         row.update(links_at_256k=False, ram_overflow_bytes=int(m.group(1)) if m else None)
-        big = work / "compile_4m"
-        engine_qemu.emit_compile_dir(tg, big, 4 * MB - 64 * KB, 1 * MB)  # same C and plan, only the budget differs
-        fw = engine_qemu.build(big, args.board, work / "project_4m")
+        compile_dir = work / "compile_4m"
+        engine_qemu.emit_compile_dir(tg, compile_dir, 4 * MB - 64 * KB, 1 * MB)  # same C and plan, other budget
+        fw = engine_qemu.build(compile_dir, args.board, work / "project_4m")
     t0 = time.time()
-    r = engine_qemu.run(fw, args.board, train=(x[:args.steps], y[:args.steps]), test=(x[args.steps:], y[args.steps:]))
+    train, test = (x[:args.steps], y[:args.steps]), (x[args.steps:], y[args.steps:])
+    r = engine_qemu.run(fw, args.board, train=train, test=test)
     int8, fp32 = mac_counts(tg)
     fwd = forward_macs(graph)
     row.update(
@@ -121,6 +130,8 @@ def measure(name, path, plan, plan_source, args, work: Path) -> dict:
         step_int8_macs=int8, step_fp32_macs=fp32, lower_bound_cycles_per_step=int(int8 / 2 + fp32),
         inference_macs=fwd, lower_bound_cycles_per_inference=int(fwd / 2),
         qemu_seconds=round(time.time() - t0, 2))
+    row.update(profile(compile_dir, args.board, work, train, test, row["insns_per_step"], row["insns_per_inference"]),
+               requantized_outputs=requantized_outputs(graph))
     for stream in (True, False):  # the inference-only compile (no plan), streamed and layer by layer
         key = "inference_only_insns" + ("" if stream else "_layer_by_layer")
         engine_qemu.emit_compile_dir(graph, work / f"inference_{stream}", 4 * MB - 64 * KB, 1 * MB, stream=stream)
@@ -175,6 +186,18 @@ def markdown(rows, meta) -> str:
               f"pass (fp32, planned layers only) adds {min(extra):.0%} to {max(extra):.0%} to the forward pass. RAM is "
               "the whole RAM region the linker placed (stack + data + arena + trainable copies + heap), within the "
               "256 KB budget; stack used is the measured high-water mark (2 KB reserved)."]
+    keys = [k for k, _, _ in FAMILIES] + ["outside_kernels"]
+    lines += ["", "Per op family (`benchmarks/qemu_profile.py`: SysTick read around every kernel call of a training "
+              "step; requantization, which runs inside the int8 kernels, by difference with a firmware whose int8 "
+              "requantization helpers are a shift): instructions per training step, share of the step. "
+              + "; ".join(f"{k}: {what}" for k, what, _ in FAMILIES) + ".", "",
+              "| model | " + " | ".join(keys) + " | of which requantization (per output) |",
+              "|---|" + "---:|" * (len(keys) + 1)]
+    for r in rows:
+        cells = [f"{m(r['per_step'][k])} ({r['per_step'][k] / r['insns_per_step']:.0%})" for k in keys]
+        rq = r["requantization_per_inference"]
+        lines.append(f"| {r['model']} | " + " | ".join(cells) +
+                     f" | {m(rq)} ({rq / r['insns_per_step']:.0%}; {rq / r['requantized_outputs']:.1f}) |")
     lines += ["", "Inference-only compiles (no plan: `tinytrain compile MODEL`), the frozen prefix row-streamed "
               "(memory/stream.py) against every tensor whole:", "",
               "| model | streamed: instructions | layer by layer: instructions | streaming overhead |",
@@ -190,10 +213,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--inferences", type=int, default=2)
     ap.add_argument("--board", default="qemu-m7")
+    ap.add_argument("--model", action="append", help="only these models (repeatable; default: all)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "qemu_instructions"))
     args = ap.parse_args()
     rows = []
     for name, path, plan, source in models():
+        if args.model and name not in args.model:
+            continue
         with tempfile.TemporaryDirectory(prefix="tinytrain-bench-") as tmp:
             row = measure(name, path, plan, source, args, Path(tmp))
         rows.append(row)

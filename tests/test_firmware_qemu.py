@@ -126,6 +126,21 @@ def test_systick_counts_instructions(board, tiny, tmp_path):
         assert abs(ticks * num / den - insns) <= 2 * num / den + 16, (insns, ticks)
 
 
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_fpu_requantization_equals_the_integer_spec_on_every_core(board, tiny, tmp_path):
+    """On the cores' FPUs (TT_FP32_FPU: VCVT, VMUL, VCVTR) clamp(tt_requantize_fp32_s8 + zero point) ==
+    clamp(tt_requantize_fp32 + zero point), the exact integer spec, on 400,000 values: every shift (-32..-2),
+    random significands, zero points and ranges, accumulators of all magnitudes and crowded around rounding ties
+    (test_codegen_ops.py FP32_S8_MAIN, there on the host's integer paths)."""
+    from test_codegen_ops import FP32_S8_MAIN
+
+    glue = ('#include "tt_board.h"\nextern void initialise_monitor_handles(void);\n'
+            'void tt_board_init(void) { initialise_monitor_handles(); }\n#define VALUES 400000\n')
+    on_fpu = '#if !TT_FP32_FPU\n#error "tt_fixedpoint.h takes no FPU path on this core"\n#endif\n'
+    r = _qemu(board, _program(tiny[1], board, glue + FP32_S8_MAIN + on_fpu, tmp_path))
+    assert r.returncode == 0 and "differ 0" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_fault_exits_qemu_with_its_status(tiny, tmp_path):
     fault = ('#include <stdio.h>\nextern void initialise_monitor_handles(void);\n'
              'void tt_board_init(void) { initialise_monitor_handles(); }\n'
