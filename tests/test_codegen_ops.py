@@ -112,6 +112,24 @@ def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw,
     assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
 
 
+@pytest.mark.parametrize("arm_dsp", [False, True])
+@pytest.mark.parametrize("cin, cout, single", [(1, 3, "fp32"), (7, 5, False), (19, 13, True), (128, 6, "fp32"),
+                                               (129, 4, False)])
+def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single, arm_dsp):
+    """Pointwise kernels that widen two pixels' inputs at once and take 2 output channels x 2 pixels per inner
+    product (tt_dot2x2w_s8, inputs of up to 128 channels; 129: one pixel at a time) == the simulator, portable and
+    DSP C: an odd number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero
+    points, every rounding."""
+    b = GraphBuilder(cin)
+    h = b.conv(b.input((1, 5, 3, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
+               single=single)
+    g = b.build(b.conv(h, cin, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, single=single, act=(-100, 110)))
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    got = _predict_arm_dsp(g, xs, cache) if arm_dsp else engine_c.predict(g, xs, cache_dir=cache)
+    assert np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("c, single", [(19, "fp32"), (8, False), (13, True)])
 def test_arm_dsp_depthwise_equals_the_portable_reference(cache, c, single):
     """Depthwise kernels of a DSP target (tt_mac4_s8: four channels per SXTAB16 / SMLABB step, taps unrolled inside
@@ -190,7 +208,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     assert g.nodes[1].attrs.requant.shift[:5] == (2, 0, -1, 0, -30)
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
-    assert "tt_depthwise_conv_3x3_s1_p1x1_s8_f32(" in source and "tt_conv_1x1_xw_s8_f32w(" in source
+    assert "tt_depthwise_conv_3x3_s1_p1x1_s8_f32(" in source and "tt_conv_1x1_xw2_s8_f32w(" in source
     xs = b.inputs_batch(g, 4)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
     got = _predict_arm_dsp(g, xs, cache) if arm_dsp else engine_c.predict(g, xs, cache_dir=cache)
