@@ -396,7 +396,8 @@ int main(void) {
             continue;
         }
         tested++;
-        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, shift) + zp, lo, hi);
+        const int32_t scale_bits = (int32_t)(((uint32_t)(shift + 126) << 23) + (uint32_t)m - (1u << 23));
+        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, scale_bits) + zp, lo, hi);
         const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32((int32_t)acc, m * 128, shift) + zp, lo, hi);
         if (fast != want && differ++ < 5) {
             printf("acc %ld multiplier %ld shift %ld zp %ld range %ld..%ld: %d, want %d\n", (long)acc,

@@ -19,8 +19,8 @@
 #endif
 
 /* TT_FP32_FPU: whether the compiler targets an Arm core with a single-precision FPU (Cortex-M4F / M7 / M55 hard-float
- * builds): tt_requantize_fp32_s8 then computes onnxruntime's float32 requantization on it (VCVT, VMUL, VCVTR), the
- * very IEEE arithmetic the spec names, instead of emulating it in integers (docs/design.md §3a). */
+ * builds): tt_requantize_fp32_s8 then computes onnxruntime's float32 requantization on it (VLDR of the scale, VCVT,
+ * VMUL, VCVTR), the very IEEE arithmetic the spec names, instead of emulating it in integers (docs/design.md §3a). */
 #ifndef TT_FP32_FPU
 #if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
 #define TT_FP32_FPU 1
@@ -187,7 +187,10 @@ static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, i
 }
 
 /* tt_requantize_fp32's int8-output form, for -32 <= shift <= -2 (26 <= k <= 56: the scales of int8 layers;
- * bindings/common.py picks tt_requantize_fp32_wide for a node with any other shift). A fast path in 32-bit words:
+ * bindings/common.py picks tt_requantize_fp32_wide for a node with any other shift), given the multiplier and, for
+ * the shift, the float32 bits of the scale (bindings/common.py rq_operand): scale_bits = ((shift + 126) << 23) +
+ * (multiplier >> 7) - 2^23, the multiplier in [2^30, 2^31) (no channel with a zero scale takes this helper: its
+ * shift 0 is outside -32..-2), so shift = (scale_bits >> 23) - 126. A fast path in 32-bit words:
  * q = floor(p * 2^(32 - k)) = floor(acc * multiplier / 2^e), e = -1 - shift in 1..31, is the 64-bit product
  * shifted right by e (p = acc * m exact); its high word is floor(p / 2^k), its low word f the remainder of p
  * modulo 2^k in units of 2^(k - 32), floored. The fast result is high word + (f >= 2^31), p / 2^k rounded half
@@ -196,21 +199,21 @@ static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, i
  *     2^18 + 1 units of f; farther from the tie than that the exact p' rounds as p does: the same result.
  *   |p| >= 2^(k + 9): both results have magnitude >= 511 and the same sign: both clamp to act_min or act_max.
  * About 1 output in 4000 lies within 2^19 of the tie and takes tt_requantize_fp32.
- * With TT_FP32_FPU the FPU computes the spec itself, every bit equal for every acc (docs/design.md §3a): scale is
- * the float32 whose bits are ((shift + 125) << 23) + (multiplier >> 7) (multiplier in [2^30, 2^31): no channel with
- * a zero scale takes this helper, its shift 0 is outside -32..-2), (float)acc and the product round to nearest even
- * (the FPSCR's reset mode), and VCVTR rounds the product, |product| < 2^29, to the nearest integer, ties to even. */
-static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int32_t shift) {
+ * With TT_FP32_FPU the FPU computes the spec itself, every bit equal for every acc (docs/design.md §3a): the scale
+ * as loaded, (float)acc and the product rounded to nearest even (the FPSCR's reset mode), and VCVTR rounds the
+ * product, |product| < 2^29, to the nearest integer, ties to even. */
+static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int32_t scale_bits) {
 #if TT_FP32_FPU
-    const uint32_t scale_bits = ((uint32_t)(shift + 125) << 23) + ((uint32_t)multiplier >> 7);
     float scale, y;
     int32_t r;
+    (void)multiplier;
     memcpy(&scale, &scale_bits, sizeof scale);
     const float p = (float)acc * scale;
     __asm__("vcvtr.s32.f32 %0, %1" : "=t"(y) : "t"(p));
     memcpy(&r, &y, sizeof r);
     return r;
 #else
+    const int32_t shift = (int32_t)((uint32_t)scale_bits >> 23) - 126;
     const int e = -1 - (int)shift;
 #if TT_WORD64  /* one 64-bit shift */
     const int64_t q = ((int64_t)acc * multiplier) >> e;
