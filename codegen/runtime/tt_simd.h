@@ -264,18 +264,18 @@ static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1
     }
 }
 
-/* Two rows at two pixels against a tt_widen2_s8 buffer, w1 = w0 + stride: acc[0] += x0 . w0, acc[1] += x0 . w1,
- * acc[2] += x1 . w0, acc[3] += x1 . w1 over n channels. Each weight word is widened once for both pixels, each
- * widened input word read once for both rows: per 4 channels 2 weight loads, 4 SXTB16, 4 widened words, 8 SMLAD. */
-static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, int stride, int n, int32_t acc[4]) {
+/* Two rows w0, w1 at two pixels against a tt_widen2_s8 buffer: acc[0] += x0 . w0, acc[1] += x0 . w1, acc[2] += x1 . w0,
+ * acc[3] += x1 . w1 over n channels. Each weight word is widened once for both pixels, each widened input word read
+ * once for both rows: per 4 channels 2 weight loads, 4 SXTB16, 4 widened words, 8 SMLAD. */
+static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
     const int8_t *end4 = w0 + (n - n % 4);
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
-    for (; w0 != end4; w0 += 4, xw += 4) {
+    for (; w0 != end4; w0 += 4, w1 += 4, xw += 4) {
         uint32_t v = tt_read_u32(w0);
         uint32_t wa = tt_sxtb16(v), wb = tt_sxtb16_ror8(v);
         a0 = tt_smlad(xw[1], wb, tt_smlad(xw[0], wa, a0));
         a2 = tt_smlad(xw[3], wb, tt_smlad(xw[2], wa, a2));
-        v = tt_read_u32(w0 + stride);
+        v = tt_read_u32(w1);
         wa = tt_sxtb16(v);
         wb = tt_sxtb16_ror8(v);
         a1 = tt_smlad(xw[1], wb, tt_smlad(xw[0], wa, a1));
@@ -284,9 +284,9 @@ static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, int strid
     for (int c = 0; c < n % 4; c++) {  /* the rest group: channel c in word c % 2, halfword c / 2 */
         const int32_t x0c = (int16_t)(xw[c % 2] >> (16 * (c / 2))), x1c = (int16_t)(xw[2 + c % 2] >> (16 * (c / 2)));
         a0 += x0c * (int32_t)w0[c];
-        a1 += x0c * (int32_t)w0[stride + c];
+        a1 += x0c * (int32_t)w1[c];
         a2 += x1c * (int32_t)w0[c];
-        a3 += x1c * (int32_t)w0[stride + c];
+        a3 += x1c * (int32_t)w1[c];
     }
     acc[0] = a0;
     acc[1] = a1;
@@ -377,10 +377,9 @@ static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1
     }
 }
 
-/* Two rows at two pixels against a tt_widen2_s8 buffer, w1 = w0 + stride: acc[0] += x0 . w0, acc[1] += x0 . w1,
- * acc[2] += x1 . w0, acc[3] += x1 . w1 over n channels. */
-static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, int stride, int n, int32_t acc[4]) {
-    const int8_t *w1 = w0 + stride;
+/* Two rows w0, w1 at two pixels against a tt_widen2_s8 buffer: acc[0] += x0 . w0, acc[1] += x0 . w1, acc[2] += x1 . w0,
+ * acc[3] += x1 . w1 over n channels. */
+static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     for (int c = 0; c < n; c++) {
         a0 += xw[c] * (int16_t)w0[c];
