@@ -1,7 +1,7 @@
 """Instructions per training step and per inference on the emulated Cortex-M7 (qemu-m7), beside the published
 latencies and a lower bound from MAC counts; RAM and flash of each firmware.
 
-    .venv/bin/python benchmarks/qemu_instructions.py [--steps 3] [--inferences 2] [--board qemu-m7]
+    .venv/bin/python benchmarks/qemu_instructions.py [--steps 3] [--inferences 2] [--board qemu-m7] [--model NAME ...]
 
 For each shipped model (models/*.onnx) with its shipped sparse plan (models/plans/NAME-sparse.json; the
 MobileNetV1-0.25 VWW models have none shipped and use VWW_PLAN below), and the MLPerf VWW model from ../shared
@@ -17,6 +17,8 @@ per cycle (SMLAD), fp32 MACs (backward and everything float) at 1 per cycle (VFM
 best one per cycle); the instructions QEMU counted. Instructions are not cycles: a Cortex-M7 issues up to two
 instructions per cycle and stalls on memory, so this compares orders of magnitude, not exact timing.
 Images are synthetic (uniform random pixels, seed 0): the counts vary by well under 1 % across images.
+Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/qemu_profile.py
+(two more firmwares per model, instrumented copies of the same C).
 
 Writes benchmarks/results/qemu_instructions.json and .md.
 """
@@ -37,6 +39,7 @@ import numpy as np
 from qemu_profile import FAMILIES, profile
 from tinytrain import engine_qemu
 from tinytrain.data import model_inputs
+from tinytrain.firmware.project import STACK_BYTES
 from tinytrain.frontends import load_model
 from tinytrain.ir import DType
 from tinytrain.ops import get_op
@@ -173,19 +176,17 @@ def markdown(rows, meta) -> str:
     pub = f"{min(vs_pub):.1f}x to {max(vs_pub):.1f}x the published cycles, " if vs_pub else ""
     lines += ["", f"Reading: the int8 forward pass is most of a training step ({min(share):.0%} to {max(share):.0%} of "
               f"its instructions) and costs {min(per_mac):.1f} to {max(per_mac):.1f} instructions per MAC. On a core "
-              "with the DSP extension (tt_simd.h) pointwise and regular convolutions take their inner products on "
-              "SXTB16 / SMLAD against each output pixel's input (or im2col window) widened once, four output "
-              "channels at a time (under 2 instructions per MAC in the loop); depthwise convolutions run four "
-              "channels per input load on SXTAB16 / SMLABB, the taps unrolled where the window lies inside the "
-              "input; four outputs are saturated, clamped and stored as one word; onnxruntime's float32 "
-              "requantization and TFLite's double rounding take 32-bit fast paths (some 20 instructions per output "
-              "with their table loads). Beside the MACs, requantization and per-output loop overhead over the small "
-              "channel counts of these models are the rest; the published numbers come from hand-tuned CMSIS-NN "
-              "kernels. A "
+              "with the DSP extension (tt_simd.h) pointwise convolutions of up to 128 input channels widen two "
+              "pixels' inputs at once and take 2 output channels x 2 pixels per inner product (8 SMLAD per 2 weight "
+              "loads); wider ones and regular convolutions take theirs against each output pixel's input (or im2col "
+              "window) widened once, four output channels at a time; depthwise convolutions run four channels per "
+              "input load on SXTAB16 / SMLABB, the taps unrolled where the window lies inside the input. On an FPU "
+              "(M4F / M7 / M55) onnxruntime's float32 requantization is that float32 arithmetic (VCVT / VMUL / VCVTR, "
+              "bit for bit the spec: docs/design.md §3a), TFLite's double rounding a 32-bit integer fast path. A "
               f"training step takes {pub}{min(vs_lb):.0f}x to {max(vs_lb):.0f}x the MAC lower bound; the backward "
               f"pass (fp32, planned layers only) adds {min(extra):.0%} to {max(extra):.0%} to the forward pass. RAM is "
               "the whole RAM region the linker placed (stack + data + arena + trainable copies + heap), within the "
-              "256 KB budget; stack used is the measured high-water mark (2 KB reserved)."]
+              f"256 KB budget; stack used is the measured high-water mark ({STACK_BYTES:,} B reserved)."]
     keys = [k for k, _, _ in FAMILIES] + ["outside_kernels"]
     lines += ["", "Per op family (`benchmarks/qemu_profile.py`: SysTick read around every kernel call of a training "
               "step; requantization, which runs inside the int8 kernels, by difference with a firmware whose int8 "
