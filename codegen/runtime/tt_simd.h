@@ -2,7 +2,7 @@
  * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, tt_dot4w_s8 against an
  * input widened once per output pixel, tt_widen_s8, and tt_dot2x2w_s8, two rows at two pixels, against two pixels'
  * inputs widened once, tt_widen2_s8), one window tap of four neighbouring depthwise channels
- * (tt_mac4_s8), and the clamped store of four int8 outputs (tt_store4_s8).
+ * (tt_mac4_s8), and the clamped store of four or two int8 outputs (tt_store4_s8, tt_store2_s8).
  *
  * Two implementations of the same integers, chosen ONCE per project by TT_ARM_DSP, which the generated
  * tinytrain_model.c defines from the compile's --target (codegen/emit.py: arm_dsp) before including this file:
@@ -316,6 +316,15 @@ static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, i
     memcpy(y, &r, sizeof r);
 }
 
+/* y[q] = clamp(v_q, lo, hi), q < 2, for -128 <= lo <= hi <= 127: saturated to int8, packed, clamped bytewise, one
+ * halfword store (y may be unaligned). */
+static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, int32_t hi) {
+    const uint32_t lo4 = (uint32_t)(uint8_t)lo * 0x01010101u, hi4 = (uint32_t)(uint8_t)hi * 0x01010101u;
+    const uint32_t packed = ((uint32_t)tt_ssat8(v0) & 0xFFu) | ((uint32_t)tt_ssat8(v1) << 8);  /* bytes 2, 3 unused */
+    const uint16_t h = (uint16_t)tt_min_s8x4(tt_max_s8x4(packed, lo4), hi4);
+    memcpy(y, &h, sizeof h);
+}
+
 #else /* portable C: the reference */
 
 /* sum_c (x[c] - in_zp) * w[c], c < n. 16-bit operands (x - in_zp fits int16) so vectorizers use 16x16->32
@@ -408,6 +417,12 @@ static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, i
     y[1] = (int8_t)(v1 < lo ? lo : (v1 > hi ? hi : v1));
     y[2] = (int8_t)(v2 < lo ? lo : (v2 > hi ? hi : v2));
     y[3] = (int8_t)(v3 < lo ? lo : (v3 > hi ? hi : v3));
+}
+
+/* y[q] = clamp(v_q, lo, hi), q < 2. */
+static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, int32_t hi) {
+    y[0] = (int8_t)(v0 < lo ? lo : (v0 > hi ? hi : v0));
+    y[1] = (int8_t)(v1 < lo ? lo : (v1 > hi ? hi : v1));
 }
 
 #endif /* TT_ARM_DSP */
