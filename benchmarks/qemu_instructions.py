@@ -1,7 +1,7 @@
 """Instructions per training step and per inference on the emulated Cortex-M7 (qemu-m7), beside the published
 latencies and a lower bound from MAC counts; RAM and flash of each firmware.
 
-    .venv/bin/python benchmarks/qemu_instructions.py [--steps 3] [--inferences 2] [--board qemu-m7]
+    .venv/bin/python benchmarks/qemu_instructions.py [--steps 3] [--inferences 2] [--board qemu-m7] [--model NAME ...]
 
 For each shipped model (models/*.onnx) with its shipped sparse plan (models/plans/NAME-sparse.json; the
 MobileNetV1-0.25 VWW models have none shipped and use VWW_PLAN below), and the MLPerf VWW model from ../shared
@@ -17,6 +17,8 @@ per cycle (SMLAD), fp32 MACs (backward and everything float) at 1 per cycle (VFM
 best one per cycle); the instructions QEMU counted. Instructions are not cycles: a Cortex-M7 issues up to two
 instructions per cycle and stalls on memory, so this compares orders of magnitude, not exact timing.
 Images are synthetic (uniform random pixels, seed 0): the counts vary by well under 1 % across images.
+Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/qemu_profile.py
+(two more firmwares per model, instrumented copies of the same C).
 
 Writes benchmarks/results/qemu_instructions.json and .md.
 """
@@ -34,8 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
+from qemu_profile import FAMILIES, profile
 from tinytrain import engine_qemu
 from tinytrain.data import model_inputs
+from tinytrain.firmware.project import STACK_BYTES
 from tinytrain.frontends import load_model
 from tinytrain.ir import DType
 from tinytrain.ops import get_op
@@ -88,6 +92,13 @@ def forward_macs(graph) -> int:
     return total
 
 
+def requantized_outputs(graph) -> int:
+    """Outputs of the int8 nodes requantized through a tt_fixedpoint.h _s8 helper (convolutions, mean, fully
+    connected) in one inference."""
+    return sum(int(np.prod(graph.tensors[n.outputs[0]].shape)) for n in graph.nodes
+               if getattr(n.attrs, "requant", None) is not None)
+
+
 def measure(name, path, plan, plan_source, args, work: Path) -> dict:
     graph = load_model(path)
     tg = build_training_graph(graph, plan)
@@ -106,11 +117,12 @@ def measure(name, path, plan, plan_source, args, work: Path) -> dict:
     except engine_qemu.QemuError as e:
         m = re.search(r"region `RAM' overflowed by (\d+) bytes", str(e))
         row.update(links_at_256k=False, ram_overflow_bytes=int(m.group(1)) if m else None)
-        big = work / "compile_4m"
-        engine_qemu.emit_compile_dir(tg, big, 4 * MB - 64 * KB, 1 * MB)  # same C and plan, only the budget differs
-        fw = engine_qemu.build(big, args.board, work / "project_4m")
+        compile_dir = work / "compile_4m"
+        engine_qemu.emit_compile_dir(tg, compile_dir, 4 * MB - 64 * KB, 1 * MB)  # same C and plan, other budget
+        fw = engine_qemu.build(compile_dir, args.board, work / "project_4m")
     t0 = time.time()
-    r = engine_qemu.run(fw, args.board, train=(x[:args.steps], y[:args.steps]), test=(x[args.steps:], y[args.steps:]))
+    train, test = (x[:args.steps], y[:args.steps]), (x[args.steps:], y[args.steps:])
+    r = engine_qemu.run(fw, args.board, train=train, test=test)
     int8, fp32 = mac_counts(tg)
     fwd = forward_macs(graph)
     row.update(
@@ -121,6 +133,8 @@ def measure(name, path, plan, plan_source, args, work: Path) -> dict:
         step_int8_macs=int8, step_fp32_macs=fp32, lower_bound_cycles_per_step=int(int8 / 2 + fp32),
         inference_macs=fwd, lower_bound_cycles_per_inference=int(fwd / 2),
         qemu_seconds=round(time.time() - t0, 2))
+    row.update(profile(compile_dir, args.board, work, train, test, row["insns_per_step"], row["insns_per_inference"]),
+               requantized_outputs=requantized_outputs(graph))
     for stream in (True, False):  # the inference-only compile (no plan), streamed and layer by layer
         key = "inference_only_insns" + ("" if stream else "_layer_by_layer")
         engine_qemu.emit_compile_dir(graph, work / f"inference_{stream}", 4 * MB - 64 * KB, 1 * MB, stream=stream)
@@ -162,19 +176,29 @@ def markdown(rows, meta) -> str:
     pub = f"{min(vs_pub):.1f}x to {max(vs_pub):.1f}x the published cycles, " if vs_pub else ""
     lines += ["", f"Reading: the int8 forward pass is most of a training step ({min(share):.0%} to {max(share):.0%} of "
               f"its instructions) and costs {min(per_mac):.1f} to {max(per_mac):.1f} instructions per MAC. On a core "
-              "with the DSP extension (tt_simd.h) pointwise and regular convolutions take their inner products on "
-              "SXTB16 / SMLAD against each output pixel's input (or im2col window) widened once, four output "
-              "channels at a time (under 2 instructions per MAC in the loop); depthwise convolutions run four "
-              "channels per input load on SXTAB16 / SMLABB, the taps unrolled where the window lies inside the "
-              "input; four outputs are saturated, clamped and stored as one word; onnxruntime's float32 "
-              "requantization and TFLite's double rounding take 32-bit fast paths (some 20 instructions per output "
-              "with their table loads). Beside the MACs, requantization and per-output loop overhead over the small "
-              "channel counts of these models are the rest; the published numbers come from hand-tuned CMSIS-NN "
-              "kernels. A "
+              "with the DSP extension (tt_simd.h) pointwise convolutions of up to 128 input channels widen two "
+              "pixels' inputs at once and take 2 output channels x 2 pixels per inner product (8 SMLAD per 2 weight "
+              "loads); wider ones and regular convolutions take theirs against each output pixel's input (or im2col "
+              "window) widened once, four output channels at a time; depthwise convolutions run four channels per "
+              "input load on SXTAB16 / SMLABB, the taps unrolled where the window lies inside the input. On an FPU "
+              "(M4F / M7 / M55) onnxruntime's float32 requantization is that float32 arithmetic (VCVT / VMUL / VCVTR, "
+              "bit for bit the spec: docs/design.md §3a), TFLite's double rounding a 32-bit integer fast path. A "
               f"training step takes {pub}{min(vs_lb):.0f}x to {max(vs_lb):.0f}x the MAC lower bound; the backward "
               f"pass (fp32, planned layers only) adds {min(extra):.0%} to {max(extra):.0%} to the forward pass. RAM is "
               "the whole RAM region the linker placed (stack + data + arena + trainable copies + heap), within the "
-              "256 KB budget; stack used is the measured high-water mark (2 KB reserved)."]
+              f"256 KB budget; stack used is the measured high-water mark ({STACK_BYTES:,} B reserved)."]
+    keys = [k for k, _, _ in FAMILIES] + ["outside_kernels"]
+    lines += ["", "Per op family (`benchmarks/qemu_profile.py`: SysTick read around every kernel call of a training "
+              "step; requantization, which runs inside the int8 kernels, by difference with a firmware whose int8 "
+              "requantization helpers are a shift): instructions per training step, share of the step. "
+              + "; ".join(f"{k}: {what}" for k, what, _ in FAMILIES) + ".", "",
+              "| model | " + " | ".join(keys) + " | of which requantization (per output) |",
+              "|---|" + "---:|" * (len(keys) + 1)]
+    for r in rows:
+        cells = [f"{m(r['per_step'][k])} ({r['per_step'][k] / r['insns_per_step']:.0%})" for k in keys]
+        rq = r["requantization_per_inference"]
+        lines.append(f"| {r['model']} | " + " | ".join(cells) +
+                     f" | {m(rq)} ({rq / r['insns_per_step']:.0%}; {rq / r['requantized_outputs']:.1f}) |")
     lines += ["", "Inference-only compiles (no plan: `tinytrain compile MODEL`), the frozen prefix row-streamed "
               "(memory/stream.py) against every tensor whole:", "",
               "| model | streamed: instructions | layer by layer: instructions | streaming overhead |",
@@ -190,10 +214,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--inferences", type=int, default=2)
     ap.add_argument("--board", default="qemu-m7")
+    ap.add_argument("--model", action="append", help="only these models (repeatable; default: all)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "qemu_instructions"))
     args = ap.parse_args()
     rows = []
     for name, path, plan, source in models():
+        if args.model and name not in args.model:
+            continue
         with tempfile.TemporaryDirectory(prefix="tinytrain-bench-") as tmp:
             row = measure(name, path, plan, source, args, Path(tmp))
         rows.append(row)

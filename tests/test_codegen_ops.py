@@ -112,6 +112,24 @@ def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw,
     assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
 
 
+@pytest.mark.parametrize("arm_dsp", [False, True])
+@pytest.mark.parametrize("cin, cout, single", [(1, 3, "fp32"), (7, 5, False), (19, 13, True), (128, 6, "fp32"),
+                                               (129, 4, False)])
+def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single, arm_dsp):
+    """Pointwise kernels that widen two pixels' inputs at once and take 2 output channels x 2 pixels per inner
+    product (tt_dot2x2w_s8, inputs of up to 128 channels; 129: one pixel at a time) == the simulator, portable and
+    DSP C: an odd number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero
+    points, every rounding."""
+    b = GraphBuilder(cin)
+    h = b.conv(b.input((1, 5, 3, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
+               single=single)
+    g = b.build(b.conv(h, cin, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, single=single, act=(-100, 110)))
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    got = _predict_arm_dsp(g, xs, cache) if arm_dsp else engine_c.predict(g, xs, cache_dir=cache)
+    assert np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("c, single", [(19, "fp32"), (8, False), (13, True)])
 def test_arm_dsp_depthwise_equals_the_portable_reference(cache, c, single):
     """Depthwise kernels of a DSP target (tt_mac4_s8: four channels per SXTAB16 / SMLABB step, taps unrolled inside
@@ -190,7 +208,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     assert g.nodes[1].attrs.requant.shift[:5] == (2, 0, -1, 0, -30)
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
-    assert "tt_depthwise_conv_3x3_s1_p1x1_s8_f32(" in source and "tt_conv_1x1_xw_s8_f32w(" in source
+    assert "tt_depthwise_conv_3x3_s1_p1x1_s8_f32(" in source and "tt_conv_1x1_xw2_s8_f32w(" in source
     xs = b.inputs_batch(g, 4)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
     got = _predict_arm_dsp(g, xs, cache) if arm_dsp else engine_c.predict(g, xs, cache_dir=cache)
@@ -333,9 +351,11 @@ def test_requantize_fp32_helper_matches_quant_py_and_float32(tmp_path):
 
 
 FP32_S8_MAIN = r"""
-#include <math.h>
 #include <stdio.h>
 #include "tt_fixedpoint.h"
+#ifndef VALUES
+#define VALUES 4000000
+#endif
 
 static uint64_t state = 0x9E3779B97F4A7C15u;
 static uint64_t next(void) {  /* xorshift64 */
@@ -347,7 +367,7 @@ static uint64_t next(void) {  /* xorshift64 */
 
 int main(void) {
     long tested = 0, differ = 0;
-    for (long i = 0; i < 4000000; i++) {
+    for (long i = 0; i < VALUES; i++) {
         const int32_t shift = -32 + (int32_t)(next() % 31);                          /* -32..-2 */
         const int32_t m = (int32_t)((1u << 23) + (uint32_t)(next() % (1u << 23)));  /* 24-bit significand */
         const int32_t zp = (int32_t)(next() % 256) - 128;
@@ -366,8 +386,9 @@ int main(void) {
             const int64_t span = i % 8 == 1 ? 4200 : 300;  /* mostly results that land in the int8 range */
             const double j = (double)((int64_t)(next() % (uint64_t)(2 * span)) - span);
             const int64_t reach = k > 35 ? (int64_t)1 << (k - 33) : 3;
-            acc = (int64_t)floor((2.0 * j + 1.0) * ldexp(1.0, k - 1) / (double)m) +
-                  (int64_t)(next() % (uint64_t)(2 * reach + 1)) - reach;
+            const double t = (2.0 * j + 1.0) * (double)((int64_t)1 << (k - 1)) / (double)m;
+            const int64_t t_int = (int64_t)t;  /* floor(t): no libm on the boards */
+            acc = t_int - ((double)t_int > t) + (int64_t)(next() % (uint64_t)(2 * reach + 1)) - reach;
         } else {  /* any magnitude */
             acc = (int64_t)(int32_t)(uint32_t)next() >> (next() % 32);
         }
@@ -375,10 +396,11 @@ int main(void) {
             continue;
         }
         tested++;
-        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, shift) + zp, lo, hi);
+        const int32_t scale_bits = (int32_t)(((uint32_t)(shift + 126) << 23) + (uint32_t)m - (1u << 23));
+        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, scale_bits) + zp, lo, hi);
         const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32((int32_t)acc, m * 128, shift) + zp, lo, hi);
         if (fast != want && differ++ < 5) {
-            printf("acc %lld multiplier %ld shift %ld zp %ld range %ld..%ld: %d, want %d\n", (long long)acc,
+            printf("acc %ld multiplier %ld shift %ld zp %ld range %ld..%ld: %d, want %d\n", (long)acc,
                    (long)m * 128, (long)shift, (long)zp, (long)lo, (long)hi, fast, want);
         }
     }
@@ -395,8 +417,7 @@ def test_requantize_fp32_s8_equals_the_exact_helper(tmp_path):
     the fast path's tie band (where the float32 roundings of wide accumulators decide), for results in the int8
     range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts)."""
     for word64 in (0, 1):  # both ways tt_fixedpoint.h computes the fast path (32-bit cores, 64-bit hosts)
-        exe = _build_fixedpoint_main(tmp_path, FP32_S8_MAIN, f"requant_fp32_s8_{word64}", f"-DTT_WORD64={word64}",
-                                     "-lm")
+        exe = _build_fixedpoint_main(tmp_path, FP32_S8_MAIN, f"requant_fp32_s8_{word64}", f"-DTT_WORD64={word64}")
         r = subprocess.run([str(exe)], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "differ 0" in r.stdout

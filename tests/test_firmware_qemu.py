@@ -126,6 +126,21 @@ def test_systick_counts_instructions(board, tiny, tmp_path):
         assert abs(ticks * num / den - insns) <= 2 * num / den + 16, (insns, ticks)
 
 
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_fpu_requantization_equals_the_integer_spec_on_every_core(board, tiny, tmp_path):
+    """On the cores' FPUs (TT_FP32_FPU: VCVT, VMUL, VCVTR) clamp(tt_requantize_fp32_s8 + zero point) ==
+    clamp(tt_requantize_fp32 + zero point), the exact integer spec, on 400,000 values: every shift (-32..-2),
+    random significands, zero points and ranges, accumulators of all magnitudes and crowded around rounding ties
+    (test_codegen_ops.py FP32_S8_MAIN, there on the host's integer paths)."""
+    from test_codegen_ops import FP32_S8_MAIN
+
+    glue = ('#include "tt_board.h"\nextern void initialise_monitor_handles(void);\n'
+            'void tt_board_init(void) { initialise_monitor_handles(); }\n#define VALUES 400000\n')
+    on_fpu = '#if !TT_FP32_FPU\n#error "tt_fixedpoint.h takes no FPU path on this core"\n#endif\n'
+    r = _qemu(board, _program(tiny[1], board, glue + FP32_S8_MAIN + on_fpu, tmp_path))
+    assert r.returncode == 0 and "differ 0" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_fault_exits_qemu_with_its_status(tiny, tmp_path):
     fault = ('#include <stdio.h>\nextern void initialise_monitor_handles(void);\n'
              'void tt_board_init(void) { initialise_monitor_handles(); }\n'
@@ -250,7 +265,8 @@ def test_zoo_shipped_plans_on_qemu_m7_equal_the_host_engine(model, tmp_path):
 def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     """The forward kernels' Arm DSP paths on the real instructions (SXTAB16 / SMLAD / SMLABB, SSAT / BFI / SSUB8 +
     SEL, the 32-bit requantization fast paths): depthwise windows inside and clipped at the border, channel counts
-    off the blocks of 4, widened pointwise and im2col inputs, every rounding, == the simulator."""
+    off the blocks of 4, widened pointwise (two pixels at once, tt_dot2x2w_s8) and im2col inputs, every rounding (the
+    float32 one on the FPU), == the simulator."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -258,10 +274,10 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     from tinytrain import simulator
 
     b = GraphBuilder(5)
-    h = b.input((1, 9, 8, 19))
+    h = b.input((1, 9, 7, 19))
     h = b.conv(h, 19, 3, padding=(1, 1, 1, 1), depthwise=True, weight_zp=True, single="fp32", act=(-100, 110))
     h = b.conv(h, 19, (5, 3), (2, 1), (2, 1, 2, 1), depthwise=True, single=True)
-    h = b.conv(h, 14, 1, weight_zp=True, single="fp32")
+    h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 35 pixels, 13 channels: odd in both tiles' sizes
     h = b.conv(h, 7, 3, (2, 2), (1, 1, 1, 1), single=False, act=(-128, 90))
     g = b.build(b.conv(h, 6, 1, single="fp32"))
     engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core)

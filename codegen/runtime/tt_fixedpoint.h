@@ -3,17 +3,30 @@
  * The math only; kernels (the generated tinytrain_model.c) call these. Each function is the C
  * counterpart of a function in tinytrain/quant.py or tinytrain/ops/softmax.py and must agree with
  * it bit for bit (the _s8 forms: their int8 outputs). Portable C99: signed right shifts are arithmetic
- * on every compiler we target; one GCC / Clang attribute keeps a rarely taken exact path out of line.
+ * on every compiler we target; one GCC / Clang attribute keeps a rarely taken exact path out of line; on an Arm
+ * core with an FPU one instruction of inline assembly (VCVTR, TT_FP32_FPU) rounds float32 to int.
  */
 #ifndef TT_FIXEDPOINT_H
 #define TT_FIXEDPOINT_H
 
 #include <stdint.h>
+#include <string.h>
 
 /* TT_WORD64: whether 64-bit integer shifts are single instructions (64-bit hosts) or not (Cortex-M); it only
  * chooses between two ways of computing the same integers in tt_requantize_fp32_s8. */
 #ifndef TT_WORD64
 #define TT_WORD64 (UINTPTR_MAX > 0xFFFFFFFFu)
+#endif
+
+/* TT_FP32_FPU: whether the compiler targets an Arm core with a single-precision FPU (Cortex-M4F / M7 / M55 hard-float
+ * builds): tt_requantize_fp32_s8 then computes onnxruntime's float32 requantization on it (VLDR of the scale, VCVT,
+ * VMUL, VCVTR), the very IEEE arithmetic the spec names, instead of emulating it in integers (docs/design.md §3a). */
+#ifndef TT_FP32_FPU
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
+#define TT_FP32_FPU 1
+#else
+#define TT_FP32_FPU 0
+#endif
 #endif
 
 /* SaturatingRoundingDoublingHighMul: (a * b * 2) >> 32, rounded, saturated on INT32_MIN * INT32_MIN. */
@@ -174,7 +187,10 @@ static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, i
 }
 
 /* tt_requantize_fp32's int8-output form, for -32 <= shift <= -2 (26 <= k <= 56: the scales of int8 layers;
- * bindings/common.py picks tt_requantize_fp32_wide for a node with any other shift). A fast path in 32-bit words:
+ * bindings/common.py picks tt_requantize_fp32_wide for a node with any other shift), given the multiplier and, for
+ * the shift, the float32 bits of the scale (bindings/common.py rq_operand): scale_bits = ((shift + 126) << 23) +
+ * (multiplier >> 7) - 2^23, the multiplier in [2^30, 2^31) (no channel with a zero scale takes this helper: its
+ * shift 0 is outside -32..-2), so shift = (scale_bits >> 23) - 126. A fast path in 32-bit words:
  * q = floor(p * 2^(32 - k)) = floor(acc * multiplier / 2^e), e = -1 - shift in 1..31, is the 64-bit product
  * shifted right by e (p = acc * m exact); its high word is floor(p / 2^k), its low word f the remainder of p
  * modulo 2^k in units of 2^(k - 32), floored. The fast result is high word + (f >= 2^31), p / 2^k rounded half
@@ -182,8 +198,22 @@ static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, i
  *   |p| < 2^(k + 9): the float32 roundings of acc and of p move p by at most |p| * 2^-23 (1 + 2^-24), under
  *     2^18 + 1 units of f; farther from the tie than that the exact p' rounds as p does: the same result.
  *   |p| >= 2^(k + 9): both results have magnitude >= 511 and the same sign: both clamp to act_min or act_max.
- * About 1 output in 4000 lies within 2^19 of the tie and takes tt_requantize_fp32. */
-static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int32_t shift) {
+ * About 1 output in 4000 lies within 2^19 of the tie and takes tt_requantize_fp32.
+ * With TT_FP32_FPU the FPU computes the spec itself, every bit equal for every acc (docs/design.md §3a): the scale
+ * as loaded, (float)acc and the product rounded to nearest even (the FPSCR's reset mode), and VCVTR rounds the
+ * product, |product| < 2^29, to the nearest integer, ties to even. */
+static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int32_t scale_bits) {
+#if TT_FP32_FPU
+    float scale, y;
+    int32_t r;
+    (void)multiplier;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    const float p = (float)acc * scale;
+    __asm__("vcvtr.s32.f32 %0, %1" : "=t"(y) : "t"(p));
+    memcpy(&r, &y, sizeof r);
+    return r;
+#else
+    const int32_t shift = (int32_t)((uint32_t)scale_bits >> 23) - 126;
     const int e = -1 - (int)shift;
 #if TT_WORD64  /* one 64-bit shift */
     const int64_t q = ((int64_t)acc * multiplier) >> e;
@@ -199,6 +229,7 @@ static inline int32_t tt_requantize_fp32_s8(int32_t acc, int32_t multiplier, int
         return tt_requantize_fp32(acc, multiplier, shift);
     }
     return high + (int32_t)(f >> 31);
+#endif
 }
 
 /* tt_requantize_fp32 under the name bindings/common.py gives nodes with a shift outside -32..-2, and its int8-output

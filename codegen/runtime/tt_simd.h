@@ -1,7 +1,8 @@
 /* tt_simd.h — the int8 inner loops of the forward kernels: sum_c (x[c] - in_zp) * w[c] in int32 over contiguous
- * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, and tt_dot4w_s8 against an
- * input widened once per output pixel, tt_widen_s8), one window tap of four neighbouring depthwise channels
- * (tt_mac4_s8), and the clamped store of four int8 outputs (tt_store4_s8).
+ * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, tt_dot4w_s8 against an
+ * input widened once per output pixel, tt_widen_s8, and tt_dot2x2w_s8, two rows at two pixels, against two pixels'
+ * inputs widened once, tt_widen2_s8), one window tap of four neighbouring depthwise channels
+ * (tt_mac4_s8), and the clamped store of four or two int8 outputs (tt_store4_s8, tt_store2_s8).
  *
  * Two implementations of the same integers, chosen ONCE per project by TT_ARM_DSP, which the generated
  * tinytrain_model.c defines from the compile's --target (codegen/emit.py: arm_dsp) before including this file:
@@ -234,6 +235,65 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
     acc[3] = a3;
 }
 
+/* Two output pixels' input vectors widened once for all their output channels (tt_dot2x2w_s8): per group of four
+ * channels tt_widen_s8's two words of pixel 0, then of pixel 1; the last n % 4 channels one more such group, padded
+ * with zeros. TT_XW2_LEN(n) words. */
+typedef uint32_t tt_xw2_t;
+#define TT_XW2_LEN(n) (4 * (((n) + 3) / 4))
+
+static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1, int n, int32_t in_zp) {
+    const uint32_t off = tt_pack16(-in_zp, -in_zp);
+    const int rest = n % 4, n4 = n - rest;
+    for (int c = 0; c < n4; c += 4, xw += 4) {
+        const uint32_t v0 = tt_read_u32(x0 + c), v1 = tt_read_u32(x1 + c);
+        xw[0] = tt_sxtab16(off, v0);
+        xw[1] = tt_sxtab16_ror8(off, v0);
+        xw[2] = tt_sxtab16(off, v1);
+        xw[3] = tt_sxtab16_ror8(off, v1);
+    }
+    if (rest) {
+        int32_t a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0};
+        for (int c = 0; c < rest; c++) {
+            a[c] = (int32_t)x0[n4 + c] - in_zp;
+            b[c] = (int32_t)x1[n4 + c] - in_zp;
+        }
+        xw[0] = tt_pack16(a[0], a[2]);
+        xw[1] = tt_pack16(a[1], a[3]);
+        xw[2] = tt_pack16(b[0], b[2]);
+        xw[3] = tt_pack16(b[1], b[3]);
+    }
+}
+
+/* Two rows w0, w1 at two pixels against a tt_widen2_s8 buffer: acc[0] += x0 . w0, acc[1] += x0 . w1, acc[2] += x1 . w0,
+ * acc[3] += x1 . w1 over n channels. Each weight word is widened once for both pixels, each widened input word read
+ * once for both rows: per 4 channels 2 weight loads, 4 SXTB16, 4 widened words, 8 SMLAD. */
+static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
+    const int8_t *end4 = w0 + (n - n % 4);
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (; w0 != end4; w0 += 4, w1 += 4, xw += 4) {
+        uint32_t v = tt_read_u32(w0);
+        uint32_t wa = tt_sxtb16(v), wb = tt_sxtb16_ror8(v);
+        a0 = tt_smlad(xw[1], wb, tt_smlad(xw[0], wa, a0));
+        a2 = tt_smlad(xw[3], wb, tt_smlad(xw[2], wa, a2));
+        v = tt_read_u32(w1);
+        wa = tt_sxtb16(v);
+        wb = tt_sxtb16_ror8(v);
+        a1 = tt_smlad(xw[1], wb, tt_smlad(xw[0], wa, a1));
+        a3 = tt_smlad(xw[3], wb, tt_smlad(xw[2], wa, a3));
+    }
+    for (int c = 0; c < n % 4; c++) {  /* the rest group: channel c in word c % 2, halfword c / 2 */
+        const int32_t x0c = (int16_t)(xw[c % 2] >> (16 * (c / 2))), x1c = (int16_t)(xw[2 + c % 2] >> (16 * (c / 2)));
+        a0 += x0c * (int32_t)w0[c];
+        a1 += x0c * (int32_t)w1[c];
+        a2 += x1c * (int32_t)w0[c];
+        a3 += x1c * (int32_t)w1[c];
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 /* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4, |w_q| < 2^15. One load
  * feeds the four channels: SXTAB16 gives x0, x2 and (rotated) x1, x3 as halfwords, SMLABB / SMLATB multiply one. */
 static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
@@ -254,6 +314,15 @@ static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, i
     const uint32_t r = tt_min_s8x4(tt_max_s8x4(tt_pack4(tt_ssat8(v0), tt_ssat8(v1), tt_ssat8(v2), tt_ssat8(v3)), lo4),
                                    hi4);
     memcpy(y, &r, sizeof r);
+}
+
+/* y[q] = clamp(v_q, lo, hi), q < 2, for -128 <= lo <= hi <= 127: saturated to int8, packed, clamped bytewise, one
+ * halfword store (y may be unaligned). */
+static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, int32_t hi) {
+    const uint32_t lo4 = (uint32_t)(uint8_t)lo * 0x01010101u, hi4 = (uint32_t)(uint8_t)hi * 0x01010101u;
+    const uint32_t packed = ((uint32_t)tt_ssat8(v0) & 0xFFu) | ((uint32_t)tt_ssat8(v1) << 8);  /* bytes 2, 3 unused */
+    const uint16_t h = (uint16_t)tt_min_s8x4(tt_max_s8x4(packed, lo4), hi4);
+    memcpy(y, &h, sizeof h);
 }
 
 #else /* portable C: the reference */
@@ -304,6 +373,35 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
     tt_dot2_s8(xw->x, w + 2 * stride, w + 3 * stride, n, xw->in_zp, acc + 2);
 }
 
+/* Two output pixels' input vectors, x - in_zp as int16: pixel 0's n channels, then pixel 1's (a copy, so that the
+ * pixels' outputs may be stored over their inputs once this is made). */
+typedef int16_t tt_xw2_t;
+#define TT_XW2_LEN(n) (2 * (n))
+
+static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1, int n, int32_t in_zp) {
+    const int16_t zp = (int16_t)in_zp;
+    for (int c = 0; c < n; c++) {
+        xw[c] = (int16_t)(x0[c] - zp);
+        xw[n + c] = (int16_t)(x1[c] - zp);
+    }
+}
+
+/* Two rows w0, w1 at two pixels against a tt_widen2_s8 buffer: acc[0] += x0 . w0, acc[1] += x0 . w1, acc[2] += x1 . w0,
+ * acc[3] += x1 . w1 over n channels. */
+static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (int c = 0; c < n; c++) {
+        a0 += xw[c] * (int16_t)w0[c];
+        a1 += xw[c] * (int16_t)w1[c];
+        a2 += xw[n + c] * (int16_t)w0[c];
+        a3 += xw[n + c] * (int16_t)w1[c];
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 /* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4. */
 static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
                               int32_t acc[4]) {
@@ -319,6 +417,12 @@ static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, i
     y[1] = (int8_t)(v1 < lo ? lo : (v1 > hi ? hi : v1));
     y[2] = (int8_t)(v2 < lo ? lo : (v2 > hi ? hi : v2));
     y[3] = (int8_t)(v3 < lo ? lo : (v3 > hi ? hi : v3));
+}
+
+/* y[q] = clamp(v_q, lo, hi), q < 2. */
+static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, int32_t hi) {
+    y[0] = (int8_t)(v0 < lo ? lo : (v0 > hi ? hi : v0));
+    y[1] = (int8_t)(v1 < lo ? lo : (v1 > hi ? hi : v1));
 }
 
 #endif /* TT_ARM_DSP */

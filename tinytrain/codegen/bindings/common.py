@@ -40,6 +40,19 @@ def rq_helper(requant) -> str:
     return "tt_requantize_single" if requant.single_rounding else "tt_requantize"
 
 
+def rq_operand(helper: str, multiplier, shift):
+    """What a kernel passes its _s8 requantization helper beside the multiplier: the shift, or for
+    tt_requantize_fp32_s8 the float32 bits of the scale multiplier * 2^(shift - 31) (which its FPU path loads as is:
+    tt_fixedpoint.h TT_FP32_FPU; the integer path takes the shift back from the exponent). Scalars or arrays."""
+    if helper != "tt_requantize_fp32":
+        return shift
+    m, e = np.asarray(multiplier, np.int64), np.asarray(shift, np.int64)
+    if np.any((m < 1 << 30) | (m & 0x7F != 0)):
+        raise ValueError("tt_requantize_fp32_s8 needs multipliers in [2^30, 2^31) with 24-bit significands")
+    bits = ((e + 126) << 23) + (m >> 7) - (1 << 23)  # sign 0, exponent shift - 1, significand m >> 7
+    return bits.astype(np.int32) if bits.ndim else int(bits)
+
+
 def rounding_suffix(*requants) -> str:
     """Kernel name suffix of the rounding: "" (double), "_sr" (single), "_f32" / "_f32w" (onnxruntime's float32,
     tt_requantize_fp32 / _wide), or if mixed "_sr" + one code per Requant (0 double, 1 single, f / w float32)."""
@@ -55,12 +68,14 @@ def rounding_suffix(*requants) -> str:
 
 
 def requant_tables(sig: Signature, ctx, node: Node, requant, cout: int, wzp: np.ndarray | None) -> None:
-    """Per output channel: the weight zero points (if any) and the requantization, multiplier and shift side by side
-    (one double-word load per output on a Cortex-M)."""
+    """Per output channel: the weight zero points (if any) and the requantization, multiplier and shift (rq_operand)
+    side by side (one double-word load per output on a Cortex-M)."""
     if wzp is not None:
         sig.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
-    rq = np.stack([per_channel(requant.multiplier, cout), per_channel(requant.shift, cout)], axis=1)
-    sig.add("const int32_t *rq", ctx.table(node, "requant", rq.reshape(-1)), "(Co,2): multiplier, shift")
+    multiplier = per_channel(requant.multiplier, cout)
+    rq = np.stack([multiplier, rq_operand(rq_helper(requant), multiplier, per_channel(requant.shift, cout))], axis=1)
+    second = "scale's float32 bits" if rq_helper(requant) == "tt_requantize_fp32" else "shift"
+    sig.add("const int32_t *rq", ctx.table(node, "requant", rq.reshape(-1)), f"(Co,2): multiplier, {second}")
 
 
 def weight_param(sig: Signature, ctx, w: Tensor, comment: str) -> bool:

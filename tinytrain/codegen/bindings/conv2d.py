@@ -67,10 +67,14 @@ def conv2d(node: Node, ctx) -> Call:
     # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
     # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
     # blocks of 4 rows are read as a row and offsets from it).
+    # A pointwise input of up to XW_MAX / 2 channels is widened two pixels at a time (conv2d.c.j2 "xw2": 2 output
+    # channels x 2 pixels per inner product, each row its own pointer, the buffer as long as one pixel's of XW_MAX).
     xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
-    stage = "_xw" if xw else ""
     if pointwise:
-        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}", dict(k, pointwise=True, xw=xw))
+        xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
+        stage = "_xw2" if xw2 else ("_xw" if xw else "")
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}", dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2))
+    stage = "_xw" if xw else ""
     return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}",
                   dict(k, pointwise=False, xw=xw))
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tinytrain.codegen.bindings.common import rounding_suffix, rq_helper
+from tinytrain.codegen.bindings.common import rounding_suffix, rq_helper, rq_operand
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.ir import Node
 from tinytrain.ops.mean import mean_multiplier
@@ -23,7 +23,7 @@ def mean(node: Node, ctx) -> Call:
     s.add("int8_t *out", ctx.act(y.name), "(C,)")
     s.add("const int8_t *inp", ctx.act(x.name), "(P,C)")
     s.ints(P=count, C=c)
-    s.int32s(in_zp=x.quant.zp, multiplier=multiplier, shift=shift,
+    s.int32s(in_zp=x.quant.zp, multiplier=multiplier, shift=rq_operand(rq_helper(a.requant), multiplier, shift),
              out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
     return s.call("mean", "tt_mean_s8" + rounding_suffix(a.requant), dict(rq=rq_helper(a.requant)))
 
