@@ -5,10 +5,12 @@
 Same model (MobileNetV2-w0.35 at 128x128, models/mbv2-w0.35.onnx and its float twin models/mbv2.py with BatchNorm
 folded), same sparse-update plan (PLAN: biases of the last 16 layers, weights of 4 layers at ratios 1 .. 1/8),
 same Fashion-MNIST images, one sample per step, every engine on ``--threads`` threads (default 1: the C is
-single-threaded like the device); each time is the best of 3 runs (the machine may be shared). Engines:
+single-threaded like the device); each time is the process's CPU time per step, the best of 3 runs (the machine may
+be shared: CPU time leaves out the time other processes hold the cores). Engines:
 
-- c: ``engine_c.CTrainer`` (the emitted tt_train_step, gcc -O3 -ffp-contract=off): int8 forward, fp32 backward
-  of the planned layers only, QAS SGD with stochastic rounding — what ``train --engine c`` runs;
+- c: ``engine_c.CTrainer`` (the emitted tt_train_step, built for the host: gcc -O3 -march=native -ffp-contract=off,
+  ``engine_c.TRAIN_CFLAGS``): int8 forward, fp32 backward of the planned layers only, QAS SGD with stochastic
+  rounding — what ``train --engine c`` runs;
 - sim, whole step: ``simulator.train_step`` on the whole training graph (the spec, one node at a time);
 - sim, --engine sim: what ``train --engine sim`` does per step: the frozen layers run once per image, batched
   (their time is spread over the steps), then the trainable suffix per step;
@@ -59,12 +61,13 @@ REPEATS = 3  # the machine may be shared: each engine's time is the best of REPE
 
 
 def _timed(fn, steps: int, warmup: int) -> float:
+    """CPU seconds per step of ``fn(steps)``, the best of REPEATS runs."""
     fn(warmup)
     best = float("inf")
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn(steps)
-        best = min(best, (time.perf_counter() - t0) / steps)
+        best = min(best, (time.process_time() - t0) / steps)
     return best
 
 
@@ -103,9 +106,9 @@ def bench_sim_cli(tg, x, y, steps: int) -> float:
     k = min(steps, len(x))
     best = float("inf")
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         train(tg, state, x[:k], y[:k])
-        best = min(best, (time.perf_counter() - t0) / k)
+        best = min(best, (time.process_time() - t0) / k)
     return best
 
 
@@ -158,6 +161,14 @@ def bench_torch(graph, images: np.ndarray, y: np.ndarray, steps: int) -> float:
     return _timed(run, steps, 5)
 
 
+def _cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown CPU")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -190,14 +201,18 @@ def main() -> None:
     sim_whole = bench_sim_whole(tg, x, y, args.steps_sim)
     sim_cli = bench_sim_cli(tg, x, y, min(n, max(args.steps_sim, 32)))
     tor = bench_torch(graph, images, y, args.steps_torch)
-    rows = [("c (emitted C, gcc -O3)", c), ("sim, --engine sim (frozen prefix batched)", sim_cli),
+    from tinytrain.engine_c import TRAIN_CFLAGS
+
+    flags = " ".join(f for f in TRAIN_CFLAGS if f.startswith(("-O", "-march")))
+    rows = [(f"c (emitted C, gcc {flags})", c), ("sim, --engine sim (frozen prefix batched)", sim_cli),
             ("sim, whole step (simulator.train_step)", sim_whole), ("torch eager fp32", tor)]
     cc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     result = {
         "model": f"models/{MODEL}.onnx", "input": "128x128x3", "batch": 1, "plan": PLAN, "threads": args.threads,
         "data": "Fashion-MNIST train[:64], resized to 128x128 (models.build.resize_u8)",
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "python": platform.python_version(),
-        "numpy": np.__version__, "torch": torch.__version__, "cc": cc, "c_build_seconds": round(build, 2),
+        "numpy": np.__version__, "torch": torch.__version__, "cc": cc, "cflags": list(TRAIN_CFLAGS),
+        "cpu": _cpu_model(), "c_build_seconds": round(build, 2),
         "load_average_1min": round(os.getloadavg()[0], 2),
         "steps": {"c": args.steps_c, "sim_whole": args.steps_sim, "sim_cli": min(n, max(args.steps_sim, 32)),
                   "torch": args.steps_torch},
@@ -207,7 +222,8 @@ def main() -> None:
     }
     lines = [f"# Training step time, batch 1 ({MODEL}, 128x128, sparse plan; {args.threads} thread(s))", "",
              f"Measured in one run by `{result['command']}` on {result['machine']}, {cc}, numpy {np.__version__}, "
-             f"torch {torch.__version__}. Plan: `{json.dumps(PLAN)}`. Best of {REPEATS} runs per engine. "
+             f"torch {torch.__version__}, {result['cpu']}. Plan: `{json.dumps(PLAN)}`. CPU time per step, best of "
+             f"{REPEATS} runs per engine. "
              f"C build (once, cached): {build:.1f} s. Load average during the run: {os.getloadavg()[0]:.1f} "
              f"(on {os.cpu_count()} cores).", "",
              "| engine | ms / step | × the C |", "|---|---:|---:|"]

@@ -23,16 +23,24 @@ from tinytrain.names import unique_name
 
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
-RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_stream.h")
+RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
 # Cores with the Arm DSP extension (SXTB16, SMLAD): a project compiled for one of them (the plan's target, from
 # `tinytrain compile --target` or the firmware board's core) defines TT_ARM_DSP 1, which selects tt_simd.h's DSP
-# inner products. This is the one place the target chooses code; any other target gets the portable C reference.
+# inner products. This is the one place the target chooses code; any other target (a host: the engines, the plan
+# search) gets the portable C reference, and for pointwise and depthwise convolutions the host kernels vectorized
+# across channels (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
 DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55"})
 
 
 def arm_dsp(target: str) -> bool:
     """Whether a project for ``target`` uses the Arm DSP inner products (tt_simd.h)."""
     return target in DSP_TARGETS
+
+
+def host_build(target: str) -> bool:
+    """Whether a project for ``target`` is built for a host (no Cortex-M target): stack VLAs, channel-vectorized
+    kernels."""
+    return not arm_dsp(target)
 
 
 @dataclass(frozen=True)
@@ -141,9 +149,10 @@ def arena_offsets(graph: Graph, plan: MemoryReport) -> dict[str, int]:
 class Context:
     """What bindings see: tensors, arena pointers and flash constants, named deterministically."""
 
-    def __init__(self, graph: Graph, offsets: dict[str, int]) -> None:
+    def __init__(self, graph: Graph, offsets: dict[str, int], target: str = "") -> None:
         self.graph = graph
         self.offsets = offsets
+        self.host = host_build(target)         # bindings may choose the host kernels
         self.pointers: dict[str, str] = {}     # tensor -> pointer variable, in order of first use
         self.constants: dict[str, Array] = {}  # C name -> array, in order of first use
         self._const_names: dict[str, str] = {}

@@ -46,8 +46,8 @@ class _TrainContext(Context):
     """The forward context plus fp32 arena tensors, SRAM copies of the state and scalar inputs."""
 
     def __init__(self, graph: Graph, offsets: dict[str, int], layout: list[StateEntry], scalars: dict[str, str],
-                 scratch: dict[str, PlannedBuffer]) -> None:
-        super().__init__(graph, offsets)
+                 scratch: dict[str, PlannedBuffer], target: str) -> None:
+        super().__init__(graph, offsets, target)
         self.scratch_buffers = scratch            # kernel scratch buffer name -> its planned buffer
         self.ctypes: dict[str, str] = {}          # pointer variable -> element type
         self.sram: dict[str, Array] = {}         # tensor -> SRAM array (name, ctype, initial values: its rows)
@@ -240,7 +240,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         if t.role is Role.OPTIMIZER_STATE and np.any(t.data):
             raise UnsupportedModelError(f"codegen: optimizer state {e.name} does not start at zero")
     ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"},
-                        {b.use.tensor: b for b in plan.scratch})
+                        {b.use.tensor: b for b in plan.scratch}, plan.target)
     loss_node = _loss_node(graph)
     logits = loss_node.inputs[0]
     forward, training = _phases(graph)

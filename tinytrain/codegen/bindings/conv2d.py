@@ -19,6 +19,9 @@ from tinytrain.ops.conv2d import grad_input_block
 # 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window), part of the measured stack (memory/report.py
 # STACK_BYTES: the models measured have 256-channel pointwise inputs).
 XW_MAX = 256
+# The most elements a host build's convolution kernel widens into each stack array (conv2d_rows.c.j2: the weight, Co x
+# K, and a tile's inputs, 16 x K, 4 bytes each): 256 KB of the host thread's stack; a larger one takes the device's.
+HOST_WEIGHT_MAX = 1 << 16
 
 
 def conv2d(node: Node, ctx) -> Call:
@@ -59,6 +62,11 @@ def conv2d(node: Node, ctx) -> Call:
     suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
               + ("_band" if band else ""))
     k["rq"], k["split"], k["band"] = rq_helper(a.requant), split, band is not None
+    if ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX):  # a host build
+        variant = "pointwise" if pointwise else ("depthwise" if depthwise else "regular")
+        window = window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)
+        tag = {"pointwise": "1x1", "depthwise": f"depthwise_{window}", "regular": window}[variant]
+        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant))
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (

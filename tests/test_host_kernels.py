@@ -1,0 +1,105 @@
+"""The host build's own kernels (kernels/conv2d_rows.c.j2, codegen/runtime/tt_rows.h): which projects get them, and
+the float32 requantization of tt_rows.h against the exact integer helper of tt_fixedpoint.h. Their outputs against
+the simulator are checked with every other kernel (tests/test_codegen_ops.py, test_stream.py, test_codegen_models.py:
+those build for the host)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+
+import pytest
+
+from codegen_graphs import GraphBuilder
+from tinytrain.codegen import render_project
+from tinytrain.csources import codegen_runtime
+from tinytrain.memory.report import plan_forward
+
+ROWS_MAIN = r"""
+#include <math.h>
+#include <stdio.h>
+#include "tt_rows.h"
+
+static uint64_t state = 0x9E3779B97F4A7C15u;
+static uint64_t next(void) {  /* xorshift64 */
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+}
+
+int main(void) {
+    enum { N = 8 };
+    long tested = 0, differ = 0;
+    for (long i = 0; i < 500000; i++) {
+        const int32_t shift = -32 + (int32_t)(next() % 31);                          /* -32..-2 */
+        const int32_t m = (int32_t)((1u << 23) + (uint32_t)(next() % (1u << 23)));  /* 24-bit significand */
+        const int32_t zp = (int32_t)(next() % 256) - 128;
+        const int k = 24 - shift;
+        int32_t acc[N], rq[2 * N];
+        float scale[N];
+        int8_t col[N], row[N];
+        for (int t = 0; t < N; t++) {
+            int64_t a;
+            if (t % 2) {  /* near a tie (2j + 1) * 2^(k - 1) of p = acc * m */
+                const double j = (double)((int64_t)(next() % 600) - 300);
+                const int64_t reach = k > 35 ? (int64_t)1 << (k - 33) : 3;
+                a = (int64_t)floor((2.0 * j + 1.0) * ldexp(1.0, k - 1) / (double)m) +
+                    (int64_t)(next() % (uint64_t)(2 * reach + 1)) - reach;
+            } else {  /* any magnitude */
+                a = (int64_t)(int32_t)(uint32_t)next() >> (next() % 32);
+            }
+            acc[t] = a < INT32_MIN ? INT32_MIN : (a > INT32_MAX ? INT32_MAX : (int32_t)a);
+            rq[2 * t] = m * 128;
+            rq[2 * t + 1] = shift;
+            scale[t] = tt_fp32_scale(m * 128, shift);
+        }
+        tt_requantize_fp32_col_s8(col, acc, scale[0], N, zp, -128, 127);
+        tt_requantize_fp32_row_s8(row, acc, scale, N, zp, -128, 127);
+        for (int t = 0; t < N; t++) {
+            const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32(acc[t], rq[2 * t], rq[2 * t + 1]) + zp, -128, 127);
+            tested++;
+            if ((col[t] != want || row[t] != want) && differ++ < 5) {
+                printf("acc %ld multiplier %ld shift %ld zp %ld: col %d row %d, want %d\n", (long)acc[t],
+                       (long)m * 128, (long)shift, (long)zp, col[t], row[t], want);
+            }
+        }
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", ["", "-march=native"])
+def test_float32_requantization_equals_the_exact_helper(tmp_path, march):
+    """tt_rows.h's float32 requantization (nearbyint((float)acc * scale) computed in float32) == tt_requantize_fp32
+    (the spec emulated in integers) on 4 M int8 outputs: every shift -32..-2, random 24-bit significands and zero
+    points, accumulators of every magnitude and near rounding ties; scalar and vectorized builds."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    for name in ("tt_rows.h", "tt_fixedpoint.h"):
+        (tmp_path / name).write_text(codegen_runtime().joinpath(name).read_text(encoding="utf-8"))
+    (tmp_path / "main.c").write_text(ROWS_MAIN)
+    exe = tmp_path / "rows"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O3", *([march] if march else []),
+                        "-ffp-contract=off", "-fsanitize=undefined", "-fno-sanitize-recover=all",
+                        str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "differ 0" in r.stdout
+
+
+def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_ones():
+    """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not."""
+    b = GraphBuilder(3)
+    h = b.conv(b.input((1, 6, 5, 3)), 8, 3, padding=(1, 1, 1, 1), stride=(2, 2), single="fp32")
+    h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
+    g = b.build(b.conv(h, 4, 1, single="fp32"))
+    host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
+                    ["tinytrain_model.c"] for t in ("", "cortex-m7"))
+    for kernel in ("tt_conv_3x3_s2_p1x1_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
+                   "tt_conv_1x1_rows_s8_f32("):
+        assert kernel in host and kernel not in device
