@@ -53,7 +53,7 @@ int main(void) {
             acc[t] = a < INT32_MIN ? INT32_MIN : (a > INT32_MAX ? INT32_MAX : (int32_t)a);
             rq[2 * t] = m * 128;
             rq[2 * t + 1] = shift;
-            scale[t] = tt_fp32_scale(m * 128, shift);
+            scale[t] = tt_fp32_scale(((shift + 126) << 23) + m - (1 << 23));  /* bindings/common.py rq_operand */
         }
         tt_requantize_fp32_col_s8(col, acc, scale[0], N, zp, -128, 127);
         tt_requantize_fp32_row_s8(row, acc, scale, N, zp, -128, 127);

@@ -23,12 +23,12 @@
 
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
 
-/* The float32 scale multiplier * 2^(shift - 31) of a float32-rounding requantization. */
-static inline float tt_fp32_scale(int32_t multiplier, int32_t shift) {
-    const uint32_t bits = (uint32_t)(shift - 24 + 127) << 23;  /* 2^(shift - 24), a normal float32 */
-    float p2;
-    memcpy(&p2, &bits, sizeof p2);
-    return (float)(multiplier >> 7) * p2;
+/* The float32 scale of a float32-rounding requantization from the second column of its table: the scale's bits
+ * (bindings/common.py rq_operand). */
+static inline float tt_fp32_scale(int32_t scale_bits) {
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    return scale;
 }
 
 /* clamp(nearbyint(v) + out_zp, lo, hi) for v = (float)acc * scale. */
