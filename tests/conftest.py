@@ -3,6 +3,8 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# The test C programs' random numbers (tests/c/xorshift64.h), pasted into their sources.
+XORSHIFT64 = (Path(__file__).parent / "c" / "xorshift64.h").read_text()
 
 
 def shared_file(relative: str) -> Path:

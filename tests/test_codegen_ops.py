@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from codegen_graphs import GraphBuilder
+from conftest import XORSHIFT64
 from tinytrain import engine_c, simulator
 from tinytrain.csources import codegen_runtime
 
@@ -359,13 +360,7 @@ FP32_S8_MAIN = r"""
 #define VALUES 4000000
 #endif
 
-static uint64_t state = 0x9E3779B97F4A7C15u;
-static uint64_t next(void) {  /* xorshift64 */
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-}
+""" + XORSHIFT64 + r"""
 
 int main(void) {
     long tested = 0, differ = 0;

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from codegen_graphs import GraphBuilder
+from conftest import XORSHIFT64
 from tinytrain.codegen import render_project
 from tinytrain.csources import codegen_runtime
 from tinytrain.memory.report import plan_forward
@@ -21,13 +22,7 @@ ROWS_MAIN = r"""
 #include <stdio.h>
 #include "tt_rows.h"
 
-static uint64_t state = 0x9E3779B97F4A7C15u;
-static uint64_t next(void) {  /* xorshift64 */
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-}
+""" + XORSHIFT64 + r"""
 
 int main(void) {
     enum { N = 8 };

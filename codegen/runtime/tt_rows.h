@@ -50,7 +50,8 @@ static inline void tt_requantize_fp32_col_s8(int8_t *restrict y, const int32_t *
 
 /* The same for n channels, channel o with scale[o]. */
 static inline void tt_requantize_fp32_row_s8(int8_t *restrict y, const int32_t *restrict acc,
-                                             const float *restrict scale, int n, int32_t out_zp, int32_t lo, int32_t hi) {
+                                             const float *restrict scale, int n, int32_t out_zp, int32_t lo,
+                                             int32_t hi) {
 #pragma GCC unroll 1  /* (not unrolled for a constant n: vectorized) */
     for (int o = 0; o < n; o++) {
         y[o] = tt_fp32_round_s8((float)acc[o] * scale[o], out_zp, lo, hi);
