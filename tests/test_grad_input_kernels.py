@@ -1,0 +1,139 @@
+"""The pointwise input gradient's C kernel (kernels/conv2d_grad_input.c.j2) against one term at a time.
+
+The kernel takes a pixel's nonzero terms four at a time and, below Pp, two pixels together (each weight
+dequantized once for both, an absent term adding an exact zero). Its sums must equal, bit for bit, the plain loop
+that adds gz[p,o] * ((float)(w[o,c] - zw[o]) * s[o]) for o = 0..Co-1, skipping zeros, into a +0: with gz masked
+(half zeros) and dense, zero points, split weights, and in place in the layouts the planner allows, with Pp from
+codegen/bindings/conv2d.py pointwise_pairs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import XORSHIFT64
+from tinytrain.codegen.bindings.conv2d import pointwise_pairs
+from tinytrain.codegen.context import environment
+
+HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+""" + XORSHIFT64 + r"""
+
+KERNEL
+
+int main(int argc, char **argv) {
+    const int P = atoi(argv[1]), Ci = atoi(argv[2]), Co = atoi(argv[3]), og = atoi(argv[4]), oz = atoi(argv[5]);
+    const int density = atoi(argv[6]), Cs = atoi(argv[7]), Pp = atoi(argv[8]);
+    (void)Cs; (void)Pp;
+    const int n = (og > oz ? og : oz) + P * (Ci > Co ? Ci : Co);
+    float *arena = calloc((size_t)n, sizeof(float)), *gz = malloc(sizeof(float) * P * Co);
+    float *want = malloc(sizeof(float) * P * Ci), *scale = malloc(sizeof(float) * Co);
+    int8_t *w = malloc((size_t)Co * Ci), *w_sram = malloc((size_t)Co * Ci);
+    int32_t *zp = malloc(sizeof(int32_t) * Co);
+    for (int i = 0; i < Co * Ci; i++) {
+        w[i] = (int8_t)(next() & 0xFF);
+        w_sram[i] = (int8_t)(next() & 0xFF);  /* the rows o < Cs the kernel reads instead of w */
+    }
+    for (int o = 0; o < Co; o++) {
+        scale[o] = (float)(next() % 1000 + 1) * 1e-5f;
+        zp[o] = HAS_WZP ? (int32_t)(next() % 7) - 3 : 0;
+    }
+    for (int i = 0; i < P * Co; i++) {
+        const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+        gz[i] = (int)(next() % 100) < density ? v : 0.0f;
+    }
+    for (int p = 0; p < P; p++) {
+        for (int c = 0; c < Ci; c++) {
+            float x = 0.0f;
+            for (int o = 0; o < Co; o++) {
+                const int8_t *row = (SPLIT && o < Cs ? w_sram : w) + o * Ci;
+                if (gz[p * Co + o] != 0.0f) {
+                    x += gz[p * Co + o] * ((float)((int32_t)row[c] - zp[o]) * scale[o]);
+                }
+            }
+            want[p * Ci + c] = x;
+        }
+    }
+    memcpy(arena + oz, gz, sizeof(float) * P * Co);
+    CALL;
+    int differ = 0;
+    for (int i = 0; i < P * Ci && !differ; i++) {
+        if (memcmp(arena + og + i, want + i, sizeof(float)) != 0) {
+            printf("gx[%d] = %.9g, want %.9g\n", i, arena[og + i], want[i]);
+            differ = 1;
+        }
+    }
+    if (!differ) {
+        printf("same\n");
+    }
+    free(arena); free(gz); free(want); free(scale); free(w); free(w_sram); free(zp);
+    return differ;
+}
+"""
+
+
+def kernel_source(split: bool, has_wzp: bool, pairs: bool) -> tuple[str, str]:
+    """The kernel's C and a call of it on the harness's arrays."""
+    params = ["float *gx", "const float *gz", "const int8_t *weight"]
+    args = ["arena + og", "arena + oz", "SPLIT ? w_sram : w"]
+    if split:
+        params += ["const int8_t *weight_frozen", "int Cs"]
+        args += ["w", "Cs"]
+    params.append("const float *w_scale")
+    args.append("scale")
+    if has_wzp:
+        params.append("const int32_t *w_zp")
+        args.append("zp")
+    params += ["int P", "int Ci", "int Co"] + (["int Pp"] if pairs else [])
+    args += ["P", "Ci", "Co"] + (["Pp"] if pairs else [])
+    k = dict(variant="pointwise", split=split, has_wzp=has_wzp, pairs=pairs, block=False)
+    text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
+        name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
+    return text, f"tt_kernel({', '.join(args)})"
+
+
+# (P, Ci, Co): an expand (Ci < Co), a projection (Ci > Co), square, odd pixel counts
+SHAPES = [(16, 24, 72), (17, 72, 24), (9, 40, 40), (6, 5, 3)]
+
+
+def layouts(p: int, ci: int, co: int) -> dict[str, tuple[int, int]]:
+    """(gx, gz) offsets in floats: apart, and in place as close as grad_input_min_read allows (g_x pixel q ends
+    before g_z pixel q starts), and g_x reaching only the end of g_z."""
+    tight = max((q + 1) * ci - q * co for q in range(p))
+    return {"apart": (0, p * ci), "in place": (0, tight), "tail overlap": (0, max(tight, p * ci - 2 * co))}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("variant", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["plain", "split", "wzp", "split-wzp"])
+def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, variant):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    p, ci, co = shape
+    split, has_wzp = variant
+    for pairs in (False, True):
+        text, call = kernel_source(split, has_wzp, pairs)
+        src = HARNESS.replace("KERNEL", text).replace("CALL", call)
+        src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n" + src
+        (tmp_path / "main.c").write_text(src)
+        exe = tmp_path / f"k{int(pairs)}"
+        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
+                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                            str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        for name, (og, oz) in layouts(p, ci, co).items():
+            pp = pointwise_pairs(og * 4, oz * 4, p, ci, co)
+            if name == "apart":
+                assert pp == p - p % 2
+            for density in (50, 80, 100):
+                cs = co // 2
+                r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, cs, pp))],
+                                   capture_output=True, text=True)
+                assert r.returncode == 0 and "same" in r.stdout, (name, density, pairs, pp, r.stdout + r.stderr)
