@@ -1,4 +1,4 @@
-"""The pointwise input gradient's C kernel (kernels/conv2d_grad_input.c.j2) against one term at a time.
+"""The pointwise gradient C kernels (kernels/conv2d_grad_input.c.j2, conv2d_grad_weight.c.j2) against one term at a time.
 
 The kernel takes a pixel's nonzero terms four at a time and, below Pp, two pixels together (each weight
 dequantized once for both, an absent term adding an exact zero). Its sums must equal, bit for bit, the plain loop
@@ -137,3 +137,75 @@ def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, var
                 r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, cs, pp))],
                                    capture_output=True, text=True)
                 assert r.returncode == 0 and "same" in r.stdout, (name, density, pairs, pp, r.stdout + r.stderr)
+
+
+WEIGHT_HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+""" + XORSHIFT64 + r"""
+
+KERNEL
+
+int main(int argc, char **argv) {
+    const int P = atoi(argv[1]), Ci = atoi(argv[2]), Co = atoi(argv[3]), c0 = atoi(argv[4]), Cs = atoi(argv[5]);
+    const int density = atoi(argv[6]);
+    (void)argc;
+    const int32_t in_zp = -7;
+    const float in_scale = 0.0213f;
+    float *gz = malloc(sizeof(float) * P * Co), *gw = malloc(sizeof(float) * Cs * Ci);
+    float *want = malloc(sizeof(float) * Cs * Ci);
+    int8_t *inp = malloc((size_t)P * Ci);
+    for (int i = 0; i < P * Ci; i++) {
+        inp[i] = (int8_t)(next() & 0xFF);
+    }
+    for (int i = 0; i < P * Co; i++) {
+        const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+        gz[i] = (int)(next() % 100) < density ? v : 0.0f;
+    }
+    for (int s = 0; s < Cs; s++) {
+        for (int c = 0; c < Ci; c++) {
+            float w = 0.0f;
+            for (int p = 0; p < P; p++) {
+                const float g = gz[p * Co + c0 + s];
+                if (g != 0.0f) {
+                    w += g * ((float)((int32_t)inp[p * Ci + c] - in_zp) * in_scale);
+                }
+            }
+            want[s * Ci + c] = w;
+        }
+    }
+    tt_kernel(gw, gz, inp, P, Ci, Co, c0, Cs, in_zp, in_scale);
+    const int differ = memcmp(gw, want, sizeof(float) * Cs * Ci) != 0;
+    printf(differ ? "differ\n" : "same\n");
+    free(gz); free(gw); free(want); free(inp);
+    return differ;
+}
+"""
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 9])
+def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows):
+    """kernels/conv2d_grad_weight.c.j2 (pointwise): four rows and two pixels at a time, with gz masked (half
+    zeros, sparser, none) == the plain loop over pixels in order, skipping zero terms, bit for bit."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    k = dict(variant="pointwise")
+    text = environment().get_template("kernels/conv2d_grad_weight.c.j2").render(
+        name="tt_kernel", k=k, signature="static void tt_kernel(float *gw, const float *gz, const int8_t *inp, int P, "
+                                         "int Ci, int Co, int c0, int Cs, int32_t in_zp, float in_scale)")
+    (tmp_path / "main.c").write_text(WEIGHT_HARNESS.replace("KERNEL", text))
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", str(tmp_path / "main.c"),
+                        "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for p, ci, co in ((16, 24, 12), (17, 5, 10), (1, 8, 9)):
+        if rows > co:
+            continue
+        for density in (10, 50, 100):
+            r = subprocess.run([str(exe), *map(str, (p, ci, co, co - rows, rows, density))], capture_output=True,
+                               text=True)
+            assert r.returncode == 0 and "same" in r.stdout, ((p, ci, co), density, r.stdout + r.stderr)
