@@ -192,7 +192,7 @@ def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows):
     zeros, sparser, none) == the plain loop over pixels in order, skipping zero terms, bit for bit."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    k = dict(variant="pointwise")
+    k = dict(variant="pointwise", quads=rows >= 4)
     text = environment().get_template("kernels/conv2d_grad_weight.c.j2").render(
         name="tt_kernel", k=k, signature="static void tt_kernel(float *gw, const float *gz, const int8_t *inp, int P, "
                                          "int Ci, int Co, int c0, int Cs, int32_t in_zp, float in_scale)")

@@ -2,7 +2,8 @@
  * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, tt_dot4w_s8 against an
  * input widened once per output pixel, tt_widen_s8, and tt_dot2x2w_s8, two rows at two pixels, against two pixels'
  * inputs widened once, tt_widen2_s8), one window tap of four neighbouring depthwise channels
- * (tt_mac4_s8), and the clamped store of four or two int8 outputs (tt_store4_s8, tt_store2_s8).
+ * (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), and the clamped store of four or two int8 outputs
+ * (tt_store4_s8, tt_store2_s8).
  *
  * Two implementations of the same integers, chosen ONCE per project by TT_ARM_DSP, which the generated
  * tinytrain_model.c defines from the compile's --target (codegen/emit.py: arm_dsp) before including this file:
@@ -43,6 +44,7 @@ static inline uint32_t tt_sxtab16(uint32_t a, uint32_t x) { return (uint32_t)__s
 static inline int32_t tt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad((int32_t)a, (int32_t)b, acc); }
 static inline int32_t tt_smlabb(uint32_t a, int32_t b, int32_t acc) { return __smlabb((int32_t)a, b, acc); }
 static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) { return __smlatb((int32_t)a, b, acc); }
+static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
 static inline int32_t tt_ssat8(int32_t x) { return __ssat(x, 8); }
 static inline uint32_t tt_sxtb16_ror8(uint32_t x) {
     uint32_t r;
@@ -99,6 +101,9 @@ static inline int32_t tt_smlabb(uint32_t a, int32_t b, int32_t acc) {
 }
 static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a >> 16) * (int16_t)((uint32_t)b & 0xFFFFu)));
+}
+static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a >> 16) * (int16_t)(b >> 16)));
 }
 static inline int32_t tt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
 static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
@@ -307,6 +312,18 @@ static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_
     acc[3] = tt_smlatb(xb, w3, acc[3]);
 }
 
+/* tt_mac4_s8 with the four weights packed as two words of int16 halfwords, w02 = (w_0, w_2) and w13 = (w_1, w_3)
+ * (bindings/conv2d.py packed_taps): two weight loads instead of four, SMLABB / SMLATT pick the halves. */
+static inline void tt_mac4p_s8(const int8_t *x, int32_t in_zp, uint32_t w02, uint32_t w13, int32_t acc[4]) {
+    const uint32_t off = tt_pack16(-in_zp, -in_zp);
+    const uint32_t xv = tt_read_u32(x);
+    const uint32_t xa = tt_sxtab16(off, xv), xb = tt_sxtab16_ror8(off, xv);
+    acc[0] = tt_smlabb(xa, (int32_t)w02, acc[0]);
+    acc[1] = tt_smlabb(xb, (int32_t)w13, acc[1]);
+    acc[2] = tt_smlatt(xa, w02, acc[2]);
+    acc[3] = tt_smlatt(xb, w13, acc[3]);
+}
+
 /* y[q] = clamp(v_q, lo, hi), q < 4, for -128 <= lo <= hi <= 127: saturated to int8, packed, clamped bytewise, one
  * store (y may be unaligned). */
 static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3, int32_t lo, int32_t hi) {
@@ -409,6 +426,12 @@ static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_
     acc[1] += ((int32_t)x[1] - in_zp) * w1;
     acc[2] += ((int32_t)x[2] - in_zp) * w2;
     acc[3] += ((int32_t)x[3] - in_zp) * w3;
+}
+
+/* tt_mac4_s8 with the weights packed as int16 halfwords: w02 = (w_0, w_2), w13 = (w_1, w_3). */
+static inline void tt_mac4p_s8(const int8_t *x, int32_t in_zp, uint32_t w02, uint32_t w13, int32_t acc[4]) {
+    tt_mac4_s8(x, in_zp, (int16_t)(w02 & 0xFFFFu), (int16_t)(w13 & 0xFFFFu), (int16_t)(w02 >> 16), (int16_t)(w13 >> 16),
+               acc);
 }
 
 /* y[q] = clamp(v_q, lo, hi), q < 4. */

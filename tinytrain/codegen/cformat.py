@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 _CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t",
-           np.dtype(np.float32): "float"}
+           np.dtype(np.uint32): "uint32_t", np.dtype(np.float32): "float"}
 
 
 def ctype(dtype: np.dtype) -> str:
@@ -54,6 +54,8 @@ def array_body(values: np.ndarray, per_line: int = 24, indent: str = "    ") -> 
         raise ValueError("C has no empty arrays")
     if flat.dtype == np.float32:
         items, per_line = [float_literal(v) for v in flat], min(per_line, 8)
+    elif flat.dtype == np.uint32:
+        items, per_line = [f"{v}u" for v in flat.tolist()], min(per_line, 12)
     else:
         items = [int_literal(v) for v in flat.tolist()] if flat.dtype.itemsize >= 4 else [str(v) for v in flat.tolist()]
     lines = [indent + ", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]

@@ -186,6 +186,10 @@ class Context:
         """Rows of a weight that are an SRAM copy when only some are (training steps); None: one array."""
         return None
 
+    def trainable(self, name: str) -> bool:
+        """Does the step update this constant (its kernels then read an SRAM copy, never a table derived from it)?"""
+        return False
+
     def frozen(self, name: str) -> str:
         raise ValueError(f"{name} has no separate frozen rows")
 

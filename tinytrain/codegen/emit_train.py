@@ -108,6 +108,9 @@ class _TrainContext(Context):
     def trainable_rows(self, name: str) -> int | None:
         return self.rows.get(name)
 
+    def trainable(self, name: str) -> bool:
+        return name in self.sram
+
     def frozen(self, name: str) -> str:
         """The flash original of a weight whose first rows are in SRAM (it also initializes them)."""
         if name not in self.rows:

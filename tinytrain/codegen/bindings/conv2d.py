@@ -43,14 +43,27 @@ def conv2d(node: Node, ctx) -> Call:
     if pointwise:
         s.add("int8_t *out", ctx.act(y.name), "(P,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(P,Ci)")
-        split = weight_param(s, ctx, w, "(Co,Ci)")
     else:
         s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
+    kpad = padded_window(kh * kw * cin, ctx, w) if not (pointwise or depthwise or ctx.host) else 0
+    packed = depthwise and cout == cin and cout % 4 == 0 and not ctx.trainable(w.name) and not ctx.host
+    if packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
+        s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
+              f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
+        split = False
+    elif kpad:  # the regular two-pixel kernel's rows, each padded with zeros to a multiple of 4 (conv2d.c.j2 "kpad")
+        rows = np.zeros((cout, kpad), np.int8)
+        rows[:, : kh * kw * cin] = w.data.reshape(cout, -1)
+        s.add("const int8_t *weight", ctx.table(node, "weight_padded", rows), f"(Co,{kpad})")
+        split = False
+    elif pointwise:
+        split = weight_param(s, ctx, w, "(Co,Ci)")
+    else:
         split = weight_param(s, ctx, w, f"(Co,{kh},{kw})" if depthwise else f"(Co,{kh},{kw},Ci)")
     if bias is not None:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
-    requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
+    requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp and not packed else None)
     band = None if pointwise else ctx.band(node)
     if pointwise:
         s.ints(P=h * wd, Ci=cin, Co=cout)
@@ -71,20 +84,40 @@ def conv2d(node: Node, ctx) -> Call:
         mult = cout // cin
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
             f"_m{mult}" if mult > 1 else "") + f"_s8{suffix}"
-        return s.call("depthwise_conv2d", name, dict(k, mult=mult))
+        return s.call("depthwise_conv2d", name + ("_packed" if packed else ""), dict(k, mult=mult, packed=packed))
     # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
     # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
     # blocks of 4 rows are read as a row and offsets from it).
     # A pointwise input of up to XW_MAX / 2 channels is widened two pixels at a time (conv2d.c.j2 "xw2": 2 output
-    # channels x 2 pixels per inner product, each row its own pointer, the buffer as long as one pixel's of XW_MAX).
+    # channels x 2 pixels per inner product, each row its own pointer, the buffers as long as one pixel's of XW_MAX).
     xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
     if pointwise:
         xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
         stage = "_xw2" if xw2 else ("_xw" if xw else "")
         return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}", dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2))
-    stage = "_xw" if xw else ""
-    return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}",
-                  dict(k, pointwise=False, xw=xw))
+    # A regular window of up to XW_MAX / 2 elements: two output pixels' windows at once, the same way
+    # (padded_window).
+    xw2 = XW_MAX // 2 if kh * kw * cin <= XW_MAX // 2 else 0
+    stage = "_xw2" if xw2 else ("_xw" if xw else "")
+    return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}"
+                  + (f"_k{kpad}" if kpad else ""), dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, kpad=kpad))
+
+
+def packed_taps(weight: np.ndarray, wzp: np.ndarray) -> np.ndarray:
+    """A depthwise weight (C, kh, kw, 1), less its zero points, as (C/4, kh*kw, 2) words for tt_mac4p_s8 (tt_simd.h):
+    per block of four channels o..o+3 and tap, (w[o], w[o+2]) and (w[o+1], w[o+3]) as int16 halfwords, low first."""
+    c = weight.shape[0]
+    v = (weight.reshape(c, -1).astype(np.int64) - np.asarray(wzp, np.int64).reshape(c, 1)) & 0xFFFF
+    b = v.reshape(c // 4, 4, -1)
+    return np.stack([b[:, 0] | (b[:, 2] << 16), b[:, 1] | (b[:, 3] << 16)], axis=-1).astype(np.uint32)
+
+
+def padded_window(n: int, ctx, w) -> int:
+    """The window length of a regular convolution's two-pixel kernel (conv2d.c.j2 "xw2", windows of up to XW_MAX / 2
+    elements) padded to a multiple of 4, when that differs from ``n`` and the weight is a constant the step does not
+    update: its rows are then a table padded with zeros and every inner product runs whole words. 0: not padded."""
+    kpad = -(-n // 4) * 4
+    return kpad if kpad != n and kpad <= XW_MAX // 2 and not ctx.trainable(w.name) else 0
 
 
 def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
@@ -160,8 +193,9 @@ def conv2d_grad_weight(node: Node, ctx) -> Call:
     return conv2d_grad_weight_into(node, ctx, node.attrs, node.inputs, ctx.fp(node.outputs[0]))
 
 
-def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str) -> Call:
-    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression)."""
+def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | None = None) -> Call:
+    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression), at most ``rows`` rows a
+    call (None: the whole selection)."""
     g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
     _, ho, wo, cout = g.shape
     _, h, wd, cin = x.shape
@@ -181,7 +215,11 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str) -> Call:
         s.ints(W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     s.ints(c0=c0, Cs=cs)
     input_dequant(s, x)
-    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32", k)
+    # pointwise rows four at a time (conv2d_grad_weight.c.j2) only where a call can have four: a kernel without that
+    # loop when blocks are smaller (the loop, dead, would still index past a small block's scratch)
+    k["quads"] = pointwise and min(cs, rows or cs) >= 4
+    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32" + ("_rows1" if pointwise and not k["quads"]
+                                                                            else ""), k)
 
 
 def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:

@@ -53,8 +53,9 @@ def fully_connected_grad_weight(node: Node, ctx) -> Call:
     return fully_connected_grad_weight_into(node, ctx, node.attrs, node.inputs, ctx.fp(node.outputs[0]))
 
 
-def fully_connected_grad_weight_into(node: Node, ctx, a, inputs, gw: str) -> Call:
-    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression)."""
+def fully_connected_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | None = None) -> Call:
+    """The weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression); ``rows``: as
+    conv2d_grad_weight_into's, the same for every row count here."""
     g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
     cout, depth = g.shape[1], x.shape[1]
     c0, cs = channel_range(a.channels, cout, node)

@@ -32,7 +32,7 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
     scratch = ctx.scratch(node)
     update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
                          names[fused.STEP], block=True)
-    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch)
+    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, a.block)
     s = Signature()
     args: dict[str, str] = {}
     for call in (update, grad):
