@@ -275,6 +275,9 @@ static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1
 static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
     const int8_t *end4 = w0 + (n - n % 4);
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 16  /* whole, when n is a constant (conv2d.c.j2 "ci"); else in groups of 16 */
+#endif
     for (; w0 != end4; w0 += 4, w1 += 4, xw += 4) {
         uint32_t v = tt_read_u32(w0);
         uint32_t wa = tt_sxtb16(v), wb = tt_sxtb16_ror8(v);

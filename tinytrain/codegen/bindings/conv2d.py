@@ -22,6 +22,8 @@ XW_MAX = 256
 # The most elements a host build's convolution kernel widens into each stack array (conv2d_rows.c.j2: the weight, Co x
 # K, and a tile's inputs, 16 x K, 4 bytes each): 256 KB of the host thread's stack; a larger one takes the device's.
 HOST_WEIGHT_MAX = 1 << 16
+# The most input channels a device pointwise kernel has as a compile-time constant ("ci").
+FIXED_CI_MAX = 128
 
 
 def conv2d(node: Node, ctx) -> Call:
@@ -65,8 +67,11 @@ def conv2d(node: Node, ctx) -> Call:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp and not packed else None)
     band = None if pointwise else ctx.band(node)
+    # A device pointwise kernel for few input channels has them as a constant (conv2d.c.j2 "ci"): its inner products
+    # over the channels unroll; one kernel per channel count.
+    fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
     if pointwise:
-        s.ints(P=h * wd, Ci=cin, Co=cout)
+        s.ints(P=h * wd, **({} if fixed_ci else {"Ci": cin}), Co=cout)
     else:  # without padding no bounds checks: the input height is not needed
         s.ints(**({"H": h} if padded else {}), W=wd, Ci=cin, **({} if band else {"Ho": ho}), Wo=wo, Co=cout)
     if band:
@@ -94,7 +99,8 @@ def conv2d(node: Node, ctx) -> Call:
     if pointwise:
         xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
         stage = "_xw2" if xw2 else ("_xw" if xw else "")
-        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}", dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2))
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci else ""),
+                      dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2, ci=cin if fixed_ci else 0))
     # A regular window of up to XW_MAX / 2 elements: two output pixels' windows at once, the same way
     # (padded_window).
     xw2 = XW_MAX // 2 if kh * kw * cin <= XW_MAX // 2 else 0
