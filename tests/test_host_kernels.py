@@ -1,7 +1,7 @@
 """The host build's own kernels (kernels/conv2d_rows.c.j2, codegen/runtime/tt_rows.h): which projects get them, and
 the float32 requantization of tt_rows.h against the exact integer helper of tt_fixedpoint.h. Their outputs against
 the simulator are checked with every other kernel (tests/test_codegen_ops.py, test_stream.py, test_codegen_models.py:
-those build for the host)."""
+those build for the host); the variant across output channels, which needs 16 of them, here."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from codegen_graphs import GraphBuilder
 from conftest import XORSHIFT64
+from test_codegen_ops import assert_c_matches_simulator
 from tinytrain.codegen import render_project
 from tinytrain.csources import codegen_runtime
 from tinytrain.memory.report import plan_forward
@@ -88,13 +89,36 @@ def test_float32_requantization_equals_the_exact_helper(tmp_path, march):
 
 
 def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_ones():
-    """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not."""
+    """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not;
+    pointwise and regular ones in tiles of pixels, or across output channels, specialized to their channel counts,
+    when those are few or the pixel input short (HOST_CHANNELS_CO, HOST_CHANNELS_K)."""
     b = GraphBuilder(3)
     h = b.conv(b.input((1, 6, 5, 3)), 8, 3, padding=(1, 1, 1, 1), stride=(2, 2), single="fp32")
     h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
-    g = b.build(b.conv(h, 4, 1, single="fp32"))
+    h = b.conv(h, 32, 1, single="fp32")
+    g = b.build(b.conv(h, 24, 1, single="fp32"))
     host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
                     ["tinytrain_model.c"] for t in ("", "cortex-m7"))
-    for kernel in ("tt_conv_3x3_s2_p1x1_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
-                   "tt_conv_1x1_rows_s8_f32("):
+    for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
+                   "tt_conv_1x1_c8x32_channels_rows_s8_f32(", "tt_conv_1x1_rows_s8_f32("):
         assert kernel in host and kernel not in device
+
+
+@pytest.mark.parametrize("single", [False, True, "fp32"])
+@pytest.mark.parametrize("variant, cin, cout", [("pointwise", 1, 16), ("pointwise", 8, 17), ("pointwise", 24, 40),
+                                                ("pointwise", 70, 5), ("pointwise", 33, 12), ("regular", 3, 16),
+                                                ("regular", 2, 33)])
+def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, variant, cin, cout, single):
+    """conv2d_rows.c.j2 across output channels (bindings/conv2d.py HOST_CHANNELS_CO, HOST_CHANNELS_K): blocks of 8
+    and 16 channels, output channels past whole blocks, a last tile of fewer than 4 pixels, padding, strides, weight
+    zero points, every rounding."""
+    b = GraphBuilder(cin * cout)
+    x = b.input((1, 7, 5, cin))
+    if variant == "pointwise":
+        b.conv(x, cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True, single=single)
+    else:
+        b.conv(x, cout, (3, 3), (2, 1), (1, 0, 1, 1), (1, 1), bias=cin == 3, weight_zp=True, single=single)
+    g = b.build(b.nodes[-1].outputs[0])
+    source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
+    assert "_channels_rows_s8" in source
+    assert_c_matches_simulator(b, g, tmp_path)

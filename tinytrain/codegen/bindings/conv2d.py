@@ -22,6 +22,12 @@ XW_MAX = 256
 # The most elements a host build's convolution kernel widens into each stack array (conv2d_rows.c.j2: the weight, Co x
 # K, and a tile's inputs, 16 x K, 4 bytes each): 256 KB of the host thread's stack; a larger one takes the device's.
 HOST_WEIGHT_MAX = 1 << 16
+# When a host build's pointwise or regular convolution runs per pixel across its output channels (conv2d_rows.c.j2
+# "channels": no transposes) rather than in tiles of pixels: at most HOST_CHANNELS_CO output channels or a pixel input
+# (K = kh * kw * Ci) of at most HOST_CHANNELS_K. Measured on mbv2-w0.35's layers (benchmarks/host_profile.py):
+# channels 1.3-3x faster for Co <= 16 (any K) or K <= 24, pixels up to 2x faster for Co >= 24 and K >= 32.
+HOST_CHANNELS_CO = 16
+HOST_CHANNELS_K = 24
 
 
 def conv2d(node: Node, ctx) -> Call:
@@ -52,21 +58,30 @@ def conv2d(node: Node, ctx) -> Call:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
     band = None if pointwise else ctx.band(node)
+    host = ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX)
+    across = ("channels" if host and not depthwise and (cout <= HOST_CHANNELS_CO or kh * kw * cin <= HOST_CHANNELS_K)
+              else "pixels")
+    # A host kernel across channels is specialized to its channel counts (conv2d_rows.c.j2: Ci and Co constants, not
+    # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers.
+    ci, co = ({}, {}) if across == "channels" else ({"Ci": cin}, {"Co": cout})
     if pointwise:
-        s.ints(P=h * wd, Ci=cin, Co=cout)
+        s.ints(P=h * wd, **ci, **co)
     else:  # without padding no bounds checks: the input height is not needed
-        s.ints(**({"H": h} if padded else {}), W=wd, Ci=cin, **({} if band else {"Ho": ho}), Wo=wo, Co=cout)
+        s.ints(**({"H": h} if padded else {}), W=wd, **ci, **({} if band else {"Ho": ho}), Wo=wo, **co)
     if band:
         band_params(s, band)
     s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
     suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
               + ("_band" if band else ""))
     k["rq"], k["split"], k["band"] = rq_helper(a.requant), split, band is not None
-    if ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX):  # a host build
+    if host:
         variant = "pointwise" if pointwise else ("depthwise" if depthwise else "regular")
         window = window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)
         tag = {"pointwise": "1x1", "depthwise": f"depthwise_{window}", "regular": window}[variant]
-        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant))
+        if across == "channels":
+            tag += f"_c{cin}x{cout}_channels"
+            k.update(ci=cin, co=cout)
+        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
@@ -148,12 +163,16 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
         s.ints(Pp=pairs)
     block = grad_input_block(a, [g, w], [gx])
     k["block"] = block > 0
-    if block:  # B channels at a time through the node's scratch (ops/conv2d.py)
+    # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
+    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
+    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
+                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
+    if block and not k["host"]:  # B channels at a time through the node's scratch (ops/conv2d.py)
         s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
         s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
                   + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else "")
-                  + ("_pairs" if k["pairs"] else ""), k)
+                  + ("_pairs" if k["pairs"] else "") + ("_channels" if k["host"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:
@@ -168,6 +187,7 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str) -> Call:
     c0, cs = channel_range(a.channels, cout, node)
     tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     pointwise = k["variant"] == "pointwise"
+    k["host"] = ctx.host and pointwise  # conv2d_grad_weight.c.j2: the input dequantized once per pixel
     s = Signature()
     s.add("float *gw", gw, "(Cs,Ci)" if pointwise else (
         f"(Cs,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Cs,{k['kh']},{k['kw']},Ci)"))
@@ -181,7 +201,7 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str) -> Call:
         s.ints(W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     s.ints(c0=c0, Cs=cs)
     input_dequant(s, x)
-    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32", k)
+    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32" + ("_host" if k["host"] else ""), k)
 
 
 def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:
