@@ -1,7 +1,8 @@
 """The host build's own kernels (kernels/conv2d_rows.c.j2, codegen/runtime/tt_rows.h): which projects get them, and
 the float32 requantization of tt_rows.h against the exact integer helper of tt_fixedpoint.h. Their outputs against
 the simulator are checked with every other kernel (tests/test_codegen_ops.py, test_stream.py, test_codegen_models.py:
-those build for the host); the variant across output channels, which needs 16 of them, here."""
+those build for the host); the variant across output channels, which needs 16 of them, and the host update's split
+floor (tt_float.h), here."""
 
 from __future__ import annotations
 
@@ -122,3 +123,59 @@ def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, varia
     source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
     assert "_channels_rows_s8" in source
     assert_c_matches_simulator(b, g, tmp_path)
+
+
+FLOOR_MAIN = r"""
+#include <stdio.h>
+#include "tt_float.h"
+
+""" + XORSHIFT64 + r"""
+
+static int check(float x, long *differ) {
+    const int32_t want = tt_floor_clamped(x), got = tt_floor_of_clamped(tt_step_clamp(x));
+    if (got != want && (*differ)++ < 5) {
+        printf("x %a: %ld, want %ld\n", (double)x, (long)got, (long)want);
+    }
+    return 1;
+}
+
+int main(void) {
+    long tested = 0, differ = 0;
+    const float special[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 8388607.5f, -8388607.5f, 1073741824.0f,
+                             -1073741824.0f, 1073741888.0f, -1073741888.0f, 3e38f, -3e38f};
+    for (int i = 0; i < (int)(sizeof special / sizeof special[0]); i++) {
+        tested += check(special[i], &differ);
+    }
+    uint32_t inf = 0x7F800000u, nan = 0x7FC00000u;
+    float v;
+    memcpy(&v, &inf, sizeof v);
+    tested += check(v, &differ) + check(-v, &differ);
+    memcpy(&v, &nan, sizeof v);
+    tested += check(v, &differ);
+    for (long i = 0; i < 2000000; i++) {
+        const uint32_t bits = (uint32_t)next();
+        memcpy(&v, &bits, sizeof v);  /* every sign, exponent and significand */
+        tested += check(v, &differ);
+        tested += check((float)(int32_t)(uint32_t)next() / (float)(1 + (next() % 1024)), &differ);  /* near integers */
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", ["", "-march=native"])
+def test_the_split_floor_equals_tt_floor_clamped(tmp_path, march):
+    """tt_floor_of_clamped(tt_step_clamp(x)) (a host build's update, kernels/sgd_update.c.j2) == tt_floor_clamped(x)
+    on 4 M floats: random bit patterns (NaN, infinities, subnormals, beyond +-2^30) and quotients near integers."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    (tmp_path / "tt_float.h").write_text(codegen_runtime().joinpath("tt_float.h").read_text(encoding="utf-8"))
+    (tmp_path / "main.c").write_text(FLOOR_MAIN)
+    exe = tmp_path / "floor"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O3", *([march] if march else []),
+                        "-ffp-contract=off", str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "differ 0" in r.stdout
