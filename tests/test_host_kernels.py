@@ -91,13 +91,13 @@ def test_float32_requantization_equals_the_exact_helper(tmp_path, march):
 
 def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_ones():
     """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not;
-    pointwise and regular ones in tiles of pixels, or across output channels, specialized to their channel counts,
-    when those are few or the pixel input short (HOST_CHANNELS_CO, HOST_CHANNELS_K)."""
+    pointwise and regular ones across output channels, specialized to their channel counts, when the L1 cache holds
+    their weights (HOST_CHANNELS_WEIGHTS), else in tiles of pixels."""
     b = GraphBuilder(3)
     h = b.conv(b.input((1, 6, 5, 3)), 8, 3, padding=(1, 1, 1, 1), stride=(2, 2), single="fp32")
     h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
     h = b.conv(h, 32, 1, single="fp32")
-    g = b.build(b.conv(h, 24, 1, single="fp32"))
+    g = b.build(b.conv(h, 300, 1, single="fp32"))
     host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
                     ["tinytrain_model.c"] for t in ("", "cortex-m7"))
     for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
@@ -110,9 +110,9 @@ def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_one
                                                 ("pointwise", 70, 5), ("pointwise", 33, 12), ("regular", 3, 16),
                                                 ("regular", 2, 33)])
 def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, variant, cin, cout, single):
-    """conv2d_rows.c.j2 across output channels (bindings/conv2d.py HOST_CHANNELS_CO, HOST_CHANNELS_K): blocks of 8
-    and 16 channels, output channels past whole blocks, a last tile of fewer than 4 pixels, padding, strides, weight
-    zero points, every rounding."""
+    """conv2d_rows.c.j2 across output channels (bindings/conv2d.py HOST_CHANNELS_WEIGHTS): blocks of 8 and 16
+    channels, output channels past whole blocks, a last tile of fewer than 4 pixels, padding, strides, weight zero
+    points, every rounding."""
     b = GraphBuilder(cin * cout)
     x = b.input((1, 7, 5, cin))
     if variant == "pointwise":

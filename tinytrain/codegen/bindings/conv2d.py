@@ -22,12 +22,11 @@ XW_MAX = 256
 # The most elements a host build's convolution kernel widens into each stack array (conv2d_rows.c.j2: the weight, Co x
 # K, and a tile's inputs, 16 x K, 4 bytes each): 256 KB of the host thread's stack; a larger one takes the device's.
 HOST_WEIGHT_MAX = 1 << 16
-# When a host build's pointwise or regular convolution runs per pixel across its output channels (conv2d_rows.c.j2
-# "channels": no transposes) rather than in tiles of pixels: at most HOST_CHANNELS_CO output channels or a pixel input
-# (K = kh * kw * Ci) of at most HOST_CHANNELS_K. Measured on mbv2-w0.35's layers (benchmarks/host_profile.py):
-# channels 1.3-3x faster for Co <= 16 (any K) or K <= 24, pixels up to 2x faster for Co >= 24 and K >= 32.
-HOST_CHANNELS_CO = 16
-HOST_CHANNELS_K = 24
+# The most int32 weights (K x Cp: K = kh * kw * Ci inputs per pixel, Co padded to blocks of 16 or 8 channels) of a host
+# build's pointwise or regular convolution that runs per pixel across its output channels (conv2d_rows.c.j2
+# "channels"), rather than in tiles of pixels: 32 KB, an L1 data cache (each tile of 4 pixels reads them all). Measured
+# on mbv2-w0.35's layers (benchmarks/host_profile.py): channels 1.1-3x faster up to 6,144 weights, slower from 12,288.
+HOST_CHANNELS_WEIGHTS = 8192
 
 
 def conv2d(node: Node, ctx) -> Call:
@@ -59,8 +58,9 @@ def conv2d(node: Node, ctx) -> Call:
     requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp else None)
     band = None if pointwise else ctx.band(node)
     host = ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX)
-    across = ("channels" if host and not depthwise and (cout <= HOST_CHANNELS_CO or kh * kw * cin <= HOST_CHANNELS_K)
-              else "pixels")
+    lanes = 8 if cout <= 8 else 16  # conv2d_rows.c.j2 "channels": output channels per block (L)
+    padded_cout = -(-cout // lanes) * lanes
+    across = "channels" if host and not depthwise and kh * kw * cin * padded_cout <= HOST_CHANNELS_WEIGHTS else "pixels"
     # A host kernel across channels is specialized to its channel counts (conv2d_rows.c.j2: Ci and Co constants, not
     # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers.
     ci, co = ({}, {}) if across == "channels" else ({"Ci": cin}, {"Co": cout})
@@ -80,7 +80,7 @@ def conv2d(node: Node, ctx) -> Call:
         tag = {"pointwise": "1x1", "depthwise": f"depthwise_{window}", "regular": window}[variant]
         if across == "channels":
             tag += f"_c{cin}x{cout}_channels"
-            k.update(ci=cin, co=cout)
+            k.update(ci=cin, co=cout, lanes=lanes)
         return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
     if depthwise:
         mult = cout // cin
