@@ -28,7 +28,7 @@ FAMILIES = (  # (key, what, pattern on the kernel's name): the first match
     ("masks", "1-bit clamp masks: packed in the forward, applied in the backward", r"clamp_mask"),
     ("backward_fp32", "fp32 input and bias gradients, loss", r"_grad|softmax_xent"),
     ("pointwise", "int8 pointwise convolutions", r"^tt_conv_1x1_"),
-    ("depthwise", "int8 depthwise convolutions", r"^tt_depthwise_conv_"),
+    ("depthwise", "int8 depthwise convolutions", r"^tt_(depthwise_conv|conv_depthwise)_"),
     ("conv", "int8 regular convolutions (the stem)", r"^tt_conv_\d"),
     ("other_int8", "int8 add, mean, fully connected", r"."),
 )

@@ -1,7 +1,8 @@
 """The host build's own kernels (kernels/conv2d_rows.c.j2, codegen/runtime/tt_rows.h): which projects get them, and
 the float32 requantization of tt_rows.h against the exact integer helper of tt_fixedpoint.h. Their outputs against
 the simulator are checked with every other kernel (tests/test_codegen_ops.py, test_stream.py, test_codegen_models.py:
-those build for the host)."""
+those build for the host); the variant across output channels, which needs 16 of them, and the host update's split
+floor (tt_float.h), here."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from codegen_graphs import GraphBuilder
 from conftest import XORSHIFT64
+from test_codegen_ops import assert_c_matches_simulator
 from tinytrain.codegen import render_project
 from tinytrain.csources import codegen_runtime
 from tinytrain.memory.report import plan_forward
@@ -88,13 +90,92 @@ def test_float32_requantization_equals_the_exact_helper(tmp_path, march):
 
 
 def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_ones():
-    """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not."""
+    """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not;
+    pointwise and regular ones across output channels, specialized to their channel counts, when the L1 cache holds
+    their weights (HOST_CHANNELS_WEIGHTS), else in tiles of pixels."""
     b = GraphBuilder(3)
     h = b.conv(b.input((1, 6, 5, 3)), 8, 3, padding=(1, 1, 1, 1), stride=(2, 2), single="fp32")
     h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
-    g = b.build(b.conv(h, 4, 1, single="fp32"))
+    h = b.conv(h, 32, 1, single="fp32")
+    g = b.build(b.conv(h, 300, 1, single="fp32"))
     host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
                     ["tinytrain_model.c"] for t in ("", "cortex-m7"))
-    for kernel in ("tt_conv_3x3_s2_p1x1_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
-                   "tt_conv_1x1_rows_s8_f32("):
+    for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
+                   "tt_conv_1x1_c8x32_channels_rows_s8_f32(", "tt_conv_1x1_rows_s8_f32("):
         assert kernel in host and kernel not in device
+
+
+@pytest.mark.parametrize("single", [False, True, "fp32"])
+@pytest.mark.parametrize("variant, cin, cout", [("pointwise", 1, 16), ("pointwise", 8, 17), ("pointwise", 24, 40),
+                                                ("pointwise", 70, 5), ("pointwise", 33, 12), ("regular", 3, 16),
+                                                ("regular", 2, 33)])
+def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, variant, cin, cout, single):
+    """conv2d_rows.c.j2 across output channels (bindings/conv2d.py HOST_CHANNELS_WEIGHTS): blocks of 8 and 16
+    channels, output channels past whole blocks, a last tile of fewer than 4 pixels, padding, strides, weight zero
+    points, every rounding."""
+    b = GraphBuilder(cin * cout)
+    x = b.input((1, 7, 5, cin))
+    if variant == "pointwise":
+        b.conv(x, cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True, single=single)
+    else:
+        b.conv(x, cout, (3, 3), (2, 1), (1, 0, 1, 1), (1, 1), bias=cin == 3, weight_zp=True, single=single)
+    g = b.build(b.nodes[-1].outputs[0])
+    source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
+    assert "_channels_rows_s8" in source
+    assert_c_matches_simulator(b, g, tmp_path)
+
+
+FLOOR_MAIN = r"""
+#include <stdio.h>
+#include "tt_float.h"
+
+""" + XORSHIFT64 + r"""
+
+static int check(float x, long *differ) {
+    const int32_t want = tt_floor_clamped(x), got = tt_floor_of_clamped(tt_step_clamp(x));
+    if (got != want && (*differ)++ < 5) {
+        printf("x %a: %ld, want %ld\n", (double)x, (long)got, (long)want);
+    }
+    return 1;
+}
+
+int main(void) {
+    long tested = 0, differ = 0;
+    const float special[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 8388607.5f, -8388607.5f, 1073741824.0f,
+                             -1073741824.0f, 1073741888.0f, -1073741888.0f, 3e38f, -3e38f};
+    for (int i = 0; i < (int)(sizeof special / sizeof special[0]); i++) {
+        tested += check(special[i], &differ);
+    }
+    uint32_t inf = 0x7F800000u, nan = 0x7FC00000u;
+    float v;
+    memcpy(&v, &inf, sizeof v);
+    tested += check(v, &differ) + check(-v, &differ);
+    memcpy(&v, &nan, sizeof v);
+    tested += check(v, &differ);
+    for (long i = 0; i < 2000000; i++) {
+        const uint32_t bits = (uint32_t)next();
+        memcpy(&v, &bits, sizeof v);  /* every sign, exponent and significand */
+        tested += check(v, &differ);
+        tested += check((float)(int32_t)(uint32_t)next() / (float)(1 + (next() % 1024)), &differ);  /* near integers */
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", ["", "-march=native"])
+def test_the_split_floor_equals_tt_floor_clamped(tmp_path, march):
+    """tt_floor_of_clamped(tt_step_clamp(x)) (a host build's update, kernels/sgd_update.c.j2) == tt_floor_clamped(x)
+    on 4 M floats: random bit patterns (NaN, infinities, subnormals, beyond +-2^30) and quotients near integers."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    (tmp_path / "tt_float.h").write_text(codegen_runtime().joinpath("tt_float.h").read_text(encoding="utf-8"))
+    (tmp_path / "main.c").write_text(FLOOR_MAIN)
+    exe = tmp_path / "floor"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O3", *([march] if march else []),
+                        "-ffp-contract=off", str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "differ 0" in r.stdout

@@ -83,6 +83,20 @@ static inline int32_t tt_floor_clamped(float x) {
     return r;
 }
 
+/* tt_floor_clamped in two halves, each of which gcc vectorizes in a loop (the whole it does not: "control flow in
+ * loop", gcc 12; a host build's update, kernels/sgd_update.c.j2): tt_floor_of_clamped(tt_step_clamp(x)) ==
+ * tt_floor_clamped(x) for every float x. The clamp to +-2^30 (NaN to -2^30) is tt_floor_clamped's; then, |y| <= 2^30,
+ * the conversion truncates toward zero and one is taken off below a negative non-integer, as tt_floor_clamped does. */
+static inline float tt_step_clamp(float x) {
+    x = x > TT_STEP_LIMIT ? TT_STEP_LIMIT : x;
+    return x >= -TT_STEP_LIMIT ? x : -TT_STEP_LIMIT;
+}
+
+static inline int32_t tt_floor_of_clamped(float y) {
+    const int32_t r = (int32_t)y;
+    return (float)r > y ? r - 1 : r;
+}
+
 /* x rounded to nearest, ties to even (rintf in the default rounding mode), clamped to [-2^30, 2^30]. */
 static inline int32_t tt_rint_clamped(float x) {
     const int32_t r = tt_floor_clamped(x);

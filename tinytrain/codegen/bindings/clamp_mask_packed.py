@@ -26,7 +26,7 @@ def clamp_mask_packed(node: Node, ctx) -> Call:
     s.add("const float *g", ctx.fp(g.name), "(N,)")
     s.add("const uint8_t *bits", ctx.bits(bits.name), "((N+7)/8,)")
     s.ints(N=out.size)
-    return s.call("clamp_mask_packed", "tt_clamp_mask_packed_f32", {})
+    return s.call("clamp_mask_packed", "tt_clamp_mask_packed_f32" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
 BINDINGS: dict[str, Binding] = {

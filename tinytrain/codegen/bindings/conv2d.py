@@ -24,6 +24,11 @@ XW_MAX = 256
 HOST_WEIGHT_MAX = 1 << 16
 # The most input channels a device pointwise kernel has as a compile-time constant ("ci").
 FIXED_CI_MAX = 128
+# The most int32 weights (K x Cp: K = kh * kw * Ci inputs per pixel, Co padded to blocks of 16 or 8 channels) of a host
+# build's pointwise or regular convolution that runs per pixel across its output channels (conv2d_rows.c.j2
+# "channels"), rather than in tiles of pixels: 32 KB, an L1 data cache (each tile of 4 pixels reads them all). Measured
+# on mbv2-w0.35's layers (benchmarks/host_profile.py): channels 1.1-3x faster up to 6,144 weights, slower from 12,288.
+HOST_CHANNELS_WEIGHTS = 8192
 
 
 def conv2d(node: Node, ctx) -> Call:
@@ -67,24 +72,33 @@ def conv2d(node: Node, ctx) -> Call:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp and not packed else None)
     band = None if pointwise else ctx.band(node)
-    # A device pointwise kernel for few input channels has them as a constant (conv2d.c.j2 "ci"): its inner products
-    # over the channels unroll; one kernel per channel count.
+    host = ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX)
+    lanes = 8 if cout <= 8 else 16  # conv2d_rows.c.j2 "channels": output channels per block (L)
+    padded_cout = -(-cout // lanes) * lanes
+    across = "channels" if host and not depthwise and kh * kw * cin * padded_cout <= HOST_CHANNELS_WEIGHTS else "pixels"
+    # A host kernel across channels is specialized to its channel counts (conv2d_rows.c.j2: Ci and Co constants, not
+    # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers. A device pointwise
+    # kernel for few input channels has them as a constant too (conv2d.c.j2 "ci"): its inner products unroll.
     fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
+    ci, co = ({}, {}) if across == "channels" else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
     if pointwise:
-        s.ints(P=h * wd, **({} if fixed_ci else {"Ci": cin}), Co=cout)
+        s.ints(P=h * wd, **ci, **co)
     else:  # without padding no bounds checks: the input height is not needed
-        s.ints(**({"H": h} if padded else {}), W=wd, Ci=cin, **({} if band else {"Ho": ho}), Wo=wo, Co=cout)
+        s.ints(**({"H": h} if padded else {}), W=wd, **ci, **({} if band else {"Ho": ho}), Wo=wo, **co)
     if band:
         band_params(s, band)
     s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
     suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
               + ("_band" if band else ""))
     k["rq"], k["split"], k["band"] = rq_helper(a.requant), split, band is not None
-    if ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX):  # a host build
+    if host:
         variant = "pointwise" if pointwise else ("depthwise" if depthwise else "regular")
         window = window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)
         tag = {"pointwise": "1x1", "depthwise": f"depthwise_{window}", "regular": window}[variant]
-        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant))
+        if across == "channels":
+            tag += f"_c{cin}x{cout}_channels"
+            k.update(ci=cin, co=cout, lanes=lanes)
+        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
@@ -187,12 +201,16 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
         s.ints(Pp=pairs)
     block = grad_input_block(a, [g, w], [gx])
     k["block"] = block > 0
-    if block:  # B channels at a time through the node's scratch (ops/conv2d.py)
+    # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
+    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
+    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
+                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
+    if block and not k["host"]:  # B channels at a time through the node's scratch (ops/conv2d.py)
         s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
         s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
                   + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else "")
-                  + ("_pairs" if k["pairs"] else ""), k)
+                  + ("_pairs" if k["pairs"] else "") + ("_channels" if k["host"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:
@@ -208,6 +226,7 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | Non
     c0, cs = channel_range(a.channels, cout, node)
     tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     pointwise = k["variant"] == "pointwise"
+    k["host"] = ctx.host and pointwise  # conv2d_grad_weight.c.j2: the input dequantized once per pixel
     s = Signature()
     s.add("float *gw", gw, "(Cs,Ci)" if pointwise else (
         f"(Cs,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Cs,{k['kh']},{k['kw']},Ci)"))
@@ -222,10 +241,11 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | Non
     s.ints(c0=c0, Cs=cs)
     input_dequant(s, x)
     # pointwise rows four at a time (conv2d_grad_weight.c.j2) only where a call can have four: a kernel without that
-    # loop when blocks are smaller (the loop, dead, would still index past a small block's scratch)
-    k["quads"] = pointwise and min(cs, rows or cs) >= 4
-    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32" + ("_rows1" if pointwise and not k["quads"]
-                                                                            else ""), k)
+    # loop when blocks are smaller (the loop, dead, would still index past a small block's scratch); a host build's
+    # pointwise kernel has its own form ("host")
+    k["quads"] = pointwise and not k["host"] and min(cs, rows or cs) >= 4
+    suffix = "_host" if k["host"] else ("_rows1" if pointwise and not k["quads"] else "")
+    return s.call("conv2d_grad_weight", f"tt_conv_{tag}_grad_weight_f32{suffix}", k)
 
 
 def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:

@@ -54,10 +54,11 @@ def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     if block:
         s.ints(i0=0)
     bits = "s8" if ptype == "int8_t" else "s32"
+    host = ctx.host and stochastic  # sgd_update.c.j2: a row's draws and clamps in a loop gcc vectorizes
     name = (f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
-            + ("_cosine" if scheduled else "") + ("_block" if block else ""))
+            + ("_cosine" if scheduled else "") + ("_block" if block else "") + ("_host" if host else ""))
     return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block,
-                                           scheduled=scheduled))
+                                           scheduled=scheduled, host=host))
 
 
 BINDINGS: dict[str, Binding] = {

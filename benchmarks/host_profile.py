@@ -1,0 +1,134 @@
+"""Where the host C training step's time goes, per kernel and per op family (benchmarks/step_time.py's model and plan).
+
+    .venv/bin/python benchmarks/host_profile.py [--steps 200] [--repeats 3] [--top 25]
+
+A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags: ``engine_c.TRAIN_CFLAGS``) whose
+tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel call, as
+benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time per step
+is the best of ``--repeats`` runs of ``--steps`` steps (the machine may be shared); "outside kernels" is the step's
+wall time less the kernels' (the streamed region's row bookkeeping, the calls themselves, the guard). The clock reads
+add roughly 20 ns per call, so the total is a little above an uninstrumented step. Prints a table (host only; it
+writes nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from qemu_profile import FAMILIES, family, instrument  # noqa: E402
+from step_time import MODEL, PLAN  # noqa: E402
+
+TICKS_H = """#ifndef TT_TICKS_H
+#define TT_TICKS_H
+#define _POSIX_C_SOURCE 199309L  /* clock_gettime under -std=c99 */
+#include <stdint.h>
+#include <time.h>
+static inline uint64_t tt_ticks(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+#endif
+"""
+
+
+def profile_c(n: int) -> str:
+    """The per-kernel nanosecond totals ([train][kernel]), read and cleared by tt_profile_take."""
+    return f"""
+static uint64_t tt_profile_ns[2][{n}];
+
+void tt_profile_add(int kernel, int train, uint64_t ticks)
+{{
+    tt_profile_ns[train != 0][kernel] += ticks;
+}}
+
+void tt_profile_take(uint64_t *out);
+void tt_profile_take(uint64_t *out)
+{{
+    memcpy(out, tt_profile_ns, sizeof tt_profile_ns);
+    memset(tt_profile_ns, 0, sizeof tt_profile_ns);
+}}
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+
+    from models.build import load_fashion_mnist, resize_u8
+    from tinytrain.codegen import MODEL_SOURCE
+    from tinytrain.data import model_inputs
+    from tinytrain.engine_c import TRAIN_CFLAGS, CTrainer, _private_copy, compile_files
+    from tinytrain.frontends import load_model
+    from tinytrain.training.sparse import parse_plan
+    from tinytrain.training.train_graph import build_training_graph
+
+    graph = load_model(ROOT / "models" / f"{MODEL}.onnx")
+    tg = build_training_graph(graph, parse_plan(PLAN))
+    trainer = CTrainer(tg)
+    files = dict(trainer.files)
+    timed, names = instrument(files[MODEL_SOURCE])
+    files[MODEL_SOURCE] = timed + profile_c(len(names))
+    files["tt_ticks.h"] = TICKS_H
+    lib = _private_copy(compile_files(files, cflags=TRAIN_CFLAGS))
+    lib.tt_init.argtypes, lib.tt_init.restype = [], None
+    lib.tt_train_step.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.tt_train_step.restype = ctypes.c_int
+    lib.tt_profile_take.argtypes, lib.tt_profile_take.restype = [ctypes.c_void_p], None
+    lib.tt_init()
+
+    d = load_fashion_mnist()
+    n = 64
+    x = model_inputs(graph, np.repeat(resize_u8(d["train_x"][:n], 128)[..., None], 3, axis=3))
+    y = d["train_y"][:n].astype(np.int64)
+    loss = ctypes.c_float()
+    ns = np.zeros((2, len(names)), np.uint64)
+
+    def run(k: int) -> float:
+        t0 = time.perf_counter()
+        for j in range(k):
+            lib.tt_train_step(x[j % n].ctypes.data, int(y[j % n]), ctypes.addressof(loss))
+        return (time.perf_counter() - t0) / k
+
+    run(10)
+    lib.tt_profile_take(ns.ctypes.data)
+    best_step, best = float("inf"), None
+    for _ in range(args.repeats):
+        step = run(args.steps)
+        lib.tt_profile_take(ns.ctypes.data)
+        per = ns[1].astype(np.float64) / args.steps
+        best_step = min(best_step, step)
+        best = per if best is None else np.minimum(best, per)
+
+    us = {name: best[i] / 1e3 for i, name in enumerate(names)}
+    fams = dict.fromkeys([k for k, _, _ in FAMILIES], 0.0)
+    for name, t in us.items():
+        fams[family(name)] += t
+    total = best_step * 1e6
+    print(f"host step (instrumented, wall, best of {args.repeats} x {args.steps}): {total:.0f} us")
+    print(f"{'family':<16}{'us/step':>10}{'%':>7}")
+    for k, t in sorted(fams.items(), key=lambda kv: -kv[1]):
+        print(f"{k:<16}{t:>10.1f}{100 * t / total:>7.1f}")
+    out = total - sum(fams.values())
+    print(f"{'outside_kernels':<16}{out:>10.1f}{100 * out / total:>7.1f}")
+    print(f"\n{'kernel':<48}{'us/step':>10}{'%':>7}")
+    for name, t in sorted(us.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"{name:<48}{t:>10.1f}{100 * t / total:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()
