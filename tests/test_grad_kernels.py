@@ -186,13 +186,15 @@ int main(int argc, char **argv) {
 """
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 9])
-def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows):
-    """kernels/conv2d_grad_weight.c.j2 (pointwise): four rows and two pixels at a time, with gz masked (half
-    zeros, sparser, none) == the plain loop over pixels in order, skipping zero terms, bit for bit."""
+def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows, host):
+    """kernels/conv2d_grad_weight.c.j2 (pointwise): the device form (four rows and two pixels at a time) and the
+    host build's (each pixel's input dequantized once), with gz masked (half zeros, sparser, none) == the plain loop
+    over pixels in order, skipping zero terms, bit for bit."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    k = dict(variant="pointwise", quads=rows >= 4)
+    k = dict(variant="pointwise", quads=rows >= 4 and not host, host=host)
     text = environment().get_template("kernels/conv2d_grad_weight.c.j2").render(
         name="tt_kernel", k=k, signature="static void tt_kernel(float *gw, const float *gz, const int8_t *inp, int P, "
                                          "int Ci, int Co, int c0, int Cs, int32_t in_zp, float in_scale)")
