@@ -54,7 +54,11 @@ def conv2d(node: Node, ctx) -> Call:
         s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
     kpad = padded_window(kh * kw * cin, ctx, w) if not (pointwise or depthwise or ctx.host) else 0
-    packed = depthwise and cout == cin and cout % 4 == 0 and not ctx.trainable(w.name) and not ctx.host
+    # depthwise taps packed as halfwords (twice the flash of the int8 weights): 3x3 windows only, where the weights
+    # are few and the loads a large share of a tap (measured on qemu-m7: packing 5x5 / 7x7 too saved 5-8 % of the
+    # depthwise instructions for 74-144 KB more flash on mcunet / proxyless)
+    packed = (depthwise and cout == cin and cout % 4 == 0 and kh * kw <= 9 and not ctx.trainable(w.name)
+              and not ctx.host)
     if packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
         s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
               f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
