@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/transfer_study.py --fresh [--workers 2] [--train-images 5000]
 
-(61 min on 2 cores shared with other jobs; ``--test-images N`` and a small ``--train-images`` make a quick check,
+(53 min on 2 cores shared with other jobs; ``--test-images N`` and a small ``--train-images`` make a quick check,
 not the study.)
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head
