@@ -1,14 +1,15 @@
-"""Where the host C training step's time goes, per kernel and per op family (benchmarks/step_time.py's model and plan).
+"""Where the host C training step's time goes, per kernel and per op family (MobileNetV2-w0.35, shipped sparse plan).
 
     .venv/bin/python benchmarks/host_profile.py [--steps 200] [--repeats 3] [--top 25]
 
-A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags: ``engine_c.TRAIN_CFLAGS``) whose
-tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel call, as
-benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time per step
-is the best of ``--repeats`` runs of ``--steps`` steps (the machine may be shared); "outside kernels" is the step's
-wall time less the kernels' (the streamed region's row bookkeeping, the calls themselves, the guard). The clock reads
-add roughly 20 ns per call, so the total is a little above an uninstrumented step. Prints a table (host only; it
-writes nothing).
+The first of benchmarks/step_time.py's models (models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
+the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags:
+``engine_c.TRAIN_CFLAGS``) whose tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel
+call, as benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
+per step is the best of ``--repeats`` runs of ``--steps`` steps (the machine may be shared); "outside kernels" is the
+step's wall time less the kernels' (the streamed region's row bookkeeping, the calls themselves, the guard). The clock
+reads add roughly 20 ns per call, so the total is a little above an uninstrumented step. Prints a table (host only;
+it writes nothing).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from qemu_profile import FAMILIES, family, instrument  # noqa: E402
-from step_time import MODEL, PLAN  # noqa: E402
+from step_time import fashion_images  # noqa: E402
 
 TICKS_H = """#ifndef TT_TICKS_H
 #define TT_TICKS_H
@@ -69,16 +70,16 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
 
-    from models.build import load_fashion_mnist, resize_u8
+    from qemu_instructions import shipped_plans
     from tinytrain.codegen import MODEL_SOURCE
     from tinytrain.data import model_inputs
     from tinytrain.engine_c import TRAIN_CFLAGS, CTrainer, _private_copy, compile_files
     from tinytrain.frontends import load_model
-    from tinytrain.training.sparse import parse_plan
     from tinytrain.training.train_graph import build_training_graph
 
-    graph = load_model(ROOT / "models" / f"{MODEL}.onnx")
-    tg = build_training_graph(graph, parse_plan(PLAN))
+    target = shipped_plans()[0]
+    graph = load_model(target.path)
+    tg = build_training_graph(graph, target.plan)
     trainer = CTrainer(tg)
     files = dict(trainer.files)
     timed, names = instrument(files[MODEL_SOURCE])
@@ -91,10 +92,9 @@ def main() -> None:
     lib.tt_profile_take.argtypes, lib.tt_profile_take.restype = [ctypes.c_void_p], None
     lib.tt_init()
 
-    d = load_fashion_mnist()
-    n = 64
-    x = model_inputs(graph, np.repeat(resize_u8(d["train_x"][:n], 128)[..., None], 3, axis=3))
-    y = d["train_y"][:n].astype(np.int64)
+    images, y = fashion_images(graph, 64)
+    x = model_inputs(graph, images)
+    n = len(x)
     loss = ctypes.c_float()
     ns = np.zeros((2, len(names)), np.uint64)
 

@@ -20,7 +20,8 @@ Images are synthetic (uniform random pixels, seed 0): the counts vary by well un
 Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/qemu_profile.py
 (two more firmwares per model, instrumented copies of the same C).
 
-Writes benchmarks/results/qemu_instructions.json and .md.
+Writes benchmarks/results/qemu_instructions.json and .md. ``benchmarks/speed.py`` takes the same measurement
+(``measure_row``) beside the host time per step and writes these files too.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ import platform
 import re
 import subprocess
 import tempfile
+import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,18 +58,32 @@ VWW_PLAN = {"version": 1, "bias_last_k": 12, "weights": [{"conv": 24, "ratio": 0
                                                          {"conv": 27, "ratio": 1.0}], "channels": "first", "lr": 0.01}
 
 
-def models() -> list[tuple[str, Path, object, str]]:
-    """(name, model path, plan, plan source)."""
+class ModelPlan(NamedTuple):
+    """A model to measure, with its plan and where the plan comes from (a path under the checkout or VWW_PLAN)."""
+    name: str
+    path: Path
+    plan: object
+    source: str
+
+
+def shipped_plans() -> list[ModelPlan]:
+    """The three 128x128 zoo models, each with its shipped sparse plan (models/plans/NAME-sparse.json)."""
     out = []
-    for name in ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps", "mbv1-0.25-vww"):
+    for name in ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps"):
         plan_path = ROOT / "models" / "plans" / f"{name}-sparse.json"
-        if plan_path.exists():
-            out.append((name, ROOT / "models" / f"{name}.onnx", load_plan(plan_path), str(plan_path.relative_to(ROOT))))
-        else:
-            out.append((name, ROOT / "models" / f"{name}.onnx", parse_plan(VWW_PLAN), "VWW_PLAN"))
+        out.append(ModelPlan(name, ROOT / "models" / f"{name}.onnx", load_plan(plan_path),
+                             str(plan_path.relative_to(ROOT))))
+    return out
+
+
+def models() -> list[ModelPlan]:
+    """``shipped_plans()``, then the MobileNetV1-0.25 VWW zoo model and the MLPerf VWW model from ../shared (when it
+    is there) with VWW_PLAN."""
+    out = shipped_plans() + [ModelPlan("mbv1-0.25-vww", ROOT / "models" / "mbv1-0.25-vww.onnx", parse_plan(VWW_PLAN),
+                                       "VWW_PLAN")]
     vww = SHARED / "models" / "vww_96_int8.tflite"
     if vww.exists():
-        out.append(("vww_96_int8 (MLPerf)", vww, parse_plan(VWW_PLAN), "VWW_PLAN"))
+        out.append(ModelPlan("vww_96_int8 (MLPerf)", vww, parse_plan(VWW_PLAN), "VWW_PLAN"))
     return out
 
 
@@ -74,22 +91,21 @@ def mac_counts(tg) -> tuple[int, int]:
     """(int8 MACs, fp32 MACs) of a training graph: a node counts as fp32 when any input or output is float32."""
     int8 = fp32 = 0
     for node in tg.nodes:
-        ins = [tg.tensors[i] if i else None for i in node.inputs]
-        outs = [tg.tensors[o] for o in node.outputs]
-        n = get_op(node.op).macs(node.attrs, ins, outs)
-        if any(o.dtype == DType.FLOAT32 for o in outs) or any(i is not None and i.dtype == DType.FLOAT32 for i in ins):
+        n = node_macs(tg, node)
+        if any(tg.tensors[t].dtype == DType.FLOAT32 for t in (*node.inputs, *node.outputs) if t):
             fp32 += n
         else:
             int8 += n
     return int8, fp32
 
 
+def node_macs(graph, node) -> int:
+    ins = [graph.tensors[i] if i else None for i in node.inputs]
+    return get_op(node.op).macs(node.attrs, ins, [graph.tensors[o] for o in node.outputs])
+
+
 def forward_macs(graph) -> int:
-    total = 0
-    for node in graph.nodes:
-        ins = [graph.tensors[i] if i else None for i in node.inputs]
-        total += get_op(node.op).macs(node.attrs, ins, [graph.tensors[o] for o in node.outputs])
-    return total
+    return sum(node_macs(graph, node) for node in graph.nodes)
 
 
 def requantized_outputs(graph) -> int:
@@ -153,7 +169,7 @@ def markdown(rows, meta) -> str:
         return f"{v / 1e6:.1f}M" if isinstance(v, (int, float)) else "—"
 
     lines = [f"# Instructions per training step and per inference on {meta['board']} (QEMU -icount shift=0)", "",
-             f"Measured by `python benchmarks/qemu_instructions.py` on {meta['host']}, {meta['qemu']}, {meta['gcc']}; "
+             f"Measured by `{meta['command']}` on {meta['host']}, {meta['qemu']}, {meta['gcc']}; "
              f"{meta['steps']} training steps and {meta['inferences']} inferences per model, synthetic images. "
              "Published: STM32F746 @ 216 MHz, sparse update (docs/design.md §7), as cycles. Lower bound: int8 MACs at 2 "
              "per cycle + fp32 MACs at 1 per cycle. Instructions are not cycles (an M7 dual-issues and stalls on "
@@ -213,31 +229,46 @@ def markdown(rows, meta) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measure_row(target: ModelPlan, args: argparse.Namespace) -> dict:
+    """``measure`` in a temporary directory; the row is printed as JSON as soon as it is measured."""
+    with tempfile.TemporaryDirectory(prefix="tinytrain-bench-") as tmp:
+        row = measure(*target, args, Path(tmp))
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def meta(args: argparse.Namespace, command: str) -> dict:
+    def first_line(cmd):
+        return subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[0]
+    return {"command": command, "board": args.board, "steps": args.steps, "inferences": args.inferences,
+            "host": platform.machine(), "qemu": first_line(["qemu-system-arm", "--version"]),
+            "gcc": first_line(["arm-none-eabi-gcc", "--version"]), "clock_hz_of_published": CLOCK_HZ}
+
+
+def write(rows: list[dict], meta: dict, out: str) -> str:
+    """qemu_instructions.json and .md at ``out`` (a path without suffix); returns the markdown."""
+    text = markdown(rows, meta)
+    Path(out + ".json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    Path(out + ".md").write_text(text)
+    return text
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """What runs on QEMU (shared with benchmarks/speed.py)."""
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--inferences", type=int, default=2)
     ap.add_argument("--board", default="qemu-m7")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
     ap.add_argument("--model", action="append", help="only these models (repeatable; default: all)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "qemu_instructions"))
     args = ap.parse_args()
-    rows = []
-    for name, path, plan, source in models():
-        if args.model and name not in args.model:
-            continue
-        with tempfile.TemporaryDirectory(prefix="tinytrain-bench-") as tmp:
-            row = measure(name, path, plan, source, args, Path(tmp))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-
-    def first_line(cmd):
-        return subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[0]
-    meta = {"board": args.board, "steps": args.steps, "inferences": args.inferences,
-            "host": platform.machine(), "qemu": first_line(["qemu-system-arm", "--version"]),
-            "gcc": first_line(["arm-none-eabi-gcc", "--version"]), "clock_hz_of_published": CLOCK_HZ}
-    Path(args.out + ".json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
-    Path(args.out + ".md").write_text(markdown(rows, meta))
-    print(markdown(rows, meta))
+    rows = [measure_row(t, args) for t in models() if not args.model or t.name in args.model]
+    command = " ".join(["python benchmarks/qemu_instructions.py", *sys.argv[1:]])
+    print(write(rows, meta(args, command), args.out))
 
 
 if __name__ == "__main__":
