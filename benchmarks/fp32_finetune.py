@@ -1,0 +1,84 @@
+"""Fine-tune the fp32 PyTorch twin of an int8 graph (vww_study.torch_twin) and predict: the fp32 reference of the
+Fashion-MNIST studies (transfer_study.py's upper-bound row, transfer_ceiling.py's rows).
+
+Two optimizers: batch-1 SGD (the device's) and Adam on batches of 32 (not available on the device: 8 bytes of
+state per parameter and a batch of activations). Either runs under a lr schedule over its steps (constant, or
+cosine from ``tinytrain.training.schedule``, the device's); the last ``last_k`` conv / fully-connected layers are
+trained (weights and biases), the head (the last of them) at its own lr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vww_study import torch_twin
+
+
+@dataclass(frozen=True)
+class Fp32Recipe:
+    last_k: int  # weights + biases of the last k conv / fully-connected layers (1: the classifier only)
+    optimizer: str  # "sgd" (batch 1) or "adam" (batch 32)
+    epochs: int
+    lr: float  # backbone weights and biases
+    head_lr: float
+    schedule: str = "cosine"  # or "constant"
+
+    @property
+    def batch(self) -> int:
+        return 1 if self.optimizer == "sgd" else 32
+
+    def describe(self) -> str:
+        how = "batch-1 SGD" if self.optimizer == "sgd" else "Adam, batch 32"
+        if self.last_k == 1:
+            what, lrs = "classifier-only", f"lr {self.head_lr:g}"
+        else:
+            what, lrs = f"last-k:{self.last_k}", f"lr {self.lr:g}, head lr {self.head_lr:g}"
+        return f"{what}, {how}, {self.schedule}, {lrs}, {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
+
+
+def fit_predict(graph, x: np.ndarray, y: np.ndarray, rows: np.ndarray, x_eval: np.ndarray, recipe: Fp32Recipe,
+                seed: int) -> np.ndarray:
+    """Train the twin of ``graph`` on the int8 inputs ``x[rows]`` (labels ``y[rows]``) as ``recipe`` says; the
+    predicted class of every row of the int8 inputs ``x_eval``. One thread, seeded: the same call gives the same
+    predictions."""
+    import torch
+    import torch.nn.functional as F
+
+    from tinytrain.training.schedule import Schedule
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    q = graph.tensors[graph.inputs[0]].quant
+
+    def floats(xs: np.ndarray):  # int8 NHWC -> the dequantized float input, NCHW
+        return torch.tensor(((xs.astype(np.float32) - q.zp) * np.float32(q.s)).transpose(0, 3, 1, 2).copy())
+
+    model = torch_twin(graph)
+    layers = [k for k, n in enumerate(graph.nodes) if n.op in ("conv2d", "fully_connected")]
+    trained, head = set(layers[-recipe.last_k:]), layers[-1]
+    groups: dict[str, list] = {"backbone": [], "head": []}
+    for name, p in model.params.items():
+        k = int(name[1:])
+        p.requires_grad_(k in trained)
+        if k in trained:
+            groups["head" if k == head else "backbone"].append(p)
+    params = [{"params": groups["backbone"], "lr": recipe.lr}, {"params": groups["head"], "lr": recipe.head_lr}]
+    opt = torch.optim.SGD(params) if recipe.optimizer == "sgd" else torch.optim.Adam(params)
+    rng = np.random.default_rng(seed)
+    batches = [rows[perm[i: i + recipe.batch]] for perm in (rng.permutation(len(rows)) for _ in range(recipe.epochs))
+               for i in range(0, len(rows) - recipe.batch + 1, recipe.batch)]
+    schedule = Schedule.over(len(batches), 0.0) if recipe.schedule == "cosine" else None
+    base = [g["lr"] for g in opt.param_groups]
+    labels = torch.tensor(y)
+    for step, batch in enumerate(batches):
+        batch = np.sort(batch)
+        if schedule is not None:
+            for g, lr in zip(opt.param_groups, base):
+                g["lr"] = lr * float(schedule.factor(step))
+        opt.zero_grad()
+        F.cross_entropy(model(floats(x[batch])), labels[batch]).backward()
+        opt.step()
+    with torch.no_grad():
+        return np.concatenate([model(floats(x_eval[i: i + 500])).argmax(1).numpy() for i in range(0, len(x_eval), 500)])
