@@ -78,8 +78,9 @@ def runs() -> list[Run]:
     five, thirty = "fashion-mnist:5000", "fashion-mnist:30000"
     sgd6 = Fp32Recipe(14, "sgd", 6, 0.003, 0.01)
     return [Run(five, sgd6), Run(five, replace(sgd6, int8_grid=True)),
-            Run(five, Fp32Recipe(28, "adam", 10, 0.001, 0.001)), Run(five, Fp32Recipe(14, "adam", 10, 0.001, 0.001)), Run(thirty, Fp32Recipe(5, "sgd", 1, 0.003, 0.01)),
-            Run(thirty, Fp32Recipe(1, "sgd", 1, 0.003, 0.01)), Run(five, Fp32Recipe(1, "sgd", 6, 0.003, 0.01)),
+            Run(five, Fp32Recipe(28, "adam", 10, 0.001, 0.001)), Run(five, Fp32Recipe(14, "adam", 10, 0.001, 0.001)),
+            Run(thirty, Fp32Recipe(5, "sgd", 1, 0.003, 0.01)), Run(thirty, Fp32Recipe(1, "sgd", 1, 0.003, 0.01)),
+            Run(five, Fp32Recipe(1, "sgd", 6, 0.003, 0.01)),
             Run(five, Fp32Recipe(13, "sgd", 2, 0.003, 0.01)), Run(five, Fp32Recipe(1, "adam", 10, 0.01, 0.01)),
             Run(five, Fp32Recipe(5, "sgd", 2, 0.003, 0.01)), Run(five, Fp32Recipe(1, "sgd", 2, 0.003, 0.01))]
 
