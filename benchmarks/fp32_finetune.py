@@ -4,9 +4,9 @@ Fashion-MNIST studies (transfer_study.py's upper-bound row, transfer_ceiling.py'
 Two optimizers: batch-1 SGD (the device's) and Adam on batches of 32 (not available on the device: 8 bytes of
 state per parameter and a batch of activations). Either runs under a lr schedule over its steps (constant, or
 cosine from ``tinytrain.training.schedule``, the device's); the last ``last_k`` conv / fully-connected layers are
-trained (weights and biases), the head (the last of them) at its own lr. ``int8_grid`` keeps every trained weight on
-its int8 grid (stochastic rounding after each step, as the device stores it): the fp32 arithmetic otherwise, so it
-isolates what storing the weights in int8 costs.
+trained (weights and biases), the head (the last of them) at its own lr. ``grid_bits`` 8 keeps every trained weight
+on its int8 grid (stochastic rounding after each step, as the device stores it), the arithmetic otherwise fp32: it
+isolates what storing the weights in int8 costs; 16 a grid 256 times finer (an int16 copy of each trained weight).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class Fp32Recipe:
     lr: float  # backbone weights and biases
     head_lr: float
     schedule: str = "cosine"  # or "constant"
-    int8_grid: bool = False  # after every step, each trained weight stochastically rounded back onto its int8 grid
+    grid_bits: int = 0  # 8: after every step each trained weight is stochastically rounded back onto its int8 grid;
+    # 16: onto a grid 256x finer (an int16 copy of it); 0: fp32 weights
 
 
     @property
@@ -39,11 +40,11 @@ class Fp32Recipe:
             what, lrs = "classifier-only", f"lr {self.head_lr:g}"
         else:
             what, lrs = f"last-k:{self.last_k}", f"lr {self.lr:g}, head lr {self.head_lr:g}"
-        grid = ", weights kept on their int8 grid" if self.int8_grid else ""
+        grid = f", weights kept on an int{self.grid_bits} grid" if self.grid_bits else ""
         return f"{what}, {how}, {self.schedule}, {lrs}, {self.epochs} epoch{'s' if self.epochs > 1 else ''}{grid}"
 
 
-def _int8_grids(graph, model, trained: set[int]) -> list[tuple]:
+def _weight_grids(graph, model, trained: set[int]) -> list[tuple]:
     """(parameter, scale, zero point) of every trained weight, the quantization broadcast along its output
     channels (axis 0, as torch_twin lays the weights out)."""
     import torch
@@ -58,15 +59,17 @@ def _int8_grids(graph, model, trained: set[int]) -> list[tuple]:
     return grids
 
 
-def _round_onto_grids(grids: list[tuple], generator) -> None:
-    """w <- (clamp(floor(w / s + zp + u), -127, 127) - zp) * s, u uniform in [0, 1): the int8 weight the device
-    stores after a QAS step with stochastic rounding (ops/sgd_update.py), in expectation the fp32 step."""
+def _round_onto_grids(grids: list[tuple], bits: int, generator) -> None:
+    """w <- (clamp(floor((w / s + zp) f + u), -127 f, 127 f) / f - zp) * s, u uniform in [0, 1), f = 2^(bits - 8):
+    for 8 bits the int8 weight the device stores after a QAS step with stochastic rounding (ops/sgd_update.py), in
+    expectation the fp32 step."""
     import torch
 
+    f = float(2 ** (bits - 8))
     with torch.no_grad():
         for p, s, zp in grids:
             u = torch.rand(p.shape, generator=generator)
-            p.copy_((torch.clamp(torch.floor(p / s + zp + u), -127, 127) - zp) * s)
+            p.copy_((torch.clamp(torch.floor((p / s + zp) * f + u), -127 * f, 127 * f) / f - zp) * s)
 
 
 def fit_predict(graph, x: np.ndarray, y: np.ndarray, rows: np.ndarray, x_eval: np.ndarray, recipe: Fp32Recipe,
@@ -103,7 +106,7 @@ def fit_predict(graph, x: np.ndarray, y: np.ndarray, rows: np.ndarray, x_eval: n
     schedule = Schedule.over(len(batches), 0.0) if recipe.schedule == "cosine" else None
     base = [g["lr"] for g in opt.param_groups]
     labels = torch.tensor(y)
-    grids = _int8_grids(graph, model, trained) if recipe.int8_grid else []
+    grids = _weight_grids(graph, model, trained) if recipe.grid_bits else []
     generator = torch.Generator().manual_seed(seed)
     for step, batch in enumerate(batches):
         batch = np.sort(batch)
@@ -113,6 +116,6 @@ def fit_predict(graph, x: np.ndarray, y: np.ndarray, rows: np.ndarray, x_eval: n
         opt.zero_grad()
         F.cross_entropy(model(floats(x[batch])), labels[batch]).backward()
         opt.step()
-        _round_onto_grids(grids, generator)
+        _round_onto_grids(grids, recipe.grid_bits, generator)
     with torch.no_grad():
         return np.concatenate([model(floats(x_eval[i: i + 500])).argmax(1).numpy() for i in range(0, len(x_eval), 500)])
