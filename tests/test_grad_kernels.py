@@ -1,28 +1,33 @@
 """The pointwise gradient C kernels (kernels/conv2d_grad_input.c.j2, conv2d_grad_weight.c.j2) against one term at a time.
 
-The kernel takes a pixel's nonzero terms four at a time and, below Pp, two pixels together (each weight
-dequantized once for both, an absent term adding an exact zero). Its sums must equal, bit for bit, the plain loop
-that adds gz[p,o] * ((float)(w[o,c] - zw[o]) * s[o]) for o = 0..Co-1, skipping zeros, into a +0: with gz masked
-(half zeros) and dense, zero points, split weights, and in place in the layouts the planner allows, with Pp from
-codegen/bindings/conv2d.py pointwise_pairs.
+The kernel takes a pixel's nonzero terms four at a time and, below P4 / P2, four or two pixels together (each
+weight converted once for them all, an absent term adding an exact zero). Its sums must equal, bit for bit, the plain loop
+that adds (gz[p,o] * s[o]) * (float)(w[o,c] - zw[o]) for o = 0..Co-1 with one fused multiply-add each (tt_fmaf,
+docs/design.md §3b), skipping zeros, into a +0: with gz masked
+(half zeros) and dense, zero points, split weights, and in place in the layouts the planner allows, with P4 / P2
+from codegen/bindings/conv2d.py pointwise_tile_bound.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from conftest import XORSHIFT64
-from tinytrain.codegen.bindings.conv2d import pointwise_pairs
+from tinytrain.codegen.bindings.conv2d import pointwise_tile_bound
 from tinytrain.codegen.context import environment
+
+RUNTIME = Path(__file__).resolve().parents[1] / "codegen" / "runtime"  # tt_float.h: tt_fmaf
 
 HARNESS = r"""
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tt_float.h"
 
 """ + XORSHIFT64 + r"""
 
@@ -30,8 +35,8 @@ KERNEL
 
 int main(int argc, char **argv) {
     const int P = atoi(argv[1]), Ci = atoi(argv[2]), Co = atoi(argv[3]), og = atoi(argv[4]), oz = atoi(argv[5]);
-    const int density = atoi(argv[6]), Cs = atoi(argv[7]), Pp = atoi(argv[8]);
-    (void)Cs; (void)Pp;
+    const int density = atoi(argv[6]), Cs = atoi(argv[7]), P4 = atoi(argv[8]), P2 = atoi(argv[9]);
+    (void)Cs; (void)P4; (void)P2;
     const int n = (og > oz ? og : oz) + P * (Ci > Co ? Ci : Co);
     float *arena = calloc((size_t)n, sizeof(float)), *gz = malloc(sizeof(float) * P * Co);
     float *want = malloc(sizeof(float) * P * Ci), *scale = malloc(sizeof(float) * Co);
@@ -55,7 +60,7 @@ int main(int argc, char **argv) {
             for (int o = 0; o < Co; o++) {
                 const int8_t *row = (SPLIT && o < Cs ? w_sram : w) + o * Ci;
                 if (gz[p * Co + o] != 0.0f) {
-                    x += gz[p * Co + o] * ((float)((int32_t)row[c] - zp[o]) * scale[o]);
+                    x = tt_fmaf(gz[p * Co + o] * scale[o], (float)((int32_t)row[c] - zp[o]), x);
                 }
             }
             want[p * Ci + c] = x;
@@ -79,7 +84,7 @@ int main(int argc, char **argv) {
 """
 
 
-def kernel_source(split: bool, has_wzp: bool, pairs: bool) -> tuple[str, str]:
+def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...]) -> tuple[str, str]:
     """The kernel's C and a call of it on the harness's arrays."""
     params = ["float *gx", "const float *gz", "const int8_t *weight"]
     args = ["arena + og", "arena + oz", "SPLIT ? w_sram : w"]
@@ -91,9 +96,9 @@ def kernel_source(split: bool, has_wzp: bool, pairs: bool) -> tuple[str, str]:
     if has_wzp:
         params.append("const int32_t *w_zp")
         args.append("zp")
-    params += ["int P", "int Ci", "int Co"] + (["int Pp"] if pairs else [])
-    args += ["P", "Ci", "Co"] + (["Pp"] if pairs else [])
-    k = dict(variant="pointwise", split=split, has_wzp=has_wzp, pairs=pairs, block=False)
+    params += ["int P", "int Ci", "int Co"] + [f"int P{n}" for n in tiles]
+    args += ["P", "Ci", "Co"] + [f"P{n}" for n in tiles]
+    k = dict(variant="pointwise", split=split, has_wzp=has_wzp, tiles=list(tiles), block=False)
     text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
         name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
     return text, f"tt_kernel({', '.join(args)})"
@@ -118,25 +123,25 @@ def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, var
         pytest.skip("gcc is not installed")
     p, ci, co = shape
     split, has_wzp = variant
-    for pairs in (False, True):
-        text, call = kernel_source(split, has_wzp, pairs)
+    for tiles in ((), (2,), (4,), (4, 2)):
+        text, call = kernel_source(split, has_wzp, tiles)
         src = HARNESS.replace("KERNEL", text).replace("CALL", call)
         src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n" + src
         (tmp_path / "main.c").write_text(src)
-        exe = tmp_path / f"k{int(pairs)}"
+        exe = tmp_path / ("k" + "".join(map(str, tiles)))
         r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
-                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                            str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
+                            str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         for name, (og, oz) in layouts(p, ci, co).items():
-            pp = pointwise_pairs(og * 4, oz * 4, p, ci, co)
+            bounds = [pointwise_tile_bound(og * 4, oz * 4, p, ci, co, n) for n in (4, 2)]
             if name == "apart":
-                assert pp == p - p % 2
+                assert bounds == [p, p]
             for density in (50, 80, 100):
                 cs = co // 2
-                r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, cs, pp))],
+                r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, cs, *bounds))],
                                    capture_output=True, text=True)
-                assert r.returncode == 0 and "same" in r.stdout, (name, density, pairs, pp, r.stdout + r.stderr)
+                assert r.returncode == 0 and "same" in r.stdout, (name, density, tiles, bounds, r.stdout + r.stderr)
 
 
 WEIGHT_HARNESS = r"""
@@ -144,6 +149,7 @@ WEIGHT_HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tt_float.h"
 
 """ + XORSHIFT64 + r"""
 
@@ -171,7 +177,7 @@ int main(int argc, char **argv) {
             for (int p = 0; p < P; p++) {
                 const float g = gz[p * Co + c0 + s];
                 if (g != 0.0f) {
-                    w += g * ((float)((int32_t)inp[p * Ci + c] - in_zp) * in_scale);
+                    w = tt_fmaf(g * in_scale, (float)((int32_t)inp[p * Ci + c] - in_zp), w);
                 }
             }
             want[s * Ci + c] = w;
@@ -190,7 +196,7 @@ int main(int argc, char **argv) {
 @pytest.mark.parametrize("rows", [1, 3, 4, 9])
 def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows, host):
     """kernels/conv2d_grad_weight.c.j2 (pointwise): the device form (four rows and two pixels at a time) and the
-    host build's (each pixel's input dequantized once), with gz masked (half zeros, sparser, none) == the plain loop
+    host build's (each pixel's input converted once), with gz masked (half zeros, sparser, none) == the plain loop
     over pixels in order, skipping zero terms, bit for bit."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
@@ -201,8 +207,8 @@ def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows, hos
     (tmp_path / "main.c").write_text(WEIGHT_HARNESS.replace("KERNEL", text))
     exe = tmp_path / "k"
     r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", str(tmp_path / "main.c"),
-                        "-o", str(exe)], capture_output=True, text=True)
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
+                        str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     for p, ci, co in ((16, 24, 12), (17, 5, 10), (1, 8, 9)):
         if rows > co:

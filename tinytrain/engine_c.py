@@ -47,8 +47,9 @@ HOST_CC = "gcc"
 # Reportedly fixed upstream by GCC commit 13dfb01e5c30 (IVOPTs rewrites zero-based TARGET_MEM_REFs as MEM_REFs).
 # -march=native: the host's own vector instructions (AVX2 / AVX-512 on x86-64) in the loops gcc vectorizes, above all
 # the host kernels of kernels/conv2d_rows.c.j2. Integer results are the same at any vector width; fp32 loops are
-# vectorized only across independent outputs (no reassociation without fast-math, no FMA with -ffp-contract=off), so
-# every fp32 result keeps its bits. The cache key includes the target options -march=native resolves to.
+# vectorized only across independent outputs (no reassociation without fast-math, no contraction with
+# -ffp-contract=off; the kernels' explicit fused multiply-adds, tt_fmaf, are VFMADD at any width), so every fp32
+# result keeps its bits. The cache key includes the target options -march=native resolves to.
 HOST_CFLAGS = ("-std=c99", "-O2", "-march=native", "-ffp-contract=off", "-fno-delete-null-pointer-checks", "-Wall",
                "-Wextra", "-Werror", "-fPIC", "-shared")
 # The training step's host build: -O3 vectorizes the int8 loops (1.7x faster on mbv2-w0.35 before -march=native);

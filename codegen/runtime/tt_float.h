@@ -2,8 +2,8 @@
  * integer rounding of an SGD step, the stochastic-rounding hash of tinytrain/ops/sgd_update.py and the lr
  * schedule's factor of tinytrain/training/schedule.py.
  *
- * Everything here uses only IEEE-754 float32 + - * / and integer arithmetic, never libm, so the
- * host build and the Cortex-M build give the same bits (glibc's and newlib's expf / logf differ in
+ * Everything here uses only IEEE-754 float32 + - * / and fused multiply-add, and integer arithmetic, never libm,
+ * so the host build and the Cortex-M build give the same bits (glibc's and newlib's expf / logf differ in
  * the last bit; floorf / rintf are exact but may need -lm). Build with -ffp-contract=off, no fast-math.
  * The rounding helpers, the hash and the lr factor must agree bit for bit with the simulator; tt_expf / tt_logf are
  * within 2 ulp of the exact values (the simulator uses numpy's float32 exp / log: see the tolerances in
@@ -14,6 +14,32 @@
 
 #include <stdint.h>
 #include <string.h>
+
+/* a * b + c rounded once to float32 (IEEE 754 fusedMultiplyAdd): the fp32 backward's sums take each term this way
+ * (docs/design.md §3b). Where the compiler has a fused multiply-add instruction (__FP_FAST_FMAF: VFMA.F32 on every
+ * Cortex-M core tinytrain targets, M4F / M7 / M55; VFMADD on an x86 host built with -march=native) it is that one
+ * instruction. Elsewhere it is computed in double and rounded to odd (Boldo & Melquiond, "Emulation of FMA and
+ * correctly rounded sums", 2008): a * b is exact in double, p + c is exact as the pair (s, e) (TwoSum), and s with
+ * its last bit forced to 1 when e is not 0 rounds to the correctly rounded float32 — the same bits as the instruction,
+ * without libm (newlib's fmaf rounds twice). An explicit fused multiply-add, not a contraction: -ffp-contract=off
+ * still holds for every other product and sum. */
+#if defined(__FP_FAST_FMAF)
+#define tt_fmaf(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+static inline float tt_fmaf(float a, float b, float c) {
+    const double p = (double)a * (double)b, s = p + (double)c;
+    const double bp = s - (double)c, e = (p - bp) + ((double)c - (s - bp));  /* s + e == p + c exactly */
+    uint64_t bits;
+    memcpy(&bits, &s, sizeof bits);
+    if (e != 0.0 && (bits & 1u) == 0 && (bits >> 52 & 0x7FFu) != 0x7FFu) {  /* inexact, even, finite: to odd */
+        bits += ((e > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;  /* one ulp away from or towards 0, towards p + c */
+        double t;
+        memcpy(&t, &bits, sizeof t);
+        return (float)t;
+    }
+    return (float)s;
+}
+#endif
 
 /* 2^n as a float for -126 <= n <= 127 (built from its bits; memcpy is the portable bit cast). */
 static inline float tt_pow2f(int n) {

@@ -86,13 +86,13 @@ def grad_weight_shapes(a: FullyConnectedGradWeightAttrs, ins) -> list[tuple[int,
 
 
 def grad_weight_reference(a: FullyConnectedGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    from tinytrain.ops.conv2d import dequantize_input
-
-    g = arrays[0].astype(np.float64)
+    # The C's order (kernels/fully_connected_grad.c.j2): (gz * s_x) rounded to float32, times (x - zx); batch 1
+    # makes each element one product, so this is its float32 value bit for bit.
+    g = arrays[0] * np.float32(ins[1].quant.s)
     if a.channels is not None:
         g = g[:, np.asarray(a.channels)]
-    xr = dequantize_input(arrays[1], ins[1]).astype(np.float64)
-    return [(g.T @ xr).astype(np.float32)]
+    x = arrays[1].astype(np.int32) - np.int32(ins[1].quant.zp)
+    return [(g.astype(np.float64).T @ x.astype(np.float64)).astype(np.float32)]
 
 
 def grad_input_macs(a, ins, outs) -> int:

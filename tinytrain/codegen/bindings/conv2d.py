@@ -166,19 +166,23 @@ def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
     return tag, k
 
 
-def pointwise_pairs(gx: int | None, gz: int | None, p: int, ci: int, co: int) -> int:
-    """How many leading pixels the pointwise input gradient may take two at a time (even, <= ``p``). Pixels
-    q, q + 1 write g_x pixels q and q + 1 while they read g_z from pixel q on: a pair is safe unless those bytes
-    meet in the arena (``gx``, ``gz``: the arena offsets, None when a tensor is elsewhere). The planner only keeps
-    g_x pixel q before g_z pixel q (ops/conv2d.py grad_input_min_read), so this is checked for the offsets it chose;
-    the pixels from the first unsafe pair on go one at a time."""
+POINTWISE_TILES = (4, 2)  # pixels the pointwise input gradient may take together (kernels/conv2d_grad_input.c.j2)
+
+
+def pointwise_tile_bound(gx: int | None, gz: int | None, p: int, ci: int, co: int, n: int) -> int:
+    """How far the pointwise input gradient may take ``n`` pixels at a time: pixels q .. q+n-1 go together only
+    when q + n <= the bound. They write g_x pixels q .. q+n-1 while they read g_z from pixel q on: a tile is safe
+    unless those bytes meet in the arena (``gx``, ``gz``: the arena offsets, None when a tensor is elsewhere). The
+    planner only keeps g_x pixel q before g_z pixel q (ops/conv2d.py grad_input_min_read), so this is checked for
+    the offsets it chose, at every q (the kernel starts a tile wherever the previous one ended): the bound is the
+    first unsafe q + n - 1, or ``p``."""
     if gx is None or gz is None:
-        return p - p % 2
-    q = np.arange(0, p - 1, 2)
-    write_lo, write_hi = gx + q * ci * 4, gx + (q + 2) * ci * 4
+        return p
+    q = np.arange(0, p - n + 1)
+    write_lo, write_hi = gx + q * ci * 4, gx + (q + n) * ci * 4
     unread_lo, unread_hi = gz + q * co * 4, gz + p * co * 4
     unsafe = ~((write_hi <= unread_lo) | (write_lo >= unread_hi))
-    return int(q[unsafe][0]) if unsafe.any() else p - p % 2
+    return int(q[unsafe][0]) + n - 1 if unsafe.any() else p
 
 
 def conv2d_grad_input(node: Node, ctx) -> Call:
@@ -199,10 +203,12 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     else:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     k["has_wzp"] = has_wzp
-    pairs = pointwise_pairs(ctx.offsets.get(gx.name), ctx.offsets.get(g.name), h * wd, cin, cout) if pointwise else 0
-    k["pairs"] = pairs > 0
-    if pairs:  # pixels 0 .. Pp-1 may go two at a time
-        s.ints(Pp=pairs)
+    k["tiles"] = []
+    for n in POINTWISE_TILES if pointwise else ():
+        bound = pointwise_tile_bound(ctx.offsets.get(gx.name), ctx.offsets.get(g.name), h * wd, cin, cout, n)
+        if bound >= n:  # pixels q .. q+n-1 may go together where q + n <= bound
+            k["tiles"].append(n)
+            s.ints(**{f"P{n}": bound})
     block = grad_input_block(a, [g, w], [gx])
     k["block"] = block > 0
     # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
@@ -214,7 +220,7 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
         s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
                   + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else "")
-                  + ("_pairs" if k["pairs"] else "") + ("_channels" if k["host"] else ""), k)
+                  + "".join(f"_tiles{n}" for n in k["tiles"]) + ("_channels" if k["host"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:
