@@ -1,11 +1,11 @@
 """The pointwise gradient C kernels (kernels/conv2d_grad_input.c.j2, conv2d_grad_weight.c.j2) against one term at a time.
 
-The kernel takes a pixel's nonzero terms four at a time and, below P4 / P2, four or two pixels together (each
-weight converted once for them all, an absent term adding an exact zero). Its sums must equal, bit for bit, the plain loop
+The kernel takes a pixel's nonzero terms four at a time and, within [L4, P4) / [L2, P2), four or two pixels
+together where that is cheaper (each weight converted once for them all, an absent term adding an exact zero). Its sums must equal, bit for bit, the plain loop
 that adds (gz[p,o] * s[o]) * (float)(w[o,c] - zw[o]) for o = 0..Co-1 with one fused multiply-add each (tt_fmaf,
 docs/design.md §3b), skipping zeros, into a +0: with gz masked
-(half zeros) and dense, zero points, split weights, and in place in the layouts the planner allows, with P4 / P2
-from codegen/bindings/conv2d.py pointwise_tile_bound.
+(half zeros) and dense, zero points, split weights, and in place in the layouts the planner allows, with the ranges
+from codegen/bindings/conv2d.py pointwise_tile_range.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import XORSHIFT64
-from tinytrain.codegen.bindings.conv2d import pointwise_tile_bound
+from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.codegen.context import environment
 
 RUNTIME = Path(__file__).resolve().parents[1] / "codegen" / "runtime"  # tt_float.h: tt_fmaf
@@ -35,8 +35,9 @@ KERNEL
 
 int main(int argc, char **argv) {
     const int P = atoi(argv[1]), Ci = atoi(argv[2]), Co = atoi(argv[3]), og = atoi(argv[4]), oz = atoi(argv[5]);
-    const int density = atoi(argv[6]), Cs = atoi(argv[7]), P4 = atoi(argv[8]), P2 = atoi(argv[9]);
-    (void)Cs; (void)P4; (void)P2;
+    const int density = atoi(argv[6]), Cs = atoi(argv[7]), L4 = atoi(argv[8]), P4 = atoi(argv[9]);
+    const int L2 = atoi(argv[10]), P2 = atoi(argv[11]);
+    (void)Cs; (void)L4; (void)P4; (void)L2; (void)P2;
     const int n = (og > oz ? og : oz) + P * (Ci > Co ? Ci : Co);
     float *arena = calloc((size_t)n, sizeof(float)), *gz = malloc(sizeof(float) * P * Co);
     float *want = malloc(sizeof(float) * P * Ci), *scale = malloc(sizeof(float) * Co);
@@ -96,8 +97,8 @@ def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...]) -> tuple[s
     if has_wzp:
         params.append("const int32_t *w_zp")
         args.append("zp")
-    params += ["int P", "int Ci", "int Co"] + [f"int P{n}" for n in tiles]
-    args += ["P", "Ci", "Co"] + [f"P{n}" for n in tiles]
+    params += ["int P", "int Ci", "int Co"] + [f"int {b}{n}" for n in tiles for b in "LP"]
+    args += ["P", "Ci", "Co"] + [f"{b}{n}" for n in tiles for b in "LP"]
     k = dict(variant="pointwise", split=split, has_wzp=has_wzp, tiles=list(tiles), block=False)
     text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
         name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
@@ -134,9 +135,9 @@ def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, var
                             str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         for name, (og, oz) in layouts(p, ci, co).items():
-            bounds = [pointwise_tile_bound(og * 4, oz * 4, p, ci, co, n) for n in (4, 2)]
+            bounds = [b for n in (4, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
             if name == "apart":
-                assert bounds == [p, p]
+                assert bounds == [0, p, 0, p]
             for density in (50, 80, 100):
                 cs = co // 2
                 r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, cs, *bounds))],

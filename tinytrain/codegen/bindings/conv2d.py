@@ -169,20 +169,26 @@ def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
 POINTWISE_TILES = (4, 2)  # pixels the pointwise input gradient may take together (kernels/conv2d_grad_input.c.j2)
 
 
-def pointwise_tile_bound(gx: int | None, gz: int | None, p: int, ci: int, co: int, n: int) -> int:
-    """How far the pointwise input gradient may take ``n`` pixels at a time: pixels q .. q+n-1 go together only
-    when q + n <= the bound. They write g_x pixels q .. q+n-1 while they read g_z from pixel q on: a tile is safe
-    unless those bytes meet in the arena (``gx``, ``gz``: the arena offsets, None when a tensor is elsewhere). The
-    planner only keeps g_x pixel q before g_z pixel q (ops/conv2d.py grad_input_min_read), so this is checked for
-    the offsets it chose, at every q (the kernel starts a tile wherever the previous one ended): the bound is the
-    first unsafe q + n - 1, or ``p``."""
+def pointwise_tile_range(gx: int | None, gz: int | None, p: int, ci: int, co: int, n: int) -> tuple[int, int]:
+    """Where the pointwise input gradient may take ``n`` pixels at a time: pixels q .. q+n-1 go together only when
+    lo <= q and q + n <= hi, (lo, hi) returned (hi < lo + n: nowhere). They write g_x pixels q .. q+n-1 while they
+    read g_z from pixel q on: a tile is safe unless those bytes meet in the arena (``gx``, ``gz``: the arena
+    offsets, None when a tensor is elsewhere). The planner only keeps g_x pixel q before g_z pixel q
+    (ops/conv2d.py grad_input_min_read), so this is checked for the offsets it chose, at every q (the kernel starts
+    a tile wherever the previous one ended): the longest run of safe q. In place, an expand layer's g_x (fewer
+    channels) is safe from some pixel on, a projection's up to some pixel."""
     if gx is None or gz is None:
-        return p
+        return 0, p
     q = np.arange(0, p - n + 1)
     write_lo, write_hi = gx + q * ci * 4, gx + (q + n) * ci * 4
     unread_lo, unread_hi = gz + q * co * 4, gz + p * co * 4
-    unsafe = ~((write_hi <= unread_lo) | (write_lo >= unread_hi))
-    return int(q[unsafe][0]) + n - 1 if unsafe.any() else p
+    safe = np.concatenate([[False], (write_hi <= unread_lo) | (write_lo >= unread_hi), [False]])
+    edges = np.flatnonzero(np.diff(safe.astype(np.int8)))  # run starts and ends, alternately
+    if not len(edges):
+        return 0, 0
+    starts, ends = edges[0::2], edges[1::2]
+    longest = int(np.argmax(ends - starts))
+    return int(starts[longest]), int(ends[longest]) - 1 + n
 
 
 def conv2d_grad_input(node: Node, ctx) -> Call:
@@ -205,10 +211,10 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     k["has_wzp"] = has_wzp
     k["tiles"] = []
     for n in POINTWISE_TILES if pointwise else ():
-        bound = pointwise_tile_bound(ctx.offsets.get(gx.name), ctx.offsets.get(g.name), h * wd, cin, cout, n)
-        if bound >= n:  # pixels q .. q+n-1 may go together where q + n <= bound
+        lo, hi = pointwise_tile_range(ctx.offsets.get(gx.name), ctx.offsets.get(g.name), h * wd, cin, cout, n)
+        if hi >= lo + n:  # pixels q .. q+n-1 may go together where lo <= q and q + n <= hi
             k["tiles"].append(n)
-            s.ints(**{f"P{n}": bound})
+            s.ints(**{f"L{n}": lo, f"P{n}": hi})
     block = grad_input_block(a, [g, w], [gx])
     k["block"] = block > 0
     # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
