@@ -92,7 +92,7 @@ def test_float32_requantization_equals_the_exact_helper(tmp_path, march):
 def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_ones():
     """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not;
     pointwise and regular ones across output channels, specialized to their channel counts, when the L1 cache holds
-    their weights (HOST_CHANNELS_WEIGHTS), else in tiles of pixels."""
+    their weights (HOST_CHANNELS_WEIGHTS), else in tiles of pixels; depthwise ones specialized to theirs."""
     b = GraphBuilder(3)
     h = b.conv(b.input((1, 6, 5, 3)), 8, 3, padding=(1, 1, 1, 1), stride=(2, 2), single="fp32")
     h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
@@ -100,7 +100,7 @@ def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_one
     g = b.build(b.conv(h, 300, 1, single="fp32"))
     host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
                     ["tinytrain_model.c"] for t in ("", "cortex-m7"))
-    for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(",
+    for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(",
                    "tt_conv_1x1_c8x32_channels_rows_s8_f32(", "tt_conv_1x1_rows_s8_f32("):
         assert kernel in host and kernel not in device
 

@@ -84,7 +84,10 @@ def conv2d(node: Node, ctx) -> Call:
     # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers. A device pointwise
     # kernel for few input channels has them as a constant too (conv2d.c.j2 "ci"): its inner products unroll.
     fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
-    ci, co = ({}, {}) if across == "channels" else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
+    # A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2 "co"): its loops across the
+    # channels vectorize without remainders.
+    fixed_c = across == "channels" or (host and depthwise)
+    ci, co = ({}, {}) if fixed_c else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
     if pointwise:
         s.ints(P=h * wd, **ci, **co)
     else:  # without padding no bounds checks: the input height is not needed
@@ -102,6 +105,9 @@ def conv2d(node: Node, ctx) -> Call:
         if across == "channels":
             tag += f"_c{cin}x{cout}_channels"
             k.update(ci=cin, co=cout, lanes=lanes)
+        elif depthwise:
+            tag += f"_c{cout}"
+            k.update(co=cout)
         return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
     if depthwise:
         mult = cout // cin
