@@ -115,14 +115,15 @@ def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw,
 
 @pytest.mark.parametrize("arm_dsp", [False, True])
 @pytest.mark.parametrize("cin, cout, single", [(1, 3, "fp32"), (7, 5, False), (19, 13, True), (128, 6, "fp32"),
-                                               (129, 4, False)])
+                                               (129, 4, False), (8, 12, True)])
 def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single, arm_dsp):
     """Pointwise kernels that widen two pixels' inputs at once and take 2 output channels x 2 pixels per inner
-    product (tt_dot2x2w_s8, inputs of up to 128 channels; 129: one pixel at a time) == the simulator, portable and
-    DSP C: an odd number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero
-    points, every rounding."""
+    product (tt_dot2x2w_s8, inputs of up to 128 channels, tt_dot2x2p_s8 for a multiple of 4: rows packed as
+    halfwords less the weight zero points; 129: one pixel at a time) == the simulator, portable and DSP C: an odd
+    number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero points, every
+    rounding, the full int8 range and a clamp."""
     b = GraphBuilder(cin)
-    h = b.conv(b.input((1, 5, 3, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
+    h = b.conv(b.input((1, 7, 5, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
                single=single)
     g = b.build(b.conv(h, cin, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, single=single, act=(-100, 110)))
     xs = b.inputs_batch(g, 3)
@@ -210,7 +211,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
     host = ("tt_conv_depthwise_3x3_s1_p1x1_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_rows_s8_f32w(")  # bindings/conv2d.py
-    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_packed(", "tt_conv_1x1_xw2_s8_f32w_ci8(")
+    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_packed(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
     assert all(name in source for name in (device if arm_dsp else host))
     xs = b.inputs_batch(g, 4)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
