@@ -365,6 +365,7 @@ FP32_S8_MAIN = r"""
 
 int main(void) {
     long tested = 0, differ = 0;
+    int32_t prev_acc = 0, prev_multiplier = 1 << 30, prev_bits = 116 << 23, prev_r = 0;  /* shift -10: r = 0 */
     for (long i = 0; i < VALUES; i++) {
         const int32_t shift = -32 + (int32_t)(next() % 31);                          /* -32..-2 */
         const int32_t m = (int32_t)((1u << 23) + (uint32_t)(next() % (1u << 23)));  /* 24-bit significand */
@@ -395,12 +396,23 @@ int main(void) {
         }
         tested++;
         const int32_t scale_bits = (int32_t)(((uint32_t)(shift + 126) << 23) + (uint32_t)m - (1u << 23));
-        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, scale_bits) + zp, lo, hi);
+        const int32_t r = tt_requantize_fp32_s8((int32_t)acc, m * 128, scale_bits);
+        const int8_t fast = (int8_t)tt_clamp(r + zp, lo, hi);
         const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32((int32_t)acc, m * 128, shift) + zp, lo, hi);
         if (fast != want && differ++ < 5) {
             printf("acc %ld multiplier %ld shift %ld zp %ld range %ld..%ld: %d, want %d\n", (long)acc,
                    (long)m * 128, (long)shift, (long)zp, (long)lo, (long)hi, fast, want);
         }
+        int32_t pair[2];  /* the two-value form: this value beside the previous one, each with its own scale */
+        tt_requantize_fp32_s8x2((int32_t)acc, m * 128, scale_bits, prev_acc, prev_multiplier, prev_bits, pair);
+        if ((pair[0] != r || pair[1] != prev_r) && differ++ < 5) {
+            printf("pair of acc %ld, %ld: %ld, %ld, want %ld, %ld\n", (long)acc, (long)prev_acc, (long)pair[0],
+                   (long)pair[1], (long)r, (long)prev_r);
+        }
+        prev_acc = (int32_t)acc;
+        prev_multiplier = m * 128;
+        prev_bits = scale_bits;
+        prev_r = r;
     }
     printf("tested %ld differ %ld\n", tested, differ);
     return differ != 0;
@@ -413,7 +425,8 @@ def test_requantize_fp32_s8_equals_the_exact_helper(tmp_path):
     clamp(tt_requantize_fp32 + zero point) on 4 M values: every shift it takes (-32..-2), random 24-bit
     significands, zero points and clamp ranges, accumulators of all magnitudes and near rounding ties, as near as
     the fast path's tie band (where the float32 roundings of wide accumulators decide), for results in the int8
-    range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts)."""
+    range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts); the two-value
+    tt_requantize_fp32_s8x2 == tt_requantize_fp32_s8 of each."""
     for word64 in (0, 1):  # both ways tt_fixedpoint.h computes the fast path (32-bit cores, 64-bit hosts)
         exe = _build_fixedpoint_main(tmp_path, FP32_S8_MAIN, f"requant_fp32_s8_{word64}", f"-DTT_WORD64={word64}")
         r = subprocess.run([str(exe)], capture_output=True, text=True)

@@ -131,7 +131,8 @@ def test_fpu_requantization_equals_the_integer_spec_on_every_core(board, tiny, t
     """On the cores' FPUs (TT_FP32_FPU: VCVT, VMUL, VCVTR) clamp(tt_requantize_fp32_s8 + zero point) ==
     clamp(tt_requantize_fp32 + zero point), the exact integer spec, on 400,000 values: every shift (-32..-2),
     random significands, zero points and ranges, accumulators of all magnitudes and crowded around rounding ties
-    (test_codegen_ops.py FP32_S8_MAIN, there on the host's integer paths)."""
+    (test_codegen_ops.py FP32_S8_MAIN, there on the host's integer paths); tt_requantize_fp32_s8x2 (two values per
+    VMOV) == tt_requantize_fp32_s8 of each."""
     from test_codegen_ops import FP32_S8_MAIN
 
     glue = ('#include "tt_board.h"\nextern void initialise_monitor_handles(void);\n'
