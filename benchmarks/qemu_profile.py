@@ -7,9 +7,10 @@ counts in one family (FAMILIES, by its name). What the step spends outside the k
 the guard, the calls' own bookkeeping) is the step's count less the kernels'.
 
 Requantization runs inside the int8 kernels, so it is measured by difference: a second copy replaces the int8-output
-requantization helpers (tt_fixedpoint.h ``*_s8``) by one shift, and the inference's instructions drop by what they
-cost with their table loads, less the shift's one instruction per output. Its outputs are garbage; only its
-instruction count is read (the int8 kernels' work does not depend on the values).
+requantization helpers (tt_fixedpoint.h ``*_s8``, and ``tt_requantize_fp32_s8x2`` of two outputs) by one shift per
+output, and the inference's instructions drop by what they cost with their table loads, less the shift's one
+instruction per output. Its outputs are garbage; only its instruction count is read (the int8 kernels' work does
+not depend on the values).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def instrument(source: str) -> tuple[str, list[str]]:
 def stub_requantization(source: str) -> str:
     """The model C with every int8-output requantization helper, after its definition, replaced by a shift."""
     stubs = "".join(f"#define {h}(acc, multiplier, shift) ((void)(multiplier), (void)(shift), (acc) >> 8)\n" for h in REQUANT_S8)
+    stubs += ("#define tt_requantize_fp32_s8x2(acc0, m0, s0, acc1, m1, s1, r) "
+              "((void)(m0), (void)(s0), (void)(m1), (void)(s1), (r)[0] = (acc0) >> 8, (r)[1] = (acc1) >> 8)\n")
     return source.replace('#include "tt_float.h"\n', '#include "tt_float.h"\n' + stubs, 1)
 
 

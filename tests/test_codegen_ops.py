@@ -115,14 +115,15 @@ def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw,
 
 @pytest.mark.parametrize("arm_dsp", [False, True])
 @pytest.mark.parametrize("cin, cout, single", [(1, 3, "fp32"), (7, 5, False), (19, 13, True), (128, 6, "fp32"),
-                                               (129, 4, False)])
+                                               (129, 4, False), (8, 12, True)])
 def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single, arm_dsp):
     """Pointwise kernels that widen two pixels' inputs at once and take 2 output channels x 2 pixels per inner
-    product (tt_dot2x2w_s8, inputs of up to 128 channels; 129: one pixel at a time) == the simulator, portable and
-    DSP C: an odd number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero
-    points, every rounding."""
+    product (tt_dot2x2w_s8, inputs of up to 128 channels, tt_dot2x2p_s8 for a multiple of 4: rows packed as
+    halfwords less the weight zero points; 129: one pixel at a time) == the simulator, portable and DSP C: an odd
+    number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero points, every
+    rounding, the full int8 range and a clamp."""
     b = GraphBuilder(cin)
-    h = b.conv(b.input((1, 5, 3, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
+    h = b.conv(b.input((1, 7, 5, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
                single=single)
     g = b.build(b.conv(h, cin, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, single=single, act=(-100, 110)))
     xs = b.inputs_batch(g, 3)
@@ -210,7 +211,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
     host = ("tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_rows_s8_f32w(")  # bindings/conv2d.py
-    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_packed(", "tt_conv_1x1_xw2_s8_f32w_ci8(")
+    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_packed(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
     assert all(name in source for name in (device if arm_dsp else host))
     xs = b.inputs_batch(g, 4)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
@@ -364,6 +365,7 @@ FP32_S8_MAIN = r"""
 
 int main(void) {
     long tested = 0, differ = 0;
+    int32_t prev_acc = 0, prev_multiplier = 1 << 30, prev_bits = 116 << 23, prev_r = 0;  /* shift -10: r = 0 */
     for (long i = 0; i < VALUES; i++) {
         const int32_t shift = -32 + (int32_t)(next() % 31);                          /* -32..-2 */
         const int32_t m = (int32_t)((1u << 23) + (uint32_t)(next() % (1u << 23)));  /* 24-bit significand */
@@ -394,12 +396,23 @@ int main(void) {
         }
         tested++;
         const int32_t scale_bits = (int32_t)(((uint32_t)(shift + 126) << 23) + (uint32_t)m - (1u << 23));
-        const int8_t fast = (int8_t)tt_clamp(tt_requantize_fp32_s8((int32_t)acc, m * 128, scale_bits) + zp, lo, hi);
+        const int32_t r = tt_requantize_fp32_s8((int32_t)acc, m * 128, scale_bits);
+        const int8_t fast = (int8_t)tt_clamp(r + zp, lo, hi);
         const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32((int32_t)acc, m * 128, shift) + zp, lo, hi);
         if (fast != want && differ++ < 5) {
             printf("acc %ld multiplier %ld shift %ld zp %ld range %ld..%ld: %d, want %d\n", (long)acc,
                    (long)m * 128, (long)shift, (long)zp, (long)lo, (long)hi, fast, want);
         }
+        int32_t pair[2];  /* the two-value form: this value beside the previous one, each with its own scale */
+        tt_requantize_fp32_s8x2((int32_t)acc, m * 128, scale_bits, prev_acc, prev_multiplier, prev_bits, pair);
+        if ((pair[0] != r || pair[1] != prev_r) && differ++ < 5) {
+            printf("pair of acc %ld, %ld: %ld, %ld, want %ld, %ld\n", (long)acc, (long)prev_acc, (long)pair[0],
+                   (long)pair[1], (long)r, (long)prev_r);
+        }
+        prev_acc = (int32_t)acc;
+        prev_multiplier = m * 128;
+        prev_bits = scale_bits;
+        prev_r = r;
     }
     printf("tested %ld differ %ld\n", tested, differ);
     return differ != 0;
@@ -412,7 +425,8 @@ def test_requantize_fp32_s8_equals_the_exact_helper(tmp_path):
     clamp(tt_requantize_fp32 + zero point) on 4 M values: every shift it takes (-32..-2), random 24-bit
     significands, zero points and clamp ranges, accumulators of all magnitudes and near rounding ties, as near as
     the fast path's tie band (where the float32 roundings of wide accumulators decide), for results in the int8
-    range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts)."""
+    range and beyond; both ways the header computes it (TT_WORD64: 32-bit cores, 64-bit hosts); the two-value
+    tt_requantize_fp32_s8x2 == tt_requantize_fp32_s8 of each."""
     for word64 in (0, 1):  # both ways tt_fixedpoint.h computes the fast path (32-bit cores, 64-bit hosts)
         exe = _build_fixedpoint_main(tmp_path, FP32_S8_MAIN, f"requant_fp32_s8_{word64}", f"-DTT_WORD64={word64}")
         r = subprocess.run([str(exe)], capture_output=True, text=True)

@@ -131,7 +131,8 @@ def test_fpu_requantization_equals_the_integer_spec_on_every_core(board, tiny, t
     """On the cores' FPUs (TT_FP32_FPU: VCVT, VMUL, VCVTR) clamp(tt_requantize_fp32_s8 + zero point) ==
     clamp(tt_requantize_fp32 + zero point), the exact integer spec, on 400,000 values: every shift (-32..-2),
     random significands, zero points and ranges, accumulators of all magnitudes and crowded around rounding ties
-    (test_codegen_ops.py FP32_S8_MAIN, there on the host's integer paths)."""
+    (test_codegen_ops.py FP32_S8_MAIN, there on the host's integer paths); tt_requantize_fp32_s8x2 (two values per
+    VMOV) == tt_requantize_fp32_s8 of each."""
     from test_codegen_ops import FP32_S8_MAIN
 
     glue = ('#include "tt_board.h"\nextern void initialise_monitor_handles(void);\n'
@@ -265,8 +266,9 @@ def test_zoo_shipped_plans_on_qemu_m7_equal_the_host_engine(model, tmp_path):
 def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     """The forward kernels' Arm DSP paths on the real instructions (SXTAB16 / SMLAD / SMLABB, SSAT / BFI / SSUB8 +
     SEL, the 32-bit requantization fast paths): depthwise windows inside and clipped at the border, channel counts
-    off the blocks of 4, widened pointwise (two pixels at once, tt_dot2x2w_s8) and im2col inputs, every rounding (the
-    float32 one on the FPU), == the simulator."""
+    off the blocks of 4, widened pointwise (two pixels at once, tt_dot2x2w_s8; tt_dot2x2p_s8 with packed rows) and
+    im2col inputs, every rounding (the float32 one on the FPU, two values per VMOV), clamped and full-range
+    outputs, == the simulator."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -278,6 +280,8 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     h = b.conv(h, 19, 3, padding=(1, 1, 1, 1), depthwise=True, weight_zp=True, single="fp32", act=(-100, 110))
     h = b.conv(h, 19, (5, 3), (2, 1), (2, 1, 2, 1), depthwise=True, single=True)
     h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 35 pixels, 13 channels: odd in both tiles' sizes
+    h = b.conv(h, 8, 1, single=True)
+    h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 8 input channels: rows packed as halfwords
     h = b.conv(h, 7, 3, (2, 2), (1, 1, 1, 1), single=False, act=(-128, 90))
     g = b.build(b.conv(h, 6, 1, single="fp32"))
     engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core)

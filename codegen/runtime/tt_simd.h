@@ -1,9 +1,10 @@
 /* tt_simd.h — the int8 inner loops of the forward kernels: sum_c (x[c] - in_zp) * w[c] in int32 over contiguous
  * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, tt_dot4w_s8 against an
  * input widened once per output pixel, tt_widen_s8, and tt_dot2x2w_s8, two rows at two pixels, against two pixels'
- * inputs widened once, tt_widen2_s8), one window tap of four neighbouring depthwise channels
- * (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), and the clamped store of four or two int8 outputs
- * (tt_store4_s8, tt_store2_s8).
+ * inputs widened once, tt_widen2_s8; tt_dot2x2p_s8 with the rows packed as halfwords), one window tap of four
+ * neighbouring depthwise channels (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), and the clamped
+ * store of four or two int8 outputs (tt_store4_s8, tt_store2_s8; tt_store4_sat_s8, tt_store2_sat_s8 for the full
+ * int8 range, saturation alone).
  *
  * Two implementations of the same integers, chosen ONCE per project by TT_ARM_DSP, which the generated
  * tinytrain_model.c defines from the compile's --target (codegen/emit.py: arm_dsp) before including this file:
@@ -302,6 +303,27 @@ static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int
     acc[3] = a3;
 }
 
+/* tt_dot2x2w_s8 with the rows packed as int16 halfwords, per group of four channels (w[c], w[c+2]) and
+ * (w[c+1], w[c+3]) (bindings/conv2d.py packed_rows: the words SXTB16 would make of a weight word), n % 4 == 0: per
+ * 4 channels 4 weight words (gcc loads pairs with LDRD), no SXTB16, 4 widened words, 8 SMLAD. */
+static inline void tt_dot2x2p_s8(const tt_xw2_t *xw, const uint32_t *w0, const uint32_t *w1, int n, int32_t acc[4]) {
+    const uint32_t *end = w0 + n / 2;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 16  /* whole, when n is a constant (conv2d.c.j2 "ci"); else in groups of 16 */
+#endif
+    for (; w0 != end; w0 += 2, w1 += 2, xw += 4) {
+        a0 = tt_smlad(xw[1], w0[1], tt_smlad(xw[0], w0[0], a0));
+        a2 = tt_smlad(xw[3], w0[1], tt_smlad(xw[2], w0[0], a2));
+        a1 = tt_smlad(xw[1], w1[1], tt_smlad(xw[0], w1[0], a1));
+        a3 = tt_smlad(xw[3], w1[1], tt_smlad(xw[2], w1[0], a3));
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 /* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4, |w_q| < 2^15. One load
  * feeds the four channels: SXTAB16 gives x0, x2 and (rotated) x1, x3 as halfwords, SMLABB / SMLATB multiply one. */
 static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
@@ -343,6 +365,18 @@ static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, i
     const uint32_t packed = ((uint32_t)tt_ssat8(v0) & 0xFFu) | ((uint32_t)tt_ssat8(v1) << 8);  /* bytes 2, 3 unused */
     const uint16_t h = (uint16_t)tt_min_s8x4(tt_max_s8x4(packed, lo4), hi4);
     memcpy(y, &h, sizeof h);
+}
+
+/* tt_store4_s8 and tt_store2_s8 for the full int8 range (lo = -128, hi = 127): SSAT is the clamp, no SSUB8 + SEL.
+ * Two outputs as two byte stores: packing them for one halfword store takes more instructions. */
+static inline void tt_store4_sat_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3) {
+    const uint32_t r = tt_pack4(tt_ssat8(v0), tt_ssat8(v1), tt_ssat8(v2), tt_ssat8(v3));
+    memcpy(y, &r, sizeof r);
+}
+
+static inline void tt_store2_sat_s8(int8_t *y, int32_t v0, int32_t v1) {
+    y[0] = (int8_t)tt_ssat8(v0);
+    y[1] = (int8_t)tt_ssat8(v1);
 }
 
 #else /* portable C: the reference */
@@ -422,6 +456,23 @@ static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int
     acc[3] = a3;
 }
 
+/* tt_dot2x2w_s8 with the rows packed as int16 halfwords (the DSP form's order), n % 4 == 0. */
+static inline void tt_dot2x2p_s8(const tt_xw2_t *xw, const uint32_t *w0, const uint32_t *w1, int n, int32_t acc[4]) {
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (int c = 0; c < n; c++) {
+        const int word = c / 4 * 2 + c % 2, shift = 16 * (c % 4 / 2);  /* channel c's halfword */
+        const int32_t w0c = (int16_t)(w0[word] >> shift), w1c = (int16_t)(w1[word] >> shift);
+        a0 += xw[c] * w0c;
+        a1 += xw[c] * w1c;
+        a2 += xw[n + c] * w0c;
+        a3 += xw[n + c] * w1c;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 /* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4. */
 static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
                               int32_t acc[4]) {
@@ -449,6 +500,15 @@ static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, i
 static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, int32_t hi) {
     y[0] = (int8_t)(v0 < lo ? lo : (v0 > hi ? hi : v0));
     y[1] = (int8_t)(v1 < lo ? lo : (v1 > hi ? hi : v1));
+}
+
+/* tt_store4_s8 and tt_store2_s8 for the full int8 range. */
+static inline void tt_store4_sat_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3) {
+    tt_store4_s8(y, v0, v1, v2, v3, -128, 127);
+}
+
+static inline void tt_store2_sat_s8(int8_t *y, int32_t v0, int32_t v1) {
+    tt_store2_s8(y, v0, v1, -128, 127);
 }
 
 #endif /* TT_ARM_DSP */

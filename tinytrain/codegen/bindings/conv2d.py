@@ -24,6 +24,11 @@ XW_MAX = 256
 HOST_WEIGHT_MAX = 1 << 16
 # The most input channels a device pointwise kernel has as a compile-time constant ("ci").
 FIXED_CI_MAX = 128
+# The fewest pixels (per call) of a pointwise kernel whose weight rows are packed as halfwords (rows_packed): each
+# packed weight saves its widening once per pixel, for 2 more bytes of flash. Measured on qemu-m7: the 4x4 layers of
+# mbv2-w0.35 / proxyless-w0.3 / mcunet-5fps (16 pixels at 128x128 inputs) hold most of their pointwise weights
+# (62-92 KB, twice that packed) for 4-6 % of their MACs.
+PACKED_MIN_PIXELS = 32
 # The most int32 weights (K x Cp: K = kh * kw * Ci inputs per pixel, Co padded to blocks of 16 or 8 channels) of a host
 # build's pointwise or regular convolution that runs per pixel across its output channels (conv2d_rows.c.j2
 # "channels"), rather than in tiles of pixels: 32 KB, an L1 data cache (each tile of 4 pixels reads them all). Measured
@@ -54,6 +59,9 @@ def conv2d(node: Node, ctx) -> Call:
         s.add("int8_t *out", ctx.act(y.name), "(Ho,Wo,Co)")
         s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
     kpad = padded_window(kh * kw * cin, ctx, w) if not (pointwise or depthwise or ctx.host) else 0
+    # A device pointwise kernel for few input channels has them as a constant (conv2d.c.j2 "ci"): its inner products
+    # unroll.
+    fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
     # depthwise taps packed as halfwords (twice the flash of the int8 weights): 3x3 windows only, where the weights
     # are few and the loads a large share of a tap (measured on qemu-m7: packing 5x5 / 7x7 too saved 5-8 % of the
     # depthwise instructions for 74-144 KB more flash on mcunet / proxyless)
@@ -63,11 +71,13 @@ def conv2d(node: Node, ctx) -> Call:
         s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
               f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
         split = False
-    elif kpad:  # the regular two-pixel kernel's rows, each padded with zeros to a multiple of 4 (conv2d.c.j2 "kpad")
-        rows = np.zeros((cout, kpad), np.int8)
-        rows[:, : kh * kw * cin] = w.data.reshape(cout, -1)
-        s.add("const int8_t *weight", ctx.table(node, "weight_padded", rows), f"(Co,{kpad})")
-        split = False
+    elif rows_packed(fixed_ci, h * wd, kpad, ctx, w):  # conv2d.c.j2 "packed"
+        rows = np.zeros((cout, kpad or cin), np.int64)  # a regular one's padded with zeros to kpad elements
+        rows[:, : kh * kw * cin] = w.data.reshape(cout, -1).astype(np.int64) - np.asarray(wzp).reshape(cout, 1)
+        s.add("const uint32_t *wpk", ctx.table(node, "weight_packed", packed_rows(rows)),
+              f"(Co,{rows.shape[1] // 2}): (w[o,c], w[o,c+2]), (w[o,c+1], w[o,c+3]) per 4 elements"
+              + (", less w_zp" if has_wzp else ""))
+        split, packed = False, True
     elif pointwise:
         split = weight_param(s, ctx, w, "(Co,Ci)")
     else:
@@ -81,11 +91,9 @@ def conv2d(node: Node, ctx) -> Call:
     padded_cout = -(-cout // lanes) * lanes
     across = "channels" if host and not depthwise and kh * kw * cin * padded_cout <= HOST_CHANNELS_WEIGHTS else "pixels"
     # A host kernel across channels is specialized to its channel counts (conv2d_rows.c.j2: Ci and Co constants, not
-    # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers. A device pointwise
-    # kernel for few input channels has them as a constant too (conv2d.c.j2 "ci"): its inner products unroll.
-    fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
-    # A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2 "co"): its loops across the
-    # channels vectorize without remainders.
+    # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers (a device pointwise
+    # kernel's fixed_ci, above). A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2
+    # "co"): its loops across the channels vectorize without remainders.
     fixed_c = across == "channels" or (host and depthwise)
     ci, co = ({}, {}) if fixed_c else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
     if pointwise:
@@ -94,10 +102,14 @@ def conv2d(node: Node, ctx) -> Call:
         s.ints(**({"H": h} if padded else {}), W=wd, **ci, **({} if band else {"Ho": ho}), Wo=wo, **co)
     if band:
         band_params(s, band)
-    s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, act_min=a.act_min, act_max=a.act_max)
+    # A device kernel of a regular or pointwise convolution whose output range is the full int8 range (ReLU6 folded
+    # into the output quantization, or no activation) stores its outputs saturated (SSAT) without the clamp's
+    # instructions, and has no act_min / act_max parameters (conv2d.c.j2 "sat").
+    sat = not host and not depthwise and (a.act_min, a.act_max) == (-128, 127)
+    s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, **({} if sat else dict(act_min=a.act_min, act_max=a.act_max)))
     suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
-              + ("_band" if band else ""))
-    k["rq"], k["split"], k["band"] = rq_helper(a.requant), split, band is not None
+              + ("_band" if band else "") + ("_sat" if sat else ""))
+    k["rq"], k["split"], k["band"], k["sat"] = rq_helper(a.requant), split, band is not None, sat
     if host:
         variant = "pointwise" if pointwise else ("depthwise" if depthwise else "regular")
         window = window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)
@@ -123,14 +135,36 @@ def conv2d(node: Node, ctx) -> Call:
     if pointwise:
         xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
         stage = "_xw2" if xw2 else ("_xw" if xw else "")
-        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci else ""),
-                      dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2, ci=cin if fixed_ci else 0))
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci else "")
+                      + ("_packed" if packed else "") + ("_co_odd" if xw2 and cout % 2 else ""),
+                      dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2, ci=cin if fixed_ci else 0, packed=packed,
+                           has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
     # A regular window of up to XW_MAX / 2 elements: two output pixels' windows at once, the same way
     # (padded_window).
     xw2 = XW_MAX // 2 if kh * kw * cin <= XW_MAX // 2 else 0
     stage = "_xw2" if xw2 else ("_xw" if xw else "")
     return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}"
-                  + (f"_k{kpad}" if kpad else ""), dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, kpad=kpad))
+                  + (f"_k{kpad}" if kpad else "") + ("_packed" if packed else "")
+                  + ("_co_odd" if xw2 and cout % 2 else ""),
+                  dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, kpad=kpad, packed=packed,
+                       has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
+
+
+def rows_packed(fixed_ci: bool, pixels: int, kpad: int, ctx, w) -> bool:
+    """Whether a two-pixel kernel's weight rows are a table of int16 halfwords (packed_rows, conv2d.c.j2 "packed":
+    per 4 elements 4 weight words instead of 2 words and 4 SXTB16 at each 2 x 2 inner product, twice the flash of
+    the int8 weights): a pointwise kernel's with a constant Ci (a multiple of 4) and at least PACKED_MIN_PIXELS
+    pixels, for a weight the step does not update, and a regular one's padded to kpad elements (padded_window)."""
+    return (fixed_ci and pixels >= PACKED_MIN_PIXELS and not ctx.trainable(w.name)) or kpad > 0
+
+
+def packed_rows(rows: np.ndarray) -> np.ndarray:
+    """Weight rows (Co, K), K % 4 == 0, as (Co, K/2) words for tt_dot2x2p_s8 (tt_simd.h): per row and group of four
+    elements c..c+3, (w[c], w[c+2]) and (w[c+1], w[c+3]) as int16 halfwords, low first."""
+    v = np.asarray(rows, np.int64) & 0xFFFF
+    g = v.reshape(v.shape[0], -1, 4)
+    return np.stack([g[..., 0] | (g[..., 2] << 16), g[..., 1] | (g[..., 3] << 16)], axis=-1).reshape(
+        v.shape[0], -1).astype(np.uint32)
 
 
 def packed_taps(weight: np.ndarray, wzp: np.ndarray) -> np.ndarray:
@@ -145,7 +179,8 @@ def packed_taps(weight: np.ndarray, wzp: np.ndarray) -> np.ndarray:
 def padded_window(n: int, ctx, w) -> int:
     """The window length of a regular convolution's two-pixel kernel (conv2d.c.j2 "xw2", windows of up to XW_MAX / 2
     elements) padded to a multiple of 4, when that differs from ``n`` and the weight is a constant the step does not
-    update: its rows are then a table padded with zeros and every inner product runs whole words. 0: not padded."""
+    update: its rows are then a table padded with zeros (of halfwords: rows_packed) and every inner product runs
+    whole words. 0: not padded."""
     kpad = -(-n // 4) * 4
     return kpad if kpad != n and kpad <= XW_MAX // 2 and not ctx.trainable(w.name) else 0
 
