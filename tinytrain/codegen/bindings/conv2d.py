@@ -102,10 +102,10 @@ def conv2d(node: Node, ctx) -> Call:
         s.ints(**({"H": h} if padded else {}), W=wd, **ci, **({} if band else {"Ho": ho}), Wo=wo, **co)
     if band:
         band_params(s, band)
-    # A device kernel of a regular or pointwise convolution whose output range is the full int8 range (ReLU6 folded
-    # into the output quantization, or no activation) stores its outputs saturated (SSAT) without the clamp's
-    # instructions, and has no act_min / act_max parameters (conv2d.c.j2 "sat").
-    sat = not host and not depthwise and (a.act_min, a.act_max) == (-128, 127)
+    # A device convolution kernel whose output range is the full int8 range (ReLU6 folded into the output
+    # quantization, or no activation) stores its outputs saturated (SSAT) without the clamp's instructions, and has
+    # no act_min / act_max parameters (conv2d.c.j2, depthwise_conv2d.c.j2 "sat").
+    sat = not host and (a.act_min, a.act_max) == (-128, 127)
     s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, **({} if sat else dict(act_min=a.act_min, act_max=a.act_max)))
     suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
               + ("_band" if band else "") + ("_sat" if sat else ""))
