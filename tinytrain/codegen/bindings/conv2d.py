@@ -171,9 +171,10 @@ def packed_taps(weight: np.ndarray, wzp: np.ndarray) -> np.ndarray:
     """A depthwise weight (C, kh, kw, 1), less its zero points, as (C/4, kh*kw, 2) words for tt_mac4p_s8 (tt_simd.h):
     per block of four channels o..o+3 and tap, (w[o], w[o+2]) and (w[o+1], w[o+3]) as int16 halfwords, low first."""
     c = weight.shape[0]
-    v = (weight.reshape(c, -1).astype(np.int64) - np.asarray(wzp, np.int64).reshape(c, 1)) & 0xFFFF
-    b = v.reshape(c // 4, 4, -1)
-    return np.stack([b[:, 0] | (b[:, 2] << 16), b[:, 1] | (b[:, 3] << 16)], axis=-1).astype(np.uint32)
+    v = weight.reshape(c, -1).astype(np.int64) - np.asarray(wzp, np.int64).reshape(c, 1)
+    taps = v.shape[1]
+    rows = v.reshape(c // 4, 4, taps).transpose(0, 2, 1).reshape(c // 4, 4 * taps)  # per block: tap by tap, 4 channels
+    return packed_rows(rows).reshape(c // 4, taps, 2)  # packed_rows' halfword pairs, over the block's four channels
 
 
 def padded_window(n: int, ctx, w) -> int:
