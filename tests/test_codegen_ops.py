@@ -6,6 +6,7 @@ use for conv / fully connected / mean); every example is compiled by the host en
 and run on a small batch including the int8 extremes.
 """
 
+import re
 import shutil
 import subprocess
 
@@ -62,10 +63,8 @@ def test_conv2d(cache, variant, hw, cin, cout, mult, k, kw, stride, dilation, pa
     assert_c_matches_simulator(b, g, cache)
 
 
-def _predict_arm_dsp(g, x: np.ndarray, cache) -> np.ndarray:
-    """The C of a cortex-m7 compile (TT_ARM_DSP 1: tt_simd.h's SXTB16 / SMLAD path) run on the host, where the
-    instructions are C models: the DSP algorithm checked bit for bit without an emulator."""
-    import ctypes
+def _arm_dsp_files(g) -> dict[str, str]:
+    """The C project of a cortex-m7 compile of ``g`` (TT_ARM_DSP 1: tt_simd.h's SXTB16 / SMLAD path)."""
     import dataclasses
 
     from tinytrain.codegen import render_project
@@ -74,7 +73,15 @@ def _predict_arm_dsp(g, x: np.ndarray, cache) -> np.ndarray:
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7")
     files = render_project(g, plan)
     assert "#define TT_ARM_DSP 1" in files["tinytrain_model.c"]
-    lib = ctypes.CDLL(str(engine_c.compile_files(files, cache)))
+    return files
+
+
+def _predict_arm_dsp(g, x: np.ndarray, cache, files: dict[str, str] | None = None) -> np.ndarray:
+    """The C of a cortex-m7 compile (``files``, default _arm_dsp_files) run on the host, where the instructions are
+    C models: the DSP algorithm checked bit for bit without an emulator."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(engine_c.compile_files(files or _arm_dsp_files(g), cache)))
     lib.tt_init()
     y = np.empty((len(x),) + g.tensors[g.outputs[0]].shape[1:], np.int8)
     for i in range(len(x)):
@@ -151,6 +158,50 @@ def test_arm_dsp_depthwise_equals_the_portable_reference(cache, c, single):
     assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
 
 
+@pytest.mark.parametrize("c, single", [(5, "fp32"), (16, False), (3, True)])
+def test_arm_dsp_planar_depthwise_equals_the_simulator(cache, c, single):
+    """Depthwise kernels that go one channel at a time (depthwise_planar.c.j2: the window's rows gathered as int16,
+    two outputs per pass over each row, SMLAD over pairs of taps) == the simulator, DSP C: 3x3, 5x3, 5x5 and 7x7
+    windows at strides 1 and 2, odd and even widths (a last output alone), asymmetric and no padding, weight zero
+    points, a clamp; and the four-channel kernel where the window lies mostly outside the input."""
+    b = GraphBuilder(c)
+    h = b.input((1, 14, 11, c))
+    layers = [((3, 3), 1, (1, 1, 1, 1), False), ((5, 5), 1, (2, 2, 2, 2), True), ((3, 3), 1, (0, 2, 1, 0), False),
+              ((5, 3), 1, (2, 1, 2, 1), True), ((3, 3), 1, (0, 0, 0, 0), False), ((7, 7), 2, (3, 3, 3, 3), True),
+              ((5, 5), 2, (2, 2, 1, 1), False), ((7, 7), 1, (3, 3, 3, 3), False)]
+    for k, stride, pad, weight_zp in layers:
+        h = b.conv(h, c, k, (stride, stride), pad, depthwise=True, weight_zp=weight_zp, single=single,
+                   act=(-100, 110) if weight_zp else (-128, 127))
+    g = b.build(h)
+    files = _arm_dsp_files(g)
+    kernels = re.findall(r"^static .*void (tt_depthwise_conv_\w+)\(", files["tinytrain_model.c"], re.M)
+    assert sum("_planar_" in n for n in kernels) == 7 and any("_planar_" not in n for n in kernels), kernels
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    assert np.array_equal(_predict_arm_dsp(g, xs, cache, files), want)
+
+
+def test_planar_depthwise_writes_over_its_input_only_whole_pixels_ahead():
+    """The planar depthwise kernel stores channel by channel (all of channel 0's outputs first): it may take buffers
+    apart, or an output the planner put a whole number of pixels ahead of its input (each channel's outputs then
+    land below that channel's inputs still to be read), never part of a pixel ahead, nor a line buffer in a band
+    (bindings/conv2d.py planar_safe; else the four-channel kernel, which stores in the planner's order)."""
+    from tinytrain.codegen.bindings.conv2d import planar_safe
+
+    class Arena:
+        def __init__(self, x: int, y: int) -> None:
+            self.offsets = {"x": x, "y": y}
+
+        def extent(self, name: str) -> tuple[int, int]:
+            return self.offsets[name], self.offsets[name] + 480
+
+    assert planar_safe(Arena(96, 0), "x", "y", 48, None)
+    assert not planar_safe(Arena(96, 0), "x", "y", 64, None)
+    assert not planar_safe(Arena(0, 96), "x", "y", 48, None)
+    assert planar_safe(Arena(480, 0), "x", "y", 64, None) and planar_safe(Arena(0, 480), "x", "y", 64, None)
+    assert not planar_safe(Arena(96, 0), "x", "y", 48, band=object())
+
+
 @settings(max_examples=25, **SETTINGS)
 @given(hw=st.tuples(st.integers(1, 8), st.integers(1, 8)), c=st.integers(1, 6), kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)),
        stride=st.tuples(st.integers(1, 3), st.integers(1, 3)), pads=st.tuples(*[st.integers(0, 2)] * 4),
@@ -211,7 +262,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
     host = ("tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_rows_s8_f32w(")  # bindings/conv2d.py
-    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_sat_packed(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
+    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_sat_planar_c8_w6(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
     assert all(name in source for name in (device if arm_dsp else host))
     xs = b.inputs_batch(g, 4)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]

@@ -46,6 +46,7 @@ static inline int32_t tt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __s
 static inline int32_t tt_smlabb(uint32_t a, int32_t b, int32_t acc) { return __smlabb((int32_t)a, b, acc); }
 static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) { return __smlatb((int32_t)a, b, acc); }
 static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
+static inline int32_t tt_smlabt(uint32_t a, uint32_t b, int32_t acc) { return __smlabt((int32_t)a, (int32_t)b, acc); }
 static inline int32_t tt_ssat8(int32_t x) { return __ssat(x, 8); }
 static inline uint32_t tt_sxtb16_ror8(uint32_t x) {
     uint32_t r;
@@ -84,8 +85,8 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
 }
 #define TT_INSIDE4_DSP 1
 #elif TT_ARM_DSP
-/* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB and SMLATB (sums wrap mod 2^32), SSAT
- * to 8 bits, BFI of bytes and SSUB8 + SEL. */
+/* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
+ * mod 2^32), SSAT to 8 bits, BFI of bytes and SSUB8 + SEL. */
 static inline uint32_t tt_sxtab16(uint32_t a, uint32_t x) {
     return tt_pack16((int32_t)(a & 0xFFFFu) + (int8_t)(x & 0xFFu), (int32_t)(a >> 16) + (int8_t)((x >> 16) & 0xFFu));
 }
@@ -105,6 +106,9 @@ static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) {
 }
 static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a >> 16) * (int16_t)(b >> 16)));
+}
+static inline int32_t tt_smlabt(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)(b >> 16)));
 }
 static inline int32_t tt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
 static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
@@ -347,6 +351,41 @@ static inline void tt_mac4p_s8(const int8_t *x, int32_t in_zp, uint32_t w02, uin
     acc[1] = tt_smlabb(xb, (int32_t)w13, acc[1]);
     acc[2] = tt_smlatt(xa, w02, acc[2]);
     acc[3] = tt_smlatt(xb, w13, acc[3]);
+}
+
+/* One channel of a depthwise convolution (kernels/depthwise_planar.c.j2): the products of one window row of
+ * kw = 2m + 1 taps with two neighbouring outputs, from a row r of int16 inputs as words P_k = (r[2k], r[2k + 1])
+ * whose halfword 0 is the first output's first tap. w: the row's taps as halfword pairs (tt_pack16), m words
+ * E_k = (w_2k, w_2k+1) then m words O_k = (w_2k-1, w_2k), k = 1 .. m.
+ * Stride 1, outputs at r[0] and r[1]: acc0 += sum_j w_j r[j] = sum_k<m P_k . E_k + r[2m] w_2m, acc1 += sum_j w_j
+ * r[j + 1] = r[1] w_0 + sum_k>=1 P_k . O_k: m + 1 words, 2m + 2 multiply-accumulates (SMLAD, and SMLABT / SMLATB
+ * for the halves). */
+static inline void tt_dwrow2_s1(const uint32_t *r, const uint32_t *w, int m, int32_t *acc0, int32_t *acc1) {
+    int32_t a0 = *acc0, a1 = tt_smlatb(r[0], (int32_t)w[0], *acc1);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 8  /* whole: m is a constant */
+#endif
+    for (int k = 0; k < m; k++) {
+        a0 = tt_smlad(r[k], w[k], a0);
+        a1 = tt_smlad(r[k + 1], w[m + k], a1);
+    }
+    *acc0 = tt_smlabt(r[m], w[2 * m - 1], a0);
+    *acc1 = a1;
+}
+
+/* tt_dwrow2_s1 at stride 2, outputs at r[0] and r[2]: acc0 += sum_k<m P_k . E_k + r[2m] w_2m, acc1 the same from
+ * P_k+1: m + 2 words, 2m + 2 multiply-accumulates (E_k and the top of O_m only). */
+static inline void tt_dwrow2_s2(const uint32_t *r, const uint32_t *w, int m, int32_t *acc0, int32_t *acc1) {
+    int32_t a0 = *acc0, a1 = *acc1;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 8  /* whole: m is a constant */
+#endif
+    for (int k = 0; k < m; k++) {
+        a0 = tt_smlad(r[k], w[k], a0);
+        a1 = tt_smlad(r[k + 1], w[k], a1);
+    }
+    *acc0 = tt_smlabt(r[m], w[2 * m - 1], a0);
+    *acc1 = tt_smlabt(r[m + 1], w[2 * m - 1], a1);
 }
 
 /* y[q] = clamp(v_q, lo, hi), q < 4, for -128 <= lo <= hi <= 127: saturated to int8, packed, clamped bytewise, one

@@ -171,6 +171,10 @@ class Context:
             raise ValueError(f"memory plan has no buffer for {name!r}; plan this graph before emitting it")
         return self.pointers.setdefault(name, f"a{len(self.pointers)}")
 
+    def extent(self, name: str) -> tuple[int, int]:
+        """The arena bytes [start, end) the buffer of activation ``name`` occupies (ctx.act's pointer)."""
+        return self.offsets[name], self.offsets[name] + self.graph.tensors[name].nbytes
+
     def const(self, name: str) -> str:
         if name not in self._const_names:
             t = self.graph.tensors[name]

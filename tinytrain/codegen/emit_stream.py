@@ -48,6 +48,10 @@ class _RowContext:
     def _row(self, name: str) -> str:
         return f"d{self._k}" if name not in self._row0 else f"(d{self._k} - {self._row0[name]})"
 
+    def extent(self, name: str) -> tuple[int, int]:
+        start = self._ctx.offsets[name]
+        return start, start + self._plan.buffer(name).nbytes  # a line buffer's rows, or the whole tensor
+
     def tensor(self, name: str) -> Tensor:
         t = self._ctx.tensor(name)
         if self._aligned and not t.has_data:

@@ -62,15 +62,31 @@ def conv2d(node: Node, ctx) -> Call:
     # A device pointwise kernel for few input channels has them as a constant (conv2d.c.j2 "ci"): its inner products
     # unroll.
     fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
+    band = None if pointwise else ctx.band(node)
+    # A device depthwise convolution one channel at a time (depthwise_planar.c.j2) where planar_width allows it and
+    # the planner's placement of its output lets it store in that order (planar_safe); wb: its ring rows' width.
+    wb = planar_width(k, h, wd, ho, wo) if depthwise and cout == cin and not ctx.host else 0
+    if wb and not planar_safe(ctx, x.name, y.name, cin, band):
+        wb = 0
     # depthwise taps packed as halfwords (twice the flash of the int8 weights): 3x3 windows only, where the weights
     # are few and the loads a large share of a tap (measured on qemu-m7: packing 5x5 / 7x7 too saved 5-8 % of the
     # depthwise instructions for 74-144 KB more flash on mcunet / proxyless)
-    packed = (depthwise and cout == cin and cout % 4 == 0 and kh * kw <= 9 and not ctx.trainable(w.name)
+    packed = (depthwise and not wb and cout == cin and cout % 4 == 0 and kh * kw <= 9 and not ctx.trainable(w.name)
               and not ctx.host)
     if packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
         s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
               f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
         split = False
+    elif wb and (kh * kw <= 9 or band) and not ctx.trainable(w.name):
+        # depthwise_planar.c.j2 "pairs": the taps' halfword pairs and sums as tables, for 3x3 windows (2.7 times the
+        # flash of the int8 weights) and for a band's kernel, which would make them again at every row; larger
+        # windows make theirs once per channel (measured on qemu-m7: tables for all saved 0.4-0.8 M instructions of
+        # mcunet-5fps / proxyless-w0.3's steps for 84-138 KB more flash)
+        pairs, sums = planar_pairs(w.data, wzp)
+        s.add("const uint32_t *wpairs", ctx.table(node, "tap_pairs", pairs), f"(Co,{kh},{kw - 1}): per window row "
+              f"(w_2k, w_2k+1), then (w_2k-1, w_2k){', less w_zp' if has_wzp else ''}")
+        s.add("const int32_t *wsums", ctx.table(node, "tap_sums", sums), "(Co,): sum of the taps")
+        split, packed = False, True
     elif rows_packed(fixed_ci, h * wd, kpad, ctx, w):  # conv2d.c.j2 "packed"
         rows = np.zeros((cout, kpad or cin), np.int64)  # a regular one's padded with zeros to kpad elements
         rows[:, : kh * kw * cin] = w.data.reshape(cout, -1).astype(np.int64) - np.asarray(wzp).reshape(cout, 1)
@@ -85,7 +101,6 @@ def conv2d(node: Node, ctx) -> Call:
     if bias is not None:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp and not packed else None)
-    band = None if pointwise else ctx.band(node)
     host = ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX)
     lanes = 8 if cout <= 8 else 16  # conv2d_rows.c.j2 "channels": output channels per block (L)
     padded_cout = -(-cout // lanes) * lanes
@@ -95,11 +110,13 @@ def conv2d(node: Node, ctx) -> Call:
     # kernel's fixed_ci, above). A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2
     # "co"): its loops across the channels vectorize without remainders.
     fixed_c = across == "channels" or (host and depthwise)
-    ci, co = ({}, {}) if fixed_c else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
+    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
+    width = {} if wb else {"W": wd}  # a planar kernel's widths are constants (depthwise_planar.c.j2)
     if pointwise:
         s.ints(P=h * wd, **ci, **co)
     else:  # without padding no bounds checks: the input height is not needed
-        s.ints(**({"H": h} if padded else {}), W=wd, **ci, **({} if band else {"Ho": ho}), Wo=wo, **co)
+        s.ints(**({"H": h} if padded else {}), **width, **ci, **({} if band else {"Ho": ho}), **(
+            {} if wb else {"Wo": wo}), **co)
     if band:
         band_params(s, band)
     # A device convolution kernel whose output range is the full int8 range (ReLU6 folded into the output
@@ -121,6 +138,9 @@ def conv2d(node: Node, ctx) -> Call:
             tag += f"_c{cout}"
             k.update(co=cout)
         return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
+    if wb:
+        return s.call("depthwise_planar", f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}"
+                      f"_s8{suffix}_planar_c{cin}_w{wd}", dict(k, c=cin, w=wd, wo=wo, wb=wb, pairs=packed))
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
@@ -148,6 +168,68 @@ def conv2d(node: Node, ctx) -> Call:
                   + ("_co_odd" if xw2 and cout % 2 else ""),
                   dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, kpad=kpad, packed=packed,
                        has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
+
+
+# The most stack bytes of the ring of input rows of a planar depthwise kernel (depthwise_planar.c.j2: kh rows of
+# planar_width halfwords); a wider one takes the kernel four channels at a time. 3x3 windows over 64-pixel rows take
+# 408, well inside the measured stack's reserve (memory/report.py STACK_BYTES).
+PLANAR_RING_MAX = 640
+# The least share of a planar depthwise kernel's window taps that lie inside the input (the rest, padding, it
+# multiplies too, where the four-channel kernel skips them): measured on qemu-m7, 7x7 windows over 4x4 maps (a third
+# inside) take a third more instructions planar, 5x5 ones (a half inside) a little fewer.
+PLANAR_MIN_INSIDE = 0.45
+
+
+def planar_width(k: dict, h: int, wd: int, ho: int, wo: int) -> int:
+    """The halfwords of a row of the planar depthwise kernel's ring (depthwise_planar.c.j2), even, or 0 where the
+    four-channel kernel (depthwise_conv2d.c.j2) takes it: windows not odd and at least 3 wide, dilated, strided by
+    more than 2 along the row or more than their height down, or (measured on qemu-m7) 3 wide at stride 2 (the
+    gather of four inputs per output costs more than the taps it saves); a ring over PLANAR_RING_MAX bytes; fewer
+    than PLANAR_MIN_INSIDE of the taps inside the input. A row holds the input row after pl padding cells, and
+    reaches as far as the whole words the last outputs read: two outputs at a time from halfword 0 (stride 1) or
+    0 and 2 (stride 2), m + 1 (stride 1) or m + 2 (stride 2) words each, kw = 2m + 1."""
+    kh, kw, sh, sw = k["kh"], k["kw"], k["sh"], k["sw"]
+    if (kw < 3 or kw % 2 == 0 or (k["dh"], k["dw"]) != (1, 1) or sw not in (1, 2) or sh > kh
+            or (kw == 3 and sw == 2)):
+        return 0
+    inside = (_inside_taps(h, ho, sh, k["pt"], kh) * _inside_taps(wd, wo, sw, k["pl"], kw)) / (kh * kw)
+    last = (wo - 1) - (wo - 1) % 2  # the first output of the last pair (of a lone last output: itself)
+    reach = last * sw + kw + (1 if sw == 1 else 3)  # halfwords up to the last word read, +1
+    n = max(k["pl"] + wd, reach)
+    n += n % 2
+    return n if kh * n * 2 <= PLANAR_RING_MAX and inside >= PLANAR_MIN_INSIDE else 0
+
+
+def _inside_taps(n: int, n_out: int, stride: int, pad: int, taps: int) -> float:
+    """The mean count of a window's taps along one axis that lie inside the input's ``n`` cells."""
+    first = np.arange(n_out) * stride - pad
+    return float(np.mean(np.maximum(np.minimum(first + taps, n) - np.maximum(first, 0), 0)))
+
+
+def planar_safe(ctx, x: str, y: str, c: int, band) -> bool:
+    """Whether the planar depthwise kernel, which stores channel by channel (all of channel 0's outputs first), may
+    write output ``y`` where the planner put it against input ``x``: their buffers apart, or (whole tensors) the
+    output the planner's distance of whole pixels ahead of the input (ops/conv2d.py min_read: an output element
+    is stored below every input element a later one reads, which per channel still holds; a distance of a part of
+    a pixel would have a channel's outputs overwrite another channel's inputs not yet read)."""
+    if x not in ctx.offsets or y not in ctx.offsets:
+        return False
+    (i0, i1), (o0, o1) = ctx.extent(x), ctx.extent(y)
+    if o1 <= i0 or i1 <= o0:
+        return True
+    return band is None and i0 >= o0 and (i0 - o0) % c == 0
+
+
+def planar_pairs(weight: np.ndarray, wzp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A depthwise weight (C, kh, kw, 1), kw = 2m + 1, less its zero points, as (C, kh, 2m) words for
+    tt_dwrow2_s1 / tt_dwrow2_s2 (tt_simd.h), per window row (w_2k, w_2k+1), k < m, then (w_2k-1, w_2k), k = 1 .. m,
+    as int16 halfwords, low first; and each channel's sum of taps (C,) int32."""
+    c, kh, kw = weight.shape[:3]
+    v = weight.reshape(c, kh, kw).astype(np.int64) - np.asarray(wzp, np.int64).reshape(c, 1, 1)
+    h = v & 0xFFFF
+    even = h[:, :, 0:kw - 1:2] | (h[:, :, 1:kw:2] << 16)
+    odd = h[:, :, 1:kw - 1:2] | (h[:, :, 2:kw:2] << 16)
+    return np.concatenate([even, odd], axis=2).astype(np.uint32), v.sum(axis=(1, 2)).astype(np.int32)
 
 
 def rows_packed(fixed_ci: bool, pixels: int, kpad: int, ctx, w) -> bool:
