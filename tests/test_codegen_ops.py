@@ -319,9 +319,10 @@ int main(void) {
     long long acc, multiplier, shift, left_ok;
     while (scanf("%lld %lld %lld %lld", &acc, &multiplier, &shift, &left_ok) == 4) {
         /* tt_requantize shifts acc left in int32: only called where that cannot overflow, as in the kernels */
-        printf("%ld %ld %ld\n", left_ok ? (long)tt_requantize((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L,
+        printf("%ld %ld %ld %ld\n", left_ok ? (long)tt_requantize((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L,
                (long)tt_requantize_single((int32_t)acc, (int32_t)multiplier, (int32_t)shift),
-               left_ok ? (long)tt_requantize_s8((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L);
+               left_ok ? (long)tt_requantize_s8((int32_t)acc, (int32_t)multiplier, (int32_t)shift) : 0L,
+               (long)tt_requantize_single_s8((int32_t)acc, (int32_t)multiplier, (int32_t)shift));
     }
     return 0;
 }
@@ -331,7 +332,7 @@ int main(void) {
 def test_requantize_helpers_match_quant_py(tmp_path):
     """tt_requantize / tt_requantize_single == quant.multiply_by_quantized_multiplier (double / single rounding)
     over the whole int32 accumulator range, every shift -31..30 and the extreme multipliers; so is the kernels'
-    tt_requantize_s8 (its own arithmetic for shifts <= 0)."""
+    tt_requantize_s8 (its own arithmetic for shifts <= 0) and tt_requantize_single_s8 (for shifts <= -2)."""
     from tinytrain.quant import INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier
 
     exe = _build_fixedpoint_main(tmp_path, REQUANT_MAIN, "requant")
@@ -356,6 +357,7 @@ def test_requantize_helpers_match_quant_py(tmp_path):
     np.testing.assert_array_equal(got[left_ok, 0], double[left_ok])
     np.testing.assert_array_equal(got[left_ok, 2], double[left_ok])
     np.testing.assert_array_equal(got[fits, 1], single[fits])
+    np.testing.assert_array_equal(got[fits, 3], single[fits])
 
 
 FP32_MAIN = r"""

@@ -11,6 +11,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__ARM_FEATURE_SAT)
+#include <arm_acle.h>
+#endif
 
 /* TT_WORD64: whether 64-bit integer shifts are single instructions (64-bit hosts) or not (Cortex-M); it only
  * chooses between two ways of computing the same integers in tt_requantize_fp32_s8. */
@@ -162,6 +165,15 @@ static inline int32_t tt_clamp(int32_t x, int32_t lo, int32_t hi) {
     return x < lo ? lo : (x > hi ? hi : x);
 }
 
+/* tt_clamp to the full int8 range: one SSAT on a core with the saturating instructions (ACLE __ssat). */
+static inline int32_t tt_sat_s8(int32_t x) {
+#if defined(__ARM_FEATURE_SAT)
+    return __ssat(x, 8);
+#else
+    return tt_clamp(x, -128, 127);
+#endif
+}
+
 /* ---- int8 outputs ----
  * A requantizing kernel stores clamp(requantize(acc, multiplier, shift) + out_zp, act_min, act_max) for an int8
  * zero point (-128 <= out_zp <= 127) and an int8 range (-128 <= act_min <= act_max <= 127). The _s8 helper of each
@@ -182,8 +194,17 @@ static inline int32_t tt_requantize_s8(int32_t acc, int32_t multiplier, int32_t 
     return (x >> right) + ((x & mask) > threshold ? 1 : 0);
 }
 
+/* tt_requantize_single for shift <= -2 (a total shift 32 + t, t >= 1: every int8 layer's): the product's high word
+ * (SMMUL) rounded and shifted by t in 32 bits, where a 64-bit shift by a variable takes a branchy sequence on a
+ * 32-bit core. The same integer: the rounding term 2^(31 + t) is a multiple of 2^32, so floor((p + 2^(31 + t)) /
+ * 2^(32 + t)) = floor((floor(p / 2^32) + 2^(t - 1)) / 2^t). Other shifts take tt_requantize_single. */
 static inline int32_t tt_requantize_single_s8(int32_t acc, int32_t multiplier, int32_t shift) {
-    return tt_requantize_single(acc, multiplier, shift);
+    if (shift > -2) {
+        return tt_requantize_single(acc, multiplier, shift);
+    }
+    const int t = -1 - (int)shift;
+    const int32_t high = (int32_t)(((int64_t)acc * multiplier) >> 32);
+    return (high + ((int32_t)1 << (t - 1))) >> t;
 }
 
 /* tt_requantize_fp32's int8-output form, for -32 <= shift <= -2 (26 <= k <= 56: the scales of int8 layers;

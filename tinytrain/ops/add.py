@@ -45,12 +45,16 @@ def infer_shapes(a: AddAttrs, ins) -> list[tuple[int, ...]]:
     return [ins[0].shape]
 
 
-def reference(a: AddAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    def scaled(x: np.ndarray, zp: int, r: Requant) -> np.ndarray:
-        shifted = (x.astype(np.int64) - zp) << a.left_shift
-        return multiply_by_quantized_multiplier(shifted, r.multiplier[0], r.shift[0], r.single_rounding, r.fp32)
+def input_term(a: AddAttrs, k: int, zp: int, x: np.ndarray) -> np.ndarray:
+    """Input ``k``'s (0 or 1) int8 values ``x``, zero point ``zp``, rescaled to the common scale: the term the sum
+    adds (a function of the int8 value alone: the C reads it from a table, codegen/bindings/add.py)."""
+    r = (a.input1, a.input2)[k]
+    shifted = (np.asarray(x).astype(np.int64) - zp) << a.left_shift
+    return multiply_by_quantized_multiplier(shifted, r.multiplier[0], r.shift[0], r.single_rounding, r.fp32)
 
-    raw = scaled(arrays[0], ins[0].quant.zp, a.input1) + scaled(arrays[1], ins[1].quant.zp, a.input2)
+
+def reference(a: AddAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    raw = input_term(a, 0, ins[0].quant.zp, arrays[0]) + input_term(a, 1, ins[1].quant.zp, arrays[1])
     out = a.output
     y = multiply_by_quantized_multiplier(raw, out.multiplier[0], out.shift[0], out.single_rounding,
                                          out.fp32) + outs[0].quant.zp
