@@ -328,6 +328,44 @@ static inline void tt_dot2x2p_s8(const tt_xw2_t *xw, const uint32_t *w0, const u
     acc[3] = a3;
 }
 
+/* tt_dot2x2w_s8 with both pixels' inputs widened on the way, x0 and x1 their int8 inputs (too long for a stack
+ * buffer, or beside rows of a split weight): acc[0] += (x0 - in_zp) . w0, acc[1] += (x0 - in_zp) . w1, acc[2] +=
+ * (x1 - in_zp) . w0, acc[3] += (x1 - in_zp) . w1 over n channels. Per 4 channels 2 input loads and 4 SXTAB16,
+ * 2 weight loads and 4 SXTB16, 8 SMLAD: each widened word feeds two SMLAD, where one pixel's two rows
+ * (tt_dot2_s8) widen each input word for 2 and each weight word for 2. */
+static inline void tt_dot2x2_s8(const int8_t *x0, const int8_t *x1, const int8_t *w0, const int8_t *w1, int n,
+                                int32_t in_zp, int32_t acc[4]) {
+    const uint32_t off = tt_pack16(-in_zp, -in_zp);
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    int c = 0;
+    for (; c + 4 <= n; c += 4) {
+        uint32_t v = tt_read_u32(x0 + c);
+        const uint32_t p0 = tt_sxtab16(off, v), p1 = tt_sxtab16_ror8(off, v);
+        v = tt_read_u32(x1 + c);
+        const uint32_t q0 = tt_sxtab16(off, v), q1 = tt_sxtab16_ror8(off, v);
+        v = tt_read_u32(w0 + c);
+        uint32_t wa = tt_sxtb16(v), wb = tt_sxtb16_ror8(v);
+        a0 = tt_smlad(p1, wb, tt_smlad(p0, wa, a0));
+        a2 = tt_smlad(q1, wb, tt_smlad(q0, wa, a2));
+        v = tt_read_u32(w1 + c);
+        wa = tt_sxtb16(v);
+        wb = tt_sxtb16_ror8(v);
+        a1 = tt_smlad(p1, wb, tt_smlad(p0, wa, a1));
+        a3 = tt_smlad(q1, wb, tt_smlad(q0, wa, a3));
+    }
+    for (; c < n; c++) {
+        const int32_t xc = (int32_t)x0[c] - in_zp, yc = (int32_t)x1[c] - in_zp;
+        a0 += xc * (int32_t)w0[c];
+        a1 += xc * (int32_t)w1[c];
+        a2 += yc * (int32_t)w0[c];
+        a3 += yc * (int32_t)w1[c];
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 /* One depthwise tap of four neighbouring channels: acc[q] += (x[q] - in_zp) * w_q, q < 4, |w_q| < 2^15. One load
  * feeds the four channels: SXTAB16 gives x0, x2 and (rotated) x1, x3 as halfwords, SMLABB / SMLATB multiply one. */
 static inline void tt_mac4_s8(const int8_t *x, int32_t in_zp, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
@@ -505,6 +543,24 @@ static inline void tt_dot2x2p_s8(const tt_xw2_t *xw, const uint32_t *w0, const u
         a1 += xw[c] * w1c;
         a2 += xw[n + c] * w0c;
         a3 += xw[n + c] * w1c;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* tt_dot2x2w_s8 with both pixels' inputs widened on the way. */
+static inline void tt_dot2x2_s8(const int8_t *x0, const int8_t *x1, const int8_t *w0, const int8_t *w1, int n,
+                                int32_t in_zp, int32_t acc[4]) {
+    const int16_t zp = (int16_t)in_zp;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (int c = 0; c < n; c++) {
+        const int16_t xc = (int16_t)(x0[c] - zp), yc = (int16_t)(x1[c] - zp);
+        a0 += xc * (int16_t)w0[c];
+        a1 += xc * (int16_t)w1[c];
+        a2 += yc * (int16_t)w0[c];
+        a3 += yc * (int16_t)w1[c];
     }
     acc[0] = a0;
     acc[1] = a1;

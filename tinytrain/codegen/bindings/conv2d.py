@@ -24,6 +24,9 @@ XW_MAX = 256
 HOST_WEIGHT_MAX = 1 << 16
 # The most input channels a device pointwise kernel has as a compile-time constant ("ci").
 FIXED_CI_MAX = 128
+# The most output channels of a two-pixel pointwise kernel whose second pixel's outputs wait in a stack buffer
+# (conv2d.c.j2 "hold"; the models measured have at most 160 there).
+HOLD_MAX = 256
 # The fewest pixels (per call) of a pointwise kernel whose weight rows are packed as halfwords (rows_packed): each
 # packed weight saves its widening once per pixel, for 2 more bytes of flash. Measured on qemu-m7: the 4x4 layers of
 # mbv2-w0.35 / proxyless-w0.3 / mcunet-5fps (16 pixels at 128x128 inputs) hold most of their pointwise weights
@@ -154,11 +157,20 @@ def conv2d(node: Node, ctx) -> Call:
     xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
     if pointwise:
         xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
-        stage = "_xw2" if xw2 else ("_xw" if xw else "")
+        # Inputs neither buffer takes (longer than XW_MAX, or beside a split weight's rows) are widened on the way,
+        # still two pixels at a time (conv2d.c.j2 "x2"); where the planner's placement does not let the second
+        # pixel's outputs be stored while the first's input is read (pair_safe), they wait in a stack buffer of Co
+        # bytes ("hold").
+        safe = not (xw2 or xw or ctx.host) and pair_safe(ctx, x.name, y.name, h * wd, cin, cout)
+        x2 = not (xw2 or xw or ctx.host) and (safe or cout <= HOLD_MAX)
+        hold = cout if x2 and not safe else 0
+        stage = "_xw2" if xw2 else ("_xw" if xw else ("_x2" + (f"_hold{hold}" if hold else "") if x2 else ""))
+        pairs = xw2 or x2
         return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci else "")
-                      + ("_packed" if packed else "") + ("_co_odd" if xw2 and cout % 2 else ""),
-                      dict(k, pointwise=True, xw=0 if xw2 else xw, xw2=xw2, ci=cin if fixed_ci else 0, packed=packed,
-                           has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
+                      + ("_packed" if packed else "") + ("_co_odd" if pairs and cout % 2 else ""),
+                      dict(k, pointwise=True, xw=0 if pairs else xw, xw2=xw2, x2=x2, hold=hold,
+                           ci=cin if fixed_ci else 0, packed=packed, has_wzp=has_wzp and not packed,
+                           co_odd=bool(pairs and cout % 2)))
     # A regular window of up to XW_MAX / 2 elements: two output pixels' windows at once, the same way
     # (padded_window).
     xw2 = XW_MAX // 2 if kh * kw * cin <= XW_MAX // 2 else 0
@@ -212,12 +224,30 @@ def planar_safe(ctx, x: str, y: str, c: int, band) -> bool:
     output the planner's distance of whole pixels ahead of the input (ops/conv2d.py min_read: an output element
     is stored below every input element a later one reads, which per channel still holds; a distance of a part of
     a pixel would have a channel's outputs overwrite another channel's inputs not yet read)."""
-    if x not in ctx.offsets or y not in ctx.offsets:
-        return False
-    (i0, i1), (o0, o1) = ctx.extent(x), ctx.extent(y)
-    if o1 <= i0 or i1 <= o0:
+    extents = _extents(ctx, x, y)
+    if extents is None:
         return True
+    (i0, _), (o0, _) = extents
     return band is None and i0 >= o0 and (i0 - o0) % c == 0
+
+
+def pair_safe(ctx, x: str, y: str, pixels: int, ci: int, co: int) -> bool:
+    """Whether a pointwise kernel taking two pixels at a time with their inputs widened on the way (conv2d.c.j2
+    "x2": pixel p + 1's outputs are stored while pixel p's input is still read) may write output ``y`` where the
+    planner put it against input ``x`` (ops/conv2d.py min_read keeps only pixel p + 1's own input safe from its
+    outputs): their buffers apart, or every pixel's outputs below the input of the pixel before."""
+    extents = _extents(ctx, x, y)
+    if extents is None:
+        return True
+    (i0, _), (o0, _) = extents
+    p = np.arange(1, pixels)
+    return bool(np.all(o0 + (p + 1) * co <= i0 + (p - 1) * ci))
+
+
+def _extents(ctx, x: str, y: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The arena bytes of input ``x`` and output ``y`` (Context.extent) where they meet, None where they do not."""
+    (i0, i1), (o0, o1) = ctx.extent(x), ctx.extent(y)
+    return None if o1 <= i0 or i1 <= o0 else ((i0, i1), (o0, o1))
 
 
 def planar_pairs(weight: np.ndarray, wzp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
