@@ -122,14 +122,15 @@ def test_arm_dsp_inner_products_equal_the_portable_reference(cache, variant, hw,
 
 @pytest.mark.parametrize("arm_dsp", [False, True])
 @pytest.mark.parametrize("cin, cout, single", [(1, 3, "fp32"), (7, 5, False), (19, 13, True), (128, 6, "fp32"),
-                                               (129, 4, False), (8, 12, True), (259, 7, "fp32")])
+                                               (129, 4, False), (8, 12, True), (160, 12, "fp32"), (196, 8, True),
+                                               (259, 7, "fp32")])
 def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single, arm_dsp):
     """Pointwise kernels that widen two pixels' inputs at once and take 2 output channels x 2 pixels per inner
     product (tt_dot2x2w_s8, inputs of up to 128 channels, tt_dot2x2p_s8 for a multiple of 4: rows packed as
-    halfwords less the weight zero points; 129: one pixel at a time; 259, over XW_MAX: two pixels widened on the
-    way, tt_dot2x2_s8) == the simulator, portable and DSP C: an odd
-    number of pixels and of output channels, 0 to 3 channels after the blocks of 4, weight zero points, every
-    rounding, the full int8 range and a clamp."""
+    halfwords less the weight zero points; 129 to 256: one pixel at a time, multiples of 4 with four rows packed
+    and interleaved, tt_dot4wp_s8; 259, over XW_MAX: two pixels widened on the way, tt_dot2x2_s8) == the
+    simulator, portable and DSP C: an odd number of pixels and of output channels, 0 to 3 channels after the blocks
+    of 4, weight zero points, every rounding, the full int8 range and a clamp."""
     b = GraphBuilder(cin)
     h = b.conv(b.input((1, 7, 5, cin)), cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, weight_zp=True,
                single=single)

@@ -1,7 +1,8 @@
 /* tt_simd.h — the int8 inner loops of the forward kernels: sum_c (x[c] - in_zp) * w[c] in int32 over contiguous
  * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, tt_dot4w_s8 against an
- * input widened once per output pixel, tt_widen_s8, and tt_dot2x2w_s8, two rows at two pixels, against two pixels'
- * inputs widened once, tt_widen2_s8; tt_dot2x2p_s8 with the rows packed as halfwords), one window tap of four
+ * input widened once per output pixel, tt_widen_s8, tt_dot4wp_s8 with the rows packed as halfwords, and
+ * tt_dot2x2w_s8, two rows at two pixels, against two pixels' inputs widened once, tt_widen2_s8; tt_dot2x2p_s8 with
+ * the rows packed as halfwords), one window tap of four
  * neighbouring depthwise channels (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), and the clamped
  * store of four or two int8 outputs (tt_store4_s8, tt_store2_s8; tt_store4_sat_s8, tt_store2_sat_s8 for the full
  * int8 range, saturation alone).
@@ -238,6 +239,29 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
         a1 += xc * (int32_t)w1[0];
         a2 += xc * (int32_t)w0[d];
         a3 += xc * (int32_t)w1[d];
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* tt_dot4w_s8 with four rows packed as int16 halfwords and interleaved (bindings/conv2d.py packed_quads: per group of
+ * four channels c..c+3 and row q < 4, the words (w_q[c], w_q[c+2]) and (w_q[c+1], w_q[c+3]), the pairs tt_widen_s8
+ * makes of the input), n % 4 == 0: per 4 channels 2 widened words and 8 weight words at constant offsets from one
+ * pointer (LDRD pairs), 8 SMLAD, no SXTB16 (tt_dot4w_s8: 4 weight words from two pointers, 8 SXTB16). */
+static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int32_t acc[4]) {
+    const uint32_t *end = w + 2 * n;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 2  /* the loop's pointer updates and branch once per 8 channels */
+#endif
+    for (; w != end; w += 8, xw += 2) {
+        const uint32_t xa = xw[0], xb = xw[1];
+        a0 = tt_smlad(xb, w[1], tt_smlad(xa, w[0], a0));
+        a1 = tt_smlad(xb, w[3], tt_smlad(xa, w[2], a1));
+        a2 = tt_smlad(xb, w[5], tt_smlad(xa, w[4], a2));
+        a3 = tt_smlad(xb, w[7], tt_smlad(xa, w[6], a3));
     }
     acc[0] = a0;
     acc[1] = a1;
@@ -502,6 +526,17 @@ static inline void tt_widen_s8(tt_xw_t *xw, const int8_t *x, int n, int32_t in_z
 static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, int n, int32_t acc[4]) {
     tt_dot2_s8(xw->x, w, w + stride, n, xw->in_zp, acc);
     tt_dot2_s8(xw->x, w + 2 * stride, w + 3 * stride, n, xw->in_zp, acc + 2);
+}
+
+/* tt_dot4w_s8 with four rows packed as int16 halfwords and interleaved (the DSP form's order), n % 4 == 0. */
+static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int32_t acc[4]) {
+    for (int c = 0; c < n; c++) {
+        const int32_t xc = (int16_t)(xw->x[c] - xw->in_zp);
+        const int word = c / 4 * 8 + c % 2, shift = 16 * (c % 4 / 2);  /* channel c's halfword of row 0 */
+        for (int q = 0; q < 4; q++) {
+            acc[q] += xc * (int32_t)(int16_t)(w[word + 2 * q] >> shift);
+        }
+    }
 }
 
 /* Two output pixels' input vectors, x - in_zp as int16: pixel 0's n channels, then pixel 1's (a copy, so that the

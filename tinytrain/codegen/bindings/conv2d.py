@@ -71,6 +71,9 @@ def conv2d(node: Node, ctx) -> Call:
     wb = planar_width(k, h, wd, ho, wo) if depthwise and cout == cin and not ctx.host else 0
     if wb and not planar_safe(ctx, x.name, y.name, cin, band):
         wb = 0
+    # A device pointwise kernel of XW_MAX / 2 + 1 .. XW_MAX input channels (one pixel at a time, conv2d.c.j2 "xw") may
+    # have its rows packed too, four at a time (tt_dot4wp_s8): Ci and Co multiples of 4.
+    wide_rows = (pointwise and not ctx.host and XW_MAX // 2 < cin <= XW_MAX and cin % 4 == 0 and cout % 4 == 0)
     # depthwise taps packed as halfwords (twice the flash of the int8 weights): 3x3 windows only, where the weights
     # are few and the loads a large share of a tap (measured on qemu-m7: packing 5x5 / 7x7 too saved 5-8 % of the
     # depthwise instructions for 74-144 KB more flash on mcunet / proxyless)
@@ -90,12 +93,17 @@ def conv2d(node: Node, ctx) -> Call:
               f"(w_2k, w_2k+1), then (w_2k-1, w_2k){', less w_zp' if has_wzp else ''}")
         s.add("const int32_t *wsums", ctx.table(node, "tap_sums", sums), "(Co,): sum of the taps")
         split, packed = False, True
-    elif rows_packed(fixed_ci, h * wd, kpad, ctx, w):  # conv2d.c.j2 "packed"
+    elif rows_packed(fixed_ci or wide_rows, h * wd, kpad, ctx, w):  # conv2d.c.j2 "packed"
         rows = np.zeros((cout, kpad or cin), np.int64)  # a regular one's padded with zeros to kpad elements
         rows[:, : kh * kw * cin] = w.data.reshape(cout, -1).astype(np.int64) - np.asarray(wzp).reshape(cout, 1)
-        s.add("const uint32_t *wpk", ctx.table(node, "weight_packed", packed_rows(rows)),
-              f"(Co,{rows.shape[1] // 2}): (w[o,c], w[o,c+2]), (w[o,c+1], w[o,c+3]) per 4 elements"
-              + (", less w_zp" if has_wzp else ""))
+        if wide_rows:  # four rows interleaved (tt_dot4wp_s8)
+            s.add("const uint32_t *wpk", ctx.table(node, "weight_packed", packed_quads(rows)),
+                  "(Co/4,Ci/4,4,2): (w[o+q,c], w[o+q,c+2]), (w[o+q,c+1], w[o+q,c+3]) per 4 elements and row q"
+                  + (", less w_zp" if has_wzp else ""))
+        else:
+            s.add("const uint32_t *wpk", ctx.table(node, "weight_packed", packed_rows(rows)),
+                  f"(Co,{rows.shape[1] // 2}): (w[o,c], w[o,c+2]), (w[o,c+1], w[o,c+3]) per 4 elements"
+                  + (", less w_zp" if has_wzp else ""))
         split, packed = False, True
     elif pointwise:
         split = weight_param(s, ctx, w, "(Co,Ci)")
@@ -262,12 +270,14 @@ def planar_pairs(weight: np.ndarray, wzp: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.concatenate([even, odd], axis=2).astype(np.uint32), v.sum(axis=(1, 2)).astype(np.int32)
 
 
-def rows_packed(fixed_ci: bool, pixels: int, kpad: int, ctx, w) -> bool:
-    """Whether a two-pixel kernel's weight rows are a table of int16 halfwords (packed_rows, conv2d.c.j2 "packed":
-    per 4 elements 4 weight words instead of 2 words and 4 SXTB16 at each 2 x 2 inner product, twice the flash of
-    the int8 weights): a pointwise kernel's with a constant Ci (a multiple of 4) and at least PACKED_MIN_PIXELS
-    pixels, for a weight the step does not update, and a regular one's padded to kpad elements (padded_window)."""
-    return (fixed_ci and pixels >= PACKED_MIN_PIXELS and not ctx.trainable(w.name)) or kpad > 0
+def rows_packed(pointwise_rows: bool, pixels: int, kpad: int, ctx, w) -> bool:
+    """Whether a convolution kernel's weight rows are a table of int16 halfwords (packed_rows, conv2d.c.j2 "packed":
+    per 4 elements 4 weight words instead of 2 words and 4 SXTB16 at each 2 x 2 inner product, 8 instead of 4 and 8
+    SXTB16 at each 4 x 1 one, twice the flash of the int8 weights): a pointwise kernel's that may have them
+    (``pointwise_rows``: a two-pixel one with a constant Ci, a multiple of 4, or a one-pixel one of XW_MAX / 2 + 1 ..
+    XW_MAX channels, Ci and Co multiples of 4) with at least PACKED_MIN_PIXELS pixels, for a weight the step does not
+    update, and a regular two-pixel one's padded to kpad elements (padded_window)."""
+    return (pointwise_rows and pixels >= PACKED_MIN_PIXELS and not ctx.trainable(w.name)) or kpad > 0
 
 
 def packed_rows(rows: np.ndarray) -> np.ndarray:
@@ -277,6 +287,14 @@ def packed_rows(rows: np.ndarray) -> np.ndarray:
     g = v.reshape(v.shape[0], -1, 4)
     return np.stack([g[..., 0] | (g[..., 2] << 16), g[..., 1] | (g[..., 3] << 16)], axis=-1).reshape(
         v.shape[0], -1).astype(np.uint32)
+
+
+def packed_quads(rows: np.ndarray) -> np.ndarray:
+    """Weight rows (Co, K), Co % 4 == 0 and K % 4 == 0, as (Co/4, K/4, 4, 2) words for tt_dot4wp_s8 (tt_simd.h): per
+    block of four rows, group of four elements and row, packed_rows' two words, so that one pointer reads a block's
+    group at constant offsets."""
+    co, k = rows.shape
+    return packed_rows(rows).reshape(co // 4, 4, k // 4, 2).transpose(0, 2, 1, 3).copy()
 
 
 def packed_taps(weight: np.ndarray, wzp: np.ndarray) -> np.ndarray:
