@@ -151,7 +151,8 @@ def conv2d(node: Node, ctx) -> Call:
         return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
     if wb:
         return s.call("depthwise_planar", f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}"
-                      f"_s8{suffix}_planar_c{cin}_w{wd}", dict(k, c=cin, w=wd, wo=wo, wb=wb, pairs=packed))
+                      f"_s8{suffix}_planar_c{cin}_w{wd}" + ("_pairs" if packed else ""),
+                      dict(k, c=cin, w=wd, wo=wo, wb=wb, pairs=packed))
     if depthwise:
         mult = cout // cin
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
