@@ -85,6 +85,35 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     return (r * 0x01020408u) >> 24;
 }
 #define TT_INSIDE4_DSP 1
+/* tt_dot2x2p_s8 (below) for a constant channel count n = 4 * groups, as one asm block: per group of four channels
+ * both pixels' widened words and both rows' packed words loaded as pairs (LDRD, at constant offsets from the three
+ * pointers) into 6 registers, 8 SMLAD. gcc, given the same as C with every input word used twice, kept the unrolled
+ * input words in registers beside the 4 accumulators, ran out of them and spilled and reloaded those words at every
+ * 2 x 2 tile. "memory": the block reads the buffer and rows through its pointer operands. */
+#define TT_DOT2X2P_ASM(xw, w0, w1, groups, a0, a1, a2, a3)                                                           \
+    do {                                                                                                             \
+        uint32_t x0_, x1_, p0_, p1_, q0_, q1_;                                                                       \
+        __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
+                ".rept %c[g]\n\t"                                                                                    \
+                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                         \
+                "ldrd %[p0], %[p1], [%[w0], #.Ltt_g * 8]\n\t"  /* row 0 */                                           \
+                "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                               \
+                "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                               \
+                "ldrd %[q0], %[q1], [%[w1], #.Ltt_g * 8]\n\t" /* row 1 */                                            \
+                "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                               \
+                "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                               \
+                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                     \
+                "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                               \
+                "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                               \
+                "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                               \
+                "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                               \
+                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                        \
+                ".endr"                                                                                              \
+                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
+                  [p0] "=&r"(p0_), [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                 \
+                : [xw] "r"(xw), [w0] "r"(w0), [w1] "r"(w1), [g] "n"(groups)                                          \
+                : "memory");                                                                                         \
+    } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), SSAT to 8 bits, BFI of bytes and SSUB8 + SEL. */
@@ -333,14 +362,21 @@ static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int
 
 /* tt_dot2x2w_s8 with the rows packed as int16 halfwords, per group of four channels (w[c], w[c+2]) and
  * (w[c+1], w[c+3]) (bindings/conv2d.py packed_rows: the words SXTB16 would make of a weight word), n % 4 == 0: per
- * 4 channels 4 weight words (gcc loads pairs with LDRD), no SXTB16, 4 widened words, 8 SMLAD. */
+ * 4 channels 4 weight words (pairs: LDRD), no SXTB16, 4 widened words, 8 SMLAD. */
 static inline void tt_dot2x2p_s8(const tt_xw2_t *xw, const uint32_t *w0, const uint32_t *w1, int n, int32_t acc[4]) {
-    const uint32_t *end = w0 + n / 2;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT2X2P_ASM
+    /* A constant n of 12 .. 252 channels (LDRD's offsets reach 1020 bytes): the asm block. Up to 8 channels gcc's
+     * own code keeps the 8 widened words in registers, and did better. */
+    if (__builtin_constant_p(n) && n > 8 && n <= 252) {
+        TT_DOT2X2P_ASM(xw, w0, w1, n / 4, a0, a1, a2, a3);
+        n = 0;
+    }
+#endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 16  /* whole, when n is a constant (conv2d.c.j2 "ci"); else in groups of 16 */
 #endif
-    for (; w0 != end; w0 += 2, w1 += 2, xw += 4) {
+    for (int c = 0; c < n; c += 4, w0 += 2, w1 += 2, xw += 4) {
         a0 = tt_smlad(xw[1], w0[1], tt_smlad(xw[0], w0[0], a0));
         a2 = tt_smlad(xw[3], w0[1], tt_smlad(xw[2], w0[0], a2));
         a1 = tt_smlad(xw[1], w1[1], tt_smlad(xw[0], w1[0], a1));

@@ -187,7 +187,7 @@ def conv2d(node: Node, ctx) -> Call:
     return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}"
                   + (f"_k{kpad}" if kpad else "") + ("_packed" if packed else "")
                   + ("_co_odd" if xw2 and cout % 2 else ""),
-                  dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, kpad=kpad, packed=packed,
+                  dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, x2=False, kpad=kpad, packed=packed,
                        has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
 
 
