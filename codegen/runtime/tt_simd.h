@@ -85,12 +85,12 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     return (r * 0x01020408u) >> 24;
 }
 #define TT_INSIDE4_DSP 1
-/* tt_dot2x2p_s8 (below) for a constant channel count n = 4 * groups, as one asm block: per group of four channels
- * both pixels' widened words and both rows' packed words loaded as pairs (LDRD, at constant offsets from the three
- * pointers) into 6 registers, 8 SMLAD. gcc, given the same as C with every input word used twice, kept the unrolled
- * input words in registers beside the 4 accumulators, ran out of them and spilled and reloaded those words at every
- * 2 x 2 tile. "memory": the block reads the buffer and rows through its pointer operands. */
-#define TT_DOT2X2P_ASM(xw, w0, w1, groups, a0, a1, a2, a3)                                                           \
+/* tt_dot2x2p_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
+ * pixels' widened words (XW) and both rows' packed words (W0, W1 + OFF1 bytes) loaded as pairs (LDRD, at constant
+ * offsets) into 6 registers, 8 SMLAD into A0..A3. gcc, given the same as C with every input word used twice, kept
+ * the unrolled input words in registers beside the 4 accumulators, ran out of them and spilled and reloaded those
+ * words at every 2 x 2 tile. "memory": the block reads the buffer and rows through its pointer operands. */
+#define TT_DOT2X2P_ASM(XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                                     \
     do {                                                                                                             \
         uint32_t x0_, x1_, p0_, p1_, q0_, q1_;                                                                       \
         __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
@@ -99,7 +99,7 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 "ldrd %[p0], %[p1], [%[w0], #.Ltt_g * 8]\n\t"  /* row 0 */                                           \
                 "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                               \
                 "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                               \
-                "ldrd %[q0], %[q1], [%[w1], #.Ltt_g * 8]\n\t" /* row 1 */                                            \
+                "ldrd %[q0], %[q1], [%[w1], #.Ltt_g * 8 + %c[d1]]\n\t" /* row 1 */                                   \
                 "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                               \
                 "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                               \
                 "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                     \
@@ -109,9 +109,9 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                               \
                 ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                        \
                 ".endr"                                                                                              \
-                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
                   [p0] "=&r"(p0_), [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                 \
-                : [xw] "r"(xw), [w0] "r"(w0), [w1] "r"(w1), [g] "n"(groups)                                          \
+                : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
                 : "memory");                                                                                         \
     } while (0)
 #elif TT_ARM_DSP
@@ -366,10 +366,14 @@ static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int
 static inline void tt_dot2x2p_s8(const tt_xw2_t *xw, const uint32_t *w0, const uint32_t *w1, int n, int32_t acc[4]) {
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
 #ifdef TT_DOT2X2P_ASM
-    /* A constant n of 12 .. 252 channels (LDRD's offsets reach 1020 bytes): the asm block. Up to 8 channels gcc's
-     * own code keeps the 8 widened words in registers, and did better. */
-    if (__builtin_constant_p(n) && n > 8 && n <= 252) {
-        TT_DOT2X2P_ASM(xw, w0, w1, n / 4, a0, a1, a2, a3);
+    /* A constant n (conv2d.c.j2 "ci", "kpad"): the asm block, its LDRD offsets within 1020 bytes. Row w1 at a
+     * constant distance from w0 (pair_outputs' rows o, o + 1) is read at offsets from w0's register: one fewer. */
+    if (__builtin_constant_p(n) && n <= 252) {
+        if (__builtin_constant_p(w1 - w0) && w1 - w0 >= 0 && 4 * (w1 - w0) + 2 * n - 8 <= 1020) {
+            TT_DOT2X2P_ASM(xw, w0, w0, 4 * (w1 - w0), n / 4, a0, a1, a2, a3);
+        } else {
+            TT_DOT2X2P_ASM(xw, w0, w1, 0, n / 4, a0, a1, a2, a3);
+        }
         n = 0;
     }
 #endif
