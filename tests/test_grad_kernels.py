@@ -218,3 +218,95 @@ def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows, hos
             r = subprocess.run([str(exe), *map(str, (p, ci, co, co - rows, rows, density))], capture_output=True,
                                text=True)
             assert r.returncode == 0 and "same" in r.stdout, ((p, ci, co), density, r.stdout + r.stderr)
+
+
+FUSED_HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tt_fixedpoint.h"
+#include "tt_float.h"
+
+""" + XORSHIFT64 + r"""
+
+KERNELS
+
+int main(int argc, char **argv) {
+    const int P = atoi(argv[1]), Ci = atoi(argv[2]), Co = atoi(argv[3]), c0 = atoi(argv[4]), Cs = atoi(argv[5]);
+    const int density = atoi(argv[6]);
+    (void)argc;
+    const int32_t in_zp = -7;
+    const float in_scale = 0.0213f, mu = 0.9f, lr_floor = 0.1f;
+    const uint32_t seed = 11u, stream = 3u, step = 4u, warmup = 2u, steps = 9u;
+    float *gz = malloc(sizeof(float) * P * Co), *gw = malloc(sizeof(float) * Cs * Ci);
+    float *scale = malloc(sizeof(float) * Cs), *m = malloc(sizeof(float) * Cs * Ci);
+    float *m_want = malloc(sizeof(float) * Cs * Ci);
+    int8_t *inp = malloc((size_t)P * Ci), *w = malloc((size_t)Cs * Ci), *w_want = malloc((size_t)Cs * Ci);
+    for (int i = 0; i < P * Ci; i++) {
+        inp[i] = (int8_t)(next() & 0xFF);
+    }
+    for (int i = 0; i < P * Co; i++) {
+        const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+        gz[i] = (int)(next() % 100) < density ? v : ((next() & 1) ? 0.0f : -0.0f);
+    }
+    for (int s = 0; s < Cs; s++) {
+        scale[s] = (float)(next() % 1000 + 1) * 1e-4f;
+    }
+    for (int i = 0; i < Cs * Ci; i++) {
+        w[i] = w_want[i] = (int8_t)(next() & 0xFF);
+        m[i] = m_want[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1e-2f;
+    }
+    tt_grad(gw, gz, inp, P, Ci, Co, c0, Cs, in_zp, in_scale);
+    tt_update(w_want, gw, scale, m_want, Cs, Ci, mu, seed, stream, step, warmup, steps, lr_floor);
+    tt_fused(w, scale, m, Cs, Ci, mu, seed, stream, step, warmup, steps, lr_floor, gz, inp, P, Ci, Co, c0, in_zp,
+             in_scale);
+    const int differ = memcmp(w, w_want, (size_t)Cs * Ci) != 0 || memcmp(m, m_want, sizeof(float) * Cs * Ci) != 0;
+    printf(differ ? "differ\n" : "same\n");
+    free(gz); free(gw); free(scale); free(m); free(m_want); free(inp); free(w); free(w_want);
+    return differ;
+}
+"""
+UPDATE_PARAMS = ("float *momentum, int Cs, int E, float mu, uint32_t seed, uint32_t stream, uint32_t step, "
+                 "uint32_t warmup, uint32_t steps, float lr_floor")
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "nearest"])
+@pytest.mark.parametrize("momentum", [False, True], ids=["plain", "momentum"])
+@pytest.mark.parametrize("scheduled", [False, True], ids=["constant", "cosine"])
+def test_pointwise_weight_gradient_tiles_fused_with_update_equal_the_two_kernels(tmp_path, stochastic, momentum,
+                                                                                  scheduled):
+    """kernels/grad_weight_sgd_update_tiles.c.j2 (4 x 4 gradient elements in registers, then updated; zero gz terms
+    added, a last tile overlapping the one before it) == the pointwise weight gradient (one row at a time, zero terms
+    skipped) then the update over the whole selection: the same weights and momentum bit for bit, with gz masked by
+    +0 and -0, rows and inputs not multiples of 4."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    env = environment()
+    update = dict(ptype="int8_t", stochastic=stochastic, momentum=momentum, scheduled=scheduled, block=False,
+                  host=False)
+    kernels = [
+        env.get_template("kernels/conv2d_grad_weight.c.j2").render(
+            name="tt_grad", k=dict(variant="pointwise", quads=False, host=False),
+            signature="static void tt_grad(float *gw, const float *gz, const int8_t *inp, int P, int Ci, int Co, "
+                      "int c0, int Cs, int32_t in_zp, float in_scale)"),
+        env.get_template("kernels/sgd_update.c.j2").render(
+            name="tt_update", k=update,
+            signature=f"static void tt_update(int8_t *param, const float *grad, const float *scale, {UPDATE_PARAMS})"),
+        env.get_template("kernels/grad_weight_sgd_update_tiles.c.j2").render(
+            name="tt_fused", k=update,
+            signature=f"static void tt_fused(int8_t *param, const float *scale, {UPDATE_PARAMS}, const float *gz, "
+                      "const int8_t *inp, int P, int Ci, int Co, int c0, int32_t in_zp, float in_scale)"),
+    ]
+    (tmp_path / "main.c").write_text(FUSED_HARNESS.replace("KERNELS", "\n\n".join(kernels)))
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wshadow", "-Werror", "-O2",
+                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for p, ci, co, c0, cs in ((16, 24, 12, 0, 12), (17, 6, 10, 3, 7), (1, 8, 9, 1, 4), (5, 4, 5, 0, 5),
+                              (3, 13, 20, 2, 18)):
+        for density in (10, 50, 100):
+            r = subprocess.run([str(exe), *map(str, (p, ci, co, c0, cs, density))], capture_output=True, text=True)
+            assert r.returncode == 0 and "same" in r.stdout, ((p, ci, co, c0, cs), density, r.stdout + r.stderr)

@@ -1,6 +1,9 @@
 """A weight gradient fused with its SGD update (ops/grad_weight_sgd_update.py): the kernel that calls a
-grad-weight kernel and the update kernel a block of rows at a time. Each op with a fused form binds it in its own
-module (``conv2d``, ``fully_connected``) through ``fused_call``.
+grad-weight kernel and the update kernel a block of rows at a time, or, for a pointwise gradient, the kernel that holds
+the gradient 4 rows x 4 inputs at a time in registers and updates each tile at once (grad_weight_sgd_update_tiles.c.j2:
+on Cortex-M the blocked form spends 7-8 instructions per multiply-add, converting each input again for each row of a
+block of one or two rows and keeping its sums in memory). Each op with a fused form binds it in its own module
+(``conv2d``, ``fully_connected``) through ``fused_call``.
 """
 
 from __future__ import annotations
@@ -24,18 +27,23 @@ def _param_name(p: Param) -> str:
     return p.decl.split()[-1].lstrip("*")
 
 
-def fused_call(node: Node, ctx, grad_weight) -> Call:
-    """The fused node (ops/grad_weight_sgd_update.py): ``grad_weight`` (a grad-weight binding body) and the update,
-    called per block of ``attrs.block`` rows with the block's gradient in the node's scratch."""
-    a = node.attrs
-    names = list(node.inputs) + [""] * (fused.STEP + 1 - len(node.inputs))
-    scratch = ctx.scratch(node)
-    update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
-                         names[fused.STEP], block=True)
-    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, a.block)
+def _args(call: Call) -> dict[str, str]:
+    return {_param_name(p): arg for p, arg in zip(call.kernel.params, call.args, strict=True)}
+
+
+def _tiles(grad: Call) -> bool:
+    """Whether the fused kernel can hold the gradient 4 rows x 4 input channels at a time in registers
+    (grad_weight_sgd_update_tiles.c.j2): a pointwise gradient (not a host build's, which has its own vectorized form,
+    docs/design.md §4) of at least 4 rows of at least 4 inputs."""
+    k, args = dict(grad.kernel.consts), _args(grad)
+    return (k.get("variant") == "pointwise" and not k["host"] and int(args["Cs"]) >= 4 and int(args["Ci"]) >= 4)
+
+
+def _merged(node: Node, calls: tuple[Call, ...]) -> Signature:
+    """The fused kernel's parameters: those of ``calls`` but the block's own, each name once."""
     s = Signature()
     args: dict[str, str] = {}
-    for call in (update, grad):
+    for call in calls:
         for p, arg in zip(call.kernel.params, call.args, strict=True):
             name = _param_name(p)
             if name in _BLOCK_ONLY:
@@ -46,6 +54,27 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
                 continue
             args[name] = arg
             s.add(p.decl, arg, p.comment)
+    return s
+
+
+def fused_call(node: Node, ctx, grad_weight) -> Call:
+    """The fused node (ops/grad_weight_sgd_update.py): ``grad_weight`` (a grad-weight binding body) and the update,
+    called per block of ``attrs.block`` rows with the block's gradient in the node's scratch; a pointwise gradient in
+    tiles of registers instead where it can (``_tiles``)."""
+    a = node.attrs
+    names = list(node.inputs) + [""] * (fused.STEP + 1 - len(node.inputs))
+    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), "", None)
+    if _tiles(grad):
+        update = update_call(node, ctx, a.update, names[fused.PARAM], "", names[fused.SCALE], names[fused.MOMENTUM],
+                             names[fused.STEP], block=False)
+        s = _merged(node, (update, grad))
+        name = f"{grad.kernel.name}_tiles_{update.kernel.name.removeprefix('tt_')}"
+        return s.call("grad_weight_sgd_update_tiles", name, dict(update.kernel.consts))
+    scratch = ctx.scratch(node)
+    update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
+                         names[fused.STEP], block=True)
+    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, a.block)
+    s = _merged(node, (update, grad))
     s.add("float *scratch", scratch, "(B,E)")
     s.ints(B=a.block)
     consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
