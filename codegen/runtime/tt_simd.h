@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tt_fixedpoint.h"  /* tt_sat_s8: SSAT to int8 */
+
 #ifndef TT_ARM_DSP
 #define TT_ARM_DSP 0
 #endif
@@ -48,7 +50,6 @@ static inline int32_t tt_smlabb(uint32_t a, int32_t b, int32_t acc) { return __s
 static inline int32_t tt_smlatb(uint32_t a, int32_t b, int32_t acc) { return __smlatb((int32_t)a, b, acc); }
 static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
 static inline int32_t tt_smlabt(uint32_t a, uint32_t b, int32_t acc) { return __smlabt((int32_t)a, (int32_t)b, acc); }
-static inline int32_t tt_ssat8(int32_t x) { return __ssat(x, 8); }
 static inline uint32_t tt_sxtb16_ror8(uint32_t x) {
     uint32_t r;
     __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
@@ -116,7 +117,7 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
- * mod 2^32), SSAT to 8 bits, BFI of bytes and SSUB8 + SEL. */
+ * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
 static inline uint32_t tt_sxtab16(uint32_t a, uint32_t x) {
     return tt_pack16((int32_t)(a & 0xFFFFu) + (int8_t)(x & 0xFFu), (int32_t)(a >> 16) + (int8_t)((x >> 16) & 0xFFu));
 }
@@ -140,7 +141,6 @@ static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
 static inline int32_t tt_smlabt(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)(b >> 16)));
 }
-static inline int32_t tt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
 static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
     return ((uint32_t)b0 & 0xFFu) | (((uint32_t)b1 & 0xFFu) << 8) | (((uint32_t)b2 & 0xFFu) << 16) |
            ((uint32_t)b3 << 24);
@@ -494,7 +494,7 @@ static inline void tt_dwrow2_s2(const uint32_t *r, const uint32_t *w, int m, int
  * store (y may be unaligned). */
 static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3, int32_t lo, int32_t hi) {
     const uint32_t lo4 = (uint32_t)(uint8_t)lo * 0x01010101u, hi4 = (uint32_t)(uint8_t)hi * 0x01010101u;
-    const uint32_t r = tt_min_s8x4(tt_max_s8x4(tt_pack4(tt_ssat8(v0), tt_ssat8(v1), tt_ssat8(v2), tt_ssat8(v3)), lo4),
+    const uint32_t r = tt_min_s8x4(tt_max_s8x4(tt_pack4(tt_sat_s8(v0), tt_sat_s8(v1), tt_sat_s8(v2), tt_sat_s8(v3)), lo4),
                                    hi4);
     memcpy(y, &r, sizeof r);
 }
@@ -503,7 +503,7 @@ static inline void tt_store4_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, i
  * halfword store (y may be unaligned). */
 static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, int32_t hi) {
     const uint32_t lo4 = (uint32_t)(uint8_t)lo * 0x01010101u, hi4 = (uint32_t)(uint8_t)hi * 0x01010101u;
-    const uint32_t packed = ((uint32_t)tt_ssat8(v0) & 0xFFu) | ((uint32_t)tt_ssat8(v1) << 8);  /* bytes 2, 3 unused */
+    const uint32_t packed = ((uint32_t)tt_sat_s8(v0) & 0xFFu) | ((uint32_t)tt_sat_s8(v1) << 8);  /* bytes 2, 3 unused */
     const uint16_t h = (uint16_t)tt_min_s8x4(tt_max_s8x4(packed, lo4), hi4);
     memcpy(y, &h, sizeof h);
 }
@@ -511,13 +511,13 @@ static inline void tt_store2_s8(int8_t *y, int32_t v0, int32_t v1, int32_t lo, i
 /* tt_store4_s8 and tt_store2_s8 for the full int8 range (lo = -128, hi = 127): SSAT is the clamp, no SSUB8 + SEL.
  * Two outputs as two byte stores: packing them for one halfword store takes more instructions. */
 static inline void tt_store4_sat_s8(int8_t *y, int32_t v0, int32_t v1, int32_t v2, int32_t v3) {
-    const uint32_t r = tt_pack4(tt_ssat8(v0), tt_ssat8(v1), tt_ssat8(v2), tt_ssat8(v3));
+    const uint32_t r = tt_pack4(tt_sat_s8(v0), tt_sat_s8(v1), tt_sat_s8(v2), tt_sat_s8(v3));
     memcpy(y, &r, sizeof r);
 }
 
 static inline void tt_store2_sat_s8(int8_t *y, int32_t v0, int32_t v1) {
-    y[0] = (int8_t)tt_ssat8(v0);
-    y[1] = (int8_t)tt_ssat8(v1);
+    y[0] = (int8_t)tt_sat_s8(v0);
+    y[1] = (int8_t)tt_sat_s8(v1);
 }
 
 #else /* portable C: the reference */
