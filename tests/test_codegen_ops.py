@@ -141,6 +141,25 @@ def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single,
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("cin, single", [(3, "fp32"), (1, False), (2, True)])
+def test_arm_dsp_regular_windows_equal_the_simulator(cache, cin, single):
+    """Regular convolutions of a DSP target whose two pixels' windows are gathered a window row at a time (conv2d.c.j2
+    "xw2": the input channels a constant, a whole row one copy of constant length, a row clipped at the border one
+    copy of what remains) == the simulator: the stem's 3x3 stride 2, odd widths (a last pixel paired with itself),
+    asymmetric and no padding, a dilated window (gathered tap by tap), weight zero points."""
+    b = GraphBuilder(cin)
+    h = b.input((1, 13, 11, cin))
+    layers = [((3, 3), 2, (1, 1, 1, 1), 1, False, 6), ((5, 3), 1, (2, 0, 1, 1), 1, True, 5),
+              ((3, 3), 1, (0, 0, 0, 0), 1, False, 3), ((3, 3), 1, (1, 2, 1, 0), 2, True, cin)]
+    for k, stride, pad, dilation, weight_zp, cout in layers:
+        h = b.conv(h, cout, k, (stride, stride), pad, (dilation, dilation), bias=True, weight_zp=weight_zp,
+                   single=single, act=(-100, 110))
+    g = b.build(h)
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
+
+
 @pytest.mark.parametrize("c, single", [(19, "fp32"), (8, False), (13, True)])
 def test_arm_dsp_depthwise_equals_the_portable_reference(cache, c, single):
     """Depthwise kernels of a DSP target (tt_mac4_s8: four channels per SXTAB16 / SMLABB step, taps unrolled inside

@@ -65,6 +65,9 @@ def conv2d(node: Node, ctx) -> Call:
     # A device pointwise kernel for few input channels has them as a constant (conv2d.c.j2 "ci"): its inner products
     # unroll.
     fixed_ci = pointwise and not ctx.host and cin <= FIXED_CI_MAX and cin % 4 == 0
+    # A device regular convolution of two-pixel windows ("xw2") has them too: each window row it gathers is then a
+    # copy of a constant length, which gcc makes a few word loads and stores.
+    window_ci = not (pointwise or depthwise or ctx.host) and kh * kw * cin <= XW_MAX // 2
     band = None if pointwise else ctx.band(node)
     # A device depthwise convolution one channel at a time (depthwise_planar.c.j2) where planar_width allows it and
     # the planner's placement of its output lets it store in that order (planar_safe); wb: its ring rows' width.
@@ -121,7 +124,7 @@ def conv2d(node: Node, ctx) -> Call:
     # kernel's fixed_ci, above). A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2
     # "co"): its loops across the channels vectorize without remainders.
     fixed_c = across == "channels" or (host and depthwise)
-    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci else {"Ci": cin}, {"Co": cout})
+    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci or window_ci else {"Ci": cin}, {"Co": cout})
     width = {} if wb else {"W": wd}  # a planar kernel's widths are constants (depthwise_planar.c.j2)
     if pointwise:
         s.ints(P=h * wd, **ci, **co)
@@ -185,9 +188,10 @@ def conv2d(node: Node, ctx) -> Call:
     xw2 = XW_MAX // 2 if kh * kw * cin <= XW_MAX // 2 else 0
     stage = "_xw2" if xw2 else ("_xw" if xw else "")
     return s.call("conv2d", f"tt_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}{stage}_s8{suffix}"
-                  + (f"_k{kpad}" if kpad else "") + ("_packed" if packed else "")
+                  + (f"_k{kpad}" if kpad else "") + (f"_ci{cin}" if window_ci else "") + ("_packed" if packed else "")
                   + ("_co_odd" if xw2 and cout % 2 else ""),
                   dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, x2=False, kpad=kpad, packed=packed,
+                       ci=cin if window_ci else 0,
                        has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
 
 
