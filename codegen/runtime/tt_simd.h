@@ -115,6 +115,32 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
                 : "memory");                                                                                         \
     } while (0)
+/* tt_dot4wp_s8 (below) as one asm loop: per group of four channels the widened pair (LDRD, post-indexed) and the
+ * four rows' 8 packed words as two LDM of 4 registers, 8 SMLAD into A0..A3; W walks to END (> W). gcc loaded the
+ * 8 words one LDR each. LDM needs its registers in ascending order: they are named (r4-r7). */
+#define TT_DOT4WP_ASM(XW, W, END, A0, A1, A2, A3)                                                                    \
+    do {                                                                                                             \
+        register uint32_t p0_ __asm__("r4"), p1_ __asm__("r5"), p2_ __asm__("r6"), p3_ __asm__("r7");                \
+        uint32_t x0_, x1_;                                                                                           \
+        __asm__("1:\n\t"                                                                                              \
+                "ldrd %[x0], %[x1], [%[xw]], #8\n\t"                                                                   \
+                "ldm %[w]!, {%[p0], %[p1], %[p2], %[p3]}\n\t" /* rows 0 and 1 */                                      \
+                "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                                 \
+                "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                                 \
+                "smlad %[a1], %[x0], %[p2], %[a1]\n\t"                                                                 \
+                "smlad %[a1], %[x1], %[p3], %[a1]\n\t"                                                                 \
+                "ldm %[w]!, {%[p0], %[p1], %[p2], %[p3]}\n\t" /* rows 2 and 3 */                                      \
+                "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                                 \
+                "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                                 \
+                "smlad %[a3], %[x0], %[p2], %[a3]\n\t"                                                                 \
+                "smlad %[a3], %[x1], %[p3], %[a3]\n\t"                                                                 \
+                "cmp %[w], %[end]\n\t"                                                                                 \
+                "bne 1b"                                                                                             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+r"(XW), [w] "+r"(W),             \
+                  [x0] "=&r"(x0_), [x1] "=&r"(x1_), [p0] "=&r"(p0_), [p1] "=&r"(p1_), [p2] "=&r"(p2_), [p3] "=&r"(p3_) \
+                : [end] "r"(END)                                                                                     \
+                : "cc", "memory");                                                                                   \
+    } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
@@ -282,6 +308,11 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
 static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int32_t acc[4]) {
     const uint32_t *end = w + 2 * n;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT4WP_ASM
+    if (n > 0) {
+        TT_DOT4WP_ASM(xw, w, end, a0, a1, a2, a3);
+    }
+#endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 2  /* the loop's pointer updates and branch once per 8 channels */
 #endif
