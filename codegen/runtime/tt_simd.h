@@ -117,10 +117,10 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     } while (0)
 /* tt_dot4wp_s8 (below) as one asm loop: per group of four channels the widened pair (LDRD, post-indexed) and the
  * four rows' 8 packed words as two LDM of 4 registers, 8 SMLAD into A0..A3; W walks to END (> W). gcc loaded the
- * 8 words one LDR each. LDM needs its registers in ascending order: they are named (r4-r7). */
+ * 8 words one LDR each. LDM needs its registers in ascending order: they are named (r8-r11). */
 #define TT_DOT4WP_ASM(XW, W, END, A0, A1, A2, A3)                                                                    \
     do {                                                                                                             \
-        register uint32_t p0_ __asm__("r4"), p1_ __asm__("r5"), p2_ __asm__("r6"), p3_ __asm__("r7");                \
+        register uint32_t p0_ __asm__("r8"), p1_ __asm__("r9"), p2_ __asm__("r10"), p3_ __asm__("r11");                \
         uint32_t x0_, x1_;                                                                                           \
         __asm__("1:\n\t"                                                                                              \
                 "ldrd %[x0], %[x1], [%[xw]], #8\n\t"                                                                   \
