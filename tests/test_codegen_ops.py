@@ -141,6 +141,23 @@ def test_pointwise_two_pixel_tiles_equal_the_simulator(cache, cin, cout, single,
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("cin, cout, single", [(272, 6, "fp32"), (259, 5, True), (384, 4, False)])
+def test_pointwise_zero_point_in_the_sums_start_equals_the_simulator(cache, cin, cout, single):
+    """Pointwise kernels over XW_MAX input channels beside a constant weight (conv2d.c.j2 "x2" + "zb"): the sums start
+    at the bias less in_zp * the row's sum, the inputs widened as they are (on a Cortex-M an asm loop for multiples
+    of 16, tests/test_firmware_qemu.py) == the simulator, DSP C models: an odd number of pixels, an odd channel
+    count, a nonzero input zero point."""
+    b = GraphBuilder(cin)
+    x = b.input((1, 5, 3, cin))
+    assert b.tensors[x].quant.zero_point != (0,)
+    g = b.build(b.conv(x, cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), bias=True, single=single))
+    files = _arm_dsp_files(g)
+    assert f"_ci{cin}_zb" in files["tinytrain_model.c"]
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    assert np.array_equal(_predict_arm_dsp(g, xs, cache, files), want)
+
+
 @pytest.mark.parametrize("cin, single", [(3, "fp32"), (1, False), (2, True)])
 def test_arm_dsp_regular_windows_equal_the_simulator(cache, cin, single):
     """Regular convolutions of a DSP target whose two pixels' windows are gathered a window row at a time (conv2d.c.j2

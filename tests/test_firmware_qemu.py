@@ -292,6 +292,35 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     assert np.array_equal(r.logits, want.reshape(len(x), -1))
 
 
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_asm_inner_product_loops_on_every_core_equal_the_simulator(board, tmp_path):
+    """The inner products written as asm loops, on the real instructions: a 3x3 stride-2 window of 3 channels
+    gathered a row at a time (the stem's), 144 input channels against four packed rows (tt_dot4wp_s8: LDM), 272
+    raw input channels with the zero point in the sums' start (tt_dot2x2_s8, conv2d.c.j2 "zb": the second pixel and
+    row at immediate offsets; 35 pixels, the last paired with itself in C), == the simulator."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from codegen_graphs import GraphBuilder
+    from tinytrain import simulator
+
+    b = GraphBuilder(11)
+    h = b.input((1, 13, 9, 3))
+    h = b.conv(h, 16, 3, (2, 2), (1, 1, 1, 1), single="fp32")  # 7 x 5 = 35 pixels
+    h = b.conv(h, 144, 1, single="fp32", act=(-128, 100))
+    h = b.conv(h, 272, 1, single="fp32")
+    g = b.build(b.conv(h, 10, 1, single="fp32"))
+    engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core,
+                                 stream=False)
+    src = (tmp_path / "compile" / "tinytrain_model.c").read_text()
+    assert "_k28_ci3_packed(" in src and "tt_conv_1x1_xw_s8_f32_sat_packed(" in src and "_ci272_zb(" in src
+    fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
+    x = b.inputs_batch(g, 3)
+    r = engine_qemu.run(fw, board, test=(x, np.zeros(len(x), np.int32)))
+    want = simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]]
+    assert np.array_equal(r.logits, want.reshape(len(x), -1))
+
+
 def test_inference_firmware_from_the_cli_gives_the_host_logits_on_m55(tmp_path, capsys):
     """compile (no plan: the inference project) -> `tinytrain firmware` -> QEMU: the logits of the host C."""
     from tinytrain import engine_c

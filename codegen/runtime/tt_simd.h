@@ -141,6 +141,48 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [end] "r"(END)                                                                                     \
                 : "cc", "memory");                                                                                   \
     } while (0)
+/* tt_dot2x2_s8 (below) for raw inputs (in_zp 0) and a constant channel count N, a multiple of 16, the second pixel
+ * and the second row N bytes after the first (immediate offsets): an asm loop of four groups of four channels, per
+ * group 4 LDR, 8 SXTB16 and 8 SMLAD into A0..A3, 13 registers. As C, gcc kept four pointers, the end and the zero
+ * point's pair beside the 4 sums and 6 temporaries, and spilled a pointer at every group. */
+#define TT_DOT2X2_ASM(X0, W0, N, A0, A1, A2, A3)                                                                     \
+    do {                                                                                                             \
+        const int8_t *x_ = (X0), *w_ = (W0), *const end_ = (X0) + (N);                                               \
+        uint32_t v0_, v1_, u_, t_, p_, q_;                                                                           \
+        __asm__("1:\n\t"                                                                                              \
+                ".set .Ltt_g, 0\n\t"                                                                                   \
+                ".rept 4\n\t"                                                                                          \
+                "ldr %[v0], [%[x], #.Ltt_g * 4]\n\t"          /* pixel 0 */                                            \
+                "ldr %[v1], [%[x], #.Ltt_g * 4 + %c[n]]\n\t"  /* pixel 1 */                                            \
+                "ldr %[u], [%[w], #.Ltt_g * 4]\n\t"           /* row 0 */                                              \
+                "sxtb16 %[p], %[v0]\n\t"                                                                               \
+                "sxtb16 %[v0], %[v0], ror #8\n\t"                                                                      \
+                "sxtb16 %[q], %[v1]\n\t"                                                                               \
+                "sxtb16 %[v1], %[v1], ror #8\n\t"                                                                      \
+                "sxtb16 %[t], %[u]\n\t"                                                                                \
+                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
+                "smlad %[a0], %[p], %[t], %[a0]\n\t"                                                                   \
+                "smlad %[a0], %[v0], %[u], %[a0]\n\t"                                                                  \
+                "smlad %[a2], %[q], %[t], %[a2]\n\t"                                                                   \
+                "smlad %[a2], %[v1], %[u], %[a2]\n\t"                                                                  \
+                "ldr %[u], [%[w], #.Ltt_g * 4 + %c[n]]\n\t"   /* row 1 */                                              \
+                "sxtb16 %[t], %[u]\n\t"                                                                                \
+                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
+                "smlad %[a1], %[p], %[t], %[a1]\n\t"                                                                   \
+                "smlad %[a1], %[v0], %[u], %[a1]\n\t"                                                                  \
+                "smlad %[a3], %[q], %[t], %[a3]\n\t"                                                                   \
+                "smlad %[a3], %[v1], %[u], %[a3]\n\t"                                                                  \
+                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                          \
+                ".endr\n\t"                                                                                            \
+                "add %[x], %[x], #16\n\t"                                                                              \
+                "add %[w], %[w], #16\n\t"                                                                              \
+                "cmp %[x], %[end]\n\t"                                                                                 \
+                "bne 1b"                                                                                             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x] "+r"(x_), [w] "+r"(w_),             \
+                  [v0] "=&r"(v0_), [v1] "=&r"(v1_), [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)        \
+                : [end] "r"(end_), [n] "n"(N)                                                                        \
+                : "cc", "memory");                                                                                   \
+    } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
@@ -433,6 +475,13 @@ static inline void tt_dot2x2_s8(const int8_t *x0, const int8_t *x1, const int8_t
     const uint32_t off = tt_pack16(-in_zp, -in_zp);
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     int c = 0;
+#ifdef TT_DOT2X2_ASM
+    if (__builtin_constant_p(in_zp) && in_zp == 0 && __builtin_constant_p(n) && n > 0 && n % 16 == 0 && n <= 4080 &&
+        __builtin_constant_p(w1 - w0) && w1 - w0 == n && x1 == x0 + n) {  /* conv2d.c.j2 "zb", two pixels */
+        TT_DOT2X2_ASM(x0, w0, n, a0, a1, a2, a3);
+        c = n;
+    }
+#endif
     for (; c + 4 <= n; c += 4) {
         uint32_t v = tt_read_u32(x0 + c);
         const uint32_t p0 = tt_sxtab16(off, v), p1 = tt_sxtab16_ror8(off, v);

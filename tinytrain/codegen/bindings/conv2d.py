@@ -123,8 +123,33 @@ def conv2d(node: Node, ctx) -> Call:
     # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers (a device pointwise
     # kernel's fixed_ci, above). A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2
     # "co"): its loops across the channels vectorize without remainders.
+    # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
+    # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
+    # blocks of 4 rows are read as a row and offsets from it).
+    # A pointwise input of up to XW_MAX / 2 channels is widened two pixels at a time (conv2d.c.j2 "xw2": 2 output
+    # channels x 2 pixels per inner product, each row its own pointer, the buffers as long as one pixel's of XW_MAX).
+    xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
+    xw2 = x2 = hold = zb = 0
+    if pointwise:
+        xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
+        # Inputs neither buffer takes (longer than XW_MAX, or beside a split weight's rows) are widened on the way,
+        # still two pixels at a time (conv2d.c.j2 "x2"); where the planner's placement does not let the second
+        # pixel's outputs be stored while the first's input is read (pair_safe), they wait in a stack buffer of Co
+        # bytes ("hold").
+        safe = not (xw2 or xw or ctx.host) and pair_safe(ctx, x.name, y.name, h * wd, cin, cout)
+        x2 = not (xw2 or xw or ctx.host) and (safe or cout <= HOLD_MAX)
+        hold = cout if x2 and not safe else 0
+        # Beside a weight the step does not update, "x2" moves the input zero point into the start of the sums
+        # (conv2d.c.j2 "zb": -in_zp * sum_c w[o,c] per channel, a table): the inputs are widened as they are, and the
+        # channel count is a constant, so that the inner products need few enough registers for an asm loop
+        # (tt_simd.h TT_DOT2X2_ASM).
+        zb = x2 and not split and not has_wzp and not ctx.trainable(w.name)
+        if zb:
+            sums = w.data.reshape(cout, -1).astype(np.int64).sum(axis=1)
+            s.add("const int32_t *zb", ctx.table(node, "zp_sums", (-x.quant.zp * sums).astype(np.int32)),
+                  "(Co,): -in_zp * sum_c weight[o,c]")
     fixed_c = across == "channels" or (host and depthwise)
-    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci or window_ci else {"Ci": cin}, {"Co": cout})
+    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci or window_ci or zb else {"Ci": cin}, {"Co": cout})
     width = {} if wb else {"W": wd}  # a planar kernel's widths are constants (depthwise_planar.c.j2)
     if pointwise:
         s.ints(P=h * wd, **ci, **co)
@@ -137,7 +162,8 @@ def conv2d(node: Node, ctx) -> Call:
     # quantization, or no activation) stores its outputs saturated (SSAT) without the clamp's instructions, and has
     # no act_min / act_max parameters (conv2d.c.j2, depthwise_conv2d.c.j2 "sat").
     sat = not host and (a.act_min, a.act_max) == (-128, 127)
-    s.int32s(in_zp=x.quant.zp, out_zp=y.quant.zp, **({} if sat else dict(act_min=a.act_min, act_max=a.act_max)))
+    s.int32s(**({} if zb else {"in_zp": x.quant.zp}), out_zp=y.quant.zp,
+             **({} if sat else dict(act_min=a.act_min, act_max=a.act_max)))
     suffix = (bias_wzp_suffix(bias is not None, has_wzp) + rounding_suffix(a.requant) + ("_split" if split else "")
               + ("_band" if band else "") + ("_sat" if sat else ""))
     k["rq"], k["split"], k["band"], k["sat"] = rq_helper(a.requant), split, band is not None, sat
@@ -161,27 +187,13 @@ def conv2d(node: Node, ctx) -> Call:
         name = f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}" + (
             f"_m{mult}" if mult > 1 else "") + f"_s8{suffix}"
         return s.call("depthwise_conv2d", name + ("_packed" if packed else ""), dict(k, mult=mult, packed=packed))
-    # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
-    # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
-    # blocks of 4 rows are read as a row and offsets from it).
-    # A pointwise input of up to XW_MAX / 2 channels is widened two pixels at a time (conv2d.c.j2 "xw2": 2 output
-    # channels x 2 pixels per inner product, each row its own pointer, the buffers as long as one pixel's of XW_MAX).
-    xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
     if pointwise:
-        xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
-        # Inputs neither buffer takes (longer than XW_MAX, or beside a split weight's rows) are widened on the way,
-        # still two pixels at a time (conv2d.c.j2 "x2"); where the planner's placement does not let the second
-        # pixel's outputs be stored while the first's input is read (pair_safe), they wait in a stack buffer of Co
-        # bytes ("hold").
-        safe = not (xw2 or xw or ctx.host) and pair_safe(ctx, x.name, y.name, h * wd, cin, cout)
-        x2 = not (xw2 or xw or ctx.host) and (safe or cout <= HOLD_MAX)
-        hold = cout if x2 and not safe else 0
         stage = "_xw2" if xw2 else ("_xw" if xw else ("_x2" + (f"_hold{hold}" if hold else "") if x2 else ""))
         pairs = xw2 or x2
-        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci else "")
-                      + ("_packed" if packed else "") + ("_co_odd" if pairs and cout % 2 else ""),
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci or zb else "")
+                      + ("_zb" if zb else "") + ("_packed" if packed else "") + ("_co_odd" if pairs and cout % 2 else ""),
                       dict(k, pointwise=True, xw=0 if pairs else xw, xw2=xw2, x2=x2, hold=hold,
-                           ci=cin if fixed_ci else 0, packed=packed, has_wzp=has_wzp and not packed,
+                           ci=cin if fixed_ci or zb else 0, zb=zb, packed=packed, has_wzp=has_wzp and not packed,
                            co_odd=bool(pairs and cout % 2)))
     # A regular window of up to XW_MAX / 2 elements: two output pixels' windows at once, the same way
     # (padded_window).
@@ -191,7 +203,7 @@ def conv2d(node: Node, ctx) -> Call:
                   + (f"_k{kpad}" if kpad else "") + (f"_ci{cin}" if window_ci else "") + ("_packed" if packed else "")
                   + ("_co_odd" if xw2 and cout % 2 else ""),
                   dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, x2=False, kpad=kpad, packed=packed,
-                       ci=cin if window_ci else 0,
+                       ci=cin if window_ci else 0, zb=False,
                        has_wzp=has_wzp and not packed, co_odd=bool(xw2 and cout % 2)))
 
 
