@@ -115,6 +115,103 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
                 : "memory");                                                                                         \
     } while (0)
+#if TT_FP32_FPU
+/* tt_pw2x2p_fp32_sat_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: the whole loop over the
+ * output channel pairs, every pointer in a register walking by post-increment (gcc, given the loop as C around
+ * TT_DOT2X2P_ASM, ran out of registers and spilled and reloaded its pointers at every 2 x 2 tile). 14 registers: the
+ * buffer, rows, bias, table and both output pointers, 4 accumulators, 4 temporaries. Per group of four channels the
+ * temporaries hold one pixel's widened words and one row's packed words: pixel 1 x row o, x row o + 1, pixel 0 x
+ * row o + 1, x row o (read again), 5 LDRD and 8 SMLAD; the first SMLAD of pixel 1 starts at the bias pair (pixel 0's
+ * accumulators before their own). The first row read moves W past both rows; the others are read at offsets back.
+ * The requantization is tt_requantize_fp32_s8x2's instructions (VCVT, VMUL, VCVTR on s4..s7, the scales loaded with
+ * the multipliers by one VLDM into s0..s3), then the output stage OUT (TT_PW2X2P_USAT or TT_PW2X2P_SSAT) stores both
+ * pixels' two bytes as one halfword each (y may be unaligned) and the loop ends at YEND (a memory operand). */
+#define TT_PW2X2P_ASM(XW, W, B, Q, Y, Y1, YEND, ZP, GROUPS, OUT)                                                    \
+    do {                                                                                                             \
+        uint32_t a0_, a1_, a2_, a3_, x0_, x1_, p0_, p1_;                                                             \
+        __asm__ volatile("1:\n\t"                                                                                    \
+                         "ldrd %[a0], %[a1], [%[b]], #8\n\t" /* the bias pair */                                    \
+                         ".set .Ltt_g, 0\n\t"                                                                        \
+                         ".rept %c[g]\n\t"                                                                           \
+                         "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                           \
+                         ".if .Ltt_g\n\t"                                                                            \
+                         "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o */                          \
+                         "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                      \
+                         ".else\n\t"                                                                                 \
+                         "ldrd %[p0], %[p1], [%[w]], #%c[r2]\n\t"                                                    \
+                         "smlad %[a2], %[x0], %[p0], %[a0]\n\t"                                                      \
+                         ".endif\n\t"                                                                                \
+                         "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                      \
+                         "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r1]]\n\t" /* row o + 1 */                      \
+                         ".if .Ltt_g\n\t"                                                                            \
+                         "smlad %[a3], %[x0], %[p0], %[a3]\n\t"                                                      \
+                         ".else\n\t"                                                                                 \
+                         "smlad %[a3], %[x0], %[p0], %[a1]\n\t"                                                      \
+                         ".endif\n\t"                                                                                \
+                         "smlad %[a3], %[x1], %[p1], %[a3]\n\t"                                                      \
+                         "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                               \
+                         "smlad %[a1], %[x0], %[p0], %[a1]\n\t"                                                      \
+                         "smlad %[a1], %[x1], %[p1], %[a1]\n\t"                                                      \
+                         "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o again */                    \
+                         "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                      \
+                         "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                      \
+                         ".set .Ltt_g, .Ltt_g + 1\n\t"                                                               \
+                         ".endr\n\t"                                                                                 \
+                         "vldmia %[q]!, {s0-s3}\n\t" /* multiplier, scale of channel o, then o + 1 */               \
+                         "vmov s4, s5, %[a0], %[a2]\n\t"                                                             \
+                         "vmov s6, s7, %[a1], %[a3]\n\t"                                                             \
+                         "vcvt.f32.s32 s4, s4\n\t"                                                                   \
+                         "vcvt.f32.s32 s5, s5\n\t"                                                                   \
+                         "vcvt.f32.s32 s6, s6\n\t"                                                                   \
+                         "vcvt.f32.s32 s7, s7\n\t"                                                                   \
+                         "vmul.f32 s4, s4, s1\n\t"                                                                   \
+                         "vmul.f32 s5, s5, s1\n\t"                                                                   \
+                         "vmul.f32 s6, s6, s3\n\t"                                                                   \
+                         "vmul.f32 s7, s7, s3\n\t"                                                                   \
+                         "vcvtr.s32.f32 s4, s4\n\t"                                                                  \
+                         "vcvtr.s32.f32 s5, s5\n\t"                                                                  \
+                         "vcvtr.s32.f32 s6, s6\n\t"                                                                  \
+                         "vcvtr.s32.f32 s7, s7\n\t"                                                                  \
+                         "vmov %[a0], %[a2], s4, s5\n\t"                                                             \
+                         "vmov %[a1], %[a3], s6, s7\n\t"                                                             \
+                         OUT                                                                                         \
+                         "strh %[a0], [%[y]], #2\n\t"                                                                \
+                         "strh %[a2], [%[y1]], #2\n\t"                                                               \
+                         "ldr %[x0], %[yend]\n\t"                                                                    \
+                         "cmp %[y], %[x0]\n\t"                                                                       \
+                         "bne 1b"                                                                                    \
+                         : [w] "+r"(W), [b] "+r"(B), [q] "+r"(Q), [y] "+r"(Y), [y1] "+r"(Y1), [a0] "=&r"(a0_),       \
+                           [a1] "=&r"(a1_), [a2] "=&r"(a2_), [a3] "=&r"(a3_), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
+                           [p0] "=&r"(p0_), [p1] "=&r"(p1_)                                                          \
+                         : [xw] "r"(XW), [yend] "m"(YEND), [zp] "m"(ZP), [g] "n"(GROUPS),                            \
+                           [r1] "n"(2 * 4 * (GROUPS)), [r2] "n"(4 * 4 * (GROUPS))                                    \
+                         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "cc", "memory");                         \
+    } while (0)
+/* out_zp = -128: clamp(r - 128, -128, 127) is USAT(r, 8) - 128, as a byte USAT(r, 8) ^ 0x80; the two channels'
+ * bytes of a pixel packed (ORR), flipped at once (EOR). */
+#define TT_PW2X2P_USAT                                                                                               \
+    "usat %[a0], #8, %[a0]\n\t"                                                                                      \
+    "usat %[a1], #8, %[a1]\n\t"                                                                                      \
+    "usat %[a2], #8, %[a2]\n\t"                                                                                      \
+    "usat %[a3], #8, %[a3]\n\t"                                                                                      \
+    "orr %[a0], %[a0], %[a1], lsl #8\n\t"                                                                            \
+    "orr %[a2], %[a2], %[a3], lsl #8\n\t"                                                                            \
+    "eor %[a0], %[a0], #0x80808080\n\t"                                                                              \
+    "eor %[a2], %[a2], #0x80808080\n\t"
+/* Any other out_zp (read from memory into a free temporary): r + out_zp saturated (SSAT), packed (BFI). */
+#define TT_PW2X2P_SSAT                                                                                               \
+    "ldr %[x0], %[zp]\n\t"                                                                                           \
+    "add %[a0], %[a0], %[x0]\n\t"                                                                                    \
+    "add %[a1], %[a1], %[x0]\n\t"                                                                                    \
+    "add %[a2], %[a2], %[x0]\n\t"                                                                                    \
+    "add %[a3], %[a3], %[x0]\n\t"                                                                                    \
+    "ssat %[a0], #8, %[a0]\n\t"                                                                                      \
+    "ssat %[a1], #8, %[a1]\n\t"                                                                                      \
+    "ssat %[a2], #8, %[a2]\n\t"                                                                                      \
+    "ssat %[a3], #8, %[a3]\n\t"                                                                                      \
+    "bfi %[a0], %[a1], #8, #8\n\t"                                                                                   \
+    "bfi %[a2], %[a3], #8, #8\n\t"
+#endif
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
@@ -682,6 +779,33 @@ static inline void tt_store2_sat_s8(int8_t *y, int32_t v0, int32_t v1) {
 }
 
 #endif /* TT_ARM_DSP */
+
+/* Every output channel pair of two pixels (a pointwise kernel's, conv2d.c.j2 "ci" with "packed", float32
+ * requantization, the full int8 range): channels o, o + 1 at both pixels (tt_dot2x2p_s8 from the bias pair against
+ * rows o, o + 1 of wpk, n / 2 words each), requantized (tt_requantize_fp32_s8x2), out_zp added, saturated to int8
+ * and stored at y[o], y[o + 1] and y1[o], y1[o + 1]; Co even, n a constant multiple of 4. */
+static inline void tt_pw2x2p_fp32_sat_s8(const tt_xw2_t *xw, const uint32_t *wpk, const int32_t *bias,
+                                         const int32_t *rq, int n, int Co, int32_t out_zp, int8_t *y, int8_t *y1) {
+#ifdef TT_PW2X2P_ASM
+    if (__builtin_constant_p(n) && n <= 252) {  /* LDRD offsets within 1020 bytes */
+        const int8_t *const yend = y + Co;
+        if (out_zp == -128) {
+            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend, out_zp, n / 4, TT_PW2X2P_USAT);
+        } else {
+            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend, out_zp, n / 4, TT_PW2X2P_SSAT);
+        }
+        return;
+    }
+#endif
+    for (int o = 0; o < Co; o += 2, wpk += n, bias += 2, rq += 4, y += 2, y1 += 2) {
+        int32_t a[4] = {bias[0], bias[1], bias[0], bias[1]}, r[4];  /* channel o at both pixels, then o + 1 */
+        tt_dot2x2p_s8(xw, wpk, wpk + n / 2, n, a);
+        tt_requantize_fp32_s8x2(a[0], rq[0], rq[1], a[2], rq[0], rq[1], r);
+        tt_requantize_fp32_s8x2(a[1], rq[2], rq[3], a[3], rq[2], rq[3], r + 2);
+        tt_store2_sat_s8(y, r[0] + out_zp, r[2] + out_zp);
+        tt_store2_sat_s8(y1, r[1] + out_zp, r[3] + out_zp);
+    }
+}
 
 /* sum_c (x[c] - in_zp), c < n: the weight zero point's term, (x - in_zp) . (w - w_zp) = x . w - w_zp * this. */
 static inline int32_t tt_sum_s8(const int8_t *x, int n, int32_t in_zp) {
