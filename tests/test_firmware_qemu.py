@@ -282,10 +282,11 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     h = b.conv(h, 19, (5, 3), (2, 1), (2, 1, 2, 1), depthwise=True, single=True)
     h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 35 pixels, 13 channels: odd in both tiles' sizes
     h = b.conv(h, 8, 1, single=True)
-    # 8 and 16 input channels, an even channel count: the loop over channel pairs as one asm block (tt_simd.h
+    # 8, 16 and 40 input channels, an even channel count: the loop over channel pairs as one asm block (tt_simd.h
     # tt_pw2x2p_fp32_sat_s8), its USAT store form (out_zp = -128) and its SSAT one, a last pixel paired with itself
     h = b.conv(h, 16, 1, single="fp32", quant=QuantParams.per_tensor(0.05, -128))
-    h = b.conv(h, 8, 1, single="fp32")
+    h = b.conv(h, 40, 1, single="fp32")
+    h = b.conv(h, 8, 1, single="fp32", quant=QuantParams.per_tensor(0.05, -128))
     h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 8 input channels: rows packed as halfwords
     h = b.conv(h, 7, 3, (2, 2), (1, 1, 1, 1), single=False, act=(-128, 90))
     g = b.build(b.conv(h, 6, 1, single="fp32"))

@@ -86,6 +86,29 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     return (r * 0x01020408u) >> 24;
 }
 #define TT_INSIDE4_DSP 1
+/* tt_widen2_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group both pixels' words
+ * loaded (LDR, at constant offsets: x may be unaligned), widened (SXTAB16, subtracting the zero point pair OFF) and
+ * stored as pairs (STRD). gcc's own loop kept it rolled, rematerialized OFF and stored word by word: about 13
+ * instructions per group where this takes 8. */
+#define TT_WIDEN2_ASM(XW, X0, X1, OFF, GROUPS)                                                                       \
+    do {                                                                                                             \
+        uint32_t t0_, t1_, u0_, u1_;                                                                                 \
+        __asm__ volatile(".set .Ltt_g, 0\n\t"                                                                        \
+                         ".rept %c[g]\n\t"                                                                           \
+                         "ldr %[t0], [%[x0], #.Ltt_g * 4]\n\t"                                                       \
+                         "ldr %[t1], [%[x1], #.Ltt_g * 4]\n\t"                                                       \
+                         "sxtab16 %[u0], %[off], %[t0]\n\t"                                                          \
+                         "sxtab16 %[t0], %[off], %[t0], ror #8\n\t"                                                  \
+                         "sxtab16 %[u1], %[off], %[t1]\n\t"                                                          \
+                         "sxtab16 %[t1], %[off], %[t1], ror #8\n\t"                                                  \
+                         "strd %[u0], %[t0], [%[xw], #.Ltt_g * 16]\n\t"                                              \
+                         "strd %[u1], %[t1], [%[xw], #.Ltt_g * 16 + 8]\n\t"                                          \
+                         ".set .Ltt_g, .Ltt_g + 1\n\t"                                                               \
+                         ".endr"                                                                                     \
+                         : [t0] "=&r"(t0_), [t1] "=&r"(t1_), [u0] "=&r"(u0_), [u1] "=&r"(u1_)                        \
+                         : [xw] "r"(XW), [x0] "r"(X0), [x1] "r"(X1), [off] "r"(OFF), [g] "n"(GROUPS)                 \
+                         : "memory");                                                                                \
+    } while (0)
 /* tt_dot2x2p_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
  * pixels' widened words (XW) and both rows' packed words (W0, W1 + OFF1 bytes) loaded as pairs (LDRD, at constant
  * offsets) into 6 registers, 8 SMLAD into A0..A3. gcc, given the same as C with every input word used twice, kept
@@ -117,47 +140,51 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     } while (0)
 #if TT_FP32_FPU
 /* tt_pw2x2p_fp32_sat_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: the whole loop over the
- * output channel pairs, every pointer in a register walking by post-increment (gcc, given the loop as C around
- * TT_DOT2X2P_ASM, ran out of registers and spilled and reloaded its pointers at every 2 x 2 tile). 14 registers: the
- * buffer, rows, bias, table and both output pointers, 4 accumulators, 4 temporaries. Per group of four channels the
- * temporaries hold one pixel's widened words and one row's packed words: pixel 1 x row o, x row o + 1, pixel 0 x
- * row o + 1, x row o (read again), 5 LDRD and 8 SMLAD; the first SMLAD of pixel 1 starts at the bias pair (pixel 0's
- * accumulators before their own). The first row read moves W past both rows; the others are read at offsets back.
- * The requantization is tt_requantize_fp32_s8x2's instructions (VCVT, VMUL, VCVTR on s4..s7, the scales loaded with
- * the multipliers by one VLDM into s0..s3), then the output stage OUT (TT_PW2X2P_USAT or TT_PW2X2P_SSAT) stores both
- * pixels' two bytes as one halfword each (y may be unaligned) and the loop ends at YEND (a memory operand). */
+ * output channel pairs, every pointer walking by post-increment (gcc, given the loop as C around TT_DOT2X2P_ASM, ran
+ * out of registers and spilled and reloaded its pointers at every 2 x 2 tile). 14 core registers: the buffer, rows
+ * and both output pointers, 4 accumulators, 6 temporaries; the bias and table pointers wait in s8, s9 (one VMOV
+ * each way per tile, in temporaries while used: a free register pair saves a load per group of four channels). Per
+ * group both pixels' widened words and both rows' packed words are loaded as pairs (LDRD), 8 SMLAD, pixel 1 first:
+ * its first SMLAD starts at the bias pair, pixel 0's accumulators, before their own. The first row read moves W
+ * past both rows; the others are read at offsets back. The requantization is tt_requantize_fp32_s8x2's
+ * instructions (VCVT, VMUL, VCVTR on s4..s7; the scales loaded with the multipliers by one VLDM into s0..s3), then
+ * the output stage OUT (TT_PW2X2P_USAT or TT_PW2X2P_SSAT) stores both pixels' two bytes as one halfword each (y may
+ * be unaligned) and the loop ends at YEND. B, Q, YEND and ZP are memory operands. */
 #define TT_PW2X2P_ASM(XW, W, B, Q, Y, Y1, YEND, ZP, GROUPS, OUT)                                                    \
     do {                                                                                                             \
-        uint32_t a0_, a1_, a2_, a3_, x0_, x1_, p0_, p1_;                                                             \
-        __asm__ volatile("1:\n\t"                                                                                    \
-                         "ldrd %[a0], %[a1], [%[b]], #8\n\t" /* the bias pair */                                    \
+        uint32_t a0_, a1_, a2_, a3_, x0_, x1_, p0_, p1_, q0_, q1_;                                                   \
+        __asm__ volatile("ldr %[p0], %[b]\n\t"                                                                       \
+                         "ldr %[p1], %[q]\n\t"                                                                       \
+                         "vmov s8, s9, %[p0], %[p1]\n"                                                               \
+                         "1:\n\t"                                                                                    \
+                         "vmov %[p0], %[p1], s8, s9\n\t"                                                             \
+                         "ldrd %[a0], %[a1], [%[p0]], #8\n\t" /* the bias pair */                                   \
+                         "vldmia %[p1]!, {s0-s3}\n\t" /* multiplier, scale of channel o, then o + 1 */              \
+                         "vmov s8, s9, %[p0], %[p1]\n\t"                                                             \
                          ".set .Ltt_g, 0\n\t"                                                                        \
                          ".rept %c[g]\n\t"                                                                           \
                          "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                           \
                          ".if .Ltt_g\n\t"                                                                            \
                          "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o */                          \
                          "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                      \
+                         "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                      \
+                         "ldrd %[q0], %[q1], [%[w], #.Ltt_g * 8 - %c[r1]]\n\t" /* row o + 1 */                      \
+                         "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                      \
                          ".else\n\t"                                                                                 \
                          "ldrd %[p0], %[p1], [%[w]], #%c[r2]\n\t"                                                    \
                          "smlad %[a2], %[x0], %[p0], %[a0]\n\t"                                                      \
-                         ".endif\n\t"                                                                                \
                          "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                      \
-                         "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r1]]\n\t" /* row o + 1 */                      \
-                         ".if .Ltt_g\n\t"                                                                            \
-                         "smlad %[a3], %[x0], %[p0], %[a3]\n\t"                                                      \
-                         ".else\n\t"                                                                                 \
-                         "smlad %[a3], %[x0], %[p0], %[a1]\n\t"                                                      \
+                         "ldrd %[q0], %[q1], [%[w], #-%c[r1]]\n\t"                                                   \
+                         "smlad %[a3], %[x0], %[q0], %[a1]\n\t"                                                      \
                          ".endif\n\t"                                                                                \
-                         "smlad %[a3], %[x1], %[p1], %[a3]\n\t"                                                      \
+                         "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                      \
                          "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                               \
-                         "smlad %[a1], %[x0], %[p0], %[a1]\n\t"                                                      \
-                         "smlad %[a1], %[x1], %[p1], %[a1]\n\t"                                                      \
-                         "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o again */                    \
                          "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                      \
                          "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                      \
+                         "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                      \
+                         "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                      \
                          ".set .Ltt_g, .Ltt_g + 1\n\t"                                                               \
                          ".endr\n\t"                                                                                 \
-                         "vldmia %[q]!, {s0-s3}\n\t" /* multiplier, scale of channel o, then o + 1 */               \
                          "vmov s4, s5, %[a0], %[a2]\n\t"                                                             \
                          "vmov s6, s7, %[a1], %[a3]\n\t"                                                             \
                          "vcvt.f32.s32 s4, s4\n\t"                                                                   \
@@ -180,12 +207,12 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                          "ldr %[x0], %[yend]\n\t"                                                                    \
                          "cmp %[y], %[x0]\n\t"                                                                       \
                          "bne 1b"                                                                                    \
-                         : [w] "+r"(W), [b] "+r"(B), [q] "+r"(Q), [y] "+r"(Y), [y1] "+r"(Y1), [a0] "=&r"(a0_),       \
-                           [a1] "=&r"(a1_), [a2] "=&r"(a2_), [a3] "=&r"(a3_), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
-                           [p0] "=&r"(p0_), [p1] "=&r"(p1_)                                                          \
-                         : [xw] "r"(XW), [yend] "m"(YEND), [zp] "m"(ZP), [g] "n"(GROUPS),                            \
+                         : [w] "+r"(W), [y] "+r"(Y), [y1] "+r"(Y1), [a0] "=&r"(a0_), [a1] "=&r"(a1_),                \
+                           [a2] "=&r"(a2_), [a3] "=&r"(a3_), [x0] "=&r"(x0_), [x1] "=&r"(x1_), [p0] "=&r"(p0_),      \
+                           [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                         \
+                         : [xw] "r"(XW), [b] "m"(B), [q] "m"(Q), [yend] "m"(YEND), [zp] "m"(ZP), [g] "n"(GROUPS),    \
                            [r1] "n"(2 * 4 * (GROUPS)), [r2] "n"(4 * 4 * (GROUPS))                                    \
-                         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "cc", "memory");                         \
+                         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "cc", "memory");             \
     } while (0)
 /* out_zp = -128: clamp(r - 128, -128, 127) is USAT(r, 8) - 128, as a byte USAT(r, 8) ^ 0x80; the two channels'
  * bytes of a pixel packed (ORR), flipped at once (EOR). */
@@ -403,6 +430,12 @@ typedef uint32_t tt_xw2_t;
 
 static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1, int n, int32_t in_zp) {
     const uint32_t off = tt_pack16(-in_zp, -in_zp);
+#ifdef TT_WIDEN2_ASM
+    if (__builtin_constant_p(n) && n % 4 == 0 && n <= 252) {  /* conv2d.c.j2 "ci"; STRD offsets within 1020 bytes */
+        TT_WIDEN2_ASM(xw, x0, x1, off, n / 4);
+        return;
+    }
+#endif
     const int rest = n % 4, n4 = n - rest;
     for (int c = 0; c < n4; c += 4, xw += 4) {
         const uint32_t v0 = tt_read_u32(x0 + c), v1 = tt_read_u32(x1 + c);
