@@ -274,7 +274,6 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     from codegen_graphs import GraphBuilder
     from tinytrain import simulator
-    from tinytrain.ir import QuantParams
 
     b = GraphBuilder(5)
     h = b.input((1, 9, 7, 19))
@@ -282,15 +281,40 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     h = b.conv(h, 19, (5, 3), (2, 1), (2, 1, 2, 1), depthwise=True, single=True)
     h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 35 pixels, 13 channels: odd in both tiles' sizes
     h = b.conv(h, 8, 1, single=True)
-    # 8, 16 and 40 input channels, an even channel count: the loop over channel pairs as one asm block (tt_simd.h
-    # tt_pw2x2p_fp32_sat_s8), its USAT store form (out_zp = -128) and its SSAT one, a last pixel paired with itself
-    h = b.conv(h, 16, 1, single="fp32", quant=QuantParams.per_tensor(0.05, -128))
-    h = b.conv(h, 40, 1, single="fp32")
-    h = b.conv(h, 8, 1, single="fp32", quant=QuantParams.per_tensor(0.05, -128))
     h = b.conv(h, 13, 1, weight_zp=True, single="fp32")  # 8 input channels: rows packed as halfwords
     h = b.conv(h, 7, 3, (2, 2), (1, 1, 1, 1), single=False, act=(-128, 90))
     g = b.build(b.conv(h, 6, 1, single="fp32"))
     engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core)
+    fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
+    x = b.inputs_batch(g, 3)
+    r = engine_qemu.run(fw, board, test=(x, np.zeros(len(x), np.int32)))
+    want = simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]]
+    assert np.array_equal(r.logits, want.reshape(len(x), -1))
+
+
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, tmp_path):
+    """Pointwise kernels with a constant channel count and packed rows whose loop over output channel pairs is one
+    asm block (tt_simd.h tt_pw2x2p_fp32_sat_s8, with tt_widen2_s8's): two tiles per iteration (up to 48 channels)
+    and the one-tile loop after them (a channel count of 4k + 2) or alone (52 and 100 channels), the USAT store
+    form (out_zp = -128) and the SSAT one in each, 35 pixels (the last paired with itself), == the simulator."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from codegen_graphs import GraphBuilder
+    from tinytrain import simulator
+    from tinytrain.ir import QuantParams
+
+    b = GraphBuilder(7)
+    h = b.input((1, 7, 5, 8))
+    for cout, out_zp in [(16, -128), (40, 9), (100, -128), (52, -128), (8, -5), (6, -128), (12, -128), (8, 3),
+                         (10, 3)]:
+        h = b.conv(h, cout, 1, single="fp32", quant=QuantParams.per_tensor(0.05, out_zp))
+    g = b.build(h)
+    engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core,
+                                 stream=False)  # whole tensors: every layer's rows packed
+    src = (tmp_path / "compile" / "tinytrain_model.c").read_text()
+    assert src.count("tt_pw2x2p_fp32_sat_s8(xw2") == 6  # ci8, 16, 40, 100, 52, 12 (6: the 2 x 2 tiles in C)
     fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
     x = b.inputs_batch(g, 3)
     r = engine_qemu.run(fw, board, test=(x, np.zeros(len(x), np.int32)))

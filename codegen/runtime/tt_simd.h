@@ -142,77 +142,103 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
 /* tt_pw2x2p_fp32_sat_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: the whole loop over the
  * output channel pairs, every pointer walking by post-increment (gcc, given the loop as C around TT_DOT2X2P_ASM, ran
  * out of registers and spilled and reloaded its pointers at every 2 x 2 tile). 14 core registers: the buffer, rows
- * and both output pointers, 4 accumulators, 6 temporaries; the bias and table pointers wait in s8, s9 (one VMOV
- * each way per tile, in temporaries while used: a free register pair saves a load per group of four channels). Per
- * group both pixels' widened words and both rows' packed words are loaded as pairs (LDRD), 8 SMLAD, pixel 1 first:
- * its first SMLAD starts at the bias pair, pixel 0's accumulators, before their own. The first row read moves W
- * past both rows; the others are read at offsets back. The requantization is tt_requantize_fp32_s8x2's
- * instructions (VCVT, VMUL, VCVTR on s4..s7; the scales loaded with the multipliers by one VLDM into s0..s3), then
- * the output stage OUT (TT_PW2X2P_USAT or TT_PW2X2P_SSAT) stores both pixels' two bytes as one halfword each (y may
- * be unaligned) and the loop ends at YEND. B, Q, YEND and ZP are memory operands. */
-#define TT_PW2X2P_ASM(XW, W, B, Q, Y, Y1, YEND, ZP, GROUPS, OUT)                                                    \
+ * and both output pointers, 4 accumulators, 6 temporaries; the bias and table pointers wait in s16, s17 (one VMOV
+ * each way, in temporaries while used: a free register pair saves a load per group of four channels).
+ * TT_PW2X2P_MAC: per group both pixels' widened words and both rows' packed words loaded as pairs (LDRD), 8 SMLAD,
+ * pixel 1 first: its first SMLAD starts at the bias pair, pixel 0's accumulators, before their own. The first row
+ * read moves W past both rows; the others are read at offsets back. TT_PW2X2P_REQ: tt_requantize_fp32_s8x2's
+ * instructions (VCVT, VMUL, VCVTR on s8..s11) with the scales SC0, SC1 (loaded with the multipliers by VLDM). The
+ * output stage OUT (TT_PW2X2P_USAT or TT_PW2X2P_SSAT) then stores both pixels' two bytes as one halfword each (y may
+ * be unaligned). With PAIRS (a few channels, where a tile takes some 60 instructions), two tiles per iteration up to
+ * YEND4 (Co less Co % 4) share one VMOV of the pointers each way, one VLDM of both bias pairs (s12..s15) and one of
+ * both tables (s0..s7), and one test; then (else from the start) one tile per iteration up to YEND. B, Q, YEND4,
+ * YEND and ZP are memory operands. */
+#define TT_PW2X2P_MAC                                                                                                \
+    ".set .Ltt_g, 0\n\t"                                                                                             \
+    ".rept %c[g]\n\t"                                                                                                \
+    "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                                 \
+    ".if .Ltt_g\n\t"                                                                                                 \
+    "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o */                                                \
+    "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                                           \
+    "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                                           \
+    "ldrd %[q0], %[q1], [%[w], #.Ltt_g * 8 - %c[r1]]\n\t" /* row o + 1 */                                            \
+    "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                                           \
+    ".else\n\t"                                                                                                      \
+    "ldrd %[p0], %[p1], [%[w]], #%c[r2]\n\t"                                                                         \
+    "smlad %[a2], %[x0], %[p0], %[a0]\n\t"                                                                           \
+    "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                                           \
+    "ldrd %[q0], %[q1], [%[w], #-%c[r1]]\n\t"                                                                        \
+    "smlad %[a3], %[x0], %[q0], %[a1]\n\t"                                                                           \
+    ".endif\n\t"                                                                                                     \
+    "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                                           \
+    "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                                     \
+    "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                                           \
+    "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                                           \
+    "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                                           \
+    "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                                           \
+    ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                                    \
+    ".endr\n\t"
+#define TT_PW2X2P_REQ(SC0, SC1)                                                                                      \
+    "vmov s8, s9, %[a0], %[a2]\n\t"                                                                                  \
+    "vmov s10, s11, %[a1], %[a3]\n\t"                                                                                \
+    "vcvt.f32.s32 s8, s8\n\t"                                                                                        \
+    "vcvt.f32.s32 s9, s9\n\t"                                                                                        \
+    "vcvt.f32.s32 s10, s10\n\t"                                                                                      \
+    "vcvt.f32.s32 s11, s11\n\t"                                                                                      \
+    "vmul.f32 s8, s8, " SC0 "\n\t"                                                                                   \
+    "vmul.f32 s9, s9, " SC0 "\n\t"                                                                                   \
+    "vmul.f32 s10, s10, " SC1 "\n\t"                                                                                 \
+    "vmul.f32 s11, s11, " SC1 "\n\t"                                                                                 \
+    "vcvtr.s32.f32 s8, s8\n\t"                                                                                       \
+    "vcvtr.s32.f32 s9, s9\n\t"                                                                                       \
+    "vcvtr.s32.f32 s10, s10\n\t"                                                                                     \
+    "vcvtr.s32.f32 s11, s11\n\t"                                                                                     \
+    "vmov %[a0], %[a2], s8, s9\n\t"                                                                                  \
+    "vmov %[a1], %[a3], s10, s11\n\t"
+#define TT_PW2X2P_TILE(SC0, SC1, OUT)                                                                                \
+    TT_PW2X2P_MAC TT_PW2X2P_REQ(SC0, SC1) OUT                                                                        \
+    "strh %[a0], [%[y]], #2\n\t"                                                                                     \
+    "strh %[a2], [%[y1]], #2\n\t"
+#define TT_PW2X2P_ASM(XW, W, B, Q, Y, Y1, YEND4, YEND, ZP, GROUPS, PAIRS, OUT)                                       \
     do {                                                                                                             \
         uint32_t a0_, a1_, a2_, a3_, x0_, x1_, p0_, p1_, q0_, q1_;                                                   \
         __asm__ volatile("ldr %[p0], %[b]\n\t"                                                                       \
                          "ldr %[p1], %[q]\n\t"                                                                       \
-                         "vmov s8, s9, %[p0], %[p1]\n"                                                               \
+                         "vmov s16, s17, %[p0], %[p1]\n\t"                                                           \
+                         ".if %c[pairs]\n\t"                                                                         \
+                         "b 2f\n\t"                                                                                  \
                          "1:\n\t"                                                                                    \
-                         "vmov %[p0], %[p1], s8, s9\n\t"                                                             \
-                         "ldrd %[a0], %[a1], [%[p0]], #8\n\t" /* the bias pair */                                   \
-                         "vldmia %[p1]!, {s0-s3}\n\t" /* multiplier, scale of channel o, then o + 1 */              \
-                         "vmov s8, s9, %[p0], %[p1]\n\t"                                                             \
-                         ".set .Ltt_g, 0\n\t"                                                                        \
-                         ".rept %c[g]\n\t"                                                                           \
-                         "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                           \
-                         ".if .Ltt_g\n\t"                                                                            \
-                         "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o */                          \
-                         "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                      \
-                         "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                      \
-                         "ldrd %[q0], %[q1], [%[w], #.Ltt_g * 8 - %c[r1]]\n\t" /* row o + 1 */                      \
-                         "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                      \
-                         ".else\n\t"                                                                                 \
-                         "ldrd %[p0], %[p1], [%[w]], #%c[r2]\n\t"                                                    \
-                         "smlad %[a2], %[x0], %[p0], %[a0]\n\t"                                                      \
-                         "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                      \
-                         "ldrd %[q0], %[q1], [%[w], #-%c[r1]]\n\t"                                                   \
-                         "smlad %[a3], %[x0], %[q0], %[a1]\n\t"                                                      \
+                         "vmov %[p0], %[p1], s16, s17\n\t"                                                           \
+                         "vldmia %[p0]!, {s12-s15}\n\t" /* both tiles' bias pairs */                                 \
+                         "vldmia %[p1]!, {s0-s7}\n\t" /* their multipliers and scales */                             \
+                         "vmov s16, s17, %[p0], %[p1]\n\t"                                                           \
+                         "vmov %[a0], %[a1], s12, s13\n\t"                                                           \
+                         TT_PW2X2P_TILE("s1", "s3", OUT)                                                             \
+                         "vmov %[a0], %[a1], s14, s15\n\t"                                                           \
+                         TT_PW2X2P_TILE("s5", "s7", OUT)                                                             \
+                         "2:\n\t"                                                                                    \
+                         "ldr %[x0], %[yend4]\n\t"                                                                   \
+                         "cmp %[y], %[x0]\n\t"                                                                       \
+                         "bne 1b\n\t"                                                                                \
                          ".endif\n\t"                                                                                \
-                         "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                      \
-                         "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                               \
-                         "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                      \
-                         "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                      \
-                         "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                      \
-                         "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                      \
-                         ".set .Ltt_g, .Ltt_g + 1\n\t"                                                               \
-                         ".endr\n\t"                                                                                 \
-                         "vmov s4, s5, %[a0], %[a2]\n\t"                                                             \
-                         "vmov s6, s7, %[a1], %[a3]\n\t"                                                             \
-                         "vcvt.f32.s32 s4, s4\n\t"                                                                   \
-                         "vcvt.f32.s32 s5, s5\n\t"                                                                   \
-                         "vcvt.f32.s32 s6, s6\n\t"                                                                   \
-                         "vcvt.f32.s32 s7, s7\n\t"                                                                   \
-                         "vmul.f32 s4, s4, s1\n\t"                                                                   \
-                         "vmul.f32 s5, s5, s1\n\t"                                                                   \
-                         "vmul.f32 s6, s6, s3\n\t"                                                                   \
-                         "vmul.f32 s7, s7, s3\n\t"                                                                   \
-                         "vcvtr.s32.f32 s4, s4\n\t"                                                                  \
-                         "vcvtr.s32.f32 s5, s5\n\t"                                                                  \
-                         "vcvtr.s32.f32 s6, s6\n\t"                                                                  \
-                         "vcvtr.s32.f32 s7, s7\n\t"                                                                  \
-                         "vmov %[a0], %[a2], s4, s5\n\t"                                                             \
-                         "vmov %[a1], %[a3], s6, s7\n\t"                                                             \
-                         OUT                                                                                         \
-                         "strh %[a0], [%[y]], #2\n\t"                                                                \
-                         "strh %[a2], [%[y1]], #2\n\t"                                                               \
+                         "b 4f\n\t"                                                                                  \
+                         "3:\n\t"                                                                                    \
+                         "vmov %[p0], %[p1], s16, s17\n\t"                                                           \
+                         "ldrd %[a0], %[a1], [%[p0]], #8\n\t" /* the bias pair */                                    \
+                         "vldmia %[p1]!, {s0-s3}\n\t" /* multiplier, scale of channel o, then o + 1 */               \
+                         "vmov s16, s17, %[p0], %[p1]\n\t"                                                           \
+                         TT_PW2X2P_TILE("s1", "s3", OUT)                                                             \
+                         "4:\n\t"                                                                                    \
                          "ldr %[x0], %[yend]\n\t"                                                                    \
                          "cmp %[y], %[x0]\n\t"                                                                       \
-                         "bne 1b"                                                                                    \
+                         "bne 3b"                                                                                    \
                          : [w] "+r"(W), [y] "+r"(Y), [y1] "+r"(Y1), [a0] "=&r"(a0_), [a1] "=&r"(a1_),                \
                            [a2] "=&r"(a2_), [a3] "=&r"(a3_), [x0] "=&r"(x0_), [x1] "=&r"(x1_), [p0] "=&r"(p0_),      \
                            [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                         \
-                         : [xw] "r"(XW), [b] "m"(B), [q] "m"(Q), [yend] "m"(YEND), [zp] "m"(ZP), [g] "n"(GROUPS),    \
-                           [r1] "n"(2 * 4 * (GROUPS)), [r2] "n"(4 * 4 * (GROUPS))                                    \
-                         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "cc", "memory");             \
+                         : [xw] "r"(XW), [b] "m"(B), [q] "m"(Q), [yend4] "m"(YEND4), [yend] "m"(YEND), [zp] "m"(ZP), \
+                           [g] "n"(GROUPS), [pairs] "n"(PAIRS), [r1] "n"(2 * 4 * (GROUPS)), [r2] "n"(4 * 4 * (GROUPS))\
+                         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12",          \
+                           "s13", "s14", "s15", "s16", "s17", "cc", "memory");                                       \
     } while (0)
 /* out_zp = -128: clamp(r - 128, -128, 127) is USAT(r, 8) - 128, as a byte USAT(r, 8) ^ 0x80; the two channels'
  * bytes of a pixel packed (ORR), flipped at once (EOR). */
@@ -821,11 +847,11 @@ static inline void tt_pw2x2p_fp32_sat_s8(const tt_xw2_t *xw, const uint32_t *wpk
                                          const int32_t *rq, int n, int Co, int32_t out_zp, int8_t *y, int8_t *y1) {
 #ifdef TT_PW2X2P_ASM
     if (__builtin_constant_p(n) && n <= 252) {  /* LDRD offsets within 1020 bytes */
-        const int8_t *const yend = y + Co;
+        const int8_t *const yend4 = y + (Co & ~3), *const yend = y + Co;
         if (out_zp == -128) {
-            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend, out_zp, n / 4, TT_PW2X2P_USAT);
+            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend4, yend, out_zp, n / 4, n <= 48, TT_PW2X2P_USAT);
         } else {
-            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend, out_zp, n / 4, TT_PW2X2P_SSAT);
+            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend4, yend, out_zp, n / 4, n <= 48, TT_PW2X2P_SSAT);
         }
         return;
     }
