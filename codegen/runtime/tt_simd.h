@@ -138,6 +138,38 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
                 : "memory");                                                                                         \
     } while (0)
+/* tt_dot2x2w_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
+ * rows' weight words (LDR at constant offsets, W1 + OFF1 bytes: the rows may be unaligned) widened (SXTB16) into 4
+ * registers, both pixels' widened words loaded as pairs (LDRD), 8 SMLAD into A0..A3: 16 instructions. gcc, given
+ * the C below unrolled, loaded the widened words one by one and spilled accumulators: some 23 per group. */
+#define TT_DOT2X2W_ASM(XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                                     \
+    do {                                                                                                             \
+        uint32_t x0_, x1_, p0_, p1_, q0_, q1_;                                                                       \
+        __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
+                ".rept %c[g]\n\t"                                                                                    \
+                "ldr %[p1], [%[w0], #.Ltt_g * 4]\n\t" /* row 0's four weights */                                     \
+                "ldr %[q1], [%[w1], #.Ltt_g * 4 + %c[d1]]\n\t" /* row 1's */                                         \
+                "sxtb16 %[p0], %[p1]\n\t"                                                                            \
+                "sxtb16 %[p1], %[p1], ror #8\n\t"                                                                    \
+                "sxtb16 %[q0], %[q1]\n\t"                                                                            \
+                "sxtb16 %[q1], %[q1], ror #8\n\t"                                                                    \
+                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                         \
+                "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                               \
+                "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                               \
+                "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                               \
+                "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                               \
+                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                     \
+                "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                               \
+                "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                               \
+                "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                               \
+                "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                               \
+                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                        \
+                ".endr"                                                                                              \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
+                  [p0] "=&r"(p0_), [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                 \
+                : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
+                : "memory");                                                                                         \
+    } while (0)
 #if TT_FP32_FPU
 /* tt_pw2x2p_fp32_sat_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: the whole loop over the
  * output channel pairs, every pointer walking by post-increment (gcc, given the loop as C around TT_DOT2X2P_ASM, ran
@@ -486,9 +518,25 @@ static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1
 /* Two rows w0, w1 at two pixels against a tt_widen2_s8 buffer: acc[0] += x0 . w0, acc[1] += x0 . w1, acc[2] += x1 . w0,
  * acc[3] += x1 . w1 over n channels. Each weight word is widened once for both pixels, each widened input word read
  * once for both rows: per 4 channels 2 weight loads, 4 SXTB16, 4 widened words, 8 SMLAD. */
-static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
-    const int8_t *end4 = w0 + (n - n % 4);
+/* always_inline: with the asm blocks gcc made it an outlined function of its own (a call per 2 x 2 tile, the
+ * accumulators through memory). */
+static inline __attribute__((always_inline)) void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1,
+                                                                 int n, int32_t acc[4]) {
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT2X2W_ASM
+    /* A constant n, a multiple of 4 (conv2d.c.j2 "ci"): the asm block, its LDRD offsets within 1020 bytes. Row w1 at
+     * a constant distance from w0 (pair_outputs' rows o, o + 1 of one weight) is read at offsets from w0's
+     * register: one fewer. */
+    if (__builtin_constant_p(n) && n % 4 == 0 && n <= 252) {
+        if (__builtin_constant_p(w1 - w0) && w1 - w0 >= 0 && w1 - w0 + n <= 4095) {
+            TT_DOT2X2W_ASM(xw, w0, w0, w1 - w0, n / 4, a0, a1, a2, a3);
+        } else {
+            TT_DOT2X2W_ASM(xw, w0, w1, 0, n / 4, a0, a1, a2, a3);
+        }
+        n = 0;
+    }
+#endif
+    const int8_t *end4 = w0 + (n - n % 4);
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 16  /* whole, when n is a constant (conv2d.c.j2 "ci"); else in groups of 16 */
 #endif
