@@ -299,7 +299,8 @@ def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, h
     asm block (tt_simd.h tt_pw2x2p_fp32_sat_s8, with tt_widen2_s8's): two tiles per iteration (up to 48 channels)
     and the one-tile loop after them (a channel count of 4k + 2) or alone (52 and 100 channels), the USAT store
     form (out_zp = -128) and the SSAT one in each, 35 pixels (the last paired with itself), == the simulator; with
-    25 pixels (too few for packed rows) the int8 rows' asm block (tt_dot2x2w_s8) in each 2 x 2 tile."""
+    25 pixels (too few for packed rows) the int8 rows' asm block (tt_dot2x2w_s8) in each 2 x 2 tile; and 160
+    channels, one pixel at a time (tt_dot4wp_s8's asm loop over four packed rows)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -310,7 +311,7 @@ def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, h
     b = GraphBuilder(7)
     h = b.input((1, *hw, 8))
     for cout, out_zp in [(16, -128), (40, 9), (100, -128), (52, -128), (8, -5), (6, -128), (12, -128), (8, 3),
-                         (10, 3)]:
+                         (10, 3), (160, -128), (12, 3)]:
         h = b.conv(h, cout, 1, single="fp32", quant=QuantParams.per_tensor(0.05, out_zp))
     g = b.build(h)
     engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core,

@@ -138,6 +138,33 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
                 : "memory");                                                                                         \
     } while (0)
+/* tt_dot4wp_s8 (below) as one asm loop over groups of four channels (END: W's end, at least one group): the input's
+ * two widened words and each row's two packed words loaded as pairs (LDRD, walking by post-increment), 8 SMLAD:
+ * 15 instructions per group. gcc's loop loaded the weight words one by one and spilled: some 20. */
+#define TT_DOT4WP_ASM(XW, W, END, A0, A1, A2, A3)                                                                    \
+    do {                                                                                                             \
+        uint32_t xa_, xb_, p0_, p1_;                                                                                 \
+        __asm__("1:\n\t"                                                                                             \
+                "ldrd %[xa], %[xb], [%[xw]], #8\n\t" /* the input's four channels */                                 \
+                "ldrd %[p0], %[p1], [%[w]], #32\n\t" /* row 0's, W to the next group */                              \
+                "smlad %[a0], %[xa], %[p0], %[a0]\n\t"                                                               \
+                "smlad %[a0], %[xb], %[p1], %[a0]\n\t"                                                               \
+                "ldrd %[p0], %[p1], [%[w], #-24]\n\t"                                                                \
+                "smlad %[a1], %[xa], %[p0], %[a1]\n\t"                                                               \
+                "smlad %[a1], %[xb], %[p1], %[a1]\n\t"                                                               \
+                "ldrd %[p0], %[p1], [%[w], #-16]\n\t"                                                                \
+                "smlad %[a2], %[xa], %[p0], %[a2]\n\t"                                                               \
+                "smlad %[a2], %[xb], %[p1], %[a2]\n\t"                                                               \
+                "ldrd %[p0], %[p1], [%[w], #-8]\n\t"                                                                 \
+                "smlad %[a3], %[xa], %[p0], %[a3]\n\t"                                                               \
+                "smlad %[a3], %[xb], %[p1], %[a3]\n\t"                                                               \
+                "cmp %[w], %[end]\n\t"                                                                               \
+                "bne 1b"                                                                                             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+r"(XW), [w] "+r"(W),            \
+                  [xa] "=&r"(xa_), [xb] "=&r"(xb_), [p0] "=&r"(p0_), [p1] "=&r"(p1_)                                 \
+                : [end] "r"(END)                                                                                     \
+                : "cc", "memory");                                                                                   \
+    } while (0)
 /* tt_dot2x2w_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
  * rows' weight words (LDR at constant offsets, W1 + OFF1 bytes: the rows may be unaligned) widened (SXTB16) into 4
  * registers, both pixels' widened words loaded as pairs (LDRD), 8 SMLAD into A0..A3: 16 instructions. gcc, given
@@ -464,6 +491,11 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
 static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int32_t acc[4]) {
     const uint32_t *end = w + 2 * n;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT4WP_ASM
+    if (n > 0) {
+        TT_DOT4WP_ASM(xw, w, end, a0, a1, a2, a3);
+    }
+#else
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 2  /* the loop's pointer updates and branch once per 8 channels */
 #endif
@@ -474,6 +506,7 @@ static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int
         a2 = tt_smlad(xb, w[5], tt_smlad(xa, w[4], a2));
         a3 = tt_smlad(xb, w[7], tt_smlad(xa, w[6], a3));
     }
+#endif
     acc[0] = a0;
     acc[1] = a1;
     acc[2] = a2;
