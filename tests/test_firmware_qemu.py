@@ -300,7 +300,7 @@ def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, h
     and the one-tile loop after them (a channel count of 4k + 2) or alone (52 and 100 channels), the USAT store
     form (out_zp = -128) and the SSAT one in each, 35 pixels (the last paired with itself), == the simulator; with
     25 pixels (too few for packed rows) the int8 rows' asm block (tt_dot2x2w_s8) in each 2 x 2 tile; and 160
-    channels, one pixel at a time (tt_dot4wp_s8's asm loop over four packed rows)."""
+    channels, one pixel at a time (the asm loops over four rows: packed, tt_dot4wp_s8, or int8, tt_dot4w_s8)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))

@@ -160,9 +160,44 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 "smlad %[a3], %[xb], %[p1], %[a3]\n\t"                                                               \
                 "cmp %[w], %[end]\n\t"                                                                               \
                 "bne 1b"                                                                                             \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+r"(XW), [w] "+r"(W),            \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+&r"(XW), [w] "+&r"(W),          \
                   [xa] "=&r"(xa_), [xb] "=&r"(xb_), [p0] "=&r"(p0_), [p1] "=&r"(p1_)                                 \
                 : [end] "r"(END)                                                                                     \
+                : "cc", "memory");                                                                                   \
+    } while (0)
+/* tt_dot4w_s8 (below) as one asm loop over groups of four channels (END: W0's end, at least one group): the
+ * input's two widened words loaded as a pair (LDRD), each row's word (rows 0, 1 walking by post-increment, rows 2, 3
+ * D bytes after them) widened (SXTB16), 8 SMLAD: 23 instructions per group where gcc's loop took 26. */
+#define TT_DOT4W_ASM(XW, W0, W1, D, END, A0, A1, A2, A3)                                                             \
+    do {                                                                                                             \
+        uint32_t xa_, xb_, v_, t_;                                                                                   \
+        __asm__("1:\n\t"                                                                                             \
+                "ldrd %[xa], %[xb], [%[xw]], #8\n\t" /* the input's four channels */                                 \
+                "ldr %[v], [%[w0], %[d]]\n\t" /* row 2's four weights */                                             \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a2], %[xa], %[t], %[a2]\n\t"                                                                \
+                "smlad %[a2], %[xb], %[v], %[a2]\n\t"                                                                \
+                "ldr %[v], [%[w1], %[d]]\n\t" /* row 3's */                                                          \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a3], %[xa], %[t], %[a3]\n\t"                                                                \
+                "smlad %[a3], %[xb], %[v], %[a3]\n\t"                                                                \
+                "ldr %[v], [%[w0]], #4\n\t" /* row 0's */                                                            \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a0], %[xa], %[t], %[a0]\n\t"                                                                \
+                "smlad %[a0], %[xb], %[v], %[a0]\n\t"                                                                \
+                "ldr %[v], [%[w1]], #4\n\t" /* row 1's */                                                            \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a1], %[xa], %[t], %[a1]\n\t"                                                                \
+                "smlad %[a1], %[xb], %[v], %[a1]\n\t"                                                                \
+                "cmp %[w0], %[end]\n\t"                                                                              \
+                "bne 1b"                                                                                             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+&r"(XW), [w0] "+&r"(W0),        \
+                  [w1] "+&r"(W1), [xa] "=&r"(xa_), [xb] "=&r"(xb_), [v] "=&r"(v_), [t] "=&r"(t_)                     \
+                : [d] "r"(D), [end] "r"(END)                                                                         \
                 : "cc", "memory");                                                                                   \
     } while (0)
 /* tt_dot2x2w_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
@@ -291,7 +326,7 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                          "ldr %[x0], %[yend]\n\t"                                                                    \
                          "cmp %[y], %[x0]\n\t"                                                                       \
                          "bne 3b"                                                                                    \
-                         : [w] "+r"(W), [y] "+r"(Y), [y1] "+r"(Y1), [a0] "=&r"(a0_), [a1] "=&r"(a1_),                \
+                         : [w] "+&r"(W), [y] "+&r"(Y), [y1] "+&r"(Y1), [a0] "=&r"(a0_), [a1] "=&r"(a1_),             \
                            [a2] "=&r"(a2_), [a3] "=&r"(a3_), [x0] "=&r"(x0_), [x1] "=&r"(x1_), [p0] "=&r"(p0_),      \
                            [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                         \
                          : [xw] "r"(XW), [b] "m"(B), [q] "m"(Q), [yend4] "m"(YEND4), [yend] "m"(YEND), [zp] "m"(ZP), \
@@ -460,6 +495,11 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
     const int8_t *w0 = w, *w1 = w + stride, *end4 = w0 + (n - n % 4), *end = w0 + n;
     const int d = 2 * stride;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT4W_ASM
+    if (w0 != end4) {
+        TT_DOT4W_ASM(xw, w0, w1, d, end4, a0, a1, a2, a3);
+    }
+#endif
     for (; w0 != end4; w0 += 4, w1 += 4, xw += 2) {
         const uint32_t xa = xw[0], xb = xw[1];
         uint32_t v = tt_read_u32(w0);
