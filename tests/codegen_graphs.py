@@ -63,7 +63,7 @@ class GraphBuilder(builder.GraphBuilder):
 
     def conv(self, x: str, cout: int, k, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
              depthwise: bool = False, bias: bool = True, weight_zp: bool = False, act=(-128, 127),
-             per_tensor: bool = False, single: bool | str = False) -> str:
+             per_tensor: bool = False, single: bool | str = False, quant: QuantParams | None = None) -> str:
         cin = self.tensors[x].shape[3]
         kh, kw = (k, k) if isinstance(k, int) else k
         cg = 1 if depthwise else cin
@@ -76,7 +76,7 @@ class GraphBuilder(builder.GraphBuilder):
             ins.append(self.const(f"conv{idx}/bias", self.rng.integers(-5000, 5000, cout).astype(np.int32), Role.BIAS))
         requant = self._requant(1 if per_tensor else cout, kh * kw * cg, single)
         attrs = Conv2dAttrs(tuple(stride), tuple(padding), requant, tuple(dilation), cin if depthwise else 1, *act)
-        return self.node("conv2d", ins, attrs)
+        return self.node("conv2d", ins, attrs, quant)
 
     def fully_connected(self, x: str, cout: int, bias: bool = True, weight_zp: bool = False, act=(-128, 127),
                         single: bool | str = False) -> str:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from codegen_graphs import GraphBuilder
 from conftest import XORSHIFT64
 from tinytrain import engine_c, simulator
+from tinytrain.ir import QuantParams
 from tinytrain.csources import codegen_runtime
 
 SETTINGS = dict(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -175,6 +176,27 @@ def test_arm_dsp_regular_windows_equal_the_simulator(cache, cin, single):
     xs = b.inputs_batch(g, 3)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
     assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
+@pytest.mark.parametrize("arm_dsp", [False, True])
+@pytest.mark.parametrize("cin, cout, hw, out_zp", [(8, 12, (7, 5), -128), (8, 2, (4, 8), 5), (16, 10, (5, 7), 17),
+                                                   (24, 6, (8, 4), -128), (48, 4, (7, 5), -3), (100, 6, (7, 5), -128),
+                                                   (16, 7, (7, 5), -128)])
+def test_pointwise_channel_pair_loop_equals_the_simulator(cache, cin, cout, hw, out_zp, arm_dsp):
+    """Pointwise kernels with a constant channel count (up to 128) and packed rows, float32 requantization and the
+    full int8 range run their whole loop over output channel pairs in one helper (tt_simd.h tt_pw2x2p_fp32_sat_s8;
+    its asm block on a device: the USAT form for out_zp = -128, SSAT for any other) == the simulator, portable and
+    DSP C: an odd number of pixels (a last pixel paired with itself) and an even one, 2 to 12 output channels, one
+    and many groups of four input channels; an odd output channel count keeps the 2 x 2 tiles in C."""
+    b = GraphBuilder(cin + cout)
+    h = b.input((1, *hw, cin))
+    g = b.build(b.conv(h, cout, 1, single="fp32", quant=QuantParams.per_tensor(0.05, out_zp)))
+    if arm_dsp:
+        files = _arm_dsp_files(g)
+        fused = "tt_pw2x2p_fp32_sat_s8(xw2" in files["tinytrain_model.c"]
+        assert fused == (cout % 2 == 0), (cin, cout)
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    got = _predict_arm_dsp(g, xs, cache, files) if arm_dsp else engine_c.predict(g, xs, cache_dir=cache)
+    assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("c, single", [(19, "fp32"), (8, False), (13, True)])

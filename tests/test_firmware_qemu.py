@@ -293,6 +293,39 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
 
 
 @pytest.mark.parametrize("board", QEMU_BOARDS)
+@pytest.mark.parametrize("hw, packed", [((7, 5), True), ((5, 5), False)])
+def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, hw, packed, tmp_path):
+    """Pointwise kernels with a constant channel count and packed rows whose loop over output channel pairs is one
+    asm block (tt_simd.h tt_pw2x2p_fp32_sat_s8, with tt_widen2_s8's): two tiles per iteration (up to 48 channels)
+    and the one-tile loop after them (a channel count of 4k + 2) or alone (52 and 100 channels), the USAT store
+    form (out_zp = -128) and the SSAT one in each, 35 pixels (the last paired with itself), == the simulator; with
+    25 pixels (too few for packed rows) the int8 rows' asm block (tt_dot2x2w_s8) in each 2 x 2 tile; and 160
+    channels, one pixel at a time (the asm loops over four rows: packed, tt_dot4wp_s8, or int8, tt_dot4w_s8)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from codegen_graphs import GraphBuilder
+    from tinytrain import simulator
+    from tinytrain.ir import QuantParams
+
+    b = GraphBuilder(7)
+    h = b.input((1, *hw, 8))
+    for cout, out_zp in [(16, -128), (40, 9), (100, -128), (52, -128), (8, -5), (6, -128), (12, -128), (8, 3),
+                         (10, 3), (160, -128), (12, 3)]:
+        h = b.conv(h, cout, 1, single="fp32", quant=QuantParams.per_tensor(0.05, out_zp))
+    g = b.build(h)
+    engine_qemu.emit_compile_dir(g, tmp_path / "compile", 96 * KB, 256 * KB, target=BOARDS[board].core,
+                                 stream=False)  # whole tensors: every layer's rows packed
+    src = (tmp_path / "compile" / "tinytrain_model.c").read_text()
+    assert src.count("tt_pw2x2p_fp32_sat_s8(xw2") == (6 if packed else 0)  # ci8, 16, 40, 100, 52, 12 (not 6)
+    fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
+    x = b.inputs_batch(g, 3)
+    r = engine_qemu.run(fw, board, test=(x, np.zeros(len(x), np.int32)))
+    want = simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]]
+    assert np.array_equal(r.logits, want.reshape(len(x), -1))
+
+
+@pytest.mark.parametrize("board", QEMU_BOARDS)
 def test_asm_inner_product_loops_on_every_core_equal_the_simulator(board, tmp_path):
     """The inner products written as asm loops, on the real instructions: a 3x3 stride-2 window of 3 channels
     gathered a row at a time (the stem's), 144 input channels against four packed rows (tt_dot4wp_s8: LDM), 272

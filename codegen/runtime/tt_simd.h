@@ -2,7 +2,8 @@
  * channels (pointwise / regular convolution rows, fully connected: tt_dot_s8, tt_dot2_s8, tt_dot4w_s8 against an
  * input widened once per output pixel, tt_widen_s8, tt_dot4wp_s8 with the rows packed as halfwords, and
  * tt_dot2x2w_s8, two rows at two pixels, against two pixels' inputs widened once, tt_widen2_s8; tt_dot2x2p_s8 with
- * the rows packed as halfwords), one window tap of four
+ * the rows packed as halfwords, and tt_pw2x2p_fp32_sat_s8, a pointwise kernel's whole loop over its channel pairs
+ * with their float32 requantization and stores), one window tap of four
  * neighbouring depthwise channels (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), and the clamped
  * store of four or two int8 outputs (tt_store4_s8, tt_store2_s8; tt_store4_sat_s8, tt_store2_sat_s8 for the full
  * int8 range, saturation alone).
@@ -86,6 +87,29 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     return (r * 0x01020408u) >> 24;
 }
 #define TT_INSIDE4_DSP 1
+/* tt_widen2_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group both pixels' words
+ * loaded (LDR, at constant offsets: x may be unaligned), widened (SXTAB16, subtracting the zero point pair OFF) and
+ * stored as pairs (STRD). gcc's own loop kept it rolled, rematerialized OFF and stored word by word: about 13
+ * instructions per group where this takes 8. */
+#define TT_WIDEN2_ASM(XW, X0, X1, OFF, GROUPS)                                                                       \
+    do {                                                                                                             \
+        uint32_t t0_, t1_, u0_, u1_;                                                                                 \
+        __asm__ volatile(".set .Ltt_g, 0\n\t"                                                                        \
+                         ".rept %c[g]\n\t"                                                                           \
+                         "ldr %[t0], [%[x0], #.Ltt_g * 4]\n\t"                                                       \
+                         "ldr %[t1], [%[x1], #.Ltt_g * 4]\n\t"                                                       \
+                         "sxtab16 %[u0], %[off], %[t0]\n\t"                                                          \
+                         "sxtab16 %[t0], %[off], %[t0], ror #8\n\t"                                                  \
+                         "sxtab16 %[u1], %[off], %[t1]\n\t"                                                          \
+                         "sxtab16 %[t1], %[off], %[t1], ror #8\n\t"                                                  \
+                         "strd %[u0], %[t0], [%[xw], #.Ltt_g * 16]\n\t"                                              \
+                         "strd %[u1], %[t1], [%[xw], #.Ltt_g * 16 + 8]\n\t"                                          \
+                         ".set .Ltt_g, .Ltt_g + 1\n\t"                                                               \
+                         ".endr"                                                                                     \
+                         : [t0] "=&r"(t0_), [t1] "=&r"(t1_), [u0] "=&r"(u0_), [u1] "=&r"(u1_)                        \
+                         : [xw] "r"(XW), [x0] "r"(X0), [x1] "r"(X1), [off] "r"(OFF), [g] "n"(GROUPS)                 \
+                         : "memory");                                                                                \
+    } while (0)
 /* tt_dot2x2p_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
  * pixels' widened words (XW) and both rows' packed words (W0, W1 + OFF1 bytes) loaded as pairs (LDRD, at constant
  * offsets) into 6 registers, 8 SMLAD into A0..A3. gcc, given the same as C with every input word used twice, kept
@@ -136,7 +160,7 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 "smlad %[a3], %[x1], %[p3], %[a3]\n\t"                                                                 \
                 "cmp %[w], %[end]\n\t"                                                                                 \
                 "bne 1b"                                                                                             \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+r"(XW), [w] "+r"(W),             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+&r"(XW), [w] "+&r"(W),           \
                   [x0] "=&r"(x0_), [x1] "=&r"(x1_), [p0] "=&r"(p0_), [p1] "=&r"(p1_), [p2] "=&r"(p2_), [p3] "=&r"(p3_) \
                 : [end] "r"(END)                                                                                     \
                 : "cc", "memory");                                                                                   \
@@ -178,11 +202,205 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 "add %[w], %[w], #16\n\t"                                                                              \
                 "cmp %[x], %[end]\n\t"                                                                                 \
                 "bne 1b"                                                                                             \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x] "+r"(x_), [w] "+r"(w_),             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x] "+&r"(x_), [w] "+&r"(w_),           \
                   [v0] "=&r"(v0_), [v1] "=&r"(v1_), [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)        \
                 : [end] "r"(end_), [n] "n"(N)                                                                        \
                 : "cc", "memory");                                                                                   \
     } while (0)
+/* tt_dot4w_s8 (below) as one asm loop over groups of four channels (END: W0's end, at least one group): the
+ * input's two widened words loaded as a pair (LDRD), each row's word (rows 0, 1 walking by post-increment, rows 2, 3
+ * D bytes after them) widened (SXTB16), 8 SMLAD: 23 instructions per group where gcc's loop took 26. */
+#define TT_DOT4W_ASM(XW, W0, W1, D, END, A0, A1, A2, A3)                                                             \
+    do {                                                                                                             \
+        uint32_t xa_, xb_, v_, t_;                                                                                   \
+        __asm__("1:\n\t"                                                                                             \
+                "ldrd %[xa], %[xb], [%[xw]], #8\n\t" /* the input's four channels */                                 \
+                "ldr %[v], [%[w0], %[d]]\n\t" /* row 2's four weights */                                             \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a2], %[xa], %[t], %[a2]\n\t"                                                                \
+                "smlad %[a2], %[xb], %[v], %[a2]\n\t"                                                                \
+                "ldr %[v], [%[w1], %[d]]\n\t" /* row 3's */                                                          \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a3], %[xa], %[t], %[a3]\n\t"                                                                \
+                "smlad %[a3], %[xb], %[v], %[a3]\n\t"                                                                \
+                "ldr %[v], [%[w0]], #4\n\t" /* row 0's */                                                            \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a0], %[xa], %[t], %[a0]\n\t"                                                                \
+                "smlad %[a0], %[xb], %[v], %[a0]\n\t"                                                                \
+                "ldr %[v], [%[w1]], #4\n\t" /* row 1's */                                                            \
+                "sxtb16 %[t], %[v]\n\t"                                                                              \
+                "sxtb16 %[v], %[v], ror #8\n\t"                                                                      \
+                "smlad %[a1], %[xa], %[t], %[a1]\n\t"                                                                \
+                "smlad %[a1], %[xb], %[v], %[a1]\n\t"                                                                \
+                "cmp %[w0], %[end]\n\t"                                                                              \
+                "bne 1b"                                                                                             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+&r"(XW), [w0] "+&r"(W0),        \
+                  [w1] "+&r"(W1), [xa] "=&r"(xa_), [xb] "=&r"(xb_), [v] "=&r"(v_), [t] "=&r"(t_)                     \
+                : [d] "r"(D), [end] "r"(END)                                                                         \
+                : "cc", "memory");                                                                                   \
+    } while (0)
+/* tt_dot2x2w_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
+ * rows' weight words (LDR at constant offsets, W1 + OFF1 bytes: the rows may be unaligned) widened (SXTB16) into 4
+ * registers, both pixels' widened words loaded as pairs (LDRD), 8 SMLAD into A0..A3: 16 instructions. gcc, given
+ * the C below unrolled, loaded the widened words one by one and spilled accumulators: some 23 per group. */
+#define TT_DOT2X2W_ASM(XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                                     \
+    do {                                                                                                             \
+        uint32_t x0_, x1_, p0_, p1_, q0_, q1_;                                                                       \
+        __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
+                ".rept %c[g]\n\t"                                                                                    \
+                "ldr %[p1], [%[w0], #.Ltt_g * 4]\n\t" /* row 0's four weights */                                     \
+                "ldr %[q1], [%[w1], #.Ltt_g * 4 + %c[d1]]\n\t" /* row 1's */                                         \
+                "sxtb16 %[p0], %[p1]\n\t"                                                                            \
+                "sxtb16 %[p1], %[p1], ror #8\n\t"                                                                    \
+                "sxtb16 %[q0], %[q1]\n\t"                                                                            \
+                "sxtb16 %[q1], %[q1], ror #8\n\t"                                                                    \
+                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                         \
+                "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                               \
+                "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                               \
+                "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                               \
+                "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                               \
+                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                     \
+                "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                               \
+                "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                               \
+                "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                               \
+                "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                               \
+                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                        \
+                ".endr"                                                                                              \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
+                  [p0] "=&r"(p0_), [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                 \
+                : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
+                : "memory");                                                                                         \
+    } while (0)
+#if TT_FP32_FPU
+/* tt_pw2x2p_fp32_sat_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: the whole loop over the
+ * output channel pairs, every pointer walking by post-increment (gcc, given the loop as C around TT_DOT2X2P_ASM, ran
+ * out of registers and spilled and reloaded its pointers at every 2 x 2 tile). 14 core registers: the buffer, rows
+ * and both output pointers, 4 accumulators, 6 temporaries; the bias and table pointers wait in s16, s17 (one VMOV
+ * each way, in temporaries while used: a free register pair saves a load per group of four channels).
+ * TT_PW2X2P_MAC: per group both pixels' widened words and both rows' packed words loaded as pairs (LDRD), 8 SMLAD,
+ * pixel 1 first: its first SMLAD starts at the bias pair, pixel 0's accumulators, before their own. The first row
+ * read moves W past both rows; the others are read at offsets back. TT_PW2X2P_REQ: tt_requantize_fp32_s8x2's
+ * instructions (VCVT, VMUL, VCVTR on s8..s11) with the scales SC0, SC1 (loaded with the multipliers by VLDM). The
+ * output stage OUT (TT_PW2X2P_USAT or TT_PW2X2P_SSAT) then stores both pixels' two bytes as one halfword each (y may
+ * be unaligned). With PAIRS (up to 48 input channels: measured, 2.5 of a tile's 55 to 180 instructions saved for
+ * 1-2 KB of flash each), two tiles per iteration up to YEND4 (Co less Co % 4) share one VMOV of the pointers each
+ * way, one VLDM of both bias pairs (s12..s15) and one of both tables (s0..s7), and one test; then (else from the
+ * start) one tile per iteration up to YEND. B, Q, YEND4, YEND and ZP are memory operands. */
+#define TT_PW2X2P_MAC                                                                                                \
+    ".set .Ltt_g, 0\n\t"                                                                                             \
+    ".rept %c[g]\n\t"                                                                                                \
+    "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                                 \
+    ".if .Ltt_g\n\t"                                                                                                 \
+    "ldrd %[p0], %[p1], [%[w], #.Ltt_g * 8 - %c[r2]]\n\t" /* row o */                                                \
+    "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                                           \
+    "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                                           \
+    "ldrd %[q0], %[q1], [%[w], #.Ltt_g * 8 - %c[r1]]\n\t" /* row o + 1 */                                            \
+    "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                                           \
+    ".else\n\t"                                                                                                      \
+    "ldrd %[p0], %[p1], [%[w]], #%c[r2]\n\t"                                                                         \
+    "smlad %[a2], %[x0], %[p0], %[a0]\n\t"                                                                           \
+    "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                                           \
+    "ldrd %[q0], %[q1], [%[w], #-%c[r1]]\n\t"                                                                        \
+    "smlad %[a3], %[x0], %[q0], %[a1]\n\t"                                                                           \
+    ".endif\n\t"                                                                                                     \
+    "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                                           \
+    "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                                     \
+    "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                                           \
+    "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                                           \
+    "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                                           \
+    "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                                           \
+    ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                                    \
+    ".endr\n\t"
+#define TT_PW2X2P_REQ(SC0, SC1)                                                                                      \
+    "vmov s8, s9, %[a0], %[a2]\n\t"                                                                                  \
+    "vmov s10, s11, %[a1], %[a3]\n\t"                                                                                \
+    "vcvt.f32.s32 s8, s8\n\t"                                                                                        \
+    "vcvt.f32.s32 s9, s9\n\t"                                                                                        \
+    "vcvt.f32.s32 s10, s10\n\t"                                                                                      \
+    "vcvt.f32.s32 s11, s11\n\t"                                                                                      \
+    "vmul.f32 s8, s8, " SC0 "\n\t"                                                                                   \
+    "vmul.f32 s9, s9, " SC0 "\n\t"                                                                                   \
+    "vmul.f32 s10, s10, " SC1 "\n\t"                                                                                 \
+    "vmul.f32 s11, s11, " SC1 "\n\t"                                                                                 \
+    "vcvtr.s32.f32 s8, s8\n\t"                                                                                       \
+    "vcvtr.s32.f32 s9, s9\n\t"                                                                                       \
+    "vcvtr.s32.f32 s10, s10\n\t"                                                                                     \
+    "vcvtr.s32.f32 s11, s11\n\t"                                                                                     \
+    "vmov %[a0], %[a2], s8, s9\n\t"                                                                                  \
+    "vmov %[a1], %[a3], s10, s11\n\t"
+#define TT_PW2X2P_TILE(SC0, SC1, OUT)                                                                                \
+    TT_PW2X2P_MAC TT_PW2X2P_REQ(SC0, SC1) OUT                                                                        \
+    "strh %[a0], [%[y]], #2\n\t"                                                                                     \
+    "strh %[a2], [%[y1]], #2\n\t"
+#define TT_PW2X2P_ASM(XW, W, B, Q, Y, Y1, YEND4, YEND, ZP, GROUPS, PAIRS, OUT)                                       \
+    do {                                                                                                             \
+        uint32_t a0_, a1_, a2_, a3_, x0_, x1_, p0_, p1_, q0_, q1_;                                                   \
+        __asm__ volatile("ldr %[p0], %[b]\n\t"                                                                       \
+                         "ldr %[p1], %[q]\n\t"                                                                       \
+                         "vmov s16, s17, %[p0], %[p1]\n\t"                                                           \
+                         ".if %c[pairs]\n\t"                                                                         \
+                         "b 2f\n\t"                                                                                  \
+                         "1:\n\t"                                                                                    \
+                         "vmov %[p0], %[p1], s16, s17\n\t"                                                           \
+                         "vldmia %[p0]!, {s12-s15}\n\t" /* both tiles' bias pairs */                                 \
+                         "vldmia %[p1]!, {s0-s7}\n\t" /* their multipliers and scales */                             \
+                         "vmov s16, s17, %[p0], %[p1]\n\t"                                                           \
+                         "vmov %[a0], %[a1], s12, s13\n\t"                                                           \
+                         TT_PW2X2P_TILE("s1", "s3", OUT)                                                             \
+                         "vmov %[a0], %[a1], s14, s15\n\t"                                                           \
+                         TT_PW2X2P_TILE("s5", "s7", OUT)                                                             \
+                         "2:\n\t"                                                                                    \
+                         "ldr %[x0], %[yend4]\n\t"                                                                   \
+                         "cmp %[y], %[x0]\n\t"                                                                       \
+                         "bne 1b\n\t"                                                                                \
+                         ".endif\n\t"                                                                                \
+                         "b 4f\n\t"                                                                                  \
+                         "3:\n\t"                                                                                    \
+                         "vmov %[p0], %[p1], s16, s17\n\t"                                                           \
+                         "ldrd %[a0], %[a1], [%[p0]], #8\n\t" /* the bias pair */                                    \
+                         "vldmia %[p1]!, {s0-s3}\n\t" /* multiplier, scale of channel o, then o + 1 */               \
+                         "vmov s16, s17, %[p0], %[p1]\n\t"                                                           \
+                         TT_PW2X2P_TILE("s1", "s3", OUT)                                                             \
+                         "4:\n\t"                                                                                    \
+                         "ldr %[x0], %[yend]\n\t"                                                                    \
+                         "cmp %[y], %[x0]\n\t"                                                                       \
+                         "bne 3b"                                                                                    \
+                         : [w] "+&r"(W), [y] "+&r"(Y), [y1] "+&r"(Y1), [a0] "=&r"(a0_), [a1] "=&r"(a1_),             \
+                           [a2] "=&r"(a2_), [a3] "=&r"(a3_), [x0] "=&r"(x0_), [x1] "=&r"(x1_), [p0] "=&r"(p0_),      \
+                           [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                         \
+                         : [xw] "r"(XW), [b] "m"(B), [q] "m"(Q), [yend4] "m"(YEND4), [yend] "m"(YEND), [zp] "m"(ZP), \
+                           [g] "n"(GROUPS), [pairs] "n"(PAIRS), [r1] "n"(2 * 4 * (GROUPS)), [r2] "n"(4 * 4 * (GROUPS))\
+                         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12",          \
+                           "s13", "s14", "s15", "s16", "s17", "cc", "memory");                                       \
+    } while (0)
+/* out_zp = -128: clamp(r - 128, -128, 127) is USAT(r, 8) - 128, as a byte USAT(r, 8) ^ 0x80; the two channels'
+ * bytes of a pixel packed (ORR), flipped at once (EOR). */
+#define TT_PW2X2P_USAT                                                                                               \
+    "usat %[a0], #8, %[a0]\n\t"                                                                                      \
+    "usat %[a1], #8, %[a1]\n\t"                                                                                      \
+    "usat %[a2], #8, %[a2]\n\t"                                                                                      \
+    "usat %[a3], #8, %[a3]\n\t"                                                                                      \
+    "orr %[a0], %[a0], %[a1], lsl #8\n\t"                                                                            \
+    "orr %[a2], %[a2], %[a3], lsl #8\n\t"                                                                            \
+    "eor %[a0], %[a0], #0x80808080\n\t"                                                                              \
+    "eor %[a2], %[a2], #0x80808080\n\t"
+/* Any other out_zp (read from memory into a free temporary): r + out_zp saturated (SSAT), packed (BFI). */
+#define TT_PW2X2P_SSAT                                                                                               \
+    "ldr %[x0], %[zp]\n\t"                                                                                           \
+    "add %[a0], %[a0], %[x0]\n\t"                                                                                    \
+    "add %[a1], %[a1], %[x0]\n\t"                                                                                    \
+    "add %[a2], %[a2], %[x0]\n\t"                                                                                    \
+    "add %[a3], %[a3], %[x0]\n\t"                                                                                    \
+    "ssat %[a0], #8, %[a0]\n\t"                                                                                      \
+    "ssat %[a1], #8, %[a1]\n\t"                                                                                      \
+    "ssat %[a2], #8, %[a2]\n\t"                                                                                      \
+    "ssat %[a3], #8, %[a3]\n\t"                                                                                      \
+    "bfi %[a0], %[a1], #8, #8\n\t"                                                                                   \
+    "bfi %[a2], %[a3], #8, #8\n\t"
+#endif
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
@@ -319,6 +537,11 @@ static inline void tt_dot4w_s8(const tt_xw_t *xw, const int8_t *w, int stride, i
     const int8_t *w0 = w, *w1 = w + stride, *end4 = w0 + (n - n % 4), *end = w0 + n;
     const int d = 2 * stride;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT4W_ASM
+    if (w0 != end4) {
+        TT_DOT4W_ASM(xw, w0, w1, d, end4, a0, a1, a2, a3);
+    }
+#endif
     for (; w0 != end4; w0 += 4, w1 += 4, xw += 2) {
         const uint32_t xa = xw[0], xb = xw[1];
         uint32_t v = tt_read_u32(w0);
@@ -354,7 +577,7 @@ static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int
     if (n > 0) {
         TT_DOT4WP_ASM(xw, w, end, a0, a1, a2, a3);
     }
-#endif
+#else
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 2  /* the loop's pointer updates and branch once per 8 channels */
 #endif
@@ -365,6 +588,7 @@ static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int
         a2 = tt_smlad(xb, w[5], tt_smlad(xa, w[4], a2));
         a3 = tt_smlad(xb, w[7], tt_smlad(xa, w[6], a3));
     }
+#endif
     acc[0] = a0;
     acc[1] = a1;
     acc[2] = a2;
@@ -379,6 +603,12 @@ typedef uint32_t tt_xw2_t;
 
 static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1, int n, int32_t in_zp) {
     const uint32_t off = tt_pack16(-in_zp, -in_zp);
+#ifdef TT_WIDEN2_ASM
+    if (__builtin_constant_p(n) && n % 4 == 0 && n <= 252) {  /* conv2d.c.j2 "ci"; STRD offsets within 1020 bytes */
+        TT_WIDEN2_ASM(xw, x0, x1, off, n / 4);
+        return;
+    }
+#endif
     const int rest = n % 4, n4 = n - rest;
     for (int c = 0; c < n4; c += 4, xw += 4) {
         const uint32_t v0 = tt_read_u32(x0 + c), v1 = tt_read_u32(x1 + c);
@@ -403,9 +633,25 @@ static inline void tt_widen2_s8(tt_xw2_t *xw, const int8_t *x0, const int8_t *x1
 /* Two rows w0, w1 at two pixels against a tt_widen2_s8 buffer: acc[0] += x0 . w0, acc[1] += x0 . w1, acc[2] += x1 . w0,
  * acc[3] += x1 . w1 over n channels. Each weight word is widened once for both pixels, each widened input word read
  * once for both rows: per 4 channels 2 weight loads, 4 SXTB16, 4 widened words, 8 SMLAD. */
-static inline void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1, int n, int32_t acc[4]) {
-    const int8_t *end4 = w0 + (n - n % 4);
+/* always_inline: with the asm blocks gcc made it an outlined function of its own (a call per 2 x 2 tile, the
+ * accumulators through memory). */
+static inline __attribute__((always_inline)) void tt_dot2x2w_s8(const tt_xw2_t *xw, const int8_t *w0, const int8_t *w1,
+                                                                 int n, int32_t acc[4]) {
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#ifdef TT_DOT2X2W_ASM
+    /* A constant n, a multiple of 4 (conv2d.c.j2 "ci"): the asm block, its LDRD offsets within 1020 bytes. Row w1 at
+     * a constant distance from w0 (pair_outputs' rows o, o + 1 of one weight) is read at offsets from w0's
+     * register: one fewer. */
+    if (__builtin_constant_p(n) && n % 4 == 0 && n <= 252) {
+        if (__builtin_constant_p(w1 - w0) && w1 - w0 >= 0 && w1 - w0 + n <= 4095) {
+            TT_DOT2X2W_ASM(xw, w0, w0, w1 - w0, n / 4, a0, a1, a2, a3);
+        } else {
+            TT_DOT2X2W_ASM(xw, w0, w1, 0, n / 4, a0, a1, a2, a3);
+        }
+        n = 0;
+    }
+#endif
+    const int8_t *end4 = w0 + (n - n % 4);
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 16  /* whole, when n is a constant (conv2d.c.j2 "ci"); else in groups of 16 */
 #endif
@@ -762,6 +1008,33 @@ static inline void tt_store2_sat_s8(int8_t *y, int32_t v0, int32_t v1) {
 }
 
 #endif /* TT_ARM_DSP */
+
+/* Every output channel pair of two pixels (a pointwise kernel's, conv2d.c.j2 "ci" with "packed", float32
+ * requantization, the full int8 range): channels o, o + 1 at both pixels (tt_dot2x2p_s8 from the bias pair against
+ * rows o, o + 1 of wpk, n / 2 words each), requantized (tt_requantize_fp32_s8x2), out_zp added, saturated to int8
+ * and stored at y[o], y[o + 1] and y1[o], y1[o + 1]; Co even, n a constant multiple of 4. */
+static inline void tt_pw2x2p_fp32_sat_s8(const tt_xw2_t *xw, const uint32_t *wpk, const int32_t *bias,
+                                         const int32_t *rq, int n, int Co, int32_t out_zp, int8_t *y, int8_t *y1) {
+#ifdef TT_PW2X2P_ASM
+    if (__builtin_constant_p(n) && n <= 252) {  /* LDRD offsets within 1020 bytes */
+        const int8_t *const yend4 = y + (Co & ~3), *const yend = y + Co;
+        if (out_zp == -128) {
+            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend4, yend, out_zp, n / 4, n <= 48, TT_PW2X2P_USAT);
+        } else {
+            TT_PW2X2P_ASM(xw, wpk, bias, rq, y, y1, yend4, yend, out_zp, n / 4, n <= 48, TT_PW2X2P_SSAT);
+        }
+        return;
+    }
+#endif
+    for (int o = 0; o < Co; o += 2, wpk += n, bias += 2, rq += 4, y += 2, y1 += 2) {
+        int32_t a[4] = {bias[0], bias[1], bias[0], bias[1]}, r[4];  /* channel o at both pixels, then o + 1 */
+        tt_dot2x2p_s8(xw, wpk, wpk + n / 2, n, a);
+        tt_requantize_fp32_s8x2(a[0], rq[0], rq[1], a[2], rq[0], rq[1], r);
+        tt_requantize_fp32_s8x2(a[1], rq[2], rq[3], a[3], rq[2], rq[3], r + 2);
+        tt_store2_sat_s8(y, r[0] + out_zp, r[2] + out_zp);
+        tt_store2_sat_s8(y1, r[1] + out_zp, r[3] + out_zp);
+    }
+}
 
 /* sum_c (x[c] - in_zp), c < n: the weight zero point's term, (x - in_zp) . (w - w_zp) = x . w - w_zp * this. */
 static inline int32_t tt_sum_s8(const int8_t *x, int n, int32_t in_zp) {
