@@ -176,6 +176,8 @@ def test_arm_dsp_regular_windows_equal_the_simulator(cache, cin, single):
     xs = b.inputs_batch(g, 3)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
     assert np.array_equal(_predict_arm_dsp(g, xs, cache), want)
+
+
 @pytest.mark.parametrize("arm_dsp", [False, True])
 @pytest.mark.parametrize("cin, cout, hw, out_zp", [(8, 12, (7, 5), -128), (8, 2, (4, 8), 5), (16, 10, (5, 7), 17),
                                                    (24, 6, (8, 4), -128), (48, 4, (7, 5), -3), (100, 6, (7, 5), -128),
