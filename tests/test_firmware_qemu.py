@@ -164,12 +164,12 @@ static int8_t w[WEIGHTS], w_sram[WEIGHTS];
 static int32_t zp[CO];
 int main(void)
 {
-    static const int16_t cases[][11] = {CASES};  /* P Ci Co og oz density Cs L4 P4 L2 P2 */
+    static const int16_t cases[][13] = {CASES};  /* P Ci Co og oz density Cs L4 P4 L3 P3 L2 P2 */
     int differ = 0;
     for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int16_t *c = cases[i];
-        differ += check(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], arena, gz, want, scale, w,
-                        w_sram, zp);
+        differ += check(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], arena, gz,
+                        want, scale, w, w_sram, zp);
     }
     printf("cases %u differ %d\n", (unsigned)(sizeof cases / sizeof cases[0]), differ);
     return 0;
@@ -183,13 +183,13 @@ def test_pointwise_input_gradient_tiles_on_every_core_equal_one_term_at_a_time(b
     """The pointwise input gradient (kernels/conv2d_grad_input.c.j2) with runtime/tt_float.h's tiles in Arm assembly
     (TT_FMA_TILES: VLDM / VSTM of four sums per pixel, LDRSB + VMOV of two + VCVT, VFMA) == one term at a time, bit
     for bit, on the core's FPU: test_grad_kernels.py's shapes (input channels off the multiples of 4 too), layouts
-    (apart and in place) and densities, every tile choice (none, 2, 4, 4 and 2)."""
+    (apart and in place) and densities, every tile choice (test_grad_kernels.TILES)."""
     from test_grad_kernels import SHAPES, input_gradient_program, layouts
 
     cases, sizes = [], np.zeros(5, np.int64)
     for p, ci, co in SHAPES:
         for og, oz in layouts(p, ci, co).values():
-            bounds = [b for n in (4, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
+            bounds = [b for n in (4, 3, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
             cases += [(p, ci, co, og, oz, density, co // 2, *bounds) for density in (30, 50, 100)]
             sizes = np.maximum(sizes, [max(og, oz) + p * max(ci, co), p * co, p * ci, co, co * ci])
     main_c = input_gradient_program(POINTWISE_GRAD_MAIN, split, False)

@@ -1,6 +1,6 @@
 """The pointwise gradient C kernels (kernels/conv2d_grad_input.c.j2, conv2d_grad_weight.c.j2) against one term at a time.
 
-The kernel takes a pixel's nonzero terms four at a time and, within [L4, P4) / [L2, P2), four or two pixels
+The kernel takes a pixel's nonzero terms four at a time and, within [L4, P4) / [L3, P3) / [L2, P2), four, three or two pixels
 together where that is cheaper (each weight converted once for them all, an absent term adding an exact zero), a last
 group of rows made up with factor-0 rows (runtime/tt_float.h tt_fma_tile*; here their C, their Arm assembly on the QEMU
 cores in test_firmware_qemu.py). Its sums must equal, bit for bit, the plain loop
@@ -27,9 +27,10 @@ RUNTIME = Path(__file__).resolve().parents[1] / "codegen" / "runtime"  # tt_floa
 CHECK = r"""
 /* Fill the inputs, compute the plain loop's sums into want, then run every kernel (KERNEL_CALLS) with gz at arena + oz
  * and gx at arena + og: the number of kernels whose gx differs from want in any bit. */
-static int check(int P, int Ci, int Co, int og, int oz, int density, int Cs, int L4, int P4, int L2, int P2,
+static int check(int P, int Ci, int Co, int og, int oz, int density, int Cs, int L4, int P4, int L3, int P3, int L2,
+                 int P2,
                  float *arena, float *gz, float *want, float *scale, int8_t *w, int8_t *w_sram, int32_t *zp) {
-    (void)Cs; (void)L4; (void)P4; (void)L2; (void)P2;
+    (void)Cs; (void)L4; (void)P4; (void)L3; (void)P3; (void)L2; (void)P2;
     for (int i = 0; i < Co * Ci; i++) {
         w[i] = (int8_t)(next() & 0xFF);
         w_sram[i] = (int8_t)(next() & 0xFF);  /* the rows o < Cs the kernel reads instead of w */
@@ -87,14 +88,15 @@ KERNELS
 int main(int argc, char **argv) {
     const int P = atoi(argv[1]), Ci = atoi(argv[2]), Co = atoi(argv[3]), og = atoi(argv[4]), oz = atoi(argv[5]);
     const int density = atoi(argv[6]), Cs = atoi(argv[7]), L4 = atoi(argv[8]), P4 = atoi(argv[9]);
-    const int L2 = atoi(argv[10]), P2 = atoi(argv[11]);
+    const int L3 = atoi(argv[10]), P3 = atoi(argv[11]), L2 = atoi(argv[12]), P2 = atoi(argv[13]);
     (void)argc;
     const int n = (og > oz ? og : oz) + P * (Ci > Co ? Ci : Co);
     float *arena = calloc((size_t)n, sizeof(float)), *gz = malloc(sizeof(float) * P * Co);
     float *want = malloc(sizeof(float) * P * Ci), *scale = malloc(sizeof(float) * Co);
     int8_t *w = malloc((size_t)Co * Ci), *w_sram = malloc((size_t)Co * Ci);
     int32_t *zp = malloc(sizeof(int32_t) * Co);
-    const int differ = check(P, Ci, Co, og, oz, density, Cs, L4, P4, L2, P2, arena, gz, want, scale, w, w_sram, zp);
+    const int differ = check(P, Ci, Co, og, oz, density, Cs, L4, P4, L3, P3, L2, P2, arena, gz, want, scale, w, w_sram,
+                             zp);
     printf(differ ? "differ\n" : "same\n");
     free(arena); free(gz); free(want); free(scale); free(w); free(w_sram); free(zp);
     return differ;
@@ -123,7 +125,7 @@ def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...]) -> tuple[s
     return text, f"{name}({', '.join(args)})"
 
 
-TILES = ((), (2,), (4,), (4, 2))
+TILES = ((), (2,), (3,), (4,), (4, 2), (4, 3, 2))
 
 
 def input_gradient_program(harness: str, split: bool, has_wzp: bool) -> str:
@@ -160,9 +162,9 @@ def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, var
                         str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     for name, (og, oz) in layouts(p, ci, co).items():
-        bounds = [b for n in (4, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
+        bounds = [b for n in (4, 3, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
         if name == "apart":
-            assert bounds == [0, p, 0, p]
+            assert bounds == [0, p, 0, p, 0, p]
         for density in (30, 50, 80, 100):
             r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, co // 2, *bounds))],
                                capture_output=True, text=True)

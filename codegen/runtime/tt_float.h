@@ -206,7 +206,7 @@ static inline uint32_t tt_nonzero_bits(const float *p) {
  * With TT_FMA_TILES the channels go four at a time in assembly, the factors in s0.., each pixel's four sums in
  * s16 + 4t .. s19 + 4t, loaded and stored by one VLDM / VSTM, and each row's four weights in s12..s15, each converted
  * once for the np pixels: LDRSB (the row's pointer moving on by 4), half a VMOV of two registers, VCVT. Per four
- * channels 4 x 3: 88 instructions for 48 terms; 2 x 4: 78 for 32; 1 x 4: 60 for 16. The last ci % 4 channels, and
+ * channels 4 x 3: 88 instructions for 48 terms; 3 x 4: 96 for 48; 2 x 4: 78 for 32; 1 x 4: 60 for 16. The last ci % 4 channels, and
  * every channel elsewhere, take tt_fma_tile_c. */
 static inline void tt_fma_tile_c(float *x, int ci, int c, int np, int nr, const int8_t *const *w, const float *g) {
     for (; c < ci; c++) {
@@ -266,6 +266,36 @@ static inline void tt_fma_tile4x3_s8(float *x, int ci, const int8_t *w0, const i
     }
 #endif
     tt_fma_tile_c(x, ci, c, 4, 3, w, g);
+}
+
+static inline void tt_fma_tile3x4_s8(float *x, int ci, const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                     const int8_t *w3, const float g[12]) {
+    const int8_t *const w[4] = {w0, w1, w2, w3};
+    int c = 0;
+#if TT_FMA_TILES
+    if (ci >= 4) {
+        float *x0 = x, *x1 = x + ci, *x2 = x + 2 * ci;
+        const float *end = x + (ci & ~3);
+        int32_t t0, t1;
+        __asm__ volatile(
+            "vldmia %[g], {s0-s11}\n"
+            "1:\n\t"
+            "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\t"
+            TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2")
+            TT_FMA_W4("w1") TT_FMA_P0("s3") TT_FMA_P1("s4") TT_FMA_P2("s5")
+            TT_FMA_W4("w2") TT_FMA_P0("s6") TT_FMA_P1("s7") TT_FMA_P2("s8")
+            TT_FMA_W4("w3") TT_FMA_P0("s9") TT_FMA_P1("s10") TT_FMA_P2("s11")
+            "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\t"
+            "cmp %[x0], %[end]\n\t"
+            "bne 1b"
+            : [x0] "+&r"(x0), [x1] "+&r"(x1), [x2] "+&r"(x2), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2),
+              [w3] "+&r"(w3), [t0] "=&r"(t0), [t1] "=&r"(t1)
+            : [end] "r"(end), [g] "r"(g)
+            : TT_FMA_CLOBBERS);
+        c = ci & ~3;
+    }
+#endif
+    tt_fma_tile_c(x, ci, c, 3, 4, w, g);
 }
 
 static inline void tt_fma_tile2x4_s8(float *x, int ci, const int8_t *w0, const int8_t *w1, const int8_t *w2,
