@@ -206,15 +206,22 @@ static inline uint32_t tt_nonzero_bits(const float *p) {
  * With TT_FMA_TILES the channels go four at a time in assembly, the factors in s0.., each pixel's four sums in
  * s16 + 4t .. s19 + 4t, loaded and stored by one VLDM / VSTM, and each row's four weights in s12..s15, each converted
  * once for the np pixels: LDRSB (the row's pointer moving on by 4), half a VMOV of two registers, VCVT. Per four
- * channels 4 x 3: 88 instructions for 48 terms; 3 x 4: 96 for 48; 2 x 4: 78 for 32; 1 x 4: 60 for 16. The last ci % 4 channels, and
+ * channels 4 x 3: 87 instructions for 48 terms; 3 x 4: 95 for 48; 2 x 4: 77 for 32; 1 x 4: 59 for 16. The last ci % 4 channels, and
  * every channel elsewhere, take tt_fma_tile_c. */
 static inline void tt_fma_tile_c(float *x, int ci, int c, int np, int nr, const int8_t *const *w, const float *g) {
     for (; c < ci; c++) {
+        float v[4];  /* np <= 4 */
+        for (int t = 0; t < np; t++) {
+            v[t] = x[t * ci + c];
+        }
         for (int r = 0; r < nr; r++) {
             const float d = (float)w[r][c];
             for (int t = 0; t < np; t++) {
-                x[t * ci + c] = tt_fmaf(g[np * r + t], d, x[t * ci + c]);
+                v[t] = tt_fmaf(g[np * r + t], d, v[t]);
             }
+        }
+        for (int t = 0; t < np; t++) {
+            x[t * ci + c] = v[t];
         }
     }
 }
@@ -233,6 +240,10 @@ static inline void tt_fma_tile_c(float *x, int ci, int c, int np, int nr, const 
 #define TT_FMA_P1(g) TT_FMA_PX("s20", "s21", "s22", "s23", g)
 #define TT_FMA_P2(g) TT_FMA_PX("s24", "s25", "s26", "s27", g)
 #define TT_FMA_P3(g) TT_FMA_PX("s28", "s29", "s30", "s31", g)
+/* The channel loop, four channels a body, two bodies an iteration (one compare and branch per eight channels),
+ * entered at the second when the count of fours is odd (ci & 4). */
+#define TT_FMA_LOOP(body)                                                                                           \
+    "tst %[ci], #4\n\tbne 2f\n1:\n\t" body "2:\n\t" body "cmp %[x0], %[end]\n\tbne 1b"
 #define TT_FMA_CLOBBERS                                                                                             \
     "cc", "memory", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",     \
     "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30",   \
@@ -249,18 +260,16 @@ static inline void tt_fma_tile4x3_s8(float *x, int ci, const int8_t *w0, const i
         const float *end = x + (ci & ~3);
         int32_t t0, t1;
         __asm__ volatile(
-            "vldmia %[g], {s0-s11}\n"
-            "1:\n\t"
-            "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\tvldmia %[x3], {s28-s31}\n\t"
-            TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2") TT_FMA_P3("s3")
-            TT_FMA_W4("w1") TT_FMA_P0("s4") TT_FMA_P1("s5") TT_FMA_P2("s6") TT_FMA_P3("s7")
-            TT_FMA_W4("w2") TT_FMA_P0("s8") TT_FMA_P1("s9") TT_FMA_P2("s10") TT_FMA_P3("s11")
-            "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\tvstmia %[x3]!, {s28-s31}\n\t"
-            "cmp %[x0], %[end]\n\t"
-            "bne 1b"
+            "vldmia %[g], {s0-s11}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\tvldmia %[x3], {s28-s31}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2") TT_FMA_P3("s3")
+                TT_FMA_W4("w1") TT_FMA_P0("s4") TT_FMA_P1("s5") TT_FMA_P2("s6") TT_FMA_P3("s7")
+                TT_FMA_W4("w2") TT_FMA_P0("s8") TT_FMA_P1("s9") TT_FMA_P2("s10") TT_FMA_P3("s11")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\tvstmia %[x3]!, {s28-s31}\n\t")
             : [x0] "+&r"(x0), [x1] "+&r"(x1), [x2] "+&r"(x2), [x3] "+&r"(x3), [w0] "+&r"(w0), [w1] "+&r"(w1),
               [w2] "+&r"(w2), [t0] "=&r"(t0), [t1] "=&r"(t1)
-            : [end] "r"(end), [g] "r"(g)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
             : TT_FMA_CLOBBERS);
         c = ci & ~3;
     }
@@ -278,19 +287,17 @@ static inline void tt_fma_tile3x4_s8(float *x, int ci, const int8_t *w0, const i
         const float *end = x + (ci & ~3);
         int32_t t0, t1;
         __asm__ volatile(
-            "vldmia %[g], {s0-s11}\n"
-            "1:\n\t"
-            "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\t"
-            TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2")
-            TT_FMA_W4("w1") TT_FMA_P0("s3") TT_FMA_P1("s4") TT_FMA_P2("s5")
-            TT_FMA_W4("w2") TT_FMA_P0("s6") TT_FMA_P1("s7") TT_FMA_P2("s8")
-            TT_FMA_W4("w3") TT_FMA_P0("s9") TT_FMA_P1("s10") TT_FMA_P2("s11")
-            "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\t"
-            "cmp %[x0], %[end]\n\t"
-            "bne 1b"
+            "vldmia %[g], {s0-s11}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2")
+                TT_FMA_W4("w1") TT_FMA_P0("s3") TT_FMA_P1("s4") TT_FMA_P2("s5")
+                TT_FMA_W4("w2") TT_FMA_P0("s6") TT_FMA_P1("s7") TT_FMA_P2("s8")
+                TT_FMA_W4("w3") TT_FMA_P0("s9") TT_FMA_P1("s10") TT_FMA_P2("s11")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\t")
             : [x0] "+&r"(x0), [x1] "+&r"(x1), [x2] "+&r"(x2), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2),
               [w3] "+&r"(w3), [t0] "=&r"(t0), [t1] "=&r"(t1)
-            : [end] "r"(end), [g] "r"(g)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
             : TT_FMA_CLOBBERS);
         c = ci & ~3;
     }
@@ -308,19 +315,17 @@ static inline void tt_fma_tile2x4_s8(float *x, int ci, const int8_t *w0, const i
         const float *end = x + (ci & ~3);
         int32_t t0, t1;
         __asm__ volatile(
-            "vldmia %[g], {s0-s7}\n"
-            "1:\n\t"
-            "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\t"
-            TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1")
-            TT_FMA_W4("w1") TT_FMA_P0("s2") TT_FMA_P1("s3")
-            TT_FMA_W4("w2") TT_FMA_P0("s4") TT_FMA_P1("s5")
-            TT_FMA_W4("w3") TT_FMA_P0("s6") TT_FMA_P1("s7")
-            "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\t"
-            "cmp %[x0], %[end]\n\t"
-            "bne 1b"
+            "vldmia %[g], {s0-s7}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1")
+                TT_FMA_W4("w1") TT_FMA_P0("s2") TT_FMA_P1("s3")
+                TT_FMA_W4("w2") TT_FMA_P0("s4") TT_FMA_P1("s5")
+                TT_FMA_W4("w3") TT_FMA_P0("s6") TT_FMA_P1("s7")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\t")
             : [x0] "+&r"(x0), [x1] "+&r"(x1), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2), [w3] "+&r"(w3),
               [t0] "=&r"(t0), [t1] "=&r"(t1)
-            : [end] "r"(end), [g] "r"(g)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
             : TT_FMA_CLOBBERS);
         c = ci & ~3;
     }
@@ -338,19 +343,17 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
         const float *end = x + (ci & ~3);
         int32_t t0, t1;
         __asm__ volatile(
-            "vldmia %[g], {s0-s3}\n"
-            "1:\n\t"
-            "vldmia %[x0], {s16-s19}\n\t"
-            TT_FMA_W4("w0") TT_FMA_P0("s0")
-            TT_FMA_W4("w1") TT_FMA_P0("s1")
-            TT_FMA_W4("w2") TT_FMA_P0("s2")
-            TT_FMA_W4("w3") TT_FMA_P0("s3")
-            "vstmia %[x0]!, {s16-s19}\n\t"
-            "cmp %[x0], %[end]\n\t"
-            "bne 1b"
+            "vldmia %[g], {s0-s3}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0")
+                TT_FMA_W4("w1") TT_FMA_P0("s1")
+                TT_FMA_W4("w2") TT_FMA_P0("s2")
+                TT_FMA_W4("w3") TT_FMA_P0("s3")
+                "vstmia %[x0]!, {s16-s19}\n\t")
             : [x0] "+&r"(x0), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2), [w3] "+&r"(w3), [t0] "=&r"(t0),
               [t1] "=&r"(t1)
-            : [end] "r"(end), [g] "r"(g)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
             : TT_FMA_CLOBBERS);
         c = ci & ~3;
     }
