@@ -202,12 +202,13 @@ static inline uint32_t tt_nonzero_bits(const float *p) {
 /* tt_fma_tile<np>x<nr>_s8(x, ci, w0 .. w<nr-1>, g): nr weight rows' terms at np pixels whose sums are x[t * ci + c]
  * (t < np, c < ci): for each c, rows r = 0 .. nr-1 in that order,
  *     x[t * ci + c] = fma(g[np * r + t], (float)w_r[c], x[t * ci + c])
- * (docs/design.md §3b: each term one fused multiply-add, the integer converted exactly). A factor 0 adds an exact zero.
+ * (docs/design.md §3b: each term one fused multiply-add, the integer converted exactly). A factor 0 adds an exact
+ * zero.
  * With TT_FMA_TILES the channels go four at a time in assembly, the factors in s0.., each pixel's four sums in
  * s16 + 4t .. s19 + 4t, loaded and stored by one VLDM / VSTM, and each row's four weights in s12..s15, each converted
  * once for the np pixels: LDRSB (the row's pointer moving on by 4), half a VMOV of two registers, VCVT. Per four
- * channels 4 x 3: 87 instructions for 48 terms; 3 x 4: 95 for 48; 2 x 4: 77 for 32; 1 x 4: 59 for 16. The last ci % 4 channels, and
- * every channel elsewhere, take tt_fma_tile_c. */
+ * channels 4 x 3: 87 instructions for 48 terms; 3 x 4: 95 for 48; 2 x 4: 77 for 32; 1 x 4: 59 for 16. The last
+ * ci % 4 channels, and every channel elsewhere, take tt_fma_tile_c. */
 static inline void tt_fma_tile_c(float *x, int ci, int c, int np, int nr, const int8_t *const *w, const float *g) {
     for (; c < ci; c++) {
         float v[4];  /* np <= 4 */
@@ -262,11 +263,13 @@ static inline void tt_fma_tile4x3_s8(float *x, int ci, const int8_t *w0, const i
         __asm__ volatile(
             "vldmia %[g], {s0-s11}\n\t"
             TT_FMA_LOOP(
-                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\tvldmia %[x3], {s28-s31}\n\t"
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\t"
+                "vldmia %[x2], {s24-s27}\n\tvldmia %[x3], {s28-s31}\n\t"
                 TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2") TT_FMA_P3("s3")
                 TT_FMA_W4("w1") TT_FMA_P0("s4") TT_FMA_P1("s5") TT_FMA_P2("s6") TT_FMA_P3("s7")
                 TT_FMA_W4("w2") TT_FMA_P0("s8") TT_FMA_P1("s9") TT_FMA_P2("s10") TT_FMA_P3("s11")
-                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\tvstmia %[x3]!, {s28-s31}\n\t")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\t"
+                "vstmia %[x2]!, {s24-s27}\n\tvstmia %[x3]!, {s28-s31}\n\t")
             : [x0] "+&r"(x0), [x1] "+&r"(x1), [x2] "+&r"(x2), [x3] "+&r"(x3), [w0] "+&r"(w0), [w1] "+&r"(w1),
               [w2] "+&r"(w2), [t0] "=&r"(t0), [t1] "=&r"(t1)
             : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
