@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_file
+from conftest import XORSHIFT64, shared_file
 from test_codegen_train import train_ops_model
+from test_grad_kernels import CHECK
 from tinytrain import engine_qemu
 from tinytrain.cli import main
+from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.engine_c import CTrainer
 from tinytrain.firmware import BOARDS, render_firmware, samples
@@ -140,6 +142,62 @@ def test_fpu_requantization_equals_the_integer_spec_on_every_core(board, tiny, t
     on_fpu = '#if !TT_FP32_FPU\n#error "tt_fixedpoint.h takes no FPU path on this core"\n#endif\n'
     r = _qemu(board, _program(tiny[1], board, glue + FP32_S8_MAIN + on_fpu, tmp_path))
     assert r.returncode == 0 and "differ 0" in r.stdout, r.stdout + r.stderr
+
+
+POINTWISE_GRAD_MAIN = r"""
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "tt_board.h"
+#include "tt_float.h"
+#if !TT_FMA_TILES
+#error "tt_float.h takes no assembly path on this core"
+#endif
+extern void initialise_monitor_handles(void);
+void tt_board_init(void) { initialise_monitor_handles(); }
+""" + XORSHIFT64 + r"""
+KERNELS
+""" + CHECK + r"""
+static float arena[ARENA], gz[GZ], want[GX], scale[CO];
+static int8_t w[WEIGHTS], w_sram[WEIGHTS];
+static int32_t zp[CO];
+int main(void)
+{
+    static const int16_t cases[][13] = {CASES};  /* P Ci Co og oz density Cs L4 P4 L3 P3 L2 P2 */
+    int differ = 0;
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int16_t *c = cases[i];
+        differ += check(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], arena, gz,
+                        want, scale, w, w_sram, zp);
+    }
+    printf("cases %u differ %d\n", (unsigned)(sizeof cases / sizeof cases[0]), differ);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["plain", "split"])
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_pointwise_input_gradient_tiles_on_every_core_equal_one_term_at_a_time(board, split, tiny, tmp_path):
+    """The pointwise input gradient (kernels/conv2d_grad_input.c.j2) with runtime/tt_float.h's tiles in Arm assembly
+    (TT_FMA_TILES: VLDM / VSTM of four sums per pixel, LDRSB + VMOV of two + VCVT, VFMA) == one term at a time, bit
+    for bit, on the core's FPU: test_grad_kernels.py's shapes (input channels off the multiples of 4 too), layouts
+    (apart and in place) and densities, every tile choice (test_grad_kernels.TILES)."""
+    from test_grad_kernels import SHAPES, input_gradient_program, layouts
+
+    cases, sizes = [], np.zeros(5, np.int64)
+    for p, ci, co in SHAPES:
+        for og, oz in layouts(p, ci, co).values():
+            bounds = [b for n in (4, 3, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
+            cases += [(p, ci, co, og, oz, density, co // 2, *bounds) for density in (30, 50, 100)]
+            sizes = np.maximum(sizes, [max(og, oz) + p * max(ci, co), p * co, p * ci, co, co * ci])
+    main_c = input_gradient_program(POINTWISE_GRAD_MAIN, split, False)
+    for key, n in zip(("ARENA", "GZ", "GX", "CO", "WEIGHTS"), sizes):
+        main_c = main_c.replace(f"[{key}]", f"[{n}]")
+    main_c = main_c.replace("{CASES}", "{" + ", ".join("{" + ", ".join(map(str, c)) + "}" for c in cases) + "}")
+    r = _qemu(board, _program(tiny[1], board, main_c, tmp_path))
+    assert r.returncode == 0 and f"cases {len(cases)} differ 0" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_fault_exits_qemu_with_its_status(tiny, tmp_path):

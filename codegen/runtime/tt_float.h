@@ -179,4 +179,189 @@ static inline float tt_lr_factor(uint32_t step, uint32_t warmup, uint32_t steps,
     return lr_floor + (1.0f - lr_floor) * c;
 }
 
+/* ---- the pointwise input gradient's register tiles (kernels/conv2d_grad_input.c.j2) ---- */
+
+/* *p != 0 (either zero's sign) as a word: nonzero exactly when *p is. Its bits less the sign, read by one integer
+ * load: the kernels' scans for nonzero gradients test it in core registers, without a float compare. */
+static inline uint32_t tt_nonzero_bits(const float *p) {
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    return u << 1;
+}
+
+/* TT_FMA_TILES: whether the compiler targets an Arm core whose FPU has VFMA.F32 (Cortex-M4F / M7 / M55 hard-float
+ * builds, Thumb-2): the tiles below then take their channels four at a time in inline assembly; elsewhere all in C. */
+#ifndef TT_FMA_TILES
+#if defined(__arm__) && defined(__thumb2__) && defined(__ARM_FP) && (__ARM_FP & 4) && defined(__ARM_FEATURE_FMA)
+#define TT_FMA_TILES 1
+#else
+#define TT_FMA_TILES 0
+#endif
+#endif
+
+/* tt_fma_tile<np>x<nr>_s8(x, ci, w0 .. w<nr-1>, g): nr weight rows' terms at np pixels whose sums are x[t * ci + c]
+ * (t < np, c < ci): for each c, rows r = 0 .. nr-1 in that order,
+ *     x[t * ci + c] = fma(g[np * r + t], (float)w_r[c], x[t * ci + c])
+ * (docs/design.md §3b: each term one fused multiply-add, the integer converted exactly). A factor 0 adds an exact
+ * zero.
+ * With TT_FMA_TILES the channels go four at a time in assembly, the factors in s0.., each pixel's four sums in
+ * s16 + 4t .. s19 + 4t, loaded and stored by one VLDM / VSTM, and each row's four weights in s12..s15, each converted
+ * once for the np pixels: LDRSB (the row's pointer moving on by 4), half a VMOV of two registers, VCVT. Per four
+ * channels 4 x 3: 87 instructions for 48 terms; 3 x 4: 95 for 48; 2 x 4: 77 for 32; 1 x 4: 59 for 16. The last
+ * ci % 4 channels, and every channel elsewhere, take tt_fma_tile_c. */
+static inline void tt_fma_tile_c(float *x, int ci, int c, int np, int nr, const int8_t *const *w, const float *g) {
+    for (; c < ci; c++) {
+        float v[4];  /* np <= 4 */
+        for (int t = 0; t < np; t++) {
+            v[t] = x[t * ci + c];
+        }
+        for (int r = 0; r < nr; r++) {
+            const float d = (float)w[r][c];
+            for (int t = 0; t < np; t++) {
+                v[t] = tt_fmaf(g[np * r + t], d, v[t]);
+            }
+        }
+        for (int t = 0; t < np; t++) {
+            x[t * ci + c] = v[t];
+        }
+    }
+}
+
+#if TT_FMA_TILES
+/* Row w's next four weights (w moves on by 4) as floats in s12..s15. */
+#define TT_FMA_W4(w)                                                                                                \
+    "ldrsb %[t0], [%[" w "]], #4\n\tldrsb %[t1], [%[" w "], #-3]\n\tvmov s12, s13, %[t0], %[t1]\n\t"              \
+    "ldrsb %[t0], [%[" w "], #-2]\n\tldrsb %[t1], [%[" w "], #-1]\n\tvmov s14, s15, %[t0], %[t1]\n\t"             \
+    "vcvt.f32.s32 s12, s12\n\tvcvt.f32.s32 s13, s13\n\tvcvt.f32.s32 s14, s14\n\tvcvt.f32.s32 s15, s15\n\t"
+/* Their terms at pixel t (sums s<a>..s<a+3>) with factor s<g>. */
+#define TT_FMA_PX(a0, a1, a2, a3, g)                                                                                \
+    "vfma.f32 " a0 ", " g ", s12\n\tvfma.f32 " a1 ", " g ", s13\n\tvfma.f32 " a2 ", " g ", s14\n\t"                 \
+    "vfma.f32 " a3 ", " g ", s15\n\t"
+#define TT_FMA_P0(g) TT_FMA_PX("s16", "s17", "s18", "s19", g)
+#define TT_FMA_P1(g) TT_FMA_PX("s20", "s21", "s22", "s23", g)
+#define TT_FMA_P2(g) TT_FMA_PX("s24", "s25", "s26", "s27", g)
+#define TT_FMA_P3(g) TT_FMA_PX("s28", "s29", "s30", "s31", g)
+/* The channel loop, four channels a body, two bodies an iteration (one compare and branch per eight channels),
+ * entered at the second when the count of fours is odd (ci & 4). */
+#define TT_FMA_LOOP(body)                                                                                           \
+    "tst %[ci], #4\n\tbne 2f\n1:\n\t" body "2:\n\t" body "cmp %[x0], %[end]\n\tbne 1b"
+#define TT_FMA_CLOBBERS                                                                                             \
+    "cc", "memory", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",     \
+    "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30",   \
+    "s31"
+#endif
+
+static inline void tt_fma_tile4x3_s8(float *x, int ci, const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                     const float g[12]) {
+    const int8_t *const w[3] = {w0, w1, w2};
+    int c = 0;
+#if TT_FMA_TILES
+    if (ci >= 4) {
+        float *x0 = x, *x1 = x + ci, *x2 = x + 2 * ci, *x3 = x + 3 * ci;
+        const float *end = x + (ci & ~3);
+        int32_t t0, t1;
+        __asm__ volatile(
+            "vldmia %[g], {s0-s11}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\t"
+                "vldmia %[x2], {s24-s27}\n\tvldmia %[x3], {s28-s31}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2") TT_FMA_P3("s3")
+                TT_FMA_W4("w1") TT_FMA_P0("s4") TT_FMA_P1("s5") TT_FMA_P2("s6") TT_FMA_P3("s7")
+                TT_FMA_W4("w2") TT_FMA_P0("s8") TT_FMA_P1("s9") TT_FMA_P2("s10") TT_FMA_P3("s11")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\t"
+                "vstmia %[x2]!, {s24-s27}\n\tvstmia %[x3]!, {s28-s31}\n\t")
+            : [x0] "+&r"(x0), [x1] "+&r"(x1), [x2] "+&r"(x2), [x3] "+&r"(x3), [w0] "+&r"(w0), [w1] "+&r"(w1),
+              [w2] "+&r"(w2), [t0] "=&r"(t0), [t1] "=&r"(t1)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
+            : TT_FMA_CLOBBERS);
+        c = ci & ~3;
+    }
+#endif
+    tt_fma_tile_c(x, ci, c, 4, 3, w, g);
+}
+
+static inline void tt_fma_tile3x4_s8(float *x, int ci, const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                     const int8_t *w3, const float g[12]) {
+    const int8_t *const w[4] = {w0, w1, w2, w3};
+    int c = 0;
+#if TT_FMA_TILES
+    if (ci >= 4) {
+        float *x0 = x, *x1 = x + ci, *x2 = x + 2 * ci;
+        const float *end = x + (ci & ~3);
+        int32_t t0, t1;
+        __asm__ volatile(
+            "vldmia %[g], {s0-s11}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\tvldmia %[x2], {s24-s27}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1") TT_FMA_P2("s2")
+                TT_FMA_W4("w1") TT_FMA_P0("s3") TT_FMA_P1("s4") TT_FMA_P2("s5")
+                TT_FMA_W4("w2") TT_FMA_P0("s6") TT_FMA_P1("s7") TT_FMA_P2("s8")
+                TT_FMA_W4("w3") TT_FMA_P0("s9") TT_FMA_P1("s10") TT_FMA_P2("s11")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\tvstmia %[x2]!, {s24-s27}\n\t")
+            : [x0] "+&r"(x0), [x1] "+&r"(x1), [x2] "+&r"(x2), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2),
+              [w3] "+&r"(w3), [t0] "=&r"(t0), [t1] "=&r"(t1)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
+            : TT_FMA_CLOBBERS);
+        c = ci & ~3;
+    }
+#endif
+    tt_fma_tile_c(x, ci, c, 3, 4, w, g);
+}
+
+static inline void tt_fma_tile2x4_s8(float *x, int ci, const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                     const int8_t *w3, const float g[8]) {
+    const int8_t *const w[4] = {w0, w1, w2, w3};
+    int c = 0;
+#if TT_FMA_TILES
+    if (ci >= 4) {
+        float *x0 = x, *x1 = x + ci;
+        const float *end = x + (ci & ~3);
+        int32_t t0, t1;
+        __asm__ volatile(
+            "vldmia %[g], {s0-s7}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\tvldmia %[x1], {s20-s23}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0") TT_FMA_P1("s1")
+                TT_FMA_W4("w1") TT_FMA_P0("s2") TT_FMA_P1("s3")
+                TT_FMA_W4("w2") TT_FMA_P0("s4") TT_FMA_P1("s5")
+                TT_FMA_W4("w3") TT_FMA_P0("s6") TT_FMA_P1("s7")
+                "vstmia %[x0]!, {s16-s19}\n\tvstmia %[x1]!, {s20-s23}\n\t")
+            : [x0] "+&r"(x0), [x1] "+&r"(x1), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2), [w3] "+&r"(w3),
+              [t0] "=&r"(t0), [t1] "=&r"(t1)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
+            : TT_FMA_CLOBBERS);
+        c = ci & ~3;
+    }
+#endif
+    tt_fma_tile_c(x, ci, c, 2, 4, w, g);
+}
+
+static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                     const int8_t *w3, const float g[4]) {
+    const int8_t *const w[4] = {w0, w1, w2, w3};
+    int c = 0;
+#if TT_FMA_TILES
+    if (ci >= 4) {
+        float *x0 = x;
+        const float *end = x + (ci & ~3);
+        int32_t t0, t1;
+        __asm__ volatile(
+            "vldmia %[g], {s0-s3}\n\t"
+            TT_FMA_LOOP(
+                "vldmia %[x0], {s16-s19}\n\t"
+                TT_FMA_W4("w0") TT_FMA_P0("s0")
+                TT_FMA_W4("w1") TT_FMA_P0("s1")
+                TT_FMA_W4("w2") TT_FMA_P0("s2")
+                TT_FMA_W4("w3") TT_FMA_P0("s3")
+                "vstmia %[x0]!, {s16-s19}\n\t")
+            : [x0] "+&r"(x0), [w0] "+&r"(w0), [w1] "+&r"(w1), [w2] "+&r"(w2), [w3] "+&r"(w3), [t0] "=&r"(t0),
+              [t1] "=&r"(t1)
+            : [end] "r"(end), [g] "r"(g), [ci] "r"(ci)
+            : TT_FMA_CLOBBERS);
+        c = ci & ~3;
+    }
+#endif
+    tt_fma_tile_c(x, ci, c, 1, 4, w, g);
+}
+
 #endif /* TT_FLOAT_H */

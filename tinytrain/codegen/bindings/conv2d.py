@@ -355,7 +355,7 @@ def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
     return tag, k
 
 
-POINTWISE_TILES = (4, 2)  # pixels the pointwise input gradient may take together (kernels/conv2d_grad_input.c.j2)
+POINTWISE_TILES = (4, 3, 2)  # pixels the pointwise input gradient may take together (kernels/conv2d_grad_input.c.j2)
 
 
 def pointwise_tile_range(gx: int | None, gz: int | None, p: int, ci: int, co: int, n: int) -> tuple[int, int]:
