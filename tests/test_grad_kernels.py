@@ -310,3 +310,117 @@ def test_pointwise_weight_gradient_tiles_fused_with_update_equal_the_two_kernels
         for density in (10, 50, 100):
             r = subprocess.run([str(exe), *map(str, (p, ci, co, c0, cs, density))], capture_output=True, text=True)
             assert r.returncode == 0 and "same" in r.stdout, ((p, ci, co, c0, cs), density, r.stdout + r.stderr)
+
+
+DEPTHWISE_HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tt_float.h"
+
+""" + XORSHIFT64 + r"""
+
+KERNEL
+
+int main(int argc, char **argv) {
+    const int H = atoi(argv[1]), W = atoi(argv[2]), Ci = atoi(argv[3]), density = atoi(argv[4]);
+    const int in_place = atoi(argv[5]), Cs = atoi(argv[6]), B = atoi(argv[7]);
+    (void)argc; (void)Cs; (void)B;
+    const int KH = KSIZE, KW = KSIZE, PT = KSIZE / 2, PL = KSIZE / 2, n = H * W * Ci;
+    float *gz = malloc(sizeof(float) * n), *gx = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+    float *scale = malloc(sizeof(float) * Ci), *scratch = malloc(sizeof(float) * (B * (H * W + KH * KW)));
+    int8_t *w = malloc((size_t)Ci * KH * KW), *w_sram = malloc((size_t)Ci * KH * KW);
+    int32_t *zp = malloc(sizeof(int32_t) * Ci);
+    for (int i = 0; i < Ci * KH * KW; i++) {
+        w[i] = (int8_t)(next() & 0xFF);
+        w_sram[i] = (int8_t)(next() & 0xFF);  /* the rows o < Cs the kernel reads instead of w */
+    }
+    for (int o = 0; o < Ci; o++) {
+        scale[o] = (float)(next() % 1000 + 1) * 1e-5f;
+        zp[o] = HAS_WZP ? (int32_t)(next() % 7) - 3 : 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+        gz[i] = (int)(next() % 100) < density ? v : 0.0f;
+    }
+    for (int iy = 0; iy < H; iy++) {  /* one term at a time, in order (i, j), zeros skipped */
+        for (int ix = 0; ix < W; ix++) {
+            for (int c = 0; c < Ci; c++) {
+                const int8_t *row = (SPLIT && c < Cs ? w_sram : w) + c * KH * KW;
+                float x = 0.0f;
+                for (int i = 0; i < KH; i++) {
+                    for (int j = 0; j < KW; j++) {
+                        const int oy = iy + PT - i, ox = ix + PL - j;
+                        if (oy < 0 || oy >= H || ox < 0 || ox >= W || gz[(oy * W + ox) * Ci + c] == 0.0f) {
+                            continue;
+                        }
+                        x = tt_fmaf(gz[(oy * W + ox) * Ci + c], (float)((int32_t)row[i * KW + j] - zp[c]) * scale[c], x);
+                    }
+                }
+                want[(iy * W + ix) * Ci + c] = x;
+            }
+        }
+    }
+    float *out = gx;
+    if (in_place) {  /* gx takes gz's very bytes */
+        memcpy(gx, gz, sizeof(float) * n);
+    }
+    CALL;
+    const int differ = memcmp(out, want, sizeof(float) * n) != 0;
+    printf(differ ? "differ\n" : "same\n");
+    free(gz); free(gx); free(want); free(scale); free(scratch); free(w); free(w_sram); free(zp);
+    return differ;
+}
+"""
+
+
+@pytest.mark.parametrize("ksize,h,w", [(3, 4, 4), (3, 8, 8), (3, 5, 7), (3, 1, 1), (5, 4, 4), (5, 3, 6), (7, 4, 4),
+                                       (7, 2, 3)])
+@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksize, h, w, variant):
+    """kernels/conv2d_grad_input.c.j2 "plane" (one channel at a time, unrolled for the map; gz in registers or in
+    scratch, taps in registers or a table: bindings/conv2d.py PLANE_*) == the plain loop in order (i, j), zeros
+    skipped, bit for bit: gz masked and dense, in place over gz and apart."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    from tinytrain.codegen.bindings.conv2d import PLANE_GZ_REGS, PLANE_TAPS_REGS
+
+    split, has_wzp = variant
+    ci = 13
+    params = ["float *gx", "const float *gz", "const int8_t *weight"]
+    args = ["out", "in_place ? gx : gz", "SPLIT ? w_sram : w"]
+    if split:
+        params += ["const int8_t *weight_frozen", "int Cs"]
+        args += ["w", "Cs"]
+    params.append("const float *w_scale")
+    args.append("scale")
+    if has_wzp:
+        params.append("const int32_t *w_zp")
+        args.append("zp")
+    params.append("int Ci")
+    args.append("Ci")
+    # every way a channel's gz and taps may be held: as the binding chooses, and each in registers or scratch
+    shipped = (h * w <= PLANE_GZ_REGS, ksize * ksize <= PLANE_TAPS_REGS)
+    for regs, taps in {shipped, (False, False), (True, True), (True, False), (False, True)}:
+        k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=1, sw=1, dh=1, dw=1, pt=ksize // 2, pl=ksize // 2,
+                 padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=True, plane=True, h=h, w=w,
+                 gz_regs=regs, taps_regs=taps, tiles=[])
+        scratch = [] if regs and taps else ["float *scratch"]
+        text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
+            name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params + scratch)})")
+        args_k = args + (["scratch"] if scratch else [])
+        src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args_k)})")
+        src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" + src
+        (tmp_path / "main.c").write_text(src)
+        exe = tmp_path / f"k{int(regs)}{int(taps)}"
+        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
+                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                            f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        for in_place in (0, 1):
+            for density in (40, 100):
+                r = subprocess.run([str(exe), *map(str, (h, w, ci, density, in_place, 5, 1))],
+                                   capture_output=True, text=True)
+                assert r.returncode == 0 and "same" in r.stdout, (regs, taps, in_place, density, r.stdout + r.stderr)

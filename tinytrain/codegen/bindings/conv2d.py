@@ -364,6 +364,23 @@ def pointwise_tile_range(gx: int | None, gz: int | None, p: int, ci: int, co: in
     return int(starts[longest]), int(ends[longest]) - 1 + n
 
 
+# The blocked depthwise input gradient one channel at a time, unrolled for its map (conv2d_grad_input.c.j2 "plane"),
+# where a channel has at most PLANE_TERMS_MAX terms (each about two instructions of code). A channel's gz stays in
+# registers on maps of at most PLANE_GZ_REGS pixels (else in scratch), its taps on windows of at most PLANE_TAPS_REGS
+# (else a table in scratch): with a sum and a temporary, at most 16 + 9 + 2 of the FPU's 32 registers.
+PLANE_TERMS_MAX = 1200
+PLANE_GZ_REGS = 16
+PLANE_TAPS_REGS = 9
+
+
+def plane_terms(k: dict, h: int, w: int) -> int:
+    """The terms of one channel of a stride-1 depthwise input gradient of an h x w map: the taps of each pixel that
+    fall inside gz (the same shape)."""
+    def inside(n: int, taps: int, pad: int) -> int:
+        return sum(0 <= y + pad - i < n for y in range(n) for i in range(taps))
+    return inside(h, k["kh"], k["pt"]) * inside(w, k["kw"], k["pl"])
+
+
 def conv2d_grad_input(node: Node, ctx) -> Call:
     a = node.attrs
     g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
@@ -377,8 +394,20 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     k["split"] = weight_param(s, ctx, w, "(Co,Ci)" if pointwise else (
         f"(Co,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Co,{k['kh']},{k['kw']},Ci)"))
     has_wzp = weight_dequant(s, ctx, node, w)
+    block = grad_input_block(a, [g, w], [gx])
+    k["block"] = block > 0
+    # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
+    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
+    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
+                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
+    # A device depthwise of gz's shape on a small map: one channel at a time, unrolled for the map (PLANE_TERMS_MAX)
+    k["plane"] = (bool(block) and not k["host"] and (k["sh"], k["sw"], k["dh"], k["dw"]) == (1, 1, 1, 1)
+                  and plane_terms(k, h, wd) <= PLANE_TERMS_MAX)
     if pointwise:
         s.ints(P=h * wd, Ci=cin, Co=cout)
+    elif k["plane"]:  # the map's size is the kernel's constant; Co = Ci
+        k.update(h=h, w=wd, gz_regs=h * wd <= PLANE_GZ_REGS, taps_regs=k["kh"] * k["kw"] <= PLANE_TAPS_REGS)
+        s.ints(Ci=cin)
     else:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     k["has_wzp"] = has_wzp
@@ -388,17 +417,15 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
         if hi >= lo + n:  # pixels q .. q+n-1 may go together where lo <= q and q + n <= hi
             k["tiles"].append(n)
             s.ints(**{f"L{n}": lo, f"P{n}": hi})
-    block = grad_input_block(a, [g, w], [gx])
-    k["block"] = block > 0
-    # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
-    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
-    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
-                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
-    if block and not k["host"]:  # B channels at a time through the node's scratch (ops/conv2d.py)
+    if k["plane"]:  # a channel's gz and taps not in registers in the node's scratch (grad_input_scratch: room for both)
+        if not (k["gz_regs"] and k["taps_regs"]):
+            s.add("float *scratch", ctx.scratch(node), f"({h * wd} + {k['kh'] * k['kw']},)")
+    elif block and not k["host"]:  # B channels at a time through the node's scratch (ops/conv2d.py)
         s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
         s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
-                  + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else "")
+                  + ("_split" if k["split"] else "")
+                  + (f"_plane{h}x{wd}" if k["plane"] else ("_blocked" if k["block"] else ""))
                   + "".join(f"_tiles{n}" for n in k["tiles"]) + ("_channels" if k["host"] else ""), k)
 
 
