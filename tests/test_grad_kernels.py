@@ -328,7 +328,8 @@ int main(int argc, char **argv) {
     const int in_place = atoi(argv[5]), Cs = atoi(argv[6]), B = atoi(argv[7]);
     (void)argc; (void)Cs; (void)B;
     const int KH = KSIZE, KW = KSIZE, PT = KSIZE / 2, PL = KSIZE / 2, n = H * W * Ci;
-    float *gz = malloc(sizeof(float) * n), *gx = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+    const int Ho = (H + 2 * PT - KH) / STRIDE + 1, Wo = (W + 2 * PL - KW) / STRIDE + 1, nz = Ho * Wo * Ci;
+    float *gz = malloc(sizeof(float) * nz), *gx = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
     float *scale = malloc(sizeof(float) * Ci), *scratch = malloc(sizeof(float) * (B * (H * W + KH * KW)));
     int8_t *w = malloc((size_t)Ci * KH * KW), *w_sram = malloc((size_t)Ci * KH * KW);
     int32_t *zp = malloc(sizeof(int32_t) * Ci);
@@ -340,7 +341,7 @@ int main(int argc, char **argv) {
         scale[o] = (float)(next() % 1000 + 1) * 1e-5f;
         zp[o] = HAS_WZP ? (int32_t)(next() % 7) - 3 : 0;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < nz; i++) {
         const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
         gz[i] = (int)(next() % 100) < density ? v : 0.0f;
     }
@@ -351,11 +352,12 @@ int main(int argc, char **argv) {
                 float x = 0.0f;
                 for (int i = 0; i < KH; i++) {
                     for (int j = 0; j < KW; j++) {
-                        const int oy = iy + PT - i, ox = ix + PL - j;
-                        if (oy < 0 || oy >= H || ox < 0 || ox >= W || gz[(oy * W + ox) * Ci + c] == 0.0f) {
+                        const int ty = iy + PT - i, tx = ix + PL - j, oy = ty / STRIDE, ox = tx / STRIDE;
+                        if (ty < 0 || ty % STRIDE || oy >= Ho || tx < 0 || tx % STRIDE || ox >= Wo
+                            || gz[(oy * Wo + ox) * Ci + c] == 0.0f) {
                             continue;
                         }
-                        x = tt_fmaf(gz[(oy * W + ox) * Ci + c], (float)((int32_t)row[i * KW + j] - zp[c]) * scale[c], x);
+                        x = tt_fmaf(gz[(oy * Wo + ox) * Ci + c], (float)((int32_t)row[i * KW + j] - zp[c]) * scale[c], x);
                     }
                 }
                 want[(iy * W + ix) * Ci + c] = x;
@@ -363,7 +365,7 @@ int main(int argc, char **argv) {
         }
     }
     float *out = gx;
-    if (in_place) {  /* gx takes gz's very bytes */
+    if (in_place) {  /* gx takes gz's very bytes (the same shape) */
         memcpy(gx, gz, sizeof(float) * n);
     }
     CALL;
@@ -375,13 +377,15 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("ksize,h,w", [(3, 4, 4), (3, 8, 8), (3, 5, 7), (3, 1, 1), (5, 4, 4), (5, 3, 6), (7, 4, 4),
-                                       (7, 2, 3)])
+@pytest.mark.parametrize("ksize,stride,h,w", [(3, 1, 4, 4), (3, 1, 8, 8), (3, 1, 5, 7), (3, 1, 1, 1), (5, 1, 4, 4),
+                                              (5, 1, 3, 6), (7, 1, 4, 4), (7, 1, 2, 3), (3, 2, 8, 8), (7, 2, 8, 8),
+                                              (5, 2, 7, 5)])
 @pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
-def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksize, h, w, variant):
-    """kernels/conv2d_grad_input.c.j2 "plane" (one channel at a time, unrolled for the map; gz in registers or in
-    scratch, taps in registers or a table: bindings/conv2d.py PLANE_*) == the plain loop in order (i, j), zeros
-    skipped, bit for bit: gz masked and dense, in place over gz and apart."""
+def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksize, stride, h, w, variant):
+    """kernels/conv2d_grad_input.c.j2 "plane" (one channel at a time, unrolled for the maps; gz in registers or in
+    the blocked kernel's scratch, taps in registers or a table: bindings/conv2d.py PLANE_*) == the plain loop in order
+    (i, j), zeros skipped, bit for bit: gz masked and dense; stride 1 blocked, in place over gz and apart; stride 2
+    (gx apart from gz, the taps' table on the stack)."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     from tinytrain.codegen.bindings.conv2d import PLANE_GZ_REGS, PLANE_TAPS_REGS
@@ -401,17 +405,21 @@ def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksiz
     params.append("int Ci")
     args.append("Ci")
     # every way a channel's gz and taps may be held: as the binding chooses, and each in registers or scratch
-    shipped = (h * w <= PLANE_GZ_REGS, ksize * ksize <= PLANE_TAPS_REGS)
-    for regs, taps in {shipped, (False, False), (True, True), (True, False), (False, True)}:
-        k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=1, sw=1, dh=1, dw=1, pt=ksize // 2, pl=ksize // 2,
-                 padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=True, plane=True, h=h, w=w,
-                 gz_regs=regs, taps_regs=taps, tiles=[])
-        scratch = [] if regs and taps else ["float *scratch"]
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    block = stride == 1
+    shipped = (ho * wo <= PLANE_GZ_REGS, ksize * ksize <= PLANE_TAPS_REGS)
+    ways = {shipped, (False, False), (True, True), (True, False), (False, True)} if block else {shipped, (True, True)}
+    for regs, taps in ways:
+        k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=1, dw=1, pt=ksize // 2,
+                 pl=ksize // 2, padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=block, plane=True,
+                 h=h, w=w, ho=ho, wo=wo, gz_regs=regs, taps_regs=taps, tiles=[])
+        scratch = [] if (regs and taps) or not block else ["float *scratch"]
         text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
             name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params + scratch)})")
         args_k = args + (["scratch"] if scratch else [])
         src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args_k)})")
-        src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" + src
+        src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
+            f"#define STRIDE {stride}\n" + src
         (tmp_path / "main.c").write_text(src)
         exe = tmp_path / f"k{int(regs)}{int(taps)}"
         r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
@@ -419,8 +427,84 @@ def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksiz
                             f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        for in_place in (0, 1):
+        for in_place in (0, 1) if block else (0,):
             for density in (40, 100):
                 r = subprocess.run([str(exe), *map(str, (h, w, ci, density, in_place, 5, 1))],
                                    capture_output=True, text=True)
                 assert r.returncode == 0 and "same" in r.stdout, (regs, taps, in_place, density, r.stdout + r.stderr)
+
+
+MASK_BIAS_HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+""" + XORSHIFT64 + r"""
+
+MASK_KERNEL
+
+BIAS_KERNEL
+
+int main(int argc, char **argv) {
+    const int N = atoi(argv[1]), P = atoi(argv[2]), C = atoi(argv[3]);
+    (void)argc;
+    float *g = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    uint8_t *bits = malloc((size_t)(N + 7) / 8);
+    for (int i = 0; i < N; i++) {
+        g[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+    }
+    for (int b = 0; b < (N + 7) / 8; b++) {  /* whole bytes of ones and of zeros among random ones */
+        const uint32_t r = (uint32_t)next();
+        bits[b] = (uint8_t)(r % 4 == 0 ? 0xFF : (r % 4 == 1 ? 0x00 : r >> 8));
+    }
+    for (int i = 0; i < N; i++) {
+        want[i] = ((bits[i >> 3] >> (i & 7)) & 1u) ? g[i] : 0.0f;
+    }
+    int differ = 0;
+    tt_clamp_mask_packed_f32(out, g, bits, N);  /* apart */
+    differ |= memcmp(out, want, sizeof(float) * N) != 0;
+    memcpy(out, g, sizeof(float) * N);
+    tt_clamp_mask_packed_f32(out, out, bits, N);  /* in place */
+    differ |= memcmp(out, want, sizeof(float) * N) != 0;
+    float *x = malloc(sizeof(float) * P * C), *gb = malloc(sizeof(float) * C), *wb = malloc(sizeof(float) * C);
+    for (int i = 0; i < P * C; i++) {
+        x[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f * (float)(next() % 3);
+    }
+    for (int c = 0; c < C; c++) {
+        float a = 0.0f;
+        for (int p = 0; p < P; p++) {
+            a += x[p * C + c];
+        }
+        wb[c] = a;
+    }
+    tt_bias_grad_f32(gb, x, P, C);
+    differ |= 2 * (memcmp(gb, wb, sizeof(float) * C) != 0);
+    printf(differ ? "differ %d\n" : "same\n", differ);
+    free(g); free(out); free(want); free(bits); free(x); free(gb); free(wb);
+    return differ;
+}
+"""
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
+def test_clamp_mask_packed_and_bias_grad_equal_the_plain_loops(tmp_path, host):
+    """kernels/clamp_mask_packed.c.j2 (in place: only the zeros written; apart) and bias_grad.c.j2 (eight, four, one
+    channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every tail."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    env = environment()
+    mask = env.get_template("kernels/clamp_mask_packed.c.j2").render(
+        name="tt_clamp_mask_packed_f32", k={"host": host},
+        signature="static void tt_clamp_mask_packed_f32(float *out, const float *g, const uint8_t *bits, int N)")
+    bias = env.get_template("kernels/bias_grad.c.j2").render(
+        name="tt_bias_grad_f32", k={}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
+    (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias))
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", str(tmp_path / "main.c"), "-o",
+                        str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44)):
+        r = subprocess.run([str(exe), str(n), str(p), str(c)], capture_output=True, text=True)
+        assert r.returncode == 0 and "same" in r.stdout, (n, p, c, r.stdout + r.stderr)
