@@ -329,8 +329,9 @@ int main(int argc, char **argv) {
     const int H = atoi(argv[1]), W = atoi(argv[2]), Ci = atoi(argv[3]), density = atoi(argv[4]);
     const int in_place = atoi(argv[5]), Cs = atoi(argv[6]), B = atoi(argv[7]);
     (void)argc; (void)Cs; (void)B;
-    const int KH = KSIZE, KW = KSIZE, PT = KSIZE / 2, PL = KSIZE / 2, n = H * W * Ci;
-    const int Ho = (H + 2 * PT - KH) / STRIDE + 1, Wo = (W + 2 * PL - KW) / STRIDE + 1, nz = Ho * Wo * Ci;
+    const int KH = KSIZE, KW = KSIZE, PT = DIL * (KSIZE / 2), PL = PT, n = H * W * Ci;
+    const int Ho = (H + 2 * PT - DIL * (KH - 1) - 1) / STRIDE + 1, Wo = (W + 2 * PL - DIL * (KW - 1) - 1) / STRIDE + 1;
+    const int nz = Ho * Wo * Ci;
     float *gz = malloc(sizeof(float) * nz), *gx = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
     float *scale = malloc(sizeof(float) * Ci), *scratch = malloc(sizeof(float) * (B * (H * W + KH * KW)));
     int8_t *w = malloc((size_t)Ci * KH * KW), *w_sram = malloc((size_t)Ci * KH * KW);
@@ -354,7 +355,7 @@ int main(int argc, char **argv) {
                 float x = 0.0f;
                 for (int i = 0; i < KH; i++) {
                     for (int j = 0; j < KW; j++) {
-                        const int ty = iy + PT - i, tx = ix + PL - j, oy = ty / STRIDE, ox = tx / STRIDE;
+                        const int ty = iy + PT - i * DIL, tx = ix + PL - j * DIL, oy = ty / STRIDE, ox = tx / STRIDE;
                         if (ty < 0 || ty % STRIDE || oy >= Ho || tx < 0 || tx % STRIDE || ox >= Wo
                             || gz[(oy * Wo + ox) * Ci + c] == 0.0f) {
                             continue;
@@ -421,7 +422,7 @@ def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksiz
         args_k = args + (["scratch"] if scratch else [])
         src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args_k)})")
         src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
-            f"#define STRIDE {stride}\n" + src
+            f"#define STRIDE {stride}\n#define DIL 1\n" + src
         (tmp_path / "main.c").write_text(src)
         exe = tmp_path / f"k{int(regs)}{int(taps)}"
         r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
@@ -434,6 +435,49 @@ def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksiz
                 r = subprocess.run([str(exe), *map(str, (h, w, ci, density, in_place, 5, 1))],
                                    capture_output=True, text=True)
                 assert r.returncode == 0 and "same" in r.stdout, (regs, taps, in_place, density, r.stdout + r.stderr)
+
+
+@pytest.mark.parametrize("ksize,stride,dilation,h,w", [(3, 2, 1, 8, 8), (7, 2, 1, 8, 8), (3, 1, 1, 5, 7),
+                                                       (5, 2, 1, 7, 5), (3, 1, 2, 6, 6)])
+@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+def test_depthwise_input_gradient_gathered_equals_one_term_at_a_time(tmp_path, ksize, stride, dilation, h, w,
+                                                                     variant):
+    """kernels/conv2d_grad_input.c.j2 gathered in C order (multiplier 1: four channels at a time, zero terms added,
+    13 channels leaving one alone) == the plain loop in order (i, j), zeros skipped, bit for bit, gz masked and
+    dense."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    split, has_wzp = variant
+    params = ["float *gx", "const float *gz", "const int8_t *weight"]
+    args = ["out", "gz", "SPLIT ? w_sram : w"]
+    if split:
+        params += ["const int8_t *weight_frozen", "int Cs"]
+        args += ["w", "Cs"]
+    params.append("const float *w_scale")
+    args.append("scale")
+    if has_wzp:
+        params.append("const int32_t *w_zp")
+        args.append("zp")
+    params += ["int H", "int W", "int Ci", "int Ho", "int Wo", "int Co"]
+    args += ["H", "W", "Ci", "Ho", "Wo", "Ci"]
+    pad = dilation * (ksize // 2)
+    k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=dilation, dw=dilation, pt=pad, pl=pad,
+             padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=False, plane=False, tiles=[])
+    text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
+        name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
+    src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args)})")
+    src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
+        f"#define STRIDE {stride}\n#define DIL {dilation}\n" + src
+    (tmp_path / "main.c").write_text(src)
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
+                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for ci in (13, 4, 2):
+        for density in (40, 100):
+            r = subprocess.run([str(exe), *map(str, (h, w, ci, density, 0, 5, 1))], capture_output=True, text=True)
+            assert r.returncode == 0 and "same" in r.stdout, (ci, density, r.stdout + r.stderr)
 
 
 MASK_BIAS_HARNESS = r"""
