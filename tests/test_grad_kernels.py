@@ -485,10 +485,13 @@ MASK_BIAS_HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tt_simd.h"
 
 """ + XORSHIFT64 + r"""
 
 MASK_KERNEL
+
+UNPACKED_KERNEL
 
 BIAS_KERNEL
 
@@ -513,6 +516,22 @@ int main(int argc, char **argv) {
     memcpy(out, g, sizeof(float) * N);
     tt_clamp_mask_packed_f32(out, out, bits, N);  /* in place */
     differ |= memcmp(out, want, sizeof(float) * N) != 0;
+    int8_t *y = malloc((size_t)N);
+    static const int32_t ranges[][2] = {{-128, 127}, {-128, 5}, {-3, 127}, {-90, 60}, {0, 127}};
+    for (int k = 0; k < 5; k++) {  /* the unpacked mask: y a saved int8 output, often at the clamp's ends */
+        const int32_t lo = ranges[k][0], hi = ranges[k][1];
+        for (int i = 0; i < N; i++) {
+            const uint32_t r = (uint32_t)next();
+            y[i] = (int8_t)(r % 4 == 0 ? lo : (r % 4 == 1 ? hi : (int32_t)(r >> 8) % (hi - lo + 1) + lo));
+            want[i] = (y[i] > lo && y[i] < hi) ? g[i] : 0.0f;
+        }
+        tt_clamp_mask_f32(out, g, y, N, lo, hi);  /* apart */
+        differ |= 4 * (memcmp(out, want, sizeof(float) * N) != 0);
+        memcpy(out, g, sizeof(float) * N);
+        tt_clamp_mask_f32(out, out, y, N, lo, hi);  /* in place */
+        differ |= 4 * (memcmp(out, want, sizeof(float) * N) != 0);
+    }
+    free(y);
     float *x = malloc(sizeof(float) * P * C), *gb = malloc(sizeof(float) * C), *wb = malloc(sizeof(float) * C);
     for (int i = 0; i < P * C; i++) {
         x[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f * (float)(next() % 3);
@@ -534,9 +553,11 @@ int main(int argc, char **argv) {
 
 
 @pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
-def test_clamp_mask_packed_and_bias_grad_equal_the_plain_loops(tmp_path, host):
-    """kernels/clamp_mask_packed.c.j2 (in place: only the zeros written; apart) and bias_grad.c.j2 (eight, four, one
-    channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every tail."""
+def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
+    """kernels/clamp_mask_packed.c.j2 and clamp_mask.c.j2 (in place: only the zeros written; apart; the unpacked one
+    with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's) and bias_grad.c.j2 (eight,
+    four, one channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every
+    tail."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     env = environment()
@@ -545,11 +566,16 @@ def test_clamp_mask_packed_and_bias_grad_equal_the_plain_loops(tmp_path, host):
         signature="static void tt_clamp_mask_packed_f32(float *out, const float *g, const uint8_t *bits, int N)")
     bias = env.get_template("kernels/bias_grad.c.j2").render(
         name="tt_bias_grad_f32", k={}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
-    (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias))
+    unpacked = env.get_template("kernels/clamp_mask.c.j2").render(
+        name="tt_clamp_mask_f32", k={},
+        signature="static void tt_clamp_mask_f32(float *out, const float *g, const int8_t *y, int N, int32_t act_min, "
+                  "int32_t act_max)")
+    (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias)
+                                     .replace("UNPACKED_KERNEL", unpacked))
     exe = tmp_path / "k"
     r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", str(tmp_path / "main.c"), "-o",
-                        str(exe)], capture_output=True, text=True)
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
+                        str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44)):
         r = subprocess.run([str(exe), str(n), str(p), str(c)], capture_output=True, text=True)
