@@ -200,6 +200,71 @@ def test_pointwise_input_gradient_tiles_on_every_core_equal_one_term_at_a_time(b
     assert r.returncode == 0 and f"cases {len(cases)} differ 0" in r.stdout, r.stdout + r.stderr
 
 
+FLOOR_MAIN = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "tt_board.h"
+#include "tt_float.h"
+extern void initialise_monitor_handles(void);
+void tt_board_init(void) { initialise_monitor_handles(); }
+
+static int32_t floor_ref(float x) {  /* tt_float.h's portable tt_floor_clamped */
+    if (!(x >= -TT_STEP_LIMIT)) {
+        x = -TT_STEP_LIMIT;
+    }
+    if (x > TT_STEP_LIMIT) {
+        x = TT_STEP_LIMIT;
+    }
+    int32_t r = (int32_t)x;
+    if ((float)r > x) {
+        r -= 1;
+    }
+    return r;
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+int main(void) {
+    static const uint32_t special[] = {0x7FC00000u, 0xFFC00000u, 0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u,
+                                       0x00000001u, 0x80000001u, 0x4E800000u, 0xCE800000u, 0x4E800001u, 0xCE800001u,
+                                       0x4E7FFFFFu, 0xCE7FFFFFu, 0x4B000000u, 0xCB000000u, 0x3F000000u, 0xBF000000u,
+                                       0x3F7FFFFFu, 0xBF7FFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu};
+    int differ = 0;
+    for (unsigned k = 0; k < sizeof special / sizeof special[0]; k++) {
+        differ += tt_floor_clamped(from_bits(special[k])) != floor_ref(from_bits(special[k]));
+    }
+    uint32_t s = 2463534242u;
+    for (int k = 0; k < 300000; k++) {  /* every exponent, and steps of -4..4 LSB plus a draw, as the updates land */
+        s ^= s << 13; s ^= s >> 17; s ^= s << 5;
+        const uint32_t quiet = (s & 0x7F800000u) == 0x7F800000u && (s & 0x007FFFFFu) ? 0x00400000u : 0u;
+        const float x = k & 1 ? from_bits(s | quiet)  /* its argument is a sum: a NaN is quiet */
+                              : (float)(int32_t)(s % 9) - 4.0f + (float)(s >> 8) * (1.0f / 16777216.0f);
+        differ += tt_floor_clamped(x) != floor_ref(x);
+    }
+    printf("differ %d\n", differ);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_sgd_step_floor_equals_the_portable_c_on_every_core(board, tiny, tmp_path):
+    """tt_float.h tt_floor_clamped as the training C builds it for the core (TT_FPV5 on Cortex-M7 / M55: VMAXNM,
+    VMINNM, VCVTM) == its portable C, on quiet NaNs (its argument is always a sum), infinities, the clamp's edges,
+    zeros, subnormals and 300,000 random floats and steps."""
+    from tinytrain.codegen.context import fpv5
+
+    main_c = f"#define TT_FPV5 {int(fpv5(BOARDS[board].core))}\n" + FLOOR_MAIN
+    r = _qemu(board, _program(tiny[1], board, main_c, tmp_path))
+    assert r.returncode == 0 and "differ 0" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_fault_exits_qemu_with_its_status(tiny, tmp_path):
     fault = ('#include <stdio.h>\nextern void initialise_monitor_handles(void);\n'
              'void tt_board_init(void) { initialise_monitor_handles(); }\n'

@@ -286,8 +286,10 @@ int main(int argc, char **argv) {
     }
     tt_grad(gw, gz, inp, P, Ci, Co, c0, Cs, in_zp, in_scale);
     tt_update(w_want, gw, scale, m_want, Cs, Ci, mu, seed, stream, step, warmup, steps, lr_floor);
+    float *scratch = malloc(sizeof(float) * 5 * P);  /* the listed pixels */
     tt_fused(w, scale, m, Cs, Ci, mu, seed, stream, step, warmup, steps, lr_floor, gz, inp, P, Ci, Co, c0, in_zp,
-             in_scale);
+             in_scale, scratch);
+    free(scratch);
     const int differ = memcmp(w, w_want, (size_t)Cs * Ci) != 0 || memcmp(m, m_want, sizeof(float) * Cs * Ci) != 0;
     printf(differ ? "differ\n" : "same\n");
     free(gz); free(gw); free(scale); free(m); free(m_want); free(inp); free(w); free(w_want);
@@ -323,7 +325,7 @@ def test_pointwise_weight_gradient_tiles_fused_with_update_equal_the_two_kernels
         env.get_template("kernels/grad_weight_sgd_update_tiles.c.j2").render(
             name="tt_fused", k=update,
             signature=f"static void tt_fused(int8_t *param, const float *scale, {UPDATE_PARAMS}, const float *gz, "
-                      "const int8_t *inp, int P, int Ci, int Co, int c0, int32_t in_zp, float in_scale)"),
+                      "const int8_t *inp, int P, int Ci, int Co, int c0, int32_t in_zp, float in_scale, float *scratch)"),
     ]
     (tmp_path / "main.c").write_text(FUSED_HARNESS.replace("KERNELS", "\n\n".join(kernels)))
     exe = tmp_path / "k"
@@ -334,6 +336,274 @@ def test_pointwise_weight_gradient_tiles_fused_with_update_equal_the_two_kernels
     assert r.returncode == 0, r.stderr
     for p, ci, co, c0, cs in ((16, 24, 12, 0, 12), (17, 6, 10, 3, 7), (1, 8, 9, 1, 4), (5, 4, 5, 0, 5),
                               (3, 13, 20, 2, 18)):
-        for density in (10, 50, 100):
+        for density in (0, 10, 50, 100):  # 4 rows' gz all zero at every pixel (0), most (10), few, none
             r = subprocess.run([str(exe), *map(str, (p, ci, co, c0, cs, density))], capture_output=True, text=True)
             assert r.returncode == 0 and "same" in r.stdout, ((p, ci, co, c0, cs), density, r.stdout + r.stderr)
+
+
+DEPTHWISE_HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tt_float.h"
+
+""" + XORSHIFT64 + r"""
+
+KERNEL
+
+int main(int argc, char **argv) {
+    const int H = atoi(argv[1]), W = atoi(argv[2]), Ci = atoi(argv[3]), density = atoi(argv[4]);
+    const int in_place = atoi(argv[5]), Cs = atoi(argv[6]), B = atoi(argv[7]);
+    (void)argc; (void)Cs; (void)B;
+    const int KH = KSIZE, KW = KSIZE, PT = DIL * (KSIZE / 2), PL = PT, n = H * W * Ci;
+    const int Ho = (H + 2 * PT - DIL * (KH - 1) - 1) / STRIDE + 1, Wo = (W + 2 * PL - DIL * (KW - 1) - 1) / STRIDE + 1;
+    const int nz = Ho * Wo * Ci;
+    float *gz = malloc(sizeof(float) * nz), *gx = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+    float *scale = malloc(sizeof(float) * Ci), *scratch = malloc(sizeof(float) * (B * (H * W + KH * KW)));
+    int8_t *w = malloc((size_t)Ci * KH * KW), *w_sram = malloc((size_t)Ci * KH * KW);
+    int32_t *zp = malloc(sizeof(int32_t) * Ci);
+    for (int i = 0; i < Ci * KH * KW; i++) {
+        w[i] = (int8_t)(next() & 0xFF);
+        w_sram[i] = (int8_t)(next() & 0xFF);  /* the rows o < Cs the kernel reads instead of w */
+    }
+    for (int o = 0; o < Ci; o++) {
+        scale[o] = (float)(next() % 1000 + 1) * 1e-5f;
+        zp[o] = HAS_WZP ? (int32_t)(next() % 7) - 3 : 0;
+    }
+    for (int i = 0; i < nz; i++) {
+        const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+        gz[i] = (int)(next() % 100) < density ? v : 0.0f;
+    }
+    for (int iy = 0; iy < H; iy++) {  /* one term at a time, in order (i, j), zeros skipped */
+        for (int ix = 0; ix < W; ix++) {
+            for (int c = 0; c < Ci; c++) {
+                const int8_t *row = (SPLIT && c < Cs ? w_sram : w) + c * KH * KW;
+                float x = 0.0f;
+                for (int i = 0; i < KH; i++) {
+                    for (int j = 0; j < KW; j++) {
+                        const int ty = iy + PT - i * DIL, tx = ix + PL - j * DIL, oy = ty / STRIDE, ox = tx / STRIDE;
+                        if (ty < 0 || ty % STRIDE || oy >= Ho || tx < 0 || tx % STRIDE || ox >= Wo
+                            || gz[(oy * Wo + ox) * Ci + c] == 0.0f) {
+                            continue;
+                        }
+                        x = tt_fmaf(gz[(oy * Wo + ox) * Ci + c], (float)((int32_t)row[i * KW + j] - zp[c]) * scale[c], x);
+                    }
+                }
+                want[(iy * W + ix) * Ci + c] = x;
+            }
+        }
+    }
+    float *out = gx;
+    if (in_place) {  /* gx takes gz's very bytes (the same shape) */
+        memcpy(gx, gz, sizeof(float) * n);
+    }
+    CALL;
+    const int differ = memcmp(out, want, sizeof(float) * n) != 0;
+    printf(differ ? "differ\n" : "same\n");
+    free(gz); free(gx); free(want); free(scale); free(scratch); free(w); free(w_sram); free(zp);
+    return differ;
+}
+"""
+
+
+@pytest.mark.parametrize("ksize,stride,h,w", [(3, 1, 4, 4), (3, 1, 8, 8), (3, 1, 5, 7), (3, 1, 1, 1), (5, 1, 4, 4),
+                                              (5, 1, 3, 6), (7, 1, 4, 4), (7, 1, 2, 3), (3, 2, 8, 8), (7, 2, 8, 8),
+                                              (5, 2, 7, 5)])
+@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksize, stride, h, w, variant):
+    """kernels/conv2d_grad_input.c.j2 "plane" (one channel at a time, unrolled for the maps; gz in registers or in
+    the blocked kernel's scratch, taps in registers or a table: bindings/conv2d.py PLANE_*) == the plain loop in order
+    (i, j), zeros skipped, bit for bit: gz masked and dense; stride 1 blocked, in place over gz and apart; stride 2
+    (gx apart from gz, the taps' table on the stack)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    from tinytrain.codegen.bindings.conv2d import PLANE_GZ_REGS, PLANE_TAPS_REGS
+
+    split, has_wzp = variant
+    ci = 13
+    params = ["float *gx", "const float *gz", "const int8_t *weight"]
+    args = ["out", "in_place ? gx : gz", "SPLIT ? w_sram : w"]
+    if split:
+        params += ["const int8_t *weight_frozen", "int Cs"]
+        args += ["w", "Cs"]
+    params.append("const float *w_scale")
+    args.append("scale")
+    if has_wzp:
+        params.append("const int32_t *w_zp")
+        args.append("zp")
+    params.append("int Ci")
+    args.append("Ci")
+    # every way a channel's gz and taps may be held: as the binding chooses, and each in registers or scratch
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    block = stride == 1
+    shipped = (ho * wo <= PLANE_GZ_REGS, ksize * ksize <= PLANE_TAPS_REGS)
+    ways = {shipped, (False, False), (True, True), (True, False), (False, True)} if block else {shipped, (True, True)}
+    for regs, taps in ways:
+        k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=1, dw=1, pt=ksize // 2,
+                 pl=ksize // 2, padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=block, plane=True,
+                 h=h, w=w, ho=ho, wo=wo, gz_regs=regs, taps_regs=taps, tiles=[])
+        scratch = [] if (regs and taps) or not block else ["float *scratch"]
+        text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
+            name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params + scratch)})")
+        args_k = args + (["scratch"] if scratch else [])
+        src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args_k)})")
+        src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
+            f"#define STRIDE {stride}\n#define DIL 1\n" + src
+        (tmp_path / "main.c").write_text(src)
+        exe = tmp_path / f"k{int(regs)}{int(taps)}"
+        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
+                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                            f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        for in_place in (0, 1) if block else (0,):
+            for density in (40, 100):
+                r = subprocess.run([str(exe), *map(str, (h, w, ci, density, in_place, 5, 1))],
+                                   capture_output=True, text=True)
+                assert r.returncode == 0 and "same" in r.stdout, (regs, taps, in_place, density, r.stdout + r.stderr)
+
+
+@pytest.mark.parametrize("ksize,stride,dilation,h,w", [(3, 2, 1, 8, 8), (7, 2, 1, 8, 8), (3, 1, 1, 5, 7),
+                                                       (5, 2, 1, 7, 5), (3, 1, 2, 6, 6)])
+@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+def test_depthwise_input_gradient_gathered_equals_one_term_at_a_time(tmp_path, ksize, stride, dilation, h, w,
+                                                                     variant):
+    """kernels/conv2d_grad_input.c.j2 gathered in C order (multiplier 1: four channels at a time, zero terms added,
+    13 channels leaving one alone) == the plain loop in order (i, j), zeros skipped, bit for bit, gz masked and
+    dense."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    split, has_wzp = variant
+    params = ["float *gx", "const float *gz", "const int8_t *weight"]
+    args = ["out", "gz", "SPLIT ? w_sram : w"]
+    if split:
+        params += ["const int8_t *weight_frozen", "int Cs"]
+        args += ["w", "Cs"]
+    params.append("const float *w_scale")
+    args.append("scale")
+    if has_wzp:
+        params.append("const int32_t *w_zp")
+        args.append("zp")
+    params += ["int H", "int W", "int Ci", "int Ho", "int Wo", "int Co"]
+    args += ["H", "W", "Ci", "Ho", "Wo", "Ci"]
+    pad = dilation * (ksize // 2)
+    k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=dilation, dw=dilation, pt=pad, pl=pad,
+             padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=False, plane=False, tiles=[])
+    text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
+        name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
+    src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args)})")
+    src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
+        f"#define STRIDE {stride}\n#define DIL {dilation}\n" + src
+    (tmp_path / "main.c").write_text(src)
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
+                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for ci in (13, 4, 2):
+        for density in (40, 100):
+            r = subprocess.run([str(exe), *map(str, (h, w, ci, density, 0, 5, 1))], capture_output=True, text=True)
+            assert r.returncode == 0 and "same" in r.stdout, (ci, density, r.stdout + r.stderr)
+
+
+MASK_BIAS_HARNESS = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tt_simd.h"
+
+""" + XORSHIFT64 + r"""
+
+MASK_KERNEL
+
+UNPACKED_KERNEL
+
+BIAS_KERNEL
+
+int main(int argc, char **argv) {
+    const int N = atoi(argv[1]), P = atoi(argv[2]), C = atoi(argv[3]);
+    (void)argc;
+    float *g = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    uint8_t *bits = malloc((size_t)(N + 7) / 8);
+    for (int i = 0; i < N; i++) {
+        g[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+    }
+    for (int b = 0; b < (N + 7) / 8; b++) {  /* whole bytes of ones and of zeros among random ones */
+        const uint32_t r = (uint32_t)next();
+        bits[b] = (uint8_t)(r % 4 == 0 ? 0xFF : (r % 4 == 1 ? 0x00 : r >> 8));
+    }
+    for (int i = 0; i < N; i++) {
+        want[i] = ((bits[i >> 3] >> (i & 7)) & 1u) ? g[i] : 0.0f;
+    }
+    int differ = 0;
+    tt_clamp_mask_packed_f32(out, g, bits, N);  /* apart */
+    differ |= memcmp(out, want, sizeof(float) * N) != 0;
+    memcpy(out, g, sizeof(float) * N);
+    tt_clamp_mask_packed_f32(out, out, bits, N);  /* in place */
+    differ |= memcmp(out, want, sizeof(float) * N) != 0;
+    int8_t *y = malloc((size_t)N);
+    static const int32_t ranges[][2] = {{-128, 127}, {-128, 5}, {-3, 127}, {-90, 60}, {0, 127}};
+    for (int k = 0; k < 5; k++) {  /* the unpacked mask: y a saved int8 output, often at the clamp's ends */
+        const int32_t lo = ranges[k][0], hi = ranges[k][1];
+        for (int i = 0; i < N; i++) {
+            const uint32_t r = (uint32_t)next();
+            y[i] = (int8_t)(r % 4 == 0 ? lo : (r % 4 == 1 ? hi : (int32_t)(r >> 8) % (hi - lo + 1) + lo));
+            want[i] = (y[i] > lo && y[i] < hi) ? g[i] : 0.0f;
+        }
+        tt_clamp_mask_f32(out, g, y, N, lo, hi);  /* apart */
+        differ |= 4 * (memcmp(out, want, sizeof(float) * N) != 0);
+        memcpy(out, g, sizeof(float) * N);
+        tt_clamp_mask_f32(out, out, y, N, lo, hi);  /* in place */
+        differ |= 4 * (memcmp(out, want, sizeof(float) * N) != 0);
+    }
+    free(y);
+    float *x = malloc(sizeof(float) * P * C), *gb = malloc(sizeof(float) * C), *wb = malloc(sizeof(float) * C);
+    for (int i = 0; i < P * C; i++) {
+        x[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f * (float)(next() % 3);
+    }
+    for (int c = 0; c < C; c++) {
+        float a = 0.0f;
+        for (int p = 0; p < P; p++) {
+            a += x[p * C + c];
+        }
+        wb[c] = a;
+    }
+    tt_bias_grad_f32(gb, x, P, C);
+    differ |= 2 * (memcmp(gb, wb, sizeof(float) * C) != 0);
+    printf(differ ? "differ %d\n" : "same\n", differ);
+    free(g); free(out); free(want); free(bits); free(x); free(gb); free(wb);
+    return differ;
+}
+"""
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
+def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
+    """kernels/clamp_mask_packed.c.j2 and clamp_mask.c.j2 (in place: only the zeros written; apart; the unpacked one
+    with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's) and bias_grad.c.j2 (eight,
+    four, one channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every
+    tail."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    env = environment()
+    mask = env.get_template("kernels/clamp_mask_packed.c.j2").render(
+        name="tt_clamp_mask_packed_f32", k={"host": host},
+        signature="static void tt_clamp_mask_packed_f32(float *out, const float *g, const uint8_t *bits, int N)")
+    bias = env.get_template("kernels/bias_grad.c.j2").render(
+        name="tt_bias_grad_f32", k={}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
+    unpacked = env.get_template("kernels/clamp_mask.c.j2").render(
+        name="tt_clamp_mask_f32", k={},
+        signature="static void tt_clamp_mask_f32(float *out, const float *g, const int8_t *y, int N, int32_t act_min, "
+                  "int32_t act_max)")
+    (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias)
+                                     .replace("UNPACKED_KERNEL", unpacked))
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
+                        str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44)):
+        r = subprocess.run([str(exe), str(n), str(p), str(c)], capture_output=True, text=True)
+        assert r.returncode == 0 and "same" in r.stdout, (n, p, c, r.stdout + r.stderr)

@@ -94,7 +94,20 @@ static inline float tt_logf(float x) {
 
 #define TT_STEP_LIMIT 1073741824.0f  /* 2^30: an SGD step is clamped to +-2^30 LSB before it lands */
 
+/* TT_FPV5: the generated training C defines it 1 for a core whose FPU has VMAXNM / VMINNM / VCVTM (Cortex-M7, M55:
+ * codegen/context.py FPV5_TARGETS); built with that FPU, tt_floor_clamped is those three instructions. */
+#ifndef TT_FPV5
+#define TT_FPV5 0
+#endif
+
 /* floor(x) clamped to [-2^30, 2^30] (NaN gives -2^30), as an integer. */
+#if TT_FPV5 && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
+/* The same integer: VMAXNM returns -2^30 for a (quiet: x is a sum, never signalling) NaN and below, VMINNM 2^30 above,
+ * VCVTM rounds toward minus infinity, exact at |x| <= 2^30 (gcc: fmaxf, fminf, lfloorf inline on this FPU). */
+static inline int32_t tt_floor_clamped(float x) {
+    return (int32_t)__builtin_lfloorf(__builtin_fminf(__builtin_fmaxf(x, -TT_STEP_LIMIT), TT_STEP_LIMIT));
+}
+#else
 static inline int32_t tt_floor_clamped(float x) {
     if (!(x >= -TT_STEP_LIMIT)) {
         x = -TT_STEP_LIMIT;
@@ -108,6 +121,7 @@ static inline int32_t tt_floor_clamped(float x) {
     }
     return r;
 }
+#endif
 
 /* tt_floor_clamped in two halves, each of which gcc vectorizes in a loop (the whole it does not: "control flow in
  * loop", gcc 12; a host build's update, kernels/sgd_update.c.j2): tt_floor_of_clamped(tt_step_clamp(x)) ==

@@ -32,6 +32,17 @@ RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
 DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55"})
 
 
+# Cores whose FPU (Cortex-M7's FPv5, Cortex-M55's Armv8.1-M floating point) has VMAXNM / VMINNM and VCVTM (float to
+# integer rounding toward minus infinity): a training project for one of them defines TT_FPV5 1, and tt_float.h's
+# tt_floor_clamped (the landing of every SGD step) takes them, built with that FPU, in place of compares and branches.
+FPV5_TARGETS = frozenset({"cortex-m7", "cortex-m55"})
+
+
+def fpv5(target: str) -> bool:
+    """Whether a project for ``target`` may use the FPv5 rounding instructions (tt_float.h tt_floor_clamped)."""
+    return target in FPV5_TARGETS
+
+
 def arm_dsp(target: str) -> bool:
     """Whether a project for ``target`` uses the Arm DSP inner products (tt_simd.h)."""
     return target in DSP_TARGETS

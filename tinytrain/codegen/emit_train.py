@@ -27,8 +27,8 @@ from tinytrain.version import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,
-                                       arena_offsets, arm_dsp, bind_call, environment, runtime_files, step_comment,
-                                       streamed_input)
+                                       arena_offsets, arm_dsp, bind_call, environment, fpv5, runtime_files,
+                                       step_comment, streamed_input)
 from tinytrain.codegen.emit_stream import render_region
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
@@ -283,6 +283,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
                    "scale": repr(q.quant.s), "classes": q.shape[-1]},
         "uint8_io": graph.uint8_io,
         "arm_dsp": arm_dsp(plan.target),
+        "fpv5": fpv5(plan.target),
         "streamed_input": streamed_input(plan),
         "state": state,
         "state_bytes": state_size(layout),

@@ -12,7 +12,8 @@ at once, so no more than one block of the fp32 gradient ever exists; every eleme
 operations in the same order as in the unfused kernels (including its stochastic-rounding index i, counted
 over the whole selected gradient), so fused and unfused C agree bit for bit. A pointwise gradient of at least 4 rows
 of at least 4 inputs is computed in tiles of 4 x 4 elements held in registers instead, each tile updated at once
-(codegen/bindings/grad_weight_sgd_update.py, kernels/grad_weight_sgd_update_tiles.c.j2): its scratch goes unused.
+(codegen/bindings/grad_weight_sgd_update.py, kernels/grad_weight_sgd_update_tiles.c.j2): its scratch then lists
+the pixels where 4 rows' g_z are not all zero.
 
 Block size (the one place it is chosen, ``block_rows``): the most rows whose fp32 gradient fits ``SCRATCH_BYTES``
 (2 KB — small beside a 256 KB SRAM; larger blocks save only loop overhead, each block walking g_z's positions

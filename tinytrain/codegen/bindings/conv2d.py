@@ -380,6 +380,31 @@ def pointwise_tile_range(gx: int | None, gz: int | None, p: int, ci: int, co: in
     return int(starts[longest]), int(ends[longest]) - 1 + n
 
 
+# The depthwise input gradient one channel at a time, unrolled for its maps (conv2d_grad_input.c.j2 "plane"), where a
+# channel has at most PLANE_TERMS_MAX terms (each about two instructions of code). A channel's gz stays in registers
+# on maps of at most PLANE_GZ_REGS pixels (else in the blocked kernel's scratch), its taps on windows of at most
+# PLANE_TAPS_REGS (else a table in that scratch or a stack array): with a sum and a temporary, at most 16 + 9 + 2 of
+# the FPU's 32 registers.
+PLANE_TERMS_MAX = 1200
+PLANE_GZ_REGS = 16
+PLANE_TAPS_REGS = 9
+
+
+def plane_terms(k: dict, h: int, w: int, ho: int, wo: int) -> int:
+    """The terms of one channel of a depthwise input gradient (not dilated) of an h x w map from gz's ho x wo: the
+    taps of each pixel that fall on a gz pixel."""
+    def inside(n: int, n_out: int, taps: int, pad: int, stride: int) -> int:
+        return sum((y + pad - i) % stride == 0 and 0 <= (y + pad - i) // stride < n_out
+                   for y in range(n) for i in range(taps))
+    return inside(h, ho, k["kh"], k["pt"], k["sh"]) * inside(w, wo, k["kw"], k["pl"], k["sw"])
+
+
+def apart(ctx, a: str, a_size: int, b: str, b_size: int) -> bool:
+    """Whether float tensors ``a`` and ``b`` share no byte (not both in the arena, or apart there)."""
+    oa, ob = ctx.offsets.get(a), ctx.offsets.get(b)
+    return oa is None or ob is None or oa + 4 * a_size <= ob or ob + 4 * b_size <= oa
+
+
 def conv2d_grad_input(node: Node, ctx) -> Call:
     a = node.attrs
     g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
@@ -393,8 +418,23 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     k["split"] = weight_param(s, ctx, w, "(Co,Ci)" if pointwise else (
         f"(Co,{k['kh']},{k['kw']})" if k["variant"] == "depthwise" else f"(Co,{k['kh']},{k['kw']},Ci)"))
     has_wzp = weight_dequant(s, ctx, node, w)
+    block = grad_input_block(a, [g, w], [gx])
+    k["block"] = block > 0
+    # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
+    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
+    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
+                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
+    # A device depthwise (multiplier 1, not dilated) on a small map one channel at a time, unrolled for the map
+    # (PLANE_*): in place when blocked (gx has gz's shape), else where gx and gz do not overlap and gz fits registers.
+    gz_regs = ho * wo <= PLANE_GZ_REGS
+    k["plane"] = (k["variant"] == "depthwise" and k["mult"] == 1 and not k["host"] and (k["dh"], k["dw"]) == (1, 1)
+                  and (bool(block) or (gz_regs and apart(ctx, gx.name, gx.size, g.name, g.size)))
+                  and plane_terms(k, h, wd, ho, wo) <= PLANE_TERMS_MAX)
     if pointwise:
         s.ints(P=h * wd, Ci=cin, Co=cout)
+    elif k["plane"]:  # the maps' sizes are the kernel's constants; Co = Ci
+        k.update(h=h, w=wd, ho=ho, wo=wo, gz_regs=gz_regs, taps_regs=k["kh"] * k["kw"] <= PLANE_TAPS_REGS)
+        s.ints(Ci=cin)
     else:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     k["has_wzp"] = has_wzp
@@ -404,17 +444,16 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
         if hi >= lo + n:  # pixels q .. q+n-1 may go together where lo <= q and q + n <= hi
             k["tiles"].append(n)
             s.ints(**{f"L{n}": lo, f"P{n}": hi})
-    block = grad_input_block(a, [g, w], [gx])
-    k["block"] = block > 0
-    # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
-    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
-    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
-                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
-    if block and not k["host"]:  # B channels at a time through the node's scratch (ops/conv2d.py)
+    if k["plane"]:  # a channel's gz and taps not in registers: blocked, in the node's scratch (grad_input_scratch: room
+        if block and not (k["gz_regs"] and k["taps_regs"]):  # for both); else taps in a stack array
+            s.add("float *scratch", ctx.scratch(node), f"({h * wd} + {k['kh'] * k['kw']},)")
+    elif block and not k["host"]:  # B channels at a time through the node's scratch (ops/conv2d.py)
         s.add("float *scratch", ctx.scratch(node), "(H,W,B)")
         s.ints(B=block)
     return s.call("conv2d_grad_input", f"tt_conv_{tag}_grad_input_f32" + ("_wzp" if has_wzp else "")
-                  + ("_split" if k["split"] else "") + ("_blocked" if k["block"] else "")
+                  + ("_split" if k["split"] else "")
+                  + ("_blocked" if k["block"] else "")
+                  + ((f"_plane{h}x{wd}" + (f"_of{ho}x{wo}" if (ho, wo) != (h, wd) else "")) if k["plane"] else "")
                   + "".join(f"_tiles{n}" for n in k["tiles"]) + ("_channels" if k["host"] else ""), k)
 
 

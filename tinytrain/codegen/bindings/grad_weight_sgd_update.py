@@ -34,12 +34,12 @@ def _args(call: Call) -> dict[str, str]:
 def _tiles(grad: Call, block: int) -> bool:
     """Whether the fused kernel holds the gradient 4 rows x 4 input channels at a time in registers
     (grad_weight_sgd_update_tiles.c.j2): a pointwise gradient (not a host build's, which has its own vectorized form,
-    docs/design.md §4) of at least 4 rows of at least 4 inputs whose blocks would hold fewer than 4 rows. Blocks of 4
-    rows or more convert each input once for 4 rows too and skip the zero terms clamp masks make, which the tiles
-    add (measured on qemu-m7: tiles for those too cost the VWW MobileNets' steps 0.5-1.2 M instructions more)."""
+    docs/design.md §4) of at least 4 rows of at least 4 inputs, whose list of pixels (5 floats each) fits the
+    node's scratch (``block`` rows of Ci floats). Like the blocked form's four-row groups, the tiles skip the pixels
+    where 4 rows' gz are all zero (clamp masks make many)."""
     k, args = dict(grad.kernel.consts), _args(grad)
-    return (k.get("variant") == "pointwise" and not k["host"] and block < 4 and int(args["Cs"]) >= 4
-            and int(args["Ci"]) >= 4)
+    return (k.get("variant") == "pointwise" and not k["host"] and int(args["Cs"]) >= 4 and int(args["Ci"]) >= 4
+            and 5 * int(args["P"]) <= block * int(args["Ci"]))
 
 
 def _merged(node: Node, calls: tuple[Call, ...]) -> Signature:
@@ -71,6 +71,7 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
         update = update_call(node, ctx, a.update, names[fused.PARAM], "", names[fused.SCALE], names[fused.MOMENTUM],
                              names[fused.STEP], block=False)
         s = _merged(node, (update, grad))
+        s.add("float *scratch", ctx.scratch(node), "(P,5): the listed pixels")
         name = f"{grad.kernel.name}_tiles_{update.kernel.name.removeprefix('tt_')}"
         return s.call("grad_weight_sgd_update_tiles", name, dict(update.kernel.consts))
     scratch = ctx.scratch(node)
