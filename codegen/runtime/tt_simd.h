@@ -401,6 +401,41 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     "bfi %[a0], %[a1], #8, #8\n\t"                                                                                   \
     "bfi %[a2], %[a3], #8, #8\n\t"
 #endif
+/* TT_DOT2X2_ASM's groups for inputs less a zero point (OFF: its pair, SXTAB16) and a constant channel count N, a
+ * multiple of 4: unrolled whole, without the loop's end, in the same 13 registers (a split weight's rows, whose
+ * sums change as the step updates them: conv2d.c.j2 "x2" with Cs even). */
+#define TT_DOT2X2Z_ASM(X0, W0, N, OFF, A0, A1, A2, A3)                                                               \
+    do {                                                                                                             \
+        uint32_t v0_, v1_, u_, t_, p_, q_;                                                                           \
+        __asm__(".set .Ltt_g, 0\n\t"                                                                                   \
+                ".rept %c[n] / 4\n\t"                                                                                 \
+                "ldr %[v0], [%[x], #.Ltt_g * 4]\n\t"          /* pixel 0 */                                            \
+                "ldr %[v1], [%[x], #.Ltt_g * 4 + %c[n]]\n\t"  /* pixel 1 */                                            \
+                "ldr %[u], [%[w], #.Ltt_g * 4]\n\t"           /* row 0 */                                              \
+                "sxtab16 %[p], %[off], %[v0]\n\t"                                                                      \
+                "sxtab16 %[v0], %[off], %[v0], ror #8\n\t"                                                             \
+                "sxtab16 %[q], %[off], %[v1]\n\t"                                                                      \
+                "sxtab16 %[v1], %[off], %[v1], ror #8\n\t"                                                             \
+                "sxtb16 %[t], %[u]\n\t"                                                                                \
+                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
+                "smlad %[a0], %[p], %[t], %[a0]\n\t"                                                                   \
+                "smlad %[a0], %[v0], %[u], %[a0]\n\t"                                                                  \
+                "smlad %[a2], %[q], %[t], %[a2]\n\t"                                                                   \
+                "smlad %[a2], %[v1], %[u], %[a2]\n\t"                                                                  \
+                "ldr %[u], [%[w], #.Ltt_g * 4 + %c[n]]\n\t"   /* row 1 */                                              \
+                "sxtb16 %[t], %[u]\n\t"                                                                                \
+                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
+                "smlad %[a1], %[p], %[t], %[a1]\n\t"                                                                   \
+                "smlad %[a1], %[v0], %[u], %[a1]\n\t"                                                                  \
+                "smlad %[a3], %[q], %[t], %[a3]\n\t"                                                                   \
+                "smlad %[a3], %[v1], %[u], %[a3]\n\t"                                                                  \
+                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                          \
+                ".endr"                                                                                              \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [v0] "=&r"(v0_), [v1] "=&r"(v1_),      \
+                  [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)                                         \
+                : [x] "r"(X0), [w] "r"(W0), [off] "r"(OFF), [n] "n"(N)                                               \
+                : "memory");                                                                                         \
+    } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
@@ -725,6 +760,10 @@ static inline void tt_dot2x2_s8(const int8_t *x0, const int8_t *x1, const int8_t
     if (__builtin_constant_p(in_zp) && in_zp == 0 && __builtin_constant_p(n) && n > 0 && n % 16 == 0 && n <= 4080 &&
         __builtin_constant_p(w1 - w0) && w1 - w0 == n && x1 == x0 + n) {  /* conv2d.c.j2 "zb", two pixels */
         TT_DOT2X2_ASM(x0, w0, n, a0, a1, a2, a3);
+        c = n;
+    } else if (__builtin_constant_p(n) && n > 0 && n % 4 == 0 && n <= 4080 && __builtin_constant_p(w1 - w0) &&
+               w1 - w0 == n && x1 == x0 + n) {  /* a split weight's pair of rows, two pixels */
+        TT_DOT2X2Z_ASM(x0, w0, n, off, a0, a1, a2, a3);
         c = n;
     }
 #endif

@@ -129,7 +129,7 @@ def conv2d(node: Node, ctx) -> Call:
     # A pointwise input of up to XW_MAX / 2 channels is widened two pixels at a time (conv2d.c.j2 "xw2": 2 output
     # channels x 2 pixels per inner product, each row its own pointer, the buffers as long as one pixel's of XW_MAX).
     xw = XW_MAX if cin * (1 if pointwise else kh * kw) <= XW_MAX and not split else 0
-    xw2 = x2 = hold = zb = 0
+    xw2 = x2 = hold = zb = x2_ci = 0
     if pointwise:
         xw2 = XW_MAX // 2 if cin <= XW_MAX // 2 else 0
         # Inputs neither buffer takes (longer than XW_MAX, or beside a split weight's rows) are widened on the way,
@@ -144,12 +144,15 @@ def conv2d(node: Node, ctx) -> Call:
         # channel count is a constant, so that the inner products need few enough registers for an asm loop
         # (tt_simd.h TT_DOT2X2_ASM).
         zb = x2 and not split and not has_wzp and not ctx.trainable(w.name)
+        # Beside a split weight whose SRAM rows are even in number, a pair of rows o, o + 1 is always in one array:
+        # "x2" has the channel count as a constant too (rows at immediate offsets, tt_simd.h TT_DOT2X2Z_ASM).
+        x2_ci = zb or (x2 and split and ctx.trainable_rows(w.name) % 2 == 0)
         if zb:
             sums = w.data.reshape(cout, -1).astype(np.int64).sum(axis=1)
             s.add("const int32_t *zb", ctx.table(node, "zp_sums", (-x.quant.zp * sums).astype(np.int32)),
                   "(Co,): -in_zp * sum_c weight[o,c]")
     fixed_c = across == "channels" or (host and depthwise)
-    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci or window_ci or zb else {"Ci": cin}, {"Co": cout})
+    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci or window_ci or x2_ci else {"Ci": cin}, {"Co": cout})
     width = {} if wb else {"W": wd}  # a planar kernel's widths are constants (depthwise_planar.c.j2)
     if pointwise:
         s.ints(P=h * wd, **ci, **co)
@@ -190,10 +193,10 @@ def conv2d(node: Node, ctx) -> Call:
     if pointwise:
         stage = "_xw2" if xw2 else ("_xw" if xw else ("_x2" + (f"_hold{hold}" if hold else "") if x2 else ""))
         pairs = xw2 or x2
-        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci or zb else "")
+        return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{cin}" if fixed_ci or x2_ci else "")
                       + ("_zb" if zb else "") + ("_packed" if packed else "") + ("_co_odd" if pairs and cout % 2 else ""),
                       dict(k, pointwise=True, xw=0 if pairs else xw, xw2=xw2, x2=x2, hold=hold,
-                           ci=cin if fixed_ci or zb else 0, zb=zb, packed=packed, has_wzp=has_wzp and not packed,
+                           ci=cin if fixed_ci or x2_ci else 0, zb=zb, packed=packed, has_wzp=has_wzp and not packed,
                            co_odd=bool(pairs and cout % 2)))
     # A regular window of up to XW_MAX / 2 elements: two output pixels' windows at once, the same way
     # (padded_window).
