@@ -140,13 +140,14 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : "memory");                                                                                         \
     } while (0)
 /* tt_dot4wp_s8 (below) as one asm loop: per group of four channels the widened pair (LDRD, post-indexed) and the
- * four rows' 8 packed words as two LDM of 4 registers, 8 SMLAD into A0..A3; W walks to END (> W). gcc loaded the
+ * four rows' 8 packed words as two LDM of 4 registers, 8 SMLAD into A0..A3, two groups a pass; W walks to END (> W). gcc loaded the
  * 8 words one LDR each. LDM needs its registers in ascending order: they are named (r8-r11). */
 #define TT_DOT4WP_ASM(XW, W, END, A0, A1, A2, A3)                                                                    \
     do {                                                                                                             \
         register uint32_t p0_ __asm__("r8"), p1_ __asm__("r9"), p2_ __asm__("r10"), p3_ __asm__("r11");                \
         uint32_t x0_, x1_;                                                                                           \
         __asm__("1:\n\t"                                                                                              \
+                ".rept 2\n\t" /* two groups per pass: END - W a multiple of 16 words */                               \
                 "ldrd %[x0], %[x1], [%[xw]], #8\n\t"                                                                   \
                 "ldm %[w]!, {%[p0], %[p1], %[p2], %[p3]}\n\t" /* rows 0 and 1 */                                      \
                 "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                                 \
@@ -158,6 +159,7 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                                 \
                 "smlad %[a3], %[x0], %[p2], %[a3]\n\t"                                                                 \
                 "smlad %[a3], %[x1], %[p3], %[a3]\n\t"                                                                 \
+                ".endr\n\t"                                                                                            \
                 "cmp %[w], %[end]\n\t"                                                                                 \
                 "bne 1b"                                                                                             \
                 : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [xw] "+&r"(XW), [w] "+&r"(W),           \
@@ -609,7 +611,15 @@ static inline void tt_dot4wp_s8(const tt_xw_t *xw, const uint32_t *w, int n, int
     const uint32_t *end = w + 2 * n;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
 #ifdef TT_DOT4WP_ASM
-    if (n > 0) {
+    if ((n / 4) & 1) {  /* an odd group count: the first group here, then the asm loop's pairs of groups */
+        a0 = tt_smlad(xw[1], w[1], tt_smlad(xw[0], w[0], a0));
+        a1 = tt_smlad(xw[1], w[3], tt_smlad(xw[0], w[2], a1));
+        a2 = tt_smlad(xw[1], w[5], tt_smlad(xw[0], w[4], a2));
+        a3 = tt_smlad(xw[1], w[7], tt_smlad(xw[0], w[6], a3));
+        xw += 2;
+        w += 8;
+    }
+    if (w != end) {
         TT_DOT4WP_ASM(xw, w, end, a0, a1, a2, a3);
     }
 #else
