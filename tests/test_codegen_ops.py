@@ -64,14 +64,15 @@ def test_conv2d(cache, variant, hw, cin, cout, mult, k, kw, stride, dilation, pa
     assert_c_matches_simulator(b, g, cache)
 
 
-def _arm_dsp_files(g) -> dict[str, str]:
-    """The C project of a cortex-m7 compile of ``g`` (TT_ARM_DSP 1: tt_simd.h's SXTB16 / SMLAD path)."""
+def _arm_dsp_files(g, stream: bool = True) -> dict[str, str]:
+    """The C project of a cortex-m7 compile of ``g`` (TT_ARM_DSP 1: tt_simd.h's SXTB16 / SMLAD path), its frozen
+    prefix row-streamed (memory/stream.py) unless ``stream`` is false."""
     import dataclasses
 
     from tinytrain.codegen import render_project
     from tinytrain.memory.report import plan_forward
 
-    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7")
+    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62, stream=stream), target="cortex-m7")
     files = render_project(g, plan)
     assert "#define TT_ARM_DSP 1" in files["tinytrain_model.c"]
     return files
@@ -221,13 +222,16 @@ def test_arm_dsp_depthwise_equals_the_portable_reference(cache, c, single):
 
 
 @pytest.mark.parametrize("c, single", [(5, "fp32"), (16, False), (3, True)])
-def test_arm_dsp_planar_depthwise_equals_the_simulator(cache, c, single):
+@pytest.mark.parametrize("hw, stream, planar", [((14, 11), True, 3), ((60, 27), True, 8), ((60, 27), False, 8)])
+def test_arm_dsp_planar_depthwise_equals_the_simulator(cache, c, single, hw, stream, planar):
     """Depthwise kernels that go one channel at a time (depthwise_planar.c.j2: the window's rows gathered as int16,
     two outputs per pass over each row, SMLAD over pairs of taps) == the simulator, DSP C: 3x3, 5x3, 5x5 and 7x7
-    windows at strides 1 and 2, odd and even widths (a last output alone), asymmetric and no padding, weight zero
-    points, a clamp; and the four-channel kernel where the window lies mostly outside the input."""
+    windows at strides 1 and 2, odd and even widths (a last output alone, a lone first or last gathered column),
+    asymmetric and no padding, weight zero points, a clamp; in bands of a streamed prefix (every row gathered at
+    each call) and whole (the ring's rows rotating); on the smaller maps, the kernel that unrolls every clipped
+    window (depthwise_map.c.j2)."""
     b = GraphBuilder(c)
-    h = b.input((1, 14, 11, c))
+    h = b.input((1, *hw, c))
     layers = [((3, 3), 1, (1, 1, 1, 1), False), ((5, 5), 1, (2, 2, 2, 2), True), ((3, 3), 1, (0, 2, 1, 0), False),
               ((5, 3), 1, (2, 1, 2, 1), True), ((3, 3), 1, (0, 0, 0, 0), False), ((7, 7), 2, (3, 3, 3, 3), True),
               ((5, 5), 2, (2, 2, 1, 1), False), ((7, 7), 1, (3, 3, 3, 3), False)]
@@ -235,9 +239,38 @@ def test_arm_dsp_planar_depthwise_equals_the_simulator(cache, c, single):
         h = b.conv(h, c, k, (stride, stride), pad, depthwise=True, weight_zp=weight_zp, single=single,
                    act=(-100, 110) if weight_zp else (-128, 127))
     g = b.build(h)
-    files = _arm_dsp_files(g)
+    files = _arm_dsp_files(g, stream)
     kernels = re.findall(r"^static .*void (tt_depthwise_conv_\w+)\(", files["tinytrain_model.c"], re.M)
-    assert sum("_planar_" in n for n in kernels) == 7 and any("_planar_" not in n for n in kernels), kernels
+    assert sum("_planar_" in n for n in kernels) == planar, kernels
+    assert sum("_map_" in n for n in kernels) == len(layers) - planar, kernels
+    assert any("_band_" in n for n in kernels) == stream, kernels
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    assert np.array_equal(_predict_arm_dsp(g, xs, cache, files), want)
+
+
+@pytest.mark.parametrize("c, single", [(5, "fp32"), (16, False), (3, True)])
+@pytest.mark.parametrize("hw, layers", [
+    ((15, 16), [((7, 7), 2, (3, 3, 3, 3), True), ((3, 3), 1, (1, 1, 1, 1), False), ((5, 5), 1, (2, 2, 2, 2), True),
+                ((3, 3), 1, (0, 0, 0, 0), False), ((7, 7), 1, (3, 3, 3, 3), True)]),
+    ((9, 7), [((5, 3), 2, (2, 1, 1, 0), False), ((7, 7), 1, (3, 3, 3, 3), True), ((7, 5), 1, (3, 2, 1, 1), False),
+              ((3, 3), 2, (0, 1, 1, 0), True)]),
+    ((16, 15), [((3, 3), 1, (1, 1, 1, 1), True), ((7, 7), 2, (3, 3, 3, 3), False), ((5, 5), 1, (2, 2, 2, 2), True)])])
+def test_arm_dsp_map_depthwise_equals_the_simulator(cache, c, single, hw, layers):
+    """Depthwise kernels over small maps (bindings/conv2d.py MAP_TERMS_MAX), one channel at a time with every
+    output's window clipped at compile time (depthwise_map.c.j2: SMLAD per two inputs of a word, SMLAxy per input
+    alone) == the simulator, DSP C: 3x3, 5x3, 7x5, 5x5 and 7x7 windows at strides 1 and 2, odd and even widths,
+    windows that start or end half way through a word and windows larger than the map, asymmetric and no padding,
+    weight zero points, a clamp."""
+    b = GraphBuilder(c)
+    h = b.input((1, *hw, c))
+    for k, stride, pad, weight_zp in layers:
+        h = b.conv(h, c, k, (stride, stride), pad, depthwise=True, weight_zp=weight_zp, single=single,
+                   act=(-100, 110) if weight_zp else (-128, 127))
+    g = b.build(h)
+    files = _arm_dsp_files(g, stream=False)
+    kernels = re.findall(r"^static .*void (tt_depthwise_conv_\w+)\(", files["tinytrain_model.c"], re.M)
+    assert sum("_map_" in n for n in kernels) == len(layers), kernels
     xs = b.inputs_batch(g, 3)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
     assert np.array_equal(_predict_arm_dsp(g, xs, cache, files), want)
@@ -324,7 +357,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
     host = ("tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_rows_s8_f32w(")  # bindings/conv2d.py
-    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_sat_planar_c8_w6_pairs(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
+    device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_sat_map_c8_5x6_to_5x6(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
     assert all(name in source for name in (device if arm_dsp else host))
     xs = b.inputs_batch(g, 4)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]

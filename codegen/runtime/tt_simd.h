@@ -4,7 +4,8 @@
  * tt_dot2x2w_s8, two rows at two pixels, against two pixels' inputs widened once, tt_widen2_s8; tt_dot2x2p_s8 with
  * the rows packed as halfwords, and tt_pw2x2p_fp32_sat_s8, a pointwise kernel's whole loop over its channel pairs
  * with their float32 requantization and stores), one window tap of four
- * neighbouring depthwise channels (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), and the clamped
+ * neighbouring depthwise channels (tt_mac4_s8; tt_mac4p_s8 with the weights packed as halfwords), one channel's
+ * depthwise rows (tt_gather16_s8 gathers them as int16, tt_dwrow2_s1 / tt_dwrow2_s2 multiply them), and the clamped
  * store of four or two int8 outputs (tt_store4_s8, tt_store2_s8; tt_store4_sat_s8, tt_store2_sat_s8 for the full
  * int8 range, saturation alone).
  *
@@ -61,6 +62,12 @@ static inline uint32_t tt_sxtab16_ror8(uint32_t a, uint32_t x) {
     __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(x));
     return r;
 }
+/* tt_pack16 as one instruction (PKHBT; gcc makes UXTH + ORR of the C): for values not known at compile time. */
+static inline uint32_t tt_pkhbt(int32_t lo, int32_t hi) {
+    uint32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+}
 /* The low bytes of b0..b3 as bytes 0..3 of one word. */
 static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
     uint32_t r = (uint32_t)b0;
@@ -109,6 +116,26 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                          : [t0] "=&r"(t0_), [t1] "=&r"(t1_), [u0] "=&r"(u0_), [u1] "=&r"(u1_)                        \
                          : [xw] "r"(XW), [x0] "r"(X0), [x1] "r"(X1), [off] "r"(OFF), [g] "n"(GROUPS)                 \
                          : "memory");                                                                                \
+    } while (0)
+/* tt_gather16_s8 (below) for a constant stride C, four words (eight inputs) per block: LDRSB at constant offsets,
+ * PKHBT, STRD; gcc's own code of the C loop computed an address per input. The memory operands tell gcc what the
+ * block reads (7C + 1 bytes from S) and writes (4 words at D); volatile: its register outputs are scratch. */
+#define TT_GATHER16_ASM(D, S, C)                                                                                     \
+    do {                                                                                                             \
+        int32_t a_, b_, c_, d_;                                                                                      \
+        __asm__ volatile(".set .Ltt_k, 0\n\t"                                                                        \
+                ".rept 2\n\t"                                                                                        \
+                "ldrsb %[a], [%[s], #.Ltt_k * 4 * %c[c]]\n\t"                                                        \
+                "ldrsb %[b], [%[s], #(.Ltt_k * 4 + 1) * %c[c]]\n\t"                                                  \
+                "ldrsb %[x], [%[s], #(.Ltt_k * 4 + 2) * %c[c]]\n\t"                                                  \
+                "ldrsb %[y], [%[s], #(.Ltt_k * 4 + 3) * %c[c]]\n\t"                                                  \
+                "pkhbt %[a], %[a], %[b], lsl #16\n\t"                                                                \
+                "pkhbt %[x], %[x], %[y], lsl #16\n\t"                                                                \
+                "strd %[a], %[x], [%[d], #.Ltt_k * 8]\n\t"                                                           \
+                ".set .Ltt_k, .Ltt_k + 1\n\t"                                                                        \
+                ".endr"                                                                                              \
+                : [a] "=&r"(a_), [b] "=&r"(b_), [x] "=&r"(c_), [y] "=&r"(d_), "=m"(*(uint32_t(*)[4])(D))             \
+                : [s] "r"(S), [d] "r"(D), [c] "n"(C), "m"(*(const int8_t(*)[7 * (C) + 1])(S)));                      \
     } while (0)
 /* tt_dot2x2p_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
  * pixels' widened words (XW) and both rows' packed words (W0, W1 + OFF1 bytes) loaded as pairs (LDRD, at constant
@@ -440,7 +467,7 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
- * mod 2^32), BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
+ * mod 2^32), PKHBT, BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
 static inline uint32_t tt_sxtab16(uint32_t a, uint32_t x) {
     return tt_pack16((int32_t)(a & 0xFFFFu) + (int8_t)(x & 0xFFu), (int32_t)(a >> 16) + (int8_t)((x >> 16) & 0xFFu));
 }
@@ -464,6 +491,7 @@ static inline int32_t tt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
 static inline int32_t tt_smlabt(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)((int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)(b >> 16)));
 }
+static inline uint32_t tt_pkhbt(int32_t lo, int32_t hi) { return tt_pack16(lo, hi); }
 static inline uint32_t tt_pack4(int32_t b0, int32_t b1, int32_t b2, int32_t b3) {
     return ((uint32_t)b0 & 0xFFu) | (((uint32_t)b1 & 0xFFu) << 8) | (((uint32_t)b2 & 0xFFu) << 16) |
            ((uint32_t)b3 << 24);
@@ -863,6 +891,25 @@ static inline void tt_dwrow2_s2(const uint32_t *r, const uint32_t *w, int m, int
     }
     *acc0 = tt_smlabt(r[m], w[2 * m - 1], a0);
     *acc1 = tt_smlabt(r[m + 1], w[2 * m - 1], a1);
+}
+
+/* d[k] = (s[2k c], s[(2k + 1) c]) as int16 halfwords, low first, k < n: 2n inputs c bytes apart gathered into
+ * the ring of the planar depthwise kernel (kernels/depthwise_planar.c.j2), d word-aligned; four words at a time as
+ * asm blocks (TT_GATHER16_ASM), c a constant of at most 585 (the blocks' offsets, up to 7c, are LDRSB immediates:
+ * bindings/conv2d.py PLANAR_C_MAX). */
+static inline void tt_gather16_s8(uint32_t *d, const int8_t *s, int c, int n) {
+    int k = 0;
+#ifdef TT_GATHER16_ASM
+    for (; k + 4 <= n; k += 4) {
+        TT_GATHER16_ASM(d + k, s + 2 * k * c, c);
+    }
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 4
+#endif
+    for (; k < n; k++) {
+        d[k] = tt_pkhbt(s[2 * k * c], s[(2 * k + 1) * c]);
+    }
 }
 
 /* y[q] = clamp(v_q, lo, hi), q < 4, for -128 <= lo <= hi <= 127: saturated to int8, packed, clamped bytewise, one

@@ -69,9 +69,13 @@ def conv2d(node: Node, ctx) -> Call:
     # copy of a constant length, which gcc makes a few word loads and stores.
     window_ci = not (pointwise or depthwise or ctx.host) and kh * kw * cin <= XW_MAX // 2
     band = None if pointwise else ctx.band(node)
-    # A device depthwise convolution one channel at a time (depthwise_planar.c.j2) where planar_width allows it and
-    # the planner's placement of its output lets it store in that order (planar_safe); wb: its ring rows' width.
-    wb = planar_width(k, h, wd, ho, wo) if depthwise and cout == cin and not ctx.host else 0
+    # A device depthwise convolution one channel at a time with every output's window clipped at compile time
+    # (depthwise_map.c.j2) where its output map is small (map_outputs), under planar_safe's placement rule; else one
+    # channel at a time (depthwise_planar.c.j2) where planar_width allows it and the planner's placement of its
+    # output lets it store in that order (planar_safe); wb: its ring rows' width.
+    small = (depthwise and cout == cin and not ctx.host and band is None and map_outputs(k, h, wd, ho, wo)
+             and planar_safe(ctx, x.name, y.name, cin, band))
+    wb = planar_width(k, h, wd, ho, wo) if depthwise and cout == cin <= PLANAR_C_MAX and not (ctx.host or small) else 0
     if wb and not planar_safe(ctx, x.name, y.name, cin, band):
         wb = 0
     # A device pointwise kernel of XW_MAX / 2 + 1 .. XW_MAX input channels (one pixel at a time, conv2d.c.j2 "xw") may
@@ -80,8 +84,8 @@ def conv2d(node: Node, ctx) -> Call:
     # depthwise taps packed as halfwords (twice the flash of the int8 weights): 3x3 windows only, where the weights
     # are few and the loads a large share of a tap (measured on qemu-m7: packing 5x5 / 7x7 too saved 5-8 % of the
     # depthwise instructions for 74-144 KB more flash on mcunet / proxyless)
-    packed = (depthwise and not wb and cout == cin and cout % 4 == 0 and kh * kw <= 9 and not ctx.trainable(w.name)
-              and not ctx.host)
+    packed = (depthwise and not (wb or small) and cout == cin and cout % 4 == 0 and kh * kw <= 9
+              and not ctx.trainable(w.name) and not ctx.host)
     if packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
         s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
               f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
@@ -152,10 +156,13 @@ def conv2d(node: Node, ctx) -> Call:
             s.add("const int32_t *zb", ctx.table(node, "zp_sums", (-x.quant.zp * sums).astype(np.int32)),
                   "(Co,): -in_zp * sum_c weight[o,c]")
     fixed_c = across == "channels" or (host and depthwise)
-    ci, co = ({}, {}) if fixed_c or wb else ({} if fixed_ci or window_ci or x2_ci else {"Ci": cin}, {"Co": cout})
+    ci, co = ({}, {}) if fixed_c or wb or small else ({} if fixed_ci or window_ci or x2_ci else {"Ci": cin},
+                                                    {"Co": cout})
     width = {} if wb else {"W": wd}  # a planar kernel's widths are constants (depthwise_planar.c.j2)
     if pointwise:
         s.ints(P=h * wd, **ci, **co)
+    elif small:  # depthwise_map.c.j2: every size a constant
+        pass
     else:  # without padding no bounds checks: the input height is not needed
         s.ints(**({"H": h} if padded else {}), **width, **ci, **({} if band else {"Ho": ho}), **(
             {} if wb else {"Wo": wo}), **co)
@@ -181,6 +188,9 @@ def conv2d(node: Node, ctx) -> Call:
             tag += f"_c{cout}"
             k.update(co=cout)
         return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
+    if small:
+        return s.call("depthwise_map", f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}"
+                      f"_s8{suffix}_map_c{cin}_{h}x{wd}_to_{ho}x{wo}", dict(k, c=cin, h=h, w=wd, ho=ho, wo=wo))
     if wb:
         return s.call("depthwise_planar", f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}"
                       f"_s8{suffix}_planar_c{cin}_w{wd}" + ("_pairs" if packed else ""),
@@ -211,13 +221,34 @@ def conv2d(node: Node, ctx) -> Call:
 
 
 # The most stack bytes of the ring of input rows of a planar depthwise kernel (depthwise_planar.c.j2: kh rows of
-# planar_width halfwords); a wider one takes the kernel four channels at a time. 3x3 windows over 64-pixel rows take
-# 408, well inside the measured stack's reserve (memory/report.py STACK_BYTES).
-PLANAR_RING_MAX = 640
+# planar_width halfwords) or of the input map of one unrolling every window (depthwise_map.c.j2); a wider one takes
+# the kernel four channels at a time. 3x3 windows over 64-pixel rows take 408, 5x5 ones at stride 2 680 (measured on
+# qemu-m7: planar, proxyless-w0.3's streamed 5x5 layer saves 0.31 M instructions per step for 4 bytes more of the
+# measured stack), inside the measured stack's reserve (memory/report.py STACK_BYTES).
+PLANAR_RING_MAX = 680
 # The least share of a planar depthwise kernel's window taps that lie inside the input (the rest, padding, it
 # multiplies too, where the four-channel kernel skips them): measured on qemu-m7, 7x7 windows over 4x4 maps (a third
-# inside) take a third more instructions planar, 5x5 ones (a half inside) a little fewer.
+# inside) take a third more instructions planar, 5x5 ones (a half inside) a little fewer (maps that small now take
+# depthwise_map.c.j2, which skips the padding).
 PLANAR_MIN_INSIDE = 0.45
+# The most channels of a planar depthwise kernel: its gather reads a row's inputs 7 channel counts apart at most as
+# immediate offsets of 12 bits (tt_simd.h tt_gather16_s8).
+PLANAR_C_MAX = 585
+
+
+# The most products, as window rows x words (kh * (kw + 1) / 2 per output), a depthwise kernel that unrolls every
+# output's clipped window (depthwise_map.c.j2) has per channel: its code. Measured on qemu-m7 against the planar
+# kernel, per step of each zoo model: 4x4 maps -0.4 to -0.7 M instructions (less flash: no tap pair tables), 8x8 ones
+# -0.5 to -0.8 M more for -12 to +33 KB of flash, 3x3 windows over 16x16 maps (1,536) -0.1 to -0.3 M more for 8 to
+# 13 KB; 5x5 ones over 16x16 maps (3,840) -0.27 M more for 35 KB (left planar).
+MAP_TERMS_MAX = 2048
+
+
+def map_outputs(k: dict, h: int, wd: int, ho: int, wo: int) -> bool:
+    """Whether depthwise_map.c.j2 takes a depthwise convolution: odd windows at least 3 wide, not dilated, of at most
+    MAP_TERMS_MAX products per channel, from an input map whose int16 copy fits PLANAR_RING_MAX bytes."""
+    return (k["kw"] >= 3 and k["kw"] % 2 == 1 and (k["dh"], k["dw"]) == (1, 1)
+            and ho * wo * k["kh"] * (k["kw"] + 1) // 2 <= MAP_TERMS_MAX and h * ((wd + 1) // 2) * 4 <= PLANAR_RING_MAX)
 
 
 def planar_width(k: dict, h: int, wd: int, ho: int, wo: int) -> int:
