@@ -194,47 +194,63 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [end] "r"(END)                                                                                     \
                 : "cc", "memory");                                                                                   \
     } while (0)
+/* One group of four channels of two pixels' inner products with two rows (TT_DOT2X2_ASM, TT_DOT2X2Z_ASM): the
+ * pixels' words at X and X + N, the rows' at W and W + N (immediate offsets, group .Ltt_g), the pixels' widened by
+ * WIDEN (TT_RAW16: SXTB16; TT_LESS_ZP16: SXTAB16 of the zero point pair OFF), the rows' by SXTB16, 8 SMLAD into
+ * A0..A3, in 6 temporaries. */
+#define TT_RAW16(D, S) "sxtb16 " D ", " S "\n\t"
+#define TT_LESS_ZP16(D, S) "sxtab16 " D ", %[off], " S "\n\t"
+#define TT_DOT2X2_GROUP(WIDEN)                                                                                       \
+    "ldr %[v0], [%[x], #.Ltt_g * 4]\n\t"          /* pixel 0 */                                                      \
+    "ldr %[v1], [%[x], #.Ltt_g * 4 + %c[n]]\n\t"  /* pixel 1 */                                                      \
+    "ldr %[u], [%[w], #.Ltt_g * 4]\n\t"           /* row 0 */                                                        \
+    WIDEN("%[p]", "%[v0]") WIDEN("%[v0]", "%[v0], ror #8") WIDEN("%[q]", "%[v1]") WIDEN("%[v1]", "%[v1], ror #8")    \
+    "sxtb16 %[t], %[u]\n\t"                                                                                          \
+    "sxtb16 %[u], %[u], ror #8\n\t"                                                                                  \
+    "smlad %[a0], %[p], %[t], %[a0]\n\t"                                                                             \
+    "smlad %[a0], %[v0], %[u], %[a0]\n\t"                                                                            \
+    "smlad %[a2], %[q], %[t], %[a2]\n\t"                                                                             \
+    "smlad %[a2], %[v1], %[u], %[a2]\n\t"                                                                            \
+    "ldr %[u], [%[w], #.Ltt_g * 4 + %c[n]]\n\t"   /* row 1 */                                                        \
+    "sxtb16 %[t], %[u]\n\t"                                                                                          \
+    "sxtb16 %[u], %[u], ror #8\n\t"                                                                                  \
+    "smlad %[a1], %[p], %[t], %[a1]\n\t"                                                                             \
+    "smlad %[a1], %[v0], %[u], %[a1]\n\t"                                                                            \
+    "smlad %[a3], %[q], %[t], %[a3]\n\t"                                                                             \
+    "smlad %[a3], %[v1], %[u], %[a3]\n\t"                                                                            \
+    ".set .Ltt_g, .Ltt_g + 1\n\t"
 /* tt_dot2x2_s8 (below) for raw inputs (in_zp 0) and a constant channel count N, a multiple of 16, the second pixel
- * and the second row N bytes after the first (immediate offsets): an asm loop of four groups of four channels, per
- * group 4 LDR, 8 SXTB16 and 8 SMLAD into A0..A3, 13 registers. As C, gcc kept four pointers, the end and the zero
- * point's pair beside the 4 sums and 6 temporaries, and spilled a pointer at every group. */
+ * and the second row N bytes after the first: an asm loop of four groups (TT_DOT2X2_GROUP, raw), per group 4 LDR,
+ * 8 SXTB16 and 8 SMLAD, 13 registers. As C, gcc kept four pointers, the end and the zero point's pair beside the
+ * 4 sums and 6 temporaries, and spilled a pointer at every group. */
 #define TT_DOT2X2_ASM(X0, W0, N, A0, A1, A2, A3)                                                                     \
     do {                                                                                                             \
         const int8_t *x_ = (X0), *w_ = (W0), *const end_ = (X0) + (N);                                               \
         uint32_t v0_, v1_, u_, t_, p_, q_;                                                                           \
-        __asm__("1:\n\t"                                                                                              \
-                ".set .Ltt_g, 0\n\t"                                                                                   \
-                ".rept 4\n\t"                                                                                          \
-                "ldr %[v0], [%[x], #.Ltt_g * 4]\n\t"          /* pixel 0 */                                            \
-                "ldr %[v1], [%[x], #.Ltt_g * 4 + %c[n]]\n\t"  /* pixel 1 */                                            \
-                "ldr %[u], [%[w], #.Ltt_g * 4]\n\t"           /* row 0 */                                              \
-                "sxtb16 %[p], %[v0]\n\t"                                                                               \
-                "sxtb16 %[v0], %[v0], ror #8\n\t"                                                                      \
-                "sxtb16 %[q], %[v1]\n\t"                                                                               \
-                "sxtb16 %[v1], %[v1], ror #8\n\t"                                                                      \
-                "sxtb16 %[t], %[u]\n\t"                                                                                \
-                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
-                "smlad %[a0], %[p], %[t], %[a0]\n\t"                                                                   \
-                "smlad %[a0], %[v0], %[u], %[a0]\n\t"                                                                  \
-                "smlad %[a2], %[q], %[t], %[a2]\n\t"                                                                   \
-                "smlad %[a2], %[v1], %[u], %[a2]\n\t"                                                                  \
-                "ldr %[u], [%[w], #.Ltt_g * 4 + %c[n]]\n\t"   /* row 1 */                                              \
-                "sxtb16 %[t], %[u]\n\t"                                                                                \
-                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
-                "smlad %[a1], %[p], %[t], %[a1]\n\t"                                                                   \
-                "smlad %[a1], %[v0], %[u], %[a1]\n\t"                                                                  \
-                "smlad %[a3], %[q], %[t], %[a3]\n\t"                                                                   \
-                "smlad %[a3], %[v1], %[u], %[a3]\n\t"                                                                  \
-                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                          \
-                ".endr\n\t"                                                                                            \
-                "add %[x], %[x], #16\n\t"                                                                              \
-                "add %[w], %[w], #16\n\t"                                                                              \
-                "cmp %[x], %[end]\n\t"                                                                                 \
+        __asm__("1:\n\t"                                                                                             \
+                ".set .Ltt_g, 0\n\t"                                                                                 \
+                ".rept 4\n\t" TT_DOT2X2_GROUP(TT_RAW16) ".endr\n\t"                                                  \
+                "add %[x], %[x], #16\n\t"                                                                            \
+                "add %[w], %[w], #16\n\t"                                                                            \
+                "cmp %[x], %[end]\n\t"                                                                               \
                 "bne 1b"                                                                                             \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x] "+&r"(x_), [w] "+&r"(w_),           \
-                  [v0] "=&r"(v0_), [v1] "=&r"(v1_), [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)        \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x] "+&r"(x_), [w] "+&r"(w_),          \
+                  [v0] "=&r"(v0_), [v1] "=&r"(v1_), [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)       \
                 : [end] "r"(end_), [n] "n"(N)                                                                        \
                 : "cc", "memory");                                                                                   \
+    } while (0)
+/* TT_DOT2X2_ASM's groups for inputs less a zero point (TT_DOT2X2_GROUP with OFF, its pair) and a constant channel
+ * count N, a multiple of 4: unrolled whole, without the loop's end, in the same 13 registers (a split weight's rows,
+ * whose sums change as the step updates them: conv2d.c.j2 "x2" with Cs even). */
+#define TT_DOT2X2Z_ASM(X0, W0, N, OFF, A0, A1, A2, A3)                                                               \
+    do {                                                                                                             \
+        uint32_t v0_, v1_, u_, t_, p_, q_;                                                                           \
+        __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
+                ".rept %c[n] / 4\n\t" TT_DOT2X2_GROUP(TT_LESS_ZP16) ".endr"                                          \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [v0] "=&r"(v0_), [v1] "=&r"(v1_),      \
+                  [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)                                         \
+                : [x] "r"(X0), [w] "r"(W0), [off] "r"(OFF), [n] "n"(N)                                               \
+                : "memory");                                                                                         \
     } while (0)
 /* tt_dot4w_s8 (below) as one asm loop over groups of four channels (END: W0's end, at least one group): the
  * input's two widened words loaded as a pair (LDRD), each row's word (rows 0, 1 walking by post-increment, rows 2, 3
@@ -430,41 +446,6 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
     "bfi %[a0], %[a1], #8, #8\n\t"                                                                                   \
     "bfi %[a2], %[a3], #8, #8\n\t"
 #endif
-/* TT_DOT2X2_ASM's groups for inputs less a zero point (OFF: its pair, SXTAB16) and a constant channel count N, a
- * multiple of 4: unrolled whole, without the loop's end, in the same 13 registers (a split weight's rows, whose
- * sums change as the step updates them: conv2d.c.j2 "x2" with Cs even). */
-#define TT_DOT2X2Z_ASM(X0, W0, N, OFF, A0, A1, A2, A3)                                                               \
-    do {                                                                                                             \
-        uint32_t v0_, v1_, u_, t_, p_, q_;                                                                           \
-        __asm__(".set .Ltt_g, 0\n\t"                                                                                   \
-                ".rept %c[n] / 4\n\t"                                                                                 \
-                "ldr %[v0], [%[x], #.Ltt_g * 4]\n\t"          /* pixel 0 */                                            \
-                "ldr %[v1], [%[x], #.Ltt_g * 4 + %c[n]]\n\t"  /* pixel 1 */                                            \
-                "ldr %[u], [%[w], #.Ltt_g * 4]\n\t"           /* row 0 */                                              \
-                "sxtab16 %[p], %[off], %[v0]\n\t"                                                                      \
-                "sxtab16 %[v0], %[off], %[v0], ror #8\n\t"                                                             \
-                "sxtab16 %[q], %[off], %[v1]\n\t"                                                                      \
-                "sxtab16 %[v1], %[off], %[v1], ror #8\n\t"                                                             \
-                "sxtb16 %[t], %[u]\n\t"                                                                                \
-                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
-                "smlad %[a0], %[p], %[t], %[a0]\n\t"                                                                   \
-                "smlad %[a0], %[v0], %[u], %[a0]\n\t"                                                                  \
-                "smlad %[a2], %[q], %[t], %[a2]\n\t"                                                                   \
-                "smlad %[a2], %[v1], %[u], %[a2]\n\t"                                                                  \
-                "ldr %[u], [%[w], #.Ltt_g * 4 + %c[n]]\n\t"   /* row 1 */                                              \
-                "sxtb16 %[t], %[u]\n\t"                                                                                \
-                "sxtb16 %[u], %[u], ror #8\n\t"                                                                        \
-                "smlad %[a1], %[p], %[t], %[a1]\n\t"                                                                   \
-                "smlad %[a1], %[v0], %[u], %[a1]\n\t"                                                                  \
-                "smlad %[a3], %[q], %[t], %[a3]\n\t"                                                                   \
-                "smlad %[a3], %[v1], %[u], %[a3]\n\t"                                                                  \
-                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                          \
-                ".endr"                                                                                              \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [v0] "=&r"(v0_), [v1] "=&r"(v1_),      \
-                  [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)                                         \
-                : [x] "r"(X0), [w] "r"(W0), [off] "r"(OFF), [n] "n"(N)                                               \
-                : "memory");                                                                                         \
-    } while (0)
 #elif TT_ARM_DSP
 /* C models of SXTAB16 (halfword sums wrap mod 2^16), SXTB16, SMLAD, SMLABB, SMLATB, SMLATT and SMLABT (sums wrap
  * mod 2^32), PKHBT, BFI of bytes and SSUB8 + SEL (SSAT to 8 bits: tt_fixedpoint.h tt_sat_s8). */
