@@ -239,18 +239,28 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [end] "r"(end_), [n] "n"(N)                                                                        \
                 : "cc", "memory");                                                                                   \
     } while (0)
-/* TT_DOT2X2_ASM's groups for inputs less a zero point (TT_DOT2X2_GROUP with OFF, its pair) and a constant channel
- * count N, a multiple of 4: unrolled whole, without the loop's end, in the same 13 registers (a split weight's rows,
- * whose sums change as the step updates them: conv2d.c.j2 "x2" with Cs even). */
+/* TT_DOT2X2_ASM's loop for inputs less a zero point (TT_DOT2X2_GROUP with OFF, its pair) in the same 13 registers,
+ * 12, 8 or 4 groups a pass (K, whichever divides N / 4): the loop's end waits in memory, loaded into a free
+ * temporary once a pass (a split weight's rows, whose sums change as the step updates them: conv2d.c.j2 "x2" with
+ * Cs even). Not unrolled whole: gcc does not see the length of a .rept and placed a literal pool out of its loads'
+ * reach. */
 #define TT_DOT2X2Z_ASM(X0, W0, N, OFF, A0, A1, A2, A3)                                                               \
     do {                                                                                                             \
+        const int8_t *x_ = (X0), *w_ = (W0), *end_ = (X0) + (N);                                                     \
         uint32_t v0_, v1_, u_, t_, p_, q_;                                                                           \
-        __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
-                ".rept %c[n] / 4\n\t" TT_DOT2X2_GROUP(TT_LESS_ZP16) ".endr"                                          \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [v0] "=&r"(v0_), [v1] "=&r"(v1_),      \
-                  [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)                                         \
-                : [x] "r"(X0), [w] "r"(W0), [off] "r"(OFF), [n] "n"(N)                                               \
-                : "memory");                                                                                         \
+        __asm__("1:\n\t"                                                                                             \
+                ".set .Ltt_g, 0\n\t"                                                                                 \
+                ".rept %c[k]\n\t" TT_DOT2X2_GROUP(TT_LESS_ZP16) ".endr\n\t"                                          \
+                "add %[x], %[x], #%c[k] * 4\n\t"                                                                     \
+                "add %[w], %[w], #%c[k] * 4\n\t"                                                                     \
+                "ldr %[t], %[end]\n\t"                                                                               \
+                "cmp %[x], %[t]\n\t"                                                                                 \
+                "bne 1b"                                                                                             \
+                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x] "+&r"(x_), [w] "+&r"(w_),          \
+                  [v0] "=&r"(v0_), [v1] "=&r"(v1_), [u] "=&r"(u_), [t] "=&r"(t_), [p] "=&r"(p_), [q] "=&r"(q_)       \
+                : [end] "m"(end_), [off] "r"(OFF), [n] "n"(N),                                                       \
+                  [k] "n"((N) / 4 % 12 ? ((N) / 4 % 8 ? 4 : 8) : 12)                                                 \
+                : "cc", "memory");                                                                                   \
     } while (0)
 /* tt_dot4w_s8 (below) as one asm loop over groups of four channels (END: W0's end, at least one group): the
  * input's two widened words loaded as a pair (LDRD), each row's word (rows 0, 1 walking by post-increment, rows 2, 3
@@ -780,7 +790,7 @@ static inline void tt_dot2x2_s8(const int8_t *x0, const int8_t *x1, const int8_t
         __builtin_constant_p(w1 - w0) && w1 - w0 == n && x1 == x0 + n) {  /* conv2d.c.j2 "zb", two pixels */
         TT_DOT2X2_ASM(x0, w0, n, a0, a1, a2, a3);
         c = n;
-    } else if (__builtin_constant_p(n) && n > 0 && n % 4 == 0 && n <= 4080 && __builtin_constant_p(w1 - w0) &&
+    } else if (__builtin_constant_p(n) && n > 0 && n % 16 == 0 && n <= 4080 && __builtin_constant_p(w1 - w0) &&
                w1 - w0 == n && x1 == x0 + n) {  /* a split weight's pair of rows, two pixels */
         TT_DOT2X2Z_ASM(x0, w0, n, off, a0, a1, a2, a3);
         c = n;
