@@ -137,21 +137,19 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [a] "=&r"(a_), [b] "=&r"(b_), [x] "=&r"(c_), [y] "=&r"(d_), "=m"(*(uint32_t(*)[4])(D))             \
                 : [s] "r"(S), [d] "r"(D), [c] "n"(C), "m"(*(const int8_t(*)[7 * (C) + 1])(S)));                      \
     } while (0)
-/* tt_dot2x2p_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
- * pixels' widened words (XW) and both rows' packed words (W0, W1 + OFF1 bytes) loaded as pairs (LDRD, at constant
- * offsets) into 6 registers, 8 SMLAD into A0..A3. gcc, given the same as C with every input word used twice, kept
- * the unrolled input words in registers beside the 4 accumulators, ran out of them and spilled and reloaded those
- * words at every 2 x 2 tile. "memory": the block reads the buffer and rows through its pointer operands. */
-#define TT_DOT2X2P_ASM(XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                                     \
+/* Two rows at two pixels over a constant channel count 4 * GROUPS, as one asm block (tt_dot2x2p_s8, tt_dot2x2w_s8
+ * below): per group of four channels ROWS puts both rows' widened pairs in p0, p1 and q0, q1 (at constant offsets
+ * from W0 and from W1 + OFF1 bytes), both pixels' widened words (XW) are loaded as pairs (LDRD), 8 SMLAD into
+ * A0..A3, 6 temporaries. gcc, given the same as C with every word used twice, ran out of registers and spilled and
+ * reloaded them at every 2 x 2 tile. "memory": the block reads the buffer and rows through its pointer operands. */
+#define TT_DOT2X2_TILE_ASM(ROWS, XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                           \
     do {                                                                                                             \
         uint32_t x0_, x1_, p0_, p1_, q0_, q1_;                                                                       \
         __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
-                ".rept %c[g]\n\t"                                                                                    \
+                ".rept %c[g]\n\t" ROWS                                                                               \
                 "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                         \
-                "ldrd %[p0], %[p1], [%[w0], #.Ltt_g * 8]\n\t"  /* row 0 */                                           \
                 "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                               \
                 "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                               \
-                "ldrd %[q0], %[q1], [%[w1], #.Ltt_g * 8 + %c[d1]]\n\t" /* row 1 */                                   \
                 "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                               \
                 "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                               \
                 "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                     \
@@ -166,6 +164,11 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
                 : "memory");                                                                                         \
     } while (0)
+/* tt_dot2x2p_s8's rows packed as halfwords: each row's pair of words one LDRD (no SXTB16). */
+#define TT_DOT2X2P_ASM(XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                                     \
+    TT_DOT2X2_TILE_ASM("ldrd %[p0], %[p1], [%[w0], #.Ltt_g * 8]\n\t"                                                 \
+                       "ldrd %[q0], %[q1], [%[w1], #.Ltt_g * 8 + %c[d1]]\n\t",                                       \
+                       XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)
 /* tt_dot4wp_s8 (below) as one asm loop: per group of four channels the widened pair (LDRD, post-indexed) and the
  * four rows' 8 packed words as two LDM of 4 registers, 8 SMLAD into A0..A3, two groups a pass; W walks to END (> W). gcc loaded the
  * 8 words one LDR each. LDM needs its registers in ascending order: they are named (r8-r11). */
@@ -297,38 +300,16 @@ static inline uint32_t tt_inside4(uint32_t x, uint32_t low4, uint32_t width4) {
                 : [d] "r"(D), [end] "r"(END)                                                                         \
                 : "cc", "memory");                                                                                   \
     } while (0)
-/* tt_dot2x2w_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: per group of four channels both
- * rows' weight words (LDR at constant offsets, W1 + OFF1 bytes: the rows may be unaligned) widened (SXTB16) into 4
- * registers, both pixels' widened words loaded as pairs (LDRD), 8 SMLAD into A0..A3: 16 instructions. gcc, given
- * the C below unrolled, loaded the widened words one by one and spilled accumulators: some 23 per group. */
+/* tt_dot2x2w_s8's int8 rows: each row's word loaded (LDR at constant offsets: the rows may be unaligned) and widened
+ * (SXTB16), 16 instructions per group where gcc's unrolled C took some 23. */
 #define TT_DOT2X2W_ASM(XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)                                                     \
-    do {                                                                                                             \
-        uint32_t x0_, x1_, p0_, p1_, q0_, q1_;                                                                       \
-        __asm__(".set .Ltt_g, 0\n\t"                                                                                 \
-                ".rept %c[g]\n\t"                                                                                    \
-                "ldr %[p1], [%[w0], #.Ltt_g * 4]\n\t" /* row 0's four weights */                                     \
-                "ldr %[q1], [%[w1], #.Ltt_g * 4 + %c[d1]]\n\t" /* row 1's */                                         \
-                "sxtb16 %[p0], %[p1]\n\t"                                                                            \
-                "sxtb16 %[p1], %[p1], ror #8\n\t"                                                                    \
-                "sxtb16 %[q0], %[q1]\n\t"                                                                            \
-                "sxtb16 %[q1], %[q1], ror #8\n\t"                                                                    \
-                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16]\n\t" /* pixel 0 */                                         \
-                "smlad %[a0], %[x0], %[p0], %[a0]\n\t"                                                               \
-                "smlad %[a0], %[x1], %[p1], %[a0]\n\t"                                                               \
-                "smlad %[a1], %[x0], %[q0], %[a1]\n\t"                                                               \
-                "smlad %[a1], %[x1], %[q1], %[a1]\n\t"                                                               \
-                "ldrd %[x0], %[x1], [%[xw], #.Ltt_g * 16 + 8]\n\t" /* pixel 1 */                                     \
-                "smlad %[a2], %[x0], %[p0], %[a2]\n\t"                                                               \
-                "smlad %[a2], %[x1], %[p1], %[a2]\n\t"                                                               \
-                "smlad %[a3], %[x0], %[q0], %[a3]\n\t"                                                               \
-                "smlad %[a3], %[x1], %[q1], %[a3]\n\t"                                                               \
-                ".set .Ltt_g, .Ltt_g + 1\n\t"                                                                        \
-                ".endr"                                                                                              \
-                : [a0] "+r"(A0), [a1] "+r"(A1), [a2] "+r"(A2), [a3] "+r"(A3), [x0] "=&r"(x0_), [x1] "=&r"(x1_),      \
-                  [p0] "=&r"(p0_), [p1] "=&r"(p1_), [q0] "=&r"(q0_), [q1] "=&r"(q1_)                                 \
-                : [xw] "r"(XW), [w0] "r"(W0), [w1] "r"(W1), [d1] "n"(OFF1), [g] "n"(GROUPS)                          \
-                : "memory");                                                                                         \
-    } while (0)
+    TT_DOT2X2_TILE_ASM("ldr %[p1], [%[w0], #.Ltt_g * 4]\n\t"                                                         \
+                       "ldr %[q1], [%[w1], #.Ltt_g * 4 + %c[d1]]\n\t"                                                \
+                       "sxtb16 %[p0], %[p1]\n\t"                                                                     \
+                       "sxtb16 %[p1], %[p1], ror #8\n\t"                                                             \
+                       "sxtb16 %[q0], %[q1]\n\t"                                                                     \
+                       "sxtb16 %[q1], %[q1], ror #8\n\t",                                                            \
+                       XW, W0, W1, OFF1, GROUPS, A0, A1, A2, A3)
 #if TT_FP32_FPU
 /* tt_pw2x2p_fp32_sat_s8 (below) for a constant channel count 4 * GROUPS, as one asm block: the whole loop over the
  * output channel pairs, every pointer walking by post-increment (gcc, given the loop as C around TT_DOT2X2P_ASM, ran
