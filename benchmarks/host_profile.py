@@ -1,8 +1,8 @@
-"""Where the host C training step's time goes, per kernel and per op family (MobileNetV2-w0.35, shipped sparse plan).
+"""Where the host C training step's time goes, per kernel and per op family (one zoo model, shipped sparse plan).
 
-    .venv/bin/python benchmarks/host_profile.py [--steps 200] [--repeats 3] [--top 25]
+    .venv/bin/python benchmarks/host_profile.py [--model mbv2-w0.35] [--steps 200] [--repeats 3] [--top 25]
 
-The first of benchmarks/step_time.py's models (models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
+One of benchmarks/step_time.py's models (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
 the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags:
 ``engine_c.TRAIN_CFLAGS``) whose tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel
 call, as benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
@@ -65,6 +65,7 @@ void tt_profile_take(uint64_t *out)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="mbv2-w0.35", help="a zoo model with a shipped sparse plan")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
@@ -77,7 +78,10 @@ def main() -> None:
     from tinytrain.frontends import load_model
     from tinytrain.training.train_graph import build_training_graph
 
-    target = shipped_plans()[0]
+    targets = {t.name: t for t in shipped_plans()}
+    if args.model not in targets:
+        ap.error(f"--model {args.model}: not a zoo model with a shipped plan; one of {', '.join(targets)}")
+    target = targets[args.model]
     graph = load_model(target.path)
     tg = build_training_graph(graph, target.plan)
     trainer = CTrainer(tg)

@@ -104,9 +104,9 @@ int main(int argc, char **argv) {
 """
 
 
-def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...]) -> tuple[str, str]:
-    """The kernel's C (named after its tiles) and a call of it on check's arrays (CHECK)."""
-    name = "tt_kernel" + "".join(f"_tiles{n}" for n in tiles)
+def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...], host: bool = False) -> tuple[str, str]:
+    """The kernel's C (named after its tiles, or the host build's) and a call of it on check's arrays (CHECK)."""
+    name = "tt_kernel" + "".join(f"_tiles{n}" for n in tiles) + ("_host" if host else "")
     params = ["float *gx", "const float *gz", "const int8_t *weight"]
     args = ["arena + og", "arena + oz", "SPLIT ? w_sram : w"]
     if split:
@@ -119,7 +119,7 @@ def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...]) -> tuple[s
         args.append("zp")
     params += ["int P", "int Ci", "int Co"] + [f"int {b}{n}" for n in tiles for b in "LP"]
     args += ["P", "Ci", "Co"] + [f"{b}{n}" for n in tiles for b in "LP"]
-    k = dict(variant="pointwise", split=split, has_wzp=has_wzp, tiles=list(tiles), block=False)
+    k = dict(variant="pointwise", split=split, has_wzp=has_wzp, tiles=list(tiles), block=False, host=host)
     text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
         name=name, k=k, signature=f"static void {name}({', '.join(params)})")
     return text, f"{name}({', '.join(args)})"
@@ -130,14 +130,15 @@ TILES = ((), (2,), (3,), (4,), (4, 2), (4, 3, 2))
 
 def input_gradient_program(harness: str, split: bool, has_wzp: bool) -> str:
     """``harness`` with the kernels of every TILES in it, each run by check."""
-    kernels, calls = zip(*(kernel_source(split, has_wzp, tiles) for tiles in TILES))
+    kernels, calls = zip(*(kernel_source(split, has_wzp, tiles) for tiles in TILES),
+                         kernel_source(split, has_wzp, (), host=True))
     src = harness.replace("KERNELS", "\n\n".join(kernels)).replace("KERNEL_CALLS", "; ".join(f"RUN({c})" for c in calls))
     return f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n" + src
 
 
 # (P, Ci, Co): an expand (Ci < Co), a projection (Ci > Co), square, odd pixel counts; input channels that are not
 # multiples of 4 (the tiles' last channels in C), an odd number of fours (the assembly's loop entered at its second
-# body: 5, 7, 12) and fewer than 4
+# body: 5, 7, 12) and fewer than 4; the host kernel's sixteen-channel blocks with and without a rest (40, 72; 24)
 SHAPES = [(16, 24, 72), (17, 72, 24), (9, 40, 40), (6, 5, 3), (13, 7, 9), (8, 12, 20), (5, 3, 8)]
 
 
@@ -157,19 +158,23 @@ def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, var
     p, ci, co = shape
     split, has_wzp = variant
     (tmp_path / "main.c").write_text(input_gradient_program(HARNESS, split, has_wzp))
-    exe = tmp_path / "k"
-    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
-                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
-                        str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    exes = []
+    for flags in ([], ["-march=native"]):  # the host kernel's C, and its vector path where the host has one
+        exes.append(tmp_path / f"k{len(exes)}")
+        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2", *flags,
+                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                            f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exes[-1]), "-lm"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
     for name, (og, oz) in layouts(p, ci, co).items():
         bounds = [b for n in (4, 3, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
         if name == "apart":
             assert bounds == [0, p, 0, p, 0, p]
-        for density in (30, 50, 80, 100):
-            r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, co // 2, *bounds))],
-                               capture_output=True, text=True)
-            assert r.returncode == 0 and "same" in r.stdout, (name, density, bounds, r.stdout + r.stderr)
+        for exe in exes:
+            for density in (30, 50, 80, 100):
+                r = subprocess.run([str(exe), *map(str, (p, ci, co, og, oz, density, co // 2, *bounds))],
+                                   capture_output=True, text=True)
+                assert r.returncode == 0 and "same" in r.stdout, (exe.name, name, density, bounds, r.stdout + r.stderr)
 
 
 WEIGHT_HARNESS = r"""

@@ -378,4 +378,63 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
     tt_fma_tile_c(x, ci, c, 1, 4, w, g);
 }
 
+/* tt_fma_rows4_s8(x, ci, n, m, w, z, g): four pixels' sums over m weight rows, for a host build's pointwise input
+ * gradient (kernels/conv2d_grad_input.c.j2, host): for t < n (n <= 4) and c < ci,
+ *     x[t * ci + c] = the sum over i = 0 .. m-1, in that order, from +0, of fma(g[4 * i + t], (float)(w[i][c] - z[i]), .)
+ * (z NULL: no zero point; docs/design.md §3b: each term one fused multiply-add, the integer converted exactly).
+ * The four pixels' sums of sixteen channels stay in vector registers over all m rows (AVX2 + FMA: eight, a row's
+ * sixteen weights widened and converted once for the four); the last ci % 16 channels, and every channel without
+ * AVX2 + FMA, in C. Pixels t >= n take factors 0 and are not stored. */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define TT_ROWS4_V 1
+#else
+#define TT_ROWS4_V 0
+#endif
+static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t *const *w, const int32_t *z,
+                                   const float *g) {
+    int c = 0;
+#if TT_ROWS4_V
+    for (; c + 16 <= ci; c += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int i = 0; i < m; i++) {
+            const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + c));
+            const __m256i zi = _mm256_set1_epi32(z ? z[i] : 0);
+            const __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(q), zi));
+            const __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)), zi));
+            const float *gi = g + 4 * i;
+            __m256 f = _mm256_broadcast_ss(gi);
+            a0 = _mm256_fmadd_ps(f, lo, a0);
+            b0 = _mm256_fmadd_ps(f, hi, b0);
+            f = _mm256_broadcast_ss(gi + 1);
+            a1 = _mm256_fmadd_ps(f, lo, a1);
+            b1 = _mm256_fmadd_ps(f, hi, b1);
+            f = _mm256_broadcast_ss(gi + 2);
+            a2 = _mm256_fmadd_ps(f, lo, a2);
+            b2 = _mm256_fmadd_ps(f, hi, b2);
+            f = _mm256_broadcast_ss(gi + 3);
+            a3 = _mm256_fmadd_ps(f, lo, a3);
+            b3 = _mm256_fmadd_ps(f, hi, b3);
+        }
+        const __m256 lo_sums[4] = {a0, a1, a2, a3}, hi_sums[4] = {b0, b1, b2, b3};
+        for (int t = 0; t < n; t++) {
+            _mm256_storeu_ps(x + t * ci + c, lo_sums[t]);
+            _mm256_storeu_ps(x + t * ci + c + 8, hi_sums[t]);
+        }
+    }
+#endif
+    for (; c < ci; c++) {
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int i = 0; i < m; i++) {
+            const float d = (float)((int32_t)w[i][c] - (z ? z[i] : 0));
+            for (int t = 0; t < 4; t++) {
+                v[t] = tt_fmaf(g[4 * i + t], d, v[t]);
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            x[t * ci + c] = v[t];
+        }
+    }
+}
+
 #endif /* TT_FLOAT_H */

@@ -455,9 +455,10 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     block = grad_input_block(a, [g, w], [gx])
     k["block"] = block > 0
     # A host build's depthwise (multiplier 1) runs across channels, staging in stack arrays (conv2d_grad_input.c.j2):
-    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays).
-    k["host"] = (ctx.host and k["variant"] == "depthwise" and k["mult"] == 1
-                 and (not block or h * wd * cin <= HOST_WEIGHT_MAX))
+    # a pixel's sums, or with a block the whole gx (at most HOST_WEIGHT_MAX elements, as the forward's arrays). Its
+    # pointwise kernel takes four pixels at a time, their sums in vector registers (tt_fma_rows4_s8).
+    k["host"] = ctx.host and (pointwise or (k["variant"] == "depthwise" and k["mult"] == 1
+                                            and (not block or h * wd * cin <= HOST_WEIGHT_MAX)))
     # A device depthwise (multiplier 1, not dilated) on a small map one channel at a time, unrolled for the map
     # (PLANE_*): in place when blocked (gx has gz's shape), else where gx and gz do not overlap and gz fits registers.
     gz_regs = ho * wo <= PLANE_GZ_REGS
@@ -473,7 +474,7 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout)
     k["has_wzp"] = has_wzp
     k["tiles"] = []
-    for n in POINTWISE_TILES if pointwise else ():
+    for n in POINTWISE_TILES if pointwise and not k["host"] else ():
         lo, hi = pointwise_tile_range(ctx.offsets.get(gx.name), ctx.offsets.get(g.name), h * wd, cin, cout, n)
         if hi >= lo + n:  # pixels q .. q+n-1 may go together where lo <= q and q + n <= hi
             k["tiles"].append(n)
@@ -488,7 +489,7 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
                   + ("_split" if k["split"] else "")
                   + ("_blocked" if k["block"] else "")
                   + ((f"_plane{h}x{wd}" + (f"_of{ho}x{wo}" if (ho, wo) != (h, wd) else "")) if k["plane"] else "")
-                  + "".join(f"_tiles{n}" for n in k["tiles"]) + ("_channels" if k["host"] else ""), k)
+                  + "".join(f"_tiles{n}" for n in k["tiles"]) + (("_host" if pointwise else "_channels") if k["host"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:
