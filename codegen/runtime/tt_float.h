@@ -393,9 +393,9 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
 #endif
 static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t *const *w, const int32_t *z,
                                    const float *g) {
-    int c = 0;
+    const int c0 = TT_ROWS4_V ? ci - ci % 16 : 0;  /* channels in vector registers: c < c0 */
 #if TT_ROWS4_V
-    for (; c + 16 <= ci; c += 16) {
+    for (int c = 0; c < c0; c += 16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         for (int i = 0; i < m; i++) {
             const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + c));
@@ -423,7 +423,7 @@ static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t 
         }
     }
 #endif
-    for (; c < ci; c++) {
+    for (int c = c0; c < ci; c++) {
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int i = 0; i < m; i++) {
             const float d = (float)((int32_t)w[i][c] - (z ? z[i] : 0));
