@@ -356,7 +356,7 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     assert g.nodes[1].attrs.requant.shift[:5] == (2, 0, -1, 0, -30)
     plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
     source = render_project(g, plan)["tinytrain_model.c"]
-    host = ("tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_rows_s8_f32w(")  # bindings/conv2d.py
+    host = ("tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_pairs_rows_s8_f32w(")  # bindings/conv2d.py
     device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_sat_map_c8_5x6_to_5x6(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
     assert all(name in source for name in (device if arm_dsp else host))
     xs = b.inputs_batch(g, 4)

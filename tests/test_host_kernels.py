@@ -36,7 +36,7 @@ int main(void) {
         const int k = 24 - shift;
         int32_t acc[N], rq[2 * N];
         float scale[N];
-        int8_t col[N], row[N];
+        int8_t row[N];
         for (int t = 0; t < N; t++) {
             int64_t a;
             if (t % 2) {  /* near a tie (2j + 1) * 2^(k - 1) of p = acc * m */
@@ -52,14 +52,13 @@ int main(void) {
             rq[2 * t + 1] = shift;
             scale[t] = tt_fp32_scale(((shift + 126) << 23) + m - (1 << 23));  /* bindings/common.py rq_operand */
         }
-        tt_requantize_fp32_col_s8(col, acc, scale[0], N, zp, -128, 127);
         tt_requantize_fp32_row_s8(row, acc, scale, N, zp, -128, 127);
         for (int t = 0; t < N; t++) {
             const int8_t want = (int8_t)tt_clamp(tt_requantize_fp32(acc[t], rq[2 * t], rq[2 * t + 1]) + zp, -128, 127);
             tested++;
-            if ((col[t] != want || row[t] != want) && differ++ < 5) {
-                printf("acc %ld multiplier %ld shift %ld zp %ld: col %d row %d, want %d\n", (long)acc[t],
-                       (long)m * 128, (long)shift, (long)zp, col[t], row[t], want);
+            if (row[t] != want && differ++ < 5) {
+                printf("acc %ld multiplier %ld shift %ld zp %ld: %d, want %d\n", (long)acc[t], (long)m * 128,
+                       (long)shift, (long)zp, row[t], want);
             }
         }
     }
@@ -89,10 +88,74 @@ def test_float32_requantization_equals_the_exact_helper(tmp_path, march):
     assert "differ 0" in r.stdout
 
 
+PAIRS_MAIN = r"""
+#include <stdio.h>
+#include "tt_rows.h"
+
+""" + XORSHIFT64 + r"""
+
+int main(void) {
+    static const int shapes[][2] = {{1, 8}, {3, 16}, {12, 24}, {14, 40}, {48, 128}, {288, 96}};  /* (k2, cp) */
+    long tested = 0, differ = 0;
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        const int k2 = shapes[s][0], cp = shapes[s][1];
+        static int16_t x[4 * 2 * 288], w[288 * 128 * 2];
+        static int32_t bias[128], acc[4 * 128];
+        for (int rep = 0; rep < 50; rep++) {
+            for (int i = 0; i < 4 * 2 * k2; i++) {
+                x[i] = (int16_t)((int32_t)(next() % 511) - 255);  /* int8 less a zero point */
+            }
+            for (int i = 0; i < k2 * cp * 2; i++) {
+                w[i] = (int16_t)((int32_t)(next() % 511) - 255);
+            }
+            for (int o = 0; o < cp; o++) {
+                bias[o] = (int32_t)(next() % 2000001) - 1000000;
+            }
+            tt_dot_pairs4(acc, x, w, bias, k2, cp);
+            for (int t = 0; t < 4; t++) {
+                for (int o = 0; o < cp; o++) {
+                    long long want = bias[o];
+                    for (int c = 0; c < 2 * k2; c++) {
+                        want += (long long)x[t * 2 * k2 + c] * w[((c / 2) * cp + o) * 2 + c % 2];
+                    }
+                    tested++;
+                    if (acc[t * cp + o] != want && differ++ < 5) {
+                        printf("k2 %d cp %d t %d o %d: %ld, want %lld\n", k2, cp, t, o, (long)acc[t * cp + o], want);
+                    }
+                }
+            }
+        }
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", ["", "-march=native"])
+def test_pairs_of_halfwords_sum_exactly(tmp_path, march):
+    """tt_rows.h tt_dot_pairs4 (the host convolutions' inner products, conv2d_rows.c.j2) == the plain sums of
+    products: inputs and weights over the whole +-255 range, one to 288 pairs, blocks of 16 channels and a last 8;
+    the portable C and, on a host with AVX2, the vector path."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    for name in ("tt_rows.h", "tt_fixedpoint.h"):
+        (tmp_path / name).write_text(codegen_runtime().joinpath(name).read_text(encoding="utf-8"))
+    (tmp_path / "main.c").write_text(PAIRS_MAIN)
+    exe = tmp_path / "pairs"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *([march] if march else []),
+                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "differ 0" in r.stdout
+
+
 def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_ones():
     """bindings/conv2d.py: a project without a Cortex-M target convolves with conv2d_rows.c.j2, a Cortex-M one not;
-    pointwise and regular ones across output channels, specialized to their channel counts, when the L1 cache holds
-    their weights (HOST_CHANNELS_WEIGHTS), else in tiles of pixels; depthwise ones specialized to theirs."""
+    pointwise and regular ones across output channels, specialized to their channel counts, their weights a table of
+    halfword pairs where the step does not update them ("pairs", any size); depthwise ones specialized to theirs."""
     b = GraphBuilder(3)
     h = b.conv(b.input((1, 6, 5, 3)), 8, 3, padding=(1, 1, 1, 1), stride=(2, 2), single="fp32")
     h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
@@ -100,8 +163,8 @@ def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_one
     g = b.build(b.conv(h, 300, 1, single="fp32"))
     host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
                     ["tinytrain_model.c"] for t in ("", "cortex-m7"))
-    for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(",
-                   "tt_conv_1x1_c8x32_channels_rows_s8_f32(", "tt_conv_1x1_rows_s8_f32("):
+    for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_pairs_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(",
+                   "tt_conv_1x1_c8x32_channels_pairs_rows_s8_f32(", "tt_conv_1x1_c32x300_channels_pairs_rows_s8_f32("):
         assert kernel in host and kernel not in device
 
 
@@ -121,7 +184,7 @@ def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, varia
         b.conv(x, cout, (3, 3), (2, 1), (1, 0, 1, 1), (1, 1), bias=cin == 3, weight_zp=True, single=single)
     g = b.build(b.nodes[-1].outputs[0])
     source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
-    assert "_channels_rows_s8" in source
+    assert "_channels_pairs_rows_s8" in source
     assert_c_matches_simulator(b, g, tmp_path)
 
 

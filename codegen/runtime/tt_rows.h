@@ -38,17 +38,7 @@ static inline int8_t tt_fp32_round_s8(float v, int32_t out_zp, int32_t lo, int32
     return (int8_t)(r < lo ? lo : (r > hi ? hi : r));
 }
 
-/* y[t] = clamp(tt_requantize_fp32(acc[t], multiplier, shift) + out_zp, lo, hi), t < n, one channel (scale). */
-static inline void tt_requantize_fp32_col_s8(int8_t *restrict y, const int32_t *restrict acc, float scale, int n,
-                                             int32_t out_zp, int32_t lo, int32_t hi) {
-    for (int t = 0; t < n; t++) {
-        float v = (float)acc[t] * scale;
-        v = v < -4194304.0f ? -4194304.0f : (v > 4194304.0f ? 4194304.0f : v);  /* +-2^22: same outputs; gcc 12 */
-        y[t] = tt_fp32_round_s8(v, out_zp, lo, hi);                               /* vectorizes the tile better */
-    }
-}
-
-/* The same for n channels, channel o with scale[o]. */
+/* y[o] = clamp(tt_requantize_fp32(acc[o], multiplier, shift) + out_zp, lo, hi), o < n, channel o with scale[o]. */
 static inline void tt_requantize_fp32_row_s8(int8_t *restrict y, const int32_t *restrict acc,
                                              const float *restrict scale, int n, int32_t out_zp, int32_t lo,
                                              int32_t hi) {
@@ -59,5 +49,95 @@ static inline void tt_requantize_fp32_row_s8(int8_t *restrict y, const int32_t *
 }
 
 #endif /* FLT_EVAL_METHOD == 0 */
+
+/* tt_dot_pairs4(acc, x, w, bias, k2, cp): the int32 sums of four pixels across cp output channels (cp a multiple of
+ * 8), for a host build's convolution across channels (kernels/conv2d_rows.c.j2 "channels"):
+ *     acc[t * cp + o] = bias[o] + sum_{j < k2} (x[t * 2k2 + 2j] * w[(j * cp + o) * 2] + x[t * 2k2 + 2j + 1] * w[(j * cp + o) * 2 + 1])
+ * x (4, 2 * k2): each pixel's inputs minus in_zp, 0 past its K; w (k2, cp, 2): weight[o, 2j + e] - w_zp[o] as pairs of
+ * inputs, 0 past K or Co. Every factor is within +-255, so each product and pair of products is exact (VPMADDWD
+ * never saturates), and the int32 sums are the device kernels' in another order (docs/design.md §4). With AVX2 each pair of inputs is one multiply-add
+ * of halfword pairs (VPMADDWD + VPADDD, or VPDPWSSD with AVX512-VNNI) for eight channels, four pixels sharing each
+ * weight load and their sums of sixteen channels held in registers; elsewhere the same in C. */
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define TT_PAIRS_V 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define TT_PAIRS_DP(a, x, w) _mm256_dpwssd_epi32((a), (x), (w))
+#else
+#define TT_PAIRS_DP(a, x, w) _mm256_add_epi32((a), _mm256_madd_epi16((x), (w)))
+#endif
+#else
+#define TT_PAIRS_V 0
+#endif
+
+/* Inputs 2j and 2j + 1 of pixel row x as one int32 (a pair of halfwords). */
+static inline int32_t tt_pair_s16(const int16_t *x, int j) {
+    int32_t v;
+    memcpy(&v, x + 2 * j, sizeof v);
+    return v;
+}
+
+static inline void tt_dot_pairs4(int32_t *restrict acc, const int16_t *restrict x, const int16_t *restrict w,
+                                 const int32_t *restrict bias, int k2, int cp) {
+    int o = 0;
+#if TT_PAIRS_V
+    const int16_t *x0 = x, *x1 = x + 2 * k2, *x2 = x + 4 * k2, *x3 = x + 6 * k2;
+    for (; o + 16 <= cp; o += 16) {  /* sixteen channels: two vectors of eight sums a pixel */
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)(bias + o));
+        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(bias + o + 8));
+        __m256i a0 = b0, a1 = b0, a2 = b0, a3 = b0, c0 = b1, c1 = b1, c2 = b1, c3 = b1;
+        for (int j = 0; j < k2; j++) {
+            const int16_t *wj = w + (j * cp + o) * 2;
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)wj);
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(wj + 16));
+            __m256i v = _mm256_set1_epi32(tt_pair_s16(x0, j));
+            a0 = TT_PAIRS_DP(a0, v, w0);
+            c0 = TT_PAIRS_DP(c0, v, w1);
+            v = _mm256_set1_epi32(tt_pair_s16(x1, j));
+            a1 = TT_PAIRS_DP(a1, v, w0);
+            c1 = TT_PAIRS_DP(c1, v, w1);
+            v = _mm256_set1_epi32(tt_pair_s16(x2, j));
+            a2 = TT_PAIRS_DP(a2, v, w0);
+            c2 = TT_PAIRS_DP(c2, v, w1);
+            v = _mm256_set1_epi32(tt_pair_s16(x3, j));
+            a3 = TT_PAIRS_DP(a3, v, w0);
+            c3 = TT_PAIRS_DP(c3, v, w1);
+        }
+        const __m256i lo[4] = {a0, a1, a2, a3}, hi[4] = {c0, c1, c2, c3};
+        for (int t = 0; t < 4; t++) {
+            _mm256_storeu_si256((__m256i *)(void *)(acc + t * cp + o), lo[t]);
+            _mm256_storeu_si256((__m256i *)(void *)(acc + t * cp + o + 8), hi[t]);
+        }
+    }
+    if (o < cp) {  /* the last eight */
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(bias + o));
+        __m256i a0 = b, a1 = b, a2 = b, a3 = b;
+        for (int j = 0; j < k2; j++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(w + (j * cp + o) * 2));
+            a0 = TT_PAIRS_DP(a0, _mm256_set1_epi32(tt_pair_s16(x0, j)), w0);
+            a1 = TT_PAIRS_DP(a1, _mm256_set1_epi32(tt_pair_s16(x1, j)), w0);
+            a2 = TT_PAIRS_DP(a2, _mm256_set1_epi32(tt_pair_s16(x2, j)), w0);
+            a3 = TT_PAIRS_DP(a3, _mm256_set1_epi32(tt_pair_s16(x3, j)), w0);
+        }
+        const __m256i s[4] = {a0, a1, a2, a3};
+        for (int t = 0; t < 4; t++) {
+            _mm256_storeu_si256((__m256i *)(void *)(acc + t * cp + o), s[t]);
+        }
+        o = cp;
+    }
+#endif
+    for (; o < cp; o++) {
+        for (int t = 0; t < 4; t++) {
+            const int16_t *xt = x + t * 2 * k2;
+            int32_t a = bias[o];
+            for (int j = 0; j < k2; j++) {
+                const int16_t *wj = w + (j * cp + o) * 2;
+                a += (int32_t)xt[2 * j] * wj[0] + (int32_t)xt[2 * j + 1] * wj[1];
+            }
+            acc[t * cp + o] = a;
+        }
+    }
+}
+
 
 #endif /* TT_ROWS_H */

@@ -6,7 +6,8 @@ import re
 
 import numpy as np
 
-_CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t",
+_CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
+           np.dtype(np.uint8): "uint8_t",
            np.dtype(np.uint32): "uint32_t", np.dtype(np.float32): "float"}
 
 

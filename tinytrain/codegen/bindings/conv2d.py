@@ -19,8 +19,9 @@ from tinytrain.ops.conv2d import grad_input_block
 # 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window), part of the measured stack (memory/report.py
 # STACK_BYTES: the models measured have 256-channel pointwise inputs).
 XW_MAX = 256
-# The most elements a host build's convolution kernel widens into each stack array (conv2d_rows.c.j2: the weight, Co x
-# K, and a tile's inputs, 16 x K, 4 bytes each): 256 KB of the host thread's stack; a larger one takes the device's.
+# The most elements of a host build kernel's stack arrays (conv2d_rows.c.j2: a weight the step updates, as K x Cp
+# halfwords; conv2d_grad_input.c.j2: a blocked depthwise gx, 4 bytes each): at most 256 KB of the host thread's
+# stack; a larger one takes the device's kernel.
 HOST_WEIGHT_MAX = 1 << 16
 # The most input channels a device pointwise kernel has as a compile-time constant ("ci").
 FIXED_CI_MAX = 128
@@ -32,11 +33,6 @@ HOLD_MAX = 256
 # mbv2-w0.35 / proxyless-w0.3 / mcunet-5fps (16 pixels at 128x128 inputs) hold most of their pointwise weights
 # (62-92 KB, twice that packed) for 4-6 % of their MACs.
 PACKED_MIN_PIXELS = 32
-# The most int32 weights (K x Cp: K = kh * kw * Ci inputs per pixel, Co padded to blocks of 16 or 8 channels) of a host
-# build's pointwise or regular convolution that runs per pixel across its output channels (conv2d_rows.c.j2
-# "channels"), rather than in tiles of pixels: 32 KB, an L1 data cache (each tile of 4 pixels reads them all). Measured
-# on mbv2-w0.35's layers (benchmarks/host_profile.py): channels 1.1-3x faster up to 6,144 weights, slower from 12,288.
-HOST_CHANNELS_WEIGHTS = 8192
 
 
 def conv2d(node: Node, ctx) -> Call:
@@ -86,7 +82,21 @@ def conv2d(node: Node, ctx) -> Call:
     # depthwise instructions for 74-144 KB more flash on mcunet / proxyless)
     packed = (depthwise and not (wb or small) and cout == cin and cout % 4 == 0 and kh * kw <= 9
               and not ctx.trainable(w.name) and not ctx.host)
-    if packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
+    # A host build convolves with conv2d_rows.c.j2: pointwise and regular ones across output channels in blocks of
+    # `lanes`, their weights as halfword pairs of inputs (tt_rows.h tt_dot_pairs4) — a table made here for a weight
+    # the step does not update ("pairs"), else made in a stack array at each call, of at most HOST_WEIGHT_MAX
+    # elements (else the device's kernel); depthwise ones of multiplier 1 across their channels.
+    lanes = 8 if cout <= 8 else 16
+    padded_cout = -(-cout // lanes) * lanes
+    host_pairs = ctx.host and not depthwise and not ctx.trainable(w.name)
+    host = ctx.host and (cout == cin if depthwise else
+                         host_pairs or kh * kw * cin * padded_cout <= HOST_WEIGHT_MAX)
+    if host_pairs:
+        s.add("const int16_t *wpairs", ctx.table(node, "weight_pairs", host_pairs_table(w.data, wzp, lanes)),
+              f"(K2,Cp,2): (w[o,2j], w[o,2j+1]){', less w_zp' if has_wzp else ''}; 0 past K = {kh * kw * cin}, "
+              f"past Co")
+        split, packed = False, True
+    elif packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
         s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
               f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
         split = False
@@ -119,14 +129,9 @@ def conv2d(node: Node, ctx) -> Call:
     if bias is not None:
         s.add("const int32_t *bias", ctx.const(bias), "(Co,)")
     requant_tables(s, ctx, node, a.requant, cout, wzp if has_wzp and not packed else None)
-    host = ctx.host and (cout == cin if depthwise else max(cout, 16) * kh * kw * cin <= HOST_WEIGHT_MAX)
-    lanes = 8 if cout <= 8 else 16  # conv2d_rows.c.j2 "channels": output channels per block (L)
-    padded_cout = -(-cout // lanes) * lanes
-    across = "channels" if host and not depthwise and kh * kw * cin * padded_cout <= HOST_CHANNELS_WEIGHTS else "pixels"
     # A host kernel across channels is specialized to its channel counts (conv2d_rows.c.j2: Ci and Co constants, not
-    # parameters): gcc unrolls the loop over a pixel's inputs and keeps the sums in registers (a device pointwise
-    # kernel's fixed_ci, above). A host depthwise kernel is specialized to its channel count too (conv2d_rows.c.j2
-    # "co"): its loops across the channels vectorize without remainders.
+    # parameters), a host depthwise kernel to its channel count (conv2d_rows.c.j2 "co"): their loops across the
+    # channels vectorize without remainders.
     # The input vector of an output pixel (pointwise: Ci channels, regular: the kh * kw * Ci window) widened once
     # into a stack buffer when it is short enough (conv2d.c.j2 "xw"), for weights whose rows are one array (their
     # blocks of 4 rows are read as a row and offsets from it).
@@ -155,7 +160,7 @@ def conv2d(node: Node, ctx) -> Call:
             sums = w.data.reshape(cout, -1).astype(np.int64).sum(axis=1)
             s.add("const int32_t *zb", ctx.table(node, "zp_sums", (-x.quant.zp * sums).astype(np.int32)),
                   "(Co,): -in_zp * sum_c weight[o,c]")
-    fixed_c = across == "channels" or (host and depthwise)
+    fixed_c = host
     ci, co = ({}, {}) if fixed_c or wb or small else ({} if fixed_ci or window_ci or x2_ci else {"Ci": cin},
                                                     {"Co": cout})
     width = {} if wb else {"W": wd}  # a planar kernel's widths are constants (depthwise_planar.c.j2)
@@ -181,13 +186,13 @@ def conv2d(node: Node, ctx) -> Call:
         variant = "pointwise" if pointwise else ("depthwise" if depthwise else "regular")
         window = window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)
         tag = {"pointwise": "1x1", "depthwise": f"depthwise_{window}", "regular": window}[variant]
-        if across == "channels":
-            tag += f"_c{cin}x{cout}_channels"
-            k.update(ci=cin, co=cout, lanes=lanes)
-        elif depthwise:
+        if depthwise:
             tag += f"_c{cout}"
             k.update(co=cout)
-        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant, across=across))
+        else:
+            tag += f"_c{cin}x{cout}_channels" + ("_pairs" if host_pairs else "")
+            k.update(ci=cin, co=cout, lanes=lanes, pairs=host_pairs)
+        return s.call("conv2d_rows", f"tt_conv_{tag}_rows_s8{suffix}", dict(k, variant=variant))
     if small:
         return s.call("depthwise_map", f"tt_depthwise_conv_{window_name(kh, kw, sh, sw, dh, dw, pt, pl, padded)}"
                       f"_s8{suffix}_map_c{cin}_{h}x{wd}_to_{ho}x{wo}", dict(k, c=cin, h=h, w=wd, ho=ho, wo=wo))
@@ -346,6 +351,18 @@ def packed_quads(rows: np.ndarray) -> np.ndarray:
     group at constant offsets."""
     co, k = rows.shape
     return packed_rows(rows).reshape(co // 4, 4, k // 4, 2).transpose(0, 2, 1, 3).copy()
+
+
+def host_pairs_table(weight: np.ndarray, wzp: np.ndarray, lanes: int) -> np.ndarray:
+    """A host convolution's weight (Co, kh, kw, Ci) less its zero points as conv2d_rows.c.j2's wt (K2, Cp, 2) int16:
+    [j, o, e] = weight[o, 2j + e] - w_zp[o] over a row's K = kh * kw * Ci elements, 0 past K (K odd) and past Co
+    (Cp: Co padded to a multiple of ``lanes``)."""
+    co = weight.shape[0]
+    rows = weight.reshape(co, -1).astype(np.int32) - np.asarray(wzp, np.int32).reshape(co, 1)
+    k2, cp = -(-rows.shape[1] // 2), -(-co // lanes) * lanes
+    table = np.zeros((cp, 2 * k2), np.int16)
+    table[:co, : rows.shape[1]] = rows
+    return table.reshape(cp, k2, 2).transpose(1, 0, 2).reshape(-1)
 
 
 def packed_taps(weight: np.ndarray, wzp: np.ndarray) -> np.ndarray:
