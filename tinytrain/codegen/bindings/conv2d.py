@@ -85,17 +85,26 @@ def conv2d(node: Node, ctx) -> Call:
     # A host build convolves with conv2d_rows.c.j2: pointwise and regular ones across output channels in blocks of
     # `lanes`, their weights as halfword pairs of inputs (tt_rows.h tt_dot_pairs4) — a table made here for a weight
     # the step does not update ("pairs"), else made in a stack array at each call, of at most HOST_WEIGHT_MAX
-    # elements (else the device's kernel); depthwise ones of multiplier 1 across their channels.
+    # elements (else the device's kernel), from the SRAM rows the step updates and a table of the others (split);
+    # depthwise ones of multiplier 1 across their channels.
     lanes = 8 if cout <= 8 else 16
     padded_cout = -(-cout // lanes) * lanes
     host_pairs = ctx.host and not depthwise and not ctx.trainable(w.name)
     host = ctx.host and (cout == cin if depthwise else
                          host_pairs or kh * kw * cin * padded_cout <= HOST_WEIGHT_MAX)
+    host_split = host and not depthwise and ctx.trainable_rows(w.name) is not None
     if host_pairs:
         s.add("const int16_t *wpairs", ctx.table(node, "weight_pairs", host_pairs_table(w.data, wzp, lanes)),
               f"(K2,Cp,2): (w[o,2j], w[o,2j+1]){', less w_zp' if has_wzp else ''}; 0 past K = {kh * kw * cin}, "
               f"past Co")
         split, packed = False, True
+    elif host_split:
+        rows = ctx.trainable_rows(w.name)
+        s.add("const int8_t *weight", ctx.const(w.name), f"(Cs,{kh},{kw},Ci)" if not pointwise else "(Cs,Ci)")
+        s.add("const int16_t *wfrozen", ctx.table(node, "frozen_pairs", host_pairs_table(w.data[rows:], wzp[rows:], 1)),
+              f"(K2,Co-Cs,2): rows o >= Cs as (w[o,2j], w[o,2j+1]){', less w_zp' if has_wzp else ''}; 0 past K")
+        s.ints(Cs=rows)
+        split = True
     elif packed:  # depthwise_conv2d.c.j2 "packed": four channels' taps as two words of halfwords
         s.add("const uint32_t *wpk", ctx.table(node, "taps_packed", packed_taps(w.data, wzp)),
               f"(Co/4,{kh * kw},2): (w[o], w[o+2]), (w[o+1], w[o+3]) per tap{', less w_zp' if has_wzp else ''}")
