@@ -21,6 +21,20 @@
 
 #include "tt_fixedpoint.h"
 
+/* TT_ROWS_AVX2: whether the host compiler targets AVX2 (-march=native on a host that has it): the helpers below then
+ * take eight int32 lanes at a time in intrinsics; elsewhere the same arithmetic in C. */
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define TT_ROWS_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define TT_PAIRS_DP(a, x, w) _mm256_dpwssd_epi32((a), (x), (w))
+#else
+#define TT_PAIRS_DP(a, x, w) _mm256_add_epi32((a), _mm256_madd_epi16((x), (w)))
+#endif
+#else
+#define TT_ROWS_AVX2 0
+#endif
+
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
 
 /* The float32 scale of a float32-rounding requantization from the second column of its table: the scale's bits
@@ -38,12 +52,33 @@ static inline int8_t tt_fp32_round_s8(float v, int32_t out_zp, int32_t lo, int32
     return (int8_t)(r < lo ? lo : (r > hi ? hi : r));
 }
 
-/* y[o] = clamp(tt_requantize_fp32(acc[o], multiplier, shift) + out_zp, lo, hi), o < n, channel o with scale[o]. */
+/* y[o] = clamp(tt_requantize_fp32(acc[o], multiplier, shift) + out_zp, lo, hi), o < n, channel o with scale[o].
+ * With AVX2, 32 at a time: VCVTDQ2PS, VMULPS, VCVTPS2DQ (round to nearest even, the MXCSR default: |v| < 2^29, no
+ * overflow), the zero point added, then saturated to int16 and int8 (VPACKSSDW / VPACKSSWB: beyond int8 either way,
+ * as lo >= -128 and hi <= 127) and clamped. */
 static inline void tt_requantize_fp32_row_s8(int8_t *restrict y, const int32_t *restrict acc,
                                              const float *restrict scale, int n, int32_t out_zp, int32_t lo,
                                              int32_t hi) {
+    int o = 0;
+#if TT_ROWS_AVX2
+    const __m256i zp = _mm256_set1_epi32(out_zp), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i vlo = _mm256_set1_epi8((char)lo), vhi = _mm256_set1_epi8((char)hi);
+    for (; o + 32 <= n; o += 32) {
+        __m256i r[4];
+        for (int q = 0; q < 4; q++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(acc + o + 8 * q));
+            const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(scale + o + 8 * q));
+            r[q] = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
+        }
+        /* packs work within 128-bit halves: bytes of r0 r1 r2 r3 interleaved by fours, put back in order */
+        __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        b = _mm256_permutevar8x32_epi32(b, order);
+        b = _mm256_min_epi8(_mm256_max_epi8(b, vlo), vhi);
+        _mm256_storeu_si256((__m256i *)(void *)(y + o), b);
+    }
+#endif
 #pragma GCC unroll 1  /* (not unrolled for a constant n: vectorized) */
-    for (int o = 0; o < n; o++) {
+    for (; o < n; o++) {
         y[o] = tt_fp32_round_s8((float)acc[o] * scale[o], out_zp, lo, hi);
     }
 }
@@ -58,17 +93,6 @@ static inline void tt_requantize_fp32_row_s8(int8_t *restrict y, const int32_t *
  * never saturates), and the int32 sums are the device kernels' in another order (docs/design.md §4). With AVX2 each pair of inputs is one multiply-add
  * of halfword pairs (VPMADDWD + VPADDD, or VPDPWSSD with AVX512-VNNI) for eight channels, four pixels sharing each
  * weight load and their sums of sixteen channels held in registers; elsewhere the same in C. */
-#if defined(__AVX2__)
-#include <immintrin.h>
-#define TT_PAIRS_V 1
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define TT_PAIRS_DP(a, x, w) _mm256_dpwssd_epi32((a), (x), (w))
-#else
-#define TT_PAIRS_DP(a, x, w) _mm256_add_epi32((a), _mm256_madd_epi16((x), (w)))
-#endif
-#else
-#define TT_PAIRS_V 0
-#endif
 
 /* Inputs 2j and 2j + 1 of pixel row x as one int32 (a pair of halfwords). */
 static inline int32_t tt_pair_s16(const int16_t *x, int j) {
@@ -80,7 +104,7 @@ static inline int32_t tt_pair_s16(const int16_t *x, int j) {
 static inline void tt_dot_pairs4(int32_t *restrict acc, const int16_t *restrict x, const int16_t *restrict w,
                                  const int32_t *restrict bias, int k2, int cp) {
     int o = 0;
-#if TT_PAIRS_V
+#if TT_ROWS_AVX2
     const int16_t *x0 = x, *x1 = x + 2 * k2, *x2 = x + 4 * k2, *x3 = x + 6 * k2;
     for (; o + 16 <= cp; o += 16) {  /* sixteen channels: two vectors of eight sums a pixel */
         const __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)(bias + o));
