@@ -378,7 +378,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < nz; i++) {
         const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
-        gz[i] = (int)(next() % 100) < density ? v : 0.0f;
+        gz[i] = (int)(next() % 100) < density ? v : ((next() & 1) ? 0.0f : -0.0f);  /* masked by +0 and -0 */
     }
     for (int iy = 0; iy < H; iy++) {  /* one term at a time, in order (i, j), zeros skipped */
         for (int ix = 0; ix < W; ix++) {
@@ -510,6 +510,57 @@ def test_depthwise_input_gradient_gathered_equals_one_term_at_a_time(tmp_path, k
         for density in (40, 100):
             r = subprocess.run([str(exe), *map(str, (h, w, ci, density, 0, 5, 1))], capture_output=True, text=True)
             assert r.returncode == 0 and "same" in r.stdout, (ci, density, r.stdout + r.stderr)
+
+
+@pytest.mark.parametrize("ksize,stride,dilation,h,w,block", [(3, 1, 1, 4, 4, True), (3, 1, 1, 5, 7, False),
+                                                             (5, 1, 1, 4, 4, True), (7, 1, 1, 4, 4, True),
+                                                             (7, 2, 1, 8, 8, False), (3, 2, 1, 7, 8, False),
+                                                             (5, 2, 1, 7, 5, False), (3, 1, 2, 6, 6, True)])
+@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+def test_depthwise_input_gradient_host_equals_one_term_at_a_time(tmp_path, ksize, stride, dilation, h, w, block,
+                                                                  variant):
+    """kernels/conv2d_grad_input.c.j2 host (a pixel's channels 32 and 8 at a time in AVX2 registers, the rest in C:
+    tt_fma_taps_f32; zero terms added) == the plain loop in order (i, j), zeros skipped, bit for bit: gz masked by +0
+    and -0 and dense, channel counts with and without rests; blocked in place over gz and apart, gathered; built
+    with and without -march=native."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    split, has_wzp = variant
+    params = ["float *gx", "const float *gz", "const int8_t *weight"]
+    args = ["out", "in_place ? gx : gz", "SPLIT ? w_sram : w"]
+    if split:
+        params += ["const int8_t *weight_frozen", "int Cs"]
+        args += ["w", "Cs"]
+    params.append("const float *w_scale")
+    args.append("scale")
+    if has_wzp:
+        params.append("const int32_t *w_zp")
+        args.append("zp")
+    params += ["int H", "int W", "int Ci", "int Ho", "int Wo", "int Co"]
+    args += ["H", "W", "Ci", "Ho", "Wo", "Ci"]
+    pad = dilation * (ksize // 2)
+    k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=dilation, dw=dilation, pt=pad, pl=pad,
+             padded=True, mult=1, split=split, has_wzp=has_wzp, host=True, block=block, plane=False, tiles=[])
+    text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
+        name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
+    src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args)})")
+    src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
+        f"#define STRIDE {stride}\n#define DIL {dilation}\n" + src
+    (tmp_path / "main.c").write_text(src)
+    for flags in ([], ["-march=native"]):
+        exe = tmp_path / f"k{len(flags)}"
+        r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2", *flags,
+                            "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                            f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe), "-lm"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        for ci in (77, 40, 13, 3):
+            for in_place in (0, 1) if block else (0,):
+                for density in (40, 100):
+                    r = subprocess.run([str(exe), *map(str, (h, w, ci, density, in_place, 5, 1))],
+                                       capture_output=True, text=True)
+                    assert r.returncode == 0 and "same" in r.stdout, (flags, ci, in_place, density,
+                                                                      r.stdout + r.stderr)
 
 
 MASK_BIAS_HARNESS = r"""

@@ -6,15 +6,18 @@ floor (tt_float.h), here."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from codegen_graphs import GraphBuilder
 from conftest import XORSHIFT64
 from test_codegen_ops import assert_c_matches_simulator
+from tinytrain import engine_c, simulator
 from tinytrain.codegen import render_project
 from tinytrain.csources import codegen_runtime
 from tinytrain.memory.report import plan_forward
@@ -186,6 +189,38 @@ def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, varia
     source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
     assert "_channels_pairs_rows_s8" in source
     assert_c_matches_simulator(b, g, tmp_path)
+
+
+@pytest.mark.parametrize("march", [True, False], ids=["native", "portable"])
+@pytest.mark.parametrize("k, stride, padding, dilation, c, hw", [
+    (3, 1, (1, 1, 1, 1), 1, 16, (9, 8)), (3, 2, (1, 1, 1, 1), 1, 24, (9, 7)), (5, 1, (2, 2, 2, 2), 1, 33, (6, 7)),
+    (7, 2, (3, 3, 3, 3), 1, 40, (9, 9)), (3, 1, (0, 0, 0, 0), 1, 5, (6, 5)), (5, 2, (1, 2, 2, 1), 1, 17, (8, 8)),
+    (7, 1, (3, 3, 3, 3), 1, 48, (4, 4)), (3, 1, (1, 0, 0, 1), 1, 20, (5, 6)), (3, 1, (2, 2, 2, 2), 2, 19, (7, 6)),
+    (5, 1, (0, 0, 0, 0), 1, 32, (7, 9))])
+def test_depthwise_convolutions_equal_the_simulator(tmp_path, march, k, stride, padding, dilation, c, hw):
+    """conv2d_rows.c.j2 "depthwise" (tt_rows.h tt_dw_sums_s8: taps in pairs, sixteen channels at a time in AVX2
+    registers, the last sixteen overlapping; border pixels' pairs listed, a tap in padding read as in_zp) == the
+    simulator: channel counts below 16, multiples of 16 and between, odd windows (a pair's tap of weight 0), strides,
+    uneven padding, dilation, weight zero points, no bias, both roundings; built with -march=native and without (the
+    C loops)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    b = GraphBuilder(c * k)
+    x = b.input((1, *hw, c))
+    b.conv(x, c, k, (stride, stride), padding, (dilation, dilation), depthwise=True, bias=c % 3 != 0,
+           weight_zp=k == 5, act=(-100, 90) if c % 2 else (-128, 127), single="fp32" if c != 20 else False)
+    g = b.build(b.nodes[-1].outputs[0])
+    source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
+    assert f"_c{c}_rows_s8" in source
+    xs = b.inputs_batch(g, 3)
+    want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]
+    flags = engine_c.HOST_CFLAGS if march else tuple(f for f in engine_c.HOST_CFLAGS if f != "-march=native")
+    lib = ctypes.CDLL(str(engine_c.build(g, tmp_path, cflags=flags)))
+    lib.tt_init()
+    got = np.empty((len(xs),) + want.shape[1:], np.int8)
+    for i in range(len(xs)):
+        lib.tt_predict(ctypes.c_void_p(np.ascontiguousarray(xs[i]).ctypes.data), ctypes.c_void_p(got[i].ctypes.data))
+    assert np.array_equal(got, want), f"{np.count_nonzero(got != want)} of {want.size} outputs differ"
 
 
 FLOOR_MAIN = r"""

@@ -437,4 +437,44 @@ static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t 
     }
 }
 
+/* tt_fma_taps_f32(y, g, t, n, ci): a host build's depthwise input gradient at one pixel (kernels/conv2d_grad_input.c.j2,
+ * host): for c < ci, y[c] = the sum over k = 0 .. n-1, in that order, from +0, of fma(g[k][c], t[k][c], .) — g[k] the
+ * (ci,) gz of the pixel's k-th tap, t[k] that tap's (ci,) dequantized weights (docs/design.md §3b: each term one
+ * fused multiply-add; a zero gz adds an exact zero). Thirty-two channels at a time in four AVX2 registers (TT_ROWS4_V),
+ * then eight, the last ci % 8 (every channel without AVX2 + FMA) in C. Channels c .. c+31 are stored after their own
+ * terms are read only: y may start before g[k] in the same bytes as far as a C-order gather allows. */
+static inline void tt_fma_taps_f32(float *y, const float *const *g, const float *const *t, int n, int ci) {
+    int c = 0;
+#if TT_ROWS4_V
+    for (; c + 32 <= ci; c += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int k = 0; k < n; k++) {
+            const float *gk = g[k] + c, *tk = t[k] + c;
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(gk), _mm256_loadu_ps(tk), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(gk + 8), _mm256_loadu_ps(tk + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(gk + 16), _mm256_loadu_ps(tk + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(gk + 24), _mm256_loadu_ps(tk + 24), a3);
+        }
+        _mm256_storeu_ps(y + c, a0);
+        _mm256_storeu_ps(y + c + 8, a1);
+        _mm256_storeu_ps(y + c + 16, a2);
+        _mm256_storeu_ps(y + c + 24, a3);
+    }
+    for (; c + 8 <= ci; c += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int k = 0; k < n; k++) {
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(g[k] + c), _mm256_loadu_ps(t[k] + c), a);
+        }
+        _mm256_storeu_ps(y + c, a);
+    }
+#endif
+    for (; c < ci; c++) {
+        float a = 0.0f;
+        for (int k = 0; k < n; k++) {
+            a = tt_fmaf(g[k][c], t[k][c], a);
+        }
+        y[c] = a;
+    }
+}
+
 #endif /* TT_FLOAT_H */
