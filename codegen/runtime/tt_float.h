@@ -383,8 +383,8 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
  *     x[t * ci + c] = the sum over i = 0 .. m-1, in that order, from +0, of fma(g[4 * i + t], (float)(w[i][c] - z[i]), .)
  * (z NULL: no zero point; docs/design.md §3b: each term one fused multiply-add, the integer converted exactly).
  * The four pixels' sums of sixteen channels stay in vector registers over all m rows (AVX2 + FMA: eight, a row's
- * sixteen weights widened and converted once for the four); the last ci % 16 channels, and every channel without
- * AVX2 + FMA, in C. Pixels t >= n take factors 0 and are not stored. */
+ * sixteen weights widened and converted once for the four; elsewhere blocks of eight in C loops the compiler
+ * vectorizes); the last ci % 16 channels one at a time. Pixels t >= n take factors 0 and are not stored. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TT_ROWS4_V 1
@@ -393,7 +393,7 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
 #endif
 static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t *const *w, const int32_t *z,
                                    const float *g) {
-    const int c0 = TT_ROWS4_V ? ci - ci % 16 : 0;  /* channels in vector registers: c < c0 */
+    const int c0 = ci - ci % 16;  /* channels in blocks of sixteen: c < c0 */
 #if TT_ROWS4_V
     for (int c = 0; c < c0; c += 16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -420,6 +420,24 @@ static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t 
         for (int t = 0; t < n; t++) {
             _mm256_storeu_ps(x + t * ci + c, lo_sums[t]);
             _mm256_storeu_ps(x + t * ci + c + 8, hi_sums[t]);
+        }
+    }
+#else
+    for (int c = 0; c < c0; c += 8) {  /* in C, eight channels a block: 4 x 8 sums the compiler keeps in registers */
+        float a[4][8] = {{0.0f}};
+        for (int i = 0; i < m; i++) {
+            float d[8];
+            for (int e = 0; e < 8; e++) {
+                d[e] = (float)((int32_t)w[i][c + e] - (z ? z[i] : 0));
+            }
+            for (int t = 0; t < 4; t++) {
+                for (int e = 0; e < 8; e++) {
+                    a[t][e] = tt_fmaf(g[4 * i + t], d[e], a[t][e]);
+                }
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            memcpy(x + t * ci + c, a[t], sizeof a[t]);
         }
     }
 #endif

@@ -35,6 +35,9 @@
 #define TT_ROWS_AVX2 0
 #endif
 
+/* Four int32 lanes (a GCC vector type, as in clang: lowered to whatever SIMD the target has): the C paths' blocks. */
+typedef int32_t tt_i32x4 __attribute__((vector_size(16)));
+
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
 
 /* The float32 scale of a float32-rounding requantization from the second column of its table: the scale's bits
@@ -52,52 +55,53 @@ static inline int8_t tt_fp32_round_s8(float v, int32_t out_zp, int32_t lo, int32
     return (int8_t)(r < lo ? lo : (r > hi ? hi : r));
 }
 
+#if TT_ROWS_AVX2
+/* Outputs c .. c+15 of tt_requantize_fp32_row_s8: VCVTDQ2PS, VMULPS, VCVTPS2DQ (round to nearest even, the MXCSR
+ * default; |v| < 2^29: no overflow), the zero point added, saturated to int16 and then to int8 (VPACKSSDW /
+ * VPACKSSWB: beyond int8 either way, as lo >= -128 and hi <= 127) and clamped: tt_fp32_round_s8's outputs. */
+static inline void tt_requantize_fp32_row16_s8(int8_t *y, const int32_t *acc, const float *scale, int c,
+                                               __m256i zp, __m128i lo, __m128i hi) {
+    const __m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)(acc + c));
+    const __m256i a1 = _mm256_loadu_si256((const __m256i *)(const void *)(acc + c + 8));
+    const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(a0), _mm256_loadu_ps(scale + c));
+    const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(a1), _mm256_loadu_ps(scale + c + 8));
+    const __m256i r0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp), r1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
+    const __m256i r = _mm256_permute4x64_epi64(_mm256_packs_epi32(r0, r1), 0xD8);  /* int16, in order */
+    const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128((__m128i *)(void *)(y + c), _mm_min_epi8(_mm_max_epi8(b, lo), hi));
+}
+#endif
+
 /* y[o] = clamp(tt_requantize_fp32(acc[o], multiplier, shift) + out_zp, lo, hi), o < n, channel o with scale[o].
- * With AVX2, 32 at a time: VCVTDQ2PS, VMULPS, VCVTPS2DQ (round to nearest even, the MXCSR default: |v| < 2^29, no
- * overflow), the zero point added, then saturated to int16 and int8 (VPACKSSDW / VPACKSSWB: beyond int8 either way,
- * as lo >= -128 and hi <= 127) and clamped. */
+ * With AVX2 and n >= 16 sixteen at a time, the last sixteen overlapping the ones before where n is not a multiple of
+ * 16 (the same outputs stored twice: y must not overlap acc or scale). */
 static inline void tt_requantize_fp32_row_s8(int8_t *restrict y, const int32_t *restrict acc,
                                              const float *restrict scale, int n, int32_t out_zp, int32_t lo,
                                              int32_t hi) {
-    int o = 0;
 #if TT_ROWS_AVX2
-    const __m256i zp = _mm256_set1_epi32(out_zp), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const __m256i vlo = _mm256_set1_epi8((char)lo), vhi = _mm256_set1_epi8((char)hi);
-    for (; o + 32 <= n; o += 32) {
-        __m256i r[4];
-        for (int q = 0; q < 4; q++) {
-            const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(acc + o + 8 * q));
-            const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(scale + o + 8 * q));
-            r[q] = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
+    if (n >= 16) {
+        const __m256i zp = _mm256_set1_epi32(out_zp);
+        const __m128i l = _mm_set1_epi8((char)lo), h = _mm_set1_epi8((char)hi);
+        int c = 0;
+        for (; c + 16 <= n; c += 16) {
+            tt_requantize_fp32_row16_s8(y, acc, scale, c, zp, l, h);
         }
-        /* packs work within 128-bit halves: bytes of r0 r1 r2 r3 interleaved by fours, put back in order */
-        __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-        b = _mm256_permutevar8x32_epi32(b, order);
-        b = _mm256_min_epi8(_mm256_max_epi8(b, vlo), vhi);
-        _mm256_storeu_si256((__m256i *)(void *)(y + o), b);
+        if (c < n) {
+            tt_requantize_fp32_row16_s8(y, acc, scale, n - 16, zp, l, h);
+        }
+        return;
     }
 #endif
-#pragma GCC unroll 1  /* (not unrolled for a constant n: vectorized) */
-    for (; o < n; o++) {
+    for (int o = 0; o < n; o++) {
         y[o] = tt_fp32_round_s8((float)acc[o] * scale[o], out_zp, lo, hi);
     }
 }
 
 /* ---- the host build's depthwise convolution (kernels/conv2d_rows.c.j2 "depthwise") ---- */
 
-/* TT_ROWS_V: whether the helpers below take sixteen channels at a time in AVX2 registers (x86-64 built with
- * -march=native on a core that has it); elsewhere, and for fewer than sixteen channels, they are plain C loops with
- * the same results (integer sums; the float32 requantization the same operations per output). */
-#if defined(__AVX2__)
-#include <immintrin.h>
-#define TT_ROWS_V 1
-#else
-#define TT_ROWS_V 0
-#endif
-
-#if TT_ROWS_V
+#if TT_ROWS_AVX2
 /* Channels c .. c+15 of tt_dw_sums_s8: a pair's inputs interleaved channel by channel (bytes, then widened to int16),
- * less in_zp, against the pair's weights, two products summed into each channel's int32 lane (VPMADDWD). */
+ * less in_zp, against the pair's weights, two products summed into each channel's int32 lane (TT_PAIRS_DP). */
 static inline void tt_dw_sums16_s8(int32_t *acc, const int8_t *const *x, const int *q, int n, const int16_t *w,
                                    const int32_t *b, int co, int32_t in_zp, int c) {
     const __m256i zx = _mm256_set1_epi16((int16_t)in_zp);
@@ -109,8 +113,8 @@ static inline void tt_dw_sums16_s8(int32_t *acc, const int8_t *const *x, const i
         const int16_t *wk = w + 2 * ((q != NULL ? q[k] : k) * co + c);
         const __m256i ul = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(u, v)), zx);
         const __m256i uh = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpackhi_epi8(u, v)), zx);
-        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(ul, _mm256_loadu_si256((const __m256i *)(const void *)wk)));
-        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(uh, _mm256_loadu_si256((const __m256i *)(const void *)(wk + 16))));
+        lo = TT_PAIRS_DP(lo, ul, _mm256_loadu_si256((const __m256i *)(const void *)wk));
+        hi = TT_PAIRS_DP(hi, uh, _mm256_loadu_si256((const __m256i *)(const void *)(wk + 16)));
     }
     _mm256_storeu_si256((__m256i *)(void *)(acc + c), lo);
     _mm256_storeu_si256((__m256i *)(void *)(acc + c + 8), hi);
@@ -121,11 +125,11 @@ static inline void tt_dw_sums16_s8(int32_t *acc, const int8_t *const *x, const i
  * pairs of taps, acc[o] = b[o] + sum_k (x[2k][o] - in_zp) * w[2 (q[k] co + o)] + (x[2k+1][o] - in_zp) * w[2 (q[k] co + o) + 1]:
  * x[2k], x[2k+1] the (co,) int8 inputs of pair k's two taps, q[k] its weights' pair in w, the (pairs,co,2) int16
  * weights (a pair's two side by side per channel). Integer sums: the order of their terms changes no bit
- * (docs/design.md §4). With TT_ROWS_V and co >= 16 sixteen channels at a time, the last sixteen overlapping the
+ * (docs/design.md §4). With TT_ROWS_AVX2 and co >= 16 sixteen channels at a time, the last sixteen overlapping the
  * ones before where co is not a multiple of 16 (the same sums stored twice). */
 static inline void tt_dw_sums_s8(int32_t *restrict acc, const int8_t *const *x, const int *q, int n,
                                  const int16_t *restrict w, const int32_t *restrict b, int co, int32_t in_zp) {
-#if TT_ROWS_V
+#if TT_ROWS_AVX2
     if (co >= 16) {
         int c = 0;
         for (; c + 16 <= co; c += 16) {
@@ -137,61 +141,27 @@ static inline void tt_dw_sums_s8(int32_t *restrict acc, const int8_t *const *x, 
         return;
     }
 #endif
-#pragma GCC unroll 1
-    for (int o = 0; o < co; o++) {
-        acc[o] = b[o];
-    }
-    for (int k = 0; k < n; k++) {
-        const int8_t *restrict u = x[2 * k], *restrict v = x[2 * k + 1];
-        const int16_t *restrict wk = w + 2 * (q != NULL ? q[k] : k) * co;
-#pragma GCC unroll 1
-        for (int o = 0; o < co; o++) {
-            acc[o] += (u[o] - in_zp) * wk[2 * o] + (v[o] - in_zp) * wk[2 * o + 1];
+    const int c4 = co - co % 4;  /* (an explicit bound: gcc's clones warn of impossible iterations otherwise) */
+    for (int c = 0; c < c4; c += 4) {  /* in C, four channels a block in GCC vector types */
+        tt_i32x4 a;
+        memcpy(&a, b + c, sizeof a);
+        for (int k = 0; k < n; k++) {
+            const int8_t *u = x[2 * k] + c, *v = x[2 * k + 1] + c;
+            const int16_t *wk = w + 2 * ((q != NULL ? q[k] : k) * co + c);
+            const tt_i32x4 uu = {u[0], u[1], u[2], u[3]}, vv = {v[0], v[1], v[2], v[3]};
+            const tt_i32x4 we = {wk[0], wk[2], wk[4], wk[6]}, wo = {wk[1], wk[3], wk[5], wk[7]};
+            a += (uu - in_zp) * we + (vv - in_zp) * wo;
         }
+        memcpy(acc + c, &a, sizeof a);
     }
-}
-
-#if TT_ROWS_V
-/* Outputs c .. c+15 of tt_requantize_fp32_rows_s8: the same float32 operations on eight lanes at a time. */
-static inline void tt_requantize_fp32_row16_s8(int8_t *y, const int32_t *acc, const float *scale, int c,
-                                               __m256i zp, __m256i lo, __m256i hi) {
-    const __m256 magic = _mm256_set1_ps(12582912.0f);  /* 1.5 * 2^23 (tt_fp32_round_s8) */
-    __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(acc + c))),
-                              _mm256_loadu_ps(scale + c));
-    __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(acc + c + 8))),
-                              _mm256_loadu_ps(scale + c + 8));
-    v0 = _mm256_sub_ps(_mm256_add_ps(v0, magic), magic);
-    v1 = _mm256_sub_ps(_mm256_add_ps(v1, magic), magic);
-    const __m256i r0 = _mm256_add_epi32(_mm256_cvttps_epi32(v0), zp), r1 = _mm256_add_epi32(_mm256_cvttps_epi32(v1), zp);
-    /* int16 with saturation (beyond int16, beyond int8: clamped to lo or hi all the same), in order, clamped */
-    __m256i r = _mm256_permute4x64_epi64(_mm256_packs_epi32(r0, r1), 0xD8);
-    r = _mm256_min_epi16(_mm256_max_epi16(r, lo), hi);
-    _mm_storeu_si128((__m128i *)(void *)(y + c),
-                     _mm_packs_epi16(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
-}
-#endif
-
-/* tt_requantize_fp32_rows_s8: tt_requantize_fp32_row_s8 for the host depthwise convolution's n channels, with
- * TT_ROWS_V and n >= 16 sixteen at a time (the last sixteen overlapping the ones before: the same outputs stored
- * twice). Every output is stored after all of acc is read from... its own sums only: y may not overlap acc. */
-static inline void tt_requantize_fp32_rows_s8(int8_t *restrict y, const int32_t *restrict acc,
-                                              const float *restrict scale, int n, int32_t out_zp, int32_t lo,
-                                              int32_t hi) {
-#if TT_ROWS_V
-    if (n >= 16) {
-        const __m256i zp = _mm256_set1_epi32(out_zp), l = _mm256_set1_epi16((int16_t)lo);
-        const __m256i h = _mm256_set1_epi16((int16_t)hi);
-        int c = 0;
-        for (; c + 16 <= n; c += 16) {
-            tt_requantize_fp32_row16_s8(y, acc, scale, c, zp, l, h);
+    for (int c = c4; c < co; c++) {
+        int32_t a = b[c];
+        for (int k = 0; k < n; k++) {
+            const int16_t *wk = w + 2 * ((q != NULL ? q[k] : k) * co + c);
+            a += (x[2 * k][c] - in_zp) * wk[0] + (x[2 * k + 1][c] - in_zp) * wk[1];
         }
-        if (c < n) {
-            tt_requantize_fp32_row16_s8(y, acc, scale, n - 16, zp, l, h);
-        }
-        return;
+        acc[c] = a;
     }
-#endif
-    tt_requantize_fp32_row_s8(y, acc, scale, n, out_zp, lo, hi);
 }
 
 #endif /* FLT_EVAL_METHOD == 0 */
@@ -261,18 +231,22 @@ static inline void tt_dot_pairs4(int32_t *restrict acc, const int16_t *restrict 
         o = cp;
     }
 #endif
-    for (; o < cp; o++) {
+    for (; o < cp; o += 4) {  /* in C, four channels a block in GCC vector types (SIMD registers where there are) */
+        tt_i32x4 a[4];
         for (int t = 0; t < 4; t++) {
-            const int16_t *xt = x + t * 2 * k2;
-            int32_t a = bias[o];
-            for (int j = 0; j < k2; j++) {
-                const int16_t *wj = w + (j * cp + o) * 2;
-                a += (int32_t)xt[2 * j] * wj[0] + (int32_t)xt[2 * j + 1] * wj[1];
+            memcpy(&a[t], bias + o, sizeof a[t]);
+        }
+        for (int j = 0; j < k2; j++) {
+            const int16_t *wj = w + (j * cp + o) * 2;
+            const tt_i32x4 we = {wj[0], wj[2], wj[4], wj[6]}, wo = {wj[1], wj[3], wj[5], wj[7]};
+            for (int t = 0; t < 4; t++) {
+                a[t] += x[t * 2 * k2 + 2 * j] * we + x[t * 2 * k2 + 2 * j + 1] * wo;
             }
-            acc[t * cp + o] = a;
+        }
+        for (int t = 0; t < 4; t++) {
+            memcpy(acc + t * cp + o, &a[t], sizeof a[t]);
         }
     }
 }
-
 
 #endif /* TT_ROWS_H */
