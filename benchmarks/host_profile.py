@@ -8,8 +8,11 @@ the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, 
 call, as benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
 per step is the best of ``--repeats`` runs of ``--steps`` steps (the machine may be shared); "outside kernels" is the
 step's wall time less the kernels' (the streamed region's row bookkeeping, the calls themselves, the guard). The clock
-reads add roughly 20 ns per call, so the total is a little above an uninstrumented step. Prints a table (host only;
-it writes nothing).
+reads add roughly 20 ns per call, so the total is a little above an uninstrumented step. Caveat: the timed calls
+change what gcc inlines and clones per call site (an uninstrumented build specializes a kernel to each call's
+constant channel counts), so a kernel's time here can differ from its share of the real step by 2x or more; `perf
+record` on a process running the step (the built library's symbols: kernel.constprop.N) gives that share. Prints a
+table (host only; it writes nothing).
 """
 
 from __future__ import annotations
