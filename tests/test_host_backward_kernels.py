@@ -48,7 +48,7 @@ HEADER = r"""
 """ + XORSHIFT64 + r"""
 
 /* A gradient value: mostly ordinary, some +0, -0, NaN (its payload must pass the mask unchanged) and infinities. */
-static float grad_value(void) {
+static inline float grad_value(void) {
     const uint32_t k = (uint32_t)(next() % 16);
     uint32_t bits = (uint32_t)next();
     if (k == 0) { bits = 0u; } else if (k == 1) { bits = 0x80000000u; } else if (k == 2) { bits |= 0x7F800001u; }
@@ -142,3 +142,86 @@ def test_clamp_masks_equal_the_plain_selects(tmp_path, march):
                host=True),
     ]
     run_program(tmp_path, MASKS_MAIN.replace("KERNELS", "\n\n".join(kernels)), march)
+
+
+FUSED_MAIN = HEADER + r"""
+KERNELS
+
+int main(void) {
+    /* (P, Ci, Co, c0, Cs): inputs in sixteens with and without a rest and fewer; rows a multiple of 4 and not */
+    static const int shapes[][5] = {{16, 56, 40, 3, 30}, {16, 64, 9, 0, 9}, {5, 7, 6, 1, 5}, {17, 33, 4, 0, 4},
+                                    {1, 16, 3, 2, 1}};
+    const int32_t in_zp = -7;
+    const float in_scale = 0.0213f, mu = 0.9f, lr_floor = 0.1f;
+    const uint32_t seed = 11u, stream = 3u, step = 4u, warmup = 2u, steps = 9u;
+    long tested = 0, differ = 0;
+    for (unsigned sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int P = shapes[sh][0], Ci = shapes[sh][1], Co = shapes[sh][2], c0 = shapes[sh][3], Cs = shapes[sh][4];
+        for (int density = 0; density <= 100; density += 25) {
+            float *gz = malloc(sizeof(float) * P * Co), *gw = malloc(sizeof(float) * Cs * Ci);
+            float *scale = malloc(sizeof(float) * Cs), *m = malloc(sizeof(float) * Cs * Ci);
+            float *m_want = malloc(sizeof(float) * Cs * Ci);
+            int8_t *inp = malloc((size_t)P * Ci), *w = malloc((size_t)Cs * Ci), *w_want = malloc((size_t)Cs * Ci);
+            for (int i = 0; i < P * Ci; i++) {
+                inp[i] = (int8_t)(next() & 0xFF);
+            }
+            for (int i = 0; i < P * Co; i++) {
+                const float v = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+                gz[i] = (int)(next() % 100) < density ? v : ((next() & 1) ? 0.0f : -0.0f);
+            }
+            for (int s = 0; s < Cs; s++) {
+                scale[s] = (float)(next() % 1000 + 1) * 1e-3f;
+            }
+            for (int i = 0; i < Cs * Ci; i++) {
+                w[i] = w_want[i] = (int8_t)(next() & 0xFF);
+                m[i] = m_want[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1e-2f;
+            }
+            tt_grad(gw, gz, inp, P, Ci, Co, c0, Cs, in_zp, in_scale);
+            tt_update(w_want, gw, scale, m_want, Cs, Ci, mu, seed, stream, step, warmup, steps, lr_floor, 0);
+            tt_fused(w, scale, m, Cs, Ci, mu, seed, stream, step, warmup, steps, lr_floor, gz, inp, P, Ci, Co, c0,
+                     in_zp, in_scale);
+            tested++;
+            if ((memcmp(w, w_want, (size_t)Cs * Ci) != 0 || memcmp(m, m_want, sizeof(float) * Cs * Ci) != 0)
+                && differ++ < 5) {
+                printf("shape %u density %d differ\n", sh, density);
+            }
+            free(gz); free(gw); free(scale); free(m); free(m_want); free(inp); free(w); free(w_want);
+        }
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+UPDATE_PARAMS = ("float *momentum, int Cs, int E, float mu, uint32_t seed, uint32_t stream, uint32_t step, "
+                 "uint32_t warmup, uint32_t steps, float lr_floor")
+GRAD_PARAMS = "const float *gz, const int8_t *inp, int P, int Ci, int Co, int c0, int Cs, int32_t in_zp, float in_scale"
+
+
+@pytest.mark.parametrize("march", MARCH)
+@pytest.mark.parametrize("update", [(True, False, False), (True, True, True), (False, False, False)],
+                         ids=["stochastic", "stochastic-momentum-cosine", "nearest"])
+def test_pointwise_weight_gradient_in_host_blocks_fused_with_update_equals_the_two_kernels(tmp_path, march, update):
+    """kernels/grad_weight_sgd_update.c.j2 with host_rows (bindings/grad_weight_sgd_update.py: a host build's blocks
+    of four rows on the stack) over the host gradient (conv2d_grad_weight.c.j2, four rows in tt_fma_rows4_s8) and the
+    host update of a block (sgd_update.c.j2) == the device gradient then the device update over the whole selection:
+    the same weights and momentum bit for bit, gz masked by +0 and -0, rows and inputs not multiples of 4 or 16."""
+    from tinytrain.codegen.bindings.grad_weight_sgd_update import _BLOCK_GRAD_ARGS, _BLOCK_UPDATE_ARGS, HOST_BLOCK_ROWS
+
+    stochastic, momentum, scheduled = update
+    consts = dict(ptype="int8_t", stochastic=stochastic, momentum=momentum, scheduled=scheduled)
+    update_sig = f"int8_t *param, const float *grad, const float *scale, {UPDATE_PARAMS}, int i0"
+    names = lambda sig: [p.split()[-1].lstrip("*") for p in sig.split(", ")]  # noqa: E731
+    kernels = [
+        render("conv2d_grad_weight", "tt_grad", f"float *gw, {GRAD_PARAMS}", variant="pointwise", quads=False,
+               host=False),
+        render("sgd_update", "tt_update", update_sig, **consts, block=False, host=False),
+        render("conv2d_grad_weight", "tt_grad_host", f"float *gw, {GRAD_PARAMS}", variant="pointwise", host=True),
+        render("sgd_update", "tt_update_block", update_sig, **consts, block=stochastic, host=stochastic),
+        render("grad_weight_sgd_update", "tt_fused", f"int8_t *param, const float *scale, {UPDATE_PARAMS}, "
+               f"{GRAD_PARAMS.replace(', int Cs', '')}", grad_kernel="tt_grad_host", update_kernel="tt_update_block",
+               grad_args=[_BLOCK_GRAD_ARGS.get(n, n) for n in names(f"float *gw, {GRAD_PARAMS}")],
+               update_args=[_BLOCK_UPDATE_ARGS.get(n, n) for n in names(update_sig)], host_rows=HOST_BLOCK_ROWS),
+    ]
+    source = "#pragma GCC diagnostic ignored \"-Wunused-parameter\"\n" + FUSED_MAIN.replace("KERNELS",
+                                                                                            "\n\n".join(kernels))
+    run_program(tmp_path, source, march)
