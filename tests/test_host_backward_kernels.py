@@ -225,3 +225,71 @@ def test_pointwise_weight_gradient_in_host_blocks_fused_with_update_equals_the_t
     source = "#pragma GCC diagnostic ignored \"-Wunused-parameter\"\n" + FUSED_MAIN.replace("KERNELS",
                                                                                             "\n\n".join(kernels))
     run_program(tmp_path, source, march)
+
+
+ADD_MAIN = HEADER.replace('#include "tt_float.h"', '#include "tt_rows.h"') + r"""
+KERNELS
+
+int main(void) {
+    enum { MAXN = 1100 };
+    static int8_t arena[3 * MAXN], want[MAXN];
+    static int32_t term1[256], term2[256];
+    static const int sizes[] = {1, 7, 8, 9, 16, 100, 1029, 1100};
+    long tested = 0, differ = 0;
+    for (int shift = -31; shift <= 1; shift++) {
+        const int32_t multiplier = (int32_t)((1u << 30) + (uint32_t)(next() % (1u << 30)));
+        const int32_t out_zp = (int32_t)(next() % 256) - 128, lo = -100 + (int32_t)(next() % 50), hi = 60;
+        const int mag = shift > -2 ? 4 : 12 + (int)(next() % 18);  /* the terms' bits: outputs inside and past int8 */
+        for (int v = 0; v < 256; v++) {
+            term1[v] = (int32_t)(next() % (2u << mag)) - (1 << mag);
+            term2[v] = (int32_t)(next() % (2u << mag)) - (1 << mag);
+        }
+        for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            const int n = sizes[s];
+            for (int layout = 0; layout < 3; layout++) {  /* out apart, on in1, on in2 */
+                int8_t *in1 = arena, *in2 = arena + MAXN, *out = layout == 0 ? arena + 2 * MAXN : arena + (layout - 1) * MAXN;
+                for (int i = 0; i < n; i++) {
+                    in1[i] = (int8_t)(next() & 0xFF);
+                    in2[i] = (int8_t)(next() & 0xFF);
+                }
+                for (int sat = 0; sat < 2; sat++) {
+                    for (int i = 0; i < n; i++) {
+                        const int32_t raw = term1[(uint8_t)in1[i]] + term2[(uint8_t)in2[i]];
+                        const int32_t r = tt_requantize_single_s8(raw, multiplier, shift) + out_zp;
+                        want[i] = (int8_t)(sat ? tt_sat_s8(r) : tt_clamp(r, lo, hi));
+                    }
+                    static int8_t save1[MAXN], save2[MAXN];
+                    memcpy(save1, in1, (size_t)n);
+                    memcpy(save2, in2, (size_t)n);
+                    if (sat) {
+                        tt_add_sat(out, in1, in2, term1, term2, n, out_zp, multiplier, shift);
+                    } else {
+                        tt_add(out, in1, in2, term1, term2, n, out_zp, multiplier, shift, lo, hi);
+                    }
+                    tested++;
+                    if (memcmp(out, want, (size_t)n) != 0 && differ++ < 5) {
+                        printf("shift %d n %d layout %d sat %d differ\n", shift, n, layout, sat);
+                    }
+                    memcpy(in1, save1, (size_t)n);
+                    memcpy(in2, save2, (size_t)n);
+                }
+            }
+        }
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", MARCH)
+def test_add_equals_the_single_rounding_per_element(tmp_path, march):
+    """kernels/add.c.j2, host (tt_rows.h tt_add_single_s8_v: eight at a time, the product's high word
+    from even and odd lanes) == tt_requantize_single_s8 of each element's terms, clamped or saturated, bit for bit:
+    every output shift (those above -2 left to the C loop), outputs inside and past int8, in place over either input."""
+    sig = ("int8_t *out, const int8_t *in1, const int8_t *in2, const int32_t *term1, const int32_t *term2, int N, "
+           "int32_t out_zp, int32_t out_multiplier, int32_t out_shift")
+    kernels = [render("add", "tt_add", sig + ", int32_t act_min, int32_t act_max", rq_out="tt_requantize_single",
+                      sat=False, host=True),
+               render("add", "tt_add_sat", sig, rq_out="tt_requantize_single", sat=True, host=True)]
+    run_program(tmp_path, ADD_MAIN.replace("KERNELS", "\n\n".join(kernels)), march)
