@@ -293,3 +293,62 @@ def test_add_equals_the_single_rounding_per_element(tmp_path, march):
                       sat=False, host=True),
                render("add", "tt_add_sat", sig, rq_out="tt_requantize_single", sat=True, host=True)]
     run_program(tmp_path, ADD_MAIN.replace("KERNELS", "\n\n".join(kernels)), march)
+
+
+UPDATE_MAIN = HEADER + r"""
+KERNELS
+
+int main(void) {
+    static const int shapes[][2] = {{448, 1}, {7, 1}, {1, 1}, {9, 56}, {3, 5}, {2, 33}};  /* (Cs, E): biases, weights */
+    const float mu = 0.9f, lr_floor = 0.1f;
+    const uint32_t seed = 11u, stream = 3u, warmup = 2u, steps = 9u;
+    long tested = 0, differ = 0;
+    for (unsigned sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int Cs = shapes[sh][0], E = shapes[sh][1], n = Cs * E;
+        for (uint32_t step = 0; step < 12; step += 5) {
+            PTYPE *p = malloc(sizeof(PTYPE) * n), *p_want = malloc(sizeof(PTYPE) * n);
+            float *grad = malloc(sizeof(float) * n), *scale = malloc(sizeof(float) * Cs);
+            float *m = malloc(sizeof(float) * n), *m_want = malloc(sizeof(float) * n);
+            for (int s = 0; s < Cs; s++) {  /* steps of a few LSB, and some past +-2^30 */
+                scale[s] = (float)(next() % 1000 + 1) * (s % 7 == 3 ? 1e7f : 1e-2f);
+            }
+            for (int i = 0; i < n; i++) {
+                const uint32_t r = (uint32_t)next();
+                p[i] = p_want[i] = (PTYPE)(sizeof(PTYPE) == 1 ? (int32_t)(r & 0xFF) - 128 : (int32_t)r >> (r % 31));
+                grad[i] = i % 11 == 5 ? grad_value() : ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+                m[i] = m_want[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1e-2f;
+            }
+            const int i0 = (int)(next() % 1000);
+            tt_device(p_want, grad, scale, m_want, Cs, E, mu, seed, stream, step, warmup, steps, lr_floor, i0);
+            tt_host(p, grad, scale, m, Cs, E, mu, seed, stream, step, warmup, steps, lr_floor, i0);
+            tested++;
+            if ((memcmp(p, p_want, sizeof(PTYPE) * n) != 0 || memcmp(m, m_want, sizeof(float) * n) != 0)
+                && differ++ < 5) {
+                printf("Cs %d E %d step %u differ\n", Cs, E, step);
+            }
+            free(p); free(p_want); free(grad); free(scale); free(m); free(m_want);
+        }
+    }
+    printf("tested %ld differ %ld\n", tested, differ);
+    return differ != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", MARCH)
+@pytest.mark.parametrize("ptype", ["int8_t", "int32_t"])
+@pytest.mark.parametrize("variant", [(False, False, False), (True, False, False), (False, True, True)],
+                         ids=["plain", "block", "momentum-cosine"])
+def test_host_stochastic_update_equals_the_device_one(tmp_path, march, ptype, variant):
+    """kernels/sgd_update.c.j2, host (each row's draws and clamps in one loop and its floors in another, tt_float.h
+    tt_step_clamp / tt_floor_of_clamped; rows of one element, biases, all in the two loops) == the device form
+    (tt_floor_clamped per element), stochastic rounding: the same parameters and momentum bit for bit, with NaN,
+    infinite and huge steps, int8 weights and int32 biases, a block's draws from i0 on."""
+    block, momentum, scheduled = variant
+    consts = dict(ptype=ptype, stochastic=True, momentum=momentum, scheduled=scheduled, block=block)
+    sig = f"{ptype} *param, const float *grad, const float *scale, {UPDATE_PARAMS}, int i0"
+    kernels = [render("sgd_update", "tt_device", sig, **consts, host=False),
+               render("sgd_update", "tt_host", sig, **consts, host=True)]
+    source = ("#pragma GCC diagnostic ignored \"-Wunused-parameter\"\n" + f"#define PTYPE {ptype}\n"
+              + UPDATE_MAIN.replace("KERNELS", "\n\n".join(kernels)))
+    run_program(tmp_path, source, march)
