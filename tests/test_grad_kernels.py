@@ -519,6 +519,7 @@ MASK_BIAS_HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tt_float.h"
 #include "tt_simd.h"
 
 """ + XORSHIFT64 + r"""
@@ -589,7 +590,8 @@ int main(int argc, char **argv) {
 @pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
 def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
     """kernels/clamp_mask_packed.c.j2 and clamp_mask.c.j2 (in place: only the zeros written; apart; the unpacked one
-    with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's) and bias_grad.c.j2 (eight,
+    with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's; the host forms' C,
+    tt_float.h tt_select_*: tests/test_host_backward_kernels.py builds their vector paths too) and bias_grad.c.j2 (eight,
     four, one channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every
     tail."""
     if shutil.which("gcc") is None:
@@ -601,7 +603,7 @@ def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
     bias = env.get_template("kernels/bias_grad.c.j2").render(
         name="tt_bias_grad_f32", k={}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
     unpacked = env.get_template("kernels/clamp_mask.c.j2").render(
-        name="tt_clamp_mask_f32", k={},
+        name="tt_clamp_mask_f32", k={"host": host},
         signature="static void tt_clamp_mask_f32(float *out, const float *g, const int8_t *y, int N, int32_t act_min, "
                   "int32_t act_max)")
     (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias)
