@@ -383,8 +383,9 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
  *     x[t * ci + c] = the sum over i = 0 .. m-1, in that order, from +0, of fma(g[4 * i + t], (float)(w[i][c] - z[i]), .)
  * (z NULL: no zero point; docs/design.md §3b: each term one fused multiply-add, the integer converted exactly).
  * The four pixels' sums of sixteen channels stay in vector registers over all m rows (AVX2 + FMA: eight, a row's
- * sixteen weights widened and converted once for the four); the last ci % 16 channels, and every channel without
- * AVX2 + FMA, in C. Pixels t >= n take factors 0 and are not stored. */
+ * sixteen weights widened and converted once for the four), then those of eight channels where ci % 16 >= 8 (four);
+ * the last ci % 8 channels, and every channel without AVX2 + FMA, in C. Pixels t >= n take factors 0 and are not
+ * stored. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TT_ROWS4_V 1
@@ -393,9 +394,10 @@ static inline void tt_fma_tile1x4_s8(float *x, int ci, const int8_t *w0, const i
 #endif
 static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t *const *w, const int32_t *z,
                                    const float *g) {
-    const int c0 = TT_ROWS4_V ? ci - ci % 16 : 0;  /* channels in vector registers: c < c0 */
+    const int c0 = TT_ROWS4_V ? ci - ci % 8 : 0;  /* channels in vector registers: c < c0 */
 #if TT_ROWS4_V
-    for (int c = 0; c < c0; c += 16) {
+    const int c16 = ci - ci % 16;  /* in sixteens: c < c16 */
+    for (int c = 0; c < c16; c += 16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         for (int i = 0; i < m; i++) {
             const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + c));
@@ -420,6 +422,23 @@ static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t 
         for (int t = 0; t < n; t++) {
             _mm256_storeu_ps(x + t * ci + c, lo_sums[t]);
             _mm256_storeu_ps(x + t * ci + c + 8, hi_sums[t]);
+        }
+    }
+    if (c0 > c16) {  /* eight channels c16 .. c16+7 */
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int i = 0; i < m; i++) {
+            const __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(w[i] + c16));
+            const __m256 d = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(q),
+                                                                 _mm256_set1_epi32(z ? z[i] : 0)));
+            const float *gi = g + 4 * i;
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(gi), d, a0);
+            a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(gi + 1), d, a1);
+            a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(gi + 2), d, a2);
+            a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(gi + 3), d, a3);
+        }
+        const __m256 sums[4] = {a0, a1, a2, a3};
+        for (int t = 0; t < n; t++) {
+            _mm256_storeu_ps(x + t * ci + c16, sums[t]);
         }
     }
 #endif
