@@ -44,6 +44,7 @@ HEADER = r"""
 #include <string.h>
 #include "tt_fixedpoint.h"
 #include "tt_float.h"
+#include "tt_simd.h"
 
 """ + XORSHIFT64 + r"""
 
@@ -92,6 +93,15 @@ int main(void) {
                 memcpy(arena + og, g, sizeof(float) * (size_t)n);
                 tt_clamp_mask(arena + oo, arena + og, y, n, bounds[b][0], bounds[b][1]);
                 compare("clamp_mask", n, layout, arena + oo, want);
+                uint8_t packed[MAXN / 8 + 1], packed_want[MAXN / 8 + 1] = {0};
+                for (int i = 0; i < n; i++) {
+                    packed_want[i >> 3] |= (uint8_t)((y[i] > bounds[b][0] && y[i] < bounds[b][1]) << (i & 7));
+                }
+                tt_pack_clamp_mask(packed, y, n, bounds[b][0], bounds[b][1]);
+                tested++;
+                if (memcmp(packed, packed_want, (size_t)(n + 7) / 8) != 0 && differ++ < 5) {
+                    printf("pack_clamp_mask: n %d differ\n", n);
+                }
             }
             memset(bits, 0, sizeof bits);
             for (int i = 0; i < n; i++) {
@@ -132,12 +142,15 @@ int main(void) {
 def test_clamp_masks_equal_the_plain_selects(tmp_path, march):
     """kernels/clamp_mask.c.j2, clamp_mask_packed.c.j2 and mean_grad_masked.c.j2, host (tt_float.h
     tt_select_inside_f32, tt_select_bits_f32): every element g's very bits (NaN payloads, -0, infinities) or +0, as
-    the select of ops/clamp_mask.py, with out apart from g, on it and starting before it; bounds at the int8 ends."""
+    the select of ops/clamp_mask.py, with out apart from g, on it and starting before it; bounds at the int8 ends.
+    pack_clamp_mask.c.j2, host (tt_pack_inside_s8): the bits of the same comparisons, the last byte's unused ones 0."""
     kernels = [
         render("clamp_mask", "tt_clamp_mask", "float *out, const float *g, const int8_t *y, int N, int32_t act_min, "
                                               "int32_t act_max", host=True),
         render("clamp_mask_packed", "tt_clamp_mask_packed", "float *out, const float *g, const uint8_t *bits, int N",
                host=True),
+        render("pack_clamp_mask", "tt_pack_clamp_mask", "uint8_t *bits, const int8_t *y, int N, int32_t act_min, "
+                                                        "int32_t act_max", host=True),
         render("mean_grad_masked", "tt_mean_grad_masked", "float *gx, const float *g, const uint8_t *bits, int P, int C",
                host=True),
     ]

@@ -456,7 +456,8 @@ static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t 
     }
 }
 
-/* ---- a host build's clamp masks (kernels/clamp_mask.c.j2, clamp_mask_packed.c.j2, mean_grad_masked.c.j2: host) ---- */
+/* ---- a host build's clamp masks (kernels/clamp_mask.c.j2, clamp_mask_packed.c.j2, mean_grad_masked.c.j2,
+ * pack_clamp_mask.c.j2: host) ---- */
 
 /* A selected element keeps its value's bits, the others become +0: the C select `in ? g : 0.0f`. With AVX2, eight at
  * a time as g's bits ANDed with a word mask of all ones or all zeros, the same bits. Each group of eight is read
@@ -489,6 +490,27 @@ static inline void tt_select_inside_f32(float *out, const float *g, const int8_t
     for (int i = i0; i < n; i++) {
         out[i] = y[i] > act_min && y[i] < act_max ? g[i] : 0.0f;
     }
+}
+
+/* The clamp mask packed (kernels/pack_clamp_mask.c.j2): bit i % 8 of bits[i / 8] = act_min < y[i] < act_max for
+ * i < n - n % 32 (AVX2: 32 elements a pass, the byte comparisons' signs gathered by VPMOVMSKB, element i's at bit i,
+ * stored little-endian as four bytes; else none), int8 bounds. Returns how many bytes it wrote. */
+static inline int tt_pack_inside_s8(uint8_t *bits, const int8_t *y, int n, int32_t act_min, int32_t act_max) {
+#if TT_SELECT_V
+    const __m256i lo = _mm256_set1_epi8((char)act_min), hi = _mm256_set1_epi8((char)act_max);
+    const int n32 = n - n % 32;
+    for (int i = 0; i < n32; i += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(y + i));
+        const uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpgt_epi8(v, lo),
+                                                                           _mm256_cmpgt_epi8(hi, v)));
+        const uint8_t b[4] = {(uint8_t)m, (uint8_t)(m >> 8), (uint8_t)(m >> 16), (uint8_t)(m >> 24)};
+        memcpy(bits + i / 8, b, 4);
+    }
+    return n32 / 8;
+#else
+    (void)bits; (void)y; (void)n; (void)act_min; (void)act_max;
+    return 0;
+#endif
 }
 
 /* out[i] = g[i] where bit i % 8 of bits[i / 8] is 1, else +0, i < n. AVX2: a byte's bits against 1, 2, .., 128 in
