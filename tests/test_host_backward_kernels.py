@@ -322,16 +322,20 @@ int main(void) {
             PTYPE *p = malloc(sizeof(PTYPE) * n), *p_want = malloc(sizeof(PTYPE) * n);
             float *grad = malloc(sizeof(float) * n), *scale = malloc(sizeof(float) * Cs);
             float *m = malloc(sizeof(float) * n), *m_want = malloc(sizeof(float) * n);
-            for (int s = 0; s < Cs; s++) {  /* steps of a few LSB, and some past +-2^30 */
-                scale[s] = (float)(next() % 1000 + 1) * (s % 7 == 3 ? 1e7f : 1e-2f);
+            for (int s = 0; s < Cs; s++) {  /* steps of a few LSB, some past +-2^30, and 1 */
+                scale[s] = s % 5 == 2 ? 1.0f : (float)(next() % 1000 + 1) * (s % 7 == 3 ? 1e7f : 1e-2f);
             }
+            const int i0 = (int)(next() % 1000);
+            const uint32_t key = tt_sr_key(seed, step, stream);
             for (int i = 0; i < n; i++) {
                 const uint32_t r = (uint32_t)next();
                 p[i] = p_want[i] = (PTYPE)(sizeof(PTYPE) == 1 ? (int32_t)(r & 0xFF) - 128 : (int32_t)r >> (r % 31));
                 grad[i] = i % 11 == 5 ? grad_value() : ((float)(int32_t)(next() % 2001) - 1000.0f) * 1.37e-3f;
+                if (i % 3 == 1) {  /* at scale 1, v + u exactly 0 or 1: the floor of an integer */
+                    grad[i] = (float)(i & 1) - tt_sr_uniform(key, (uint32_t)(BLOCK ? i0 + i : i));
+                }
                 m[i] = m_want[i] = ((float)(int32_t)(next() % 2001) - 1000.0f) * 1e-2f;
             }
-            const int i0 = (int)(next() % 1000);
             tt_device(p_want, grad, scale, m_want, Cs, E, mu, seed, stream, step, warmup, steps, lr_floor, i0);
             tt_host(p, grad, scale, m, Cs, E, mu, seed, stream, step, warmup, steps, lr_floor, i0);
             tested++;
@@ -356,12 +360,14 @@ def test_host_stochastic_update_equals_the_device_one(tmp_path, march, ptype, va
     """kernels/sgd_update.c.j2, host (each row's draws and clamps in one loop and its floors in another, tt_float.h
     tt_step_clamp / tt_floor_of_clamped; rows of one element, biases, all in the two loops) == the device form
     (tt_floor_clamped per element), stochastic rounding: the same parameters and momentum bit for bit, with NaN,
-    infinite and huge steps, int8 weights and int32 biases, a block's draws from i0 on."""
+    infinite and huge steps, v + u exact integers (a floor that is its argument), int8 weights and int32 biases, a
+    block's draws from i0 on."""
     block, momentum, scheduled = variant
     consts = dict(ptype=ptype, stochastic=True, momentum=momentum, scheduled=scheduled, block=block)
     sig = f"{ptype} *param, const float *grad, const float *scale, {UPDATE_PARAMS}, int i0"
     kernels = [render("sgd_update", "tt_device", sig, **consts, host=False),
                render("sgd_update", "tt_host", sig, **consts, host=True)]
     source = ("#pragma GCC diagnostic ignored \"-Wunused-parameter\"\n" + f"#define PTYPE {ptype}\n"
+              + f"#define BLOCK {int(block)}\n"
               + UPDATE_MAIN.replace("KERNELS", "\n\n".join(kernels)))
     run_program(tmp_path, source, march)

@@ -464,17 +464,17 @@ static inline void tt_fma_rows4_s8(float *x, int ci, int n, int m, const int8_t 
  * before it is written, so out may be g, or start before it (ops' elementwise min_read). */
 #if defined(__AVX2__)
 #include <immintrin.h>
-#define TT_SELECT_V 1
+#define TT_MASK_V 1
 #else
-#define TT_SELECT_V 0
+#define TT_MASK_V 0
 #endif
 
 /* out[i] = g[i] where act_min < y[i] < act_max, else +0, i < n; int8 bounds (-128 <= act_min, act_max <= 127: an
  * int8 output's clamp, ops/clamp_mask.py). AVX2: 32 elements a pass, the range as two signed byte comparisons. */
 static inline void tt_select_inside_f32(float *out, const float *g, const int8_t *y, int n, int32_t act_min,
                                         int32_t act_max) {
-    const int i0 = TT_SELECT_V ? n - n % 32 : 0;  /* elements in vector registers: i < i0 */
-#if TT_SELECT_V
+    const int i0 = TT_MASK_V ? n - n % 32 : 0;  /* elements in vector registers: i < i0 */
+#if TT_MASK_V
     const __m256i lo = _mm256_set1_epi8((char)act_min), hi = _mm256_set1_epi8((char)act_max);
     for (int i = 0; i < i0; i += 32) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(y + i));
@@ -496,7 +496,7 @@ static inline void tt_select_inside_f32(float *out, const float *g, const int8_t
  * i < n - n % 32 (AVX2: 32 elements a pass, the byte comparisons' signs gathered by VPMOVMSKB, element i's at bit i,
  * stored little-endian as four bytes; else none), int8 bounds. Returns how many bytes it wrote. */
 static inline int tt_pack_inside_s8(uint8_t *bits, const int8_t *y, int n, int32_t act_min, int32_t act_max) {
-#if TT_SELECT_V
+#if TT_MASK_V
     const __m256i lo = _mm256_set1_epi8((char)act_min), hi = _mm256_set1_epi8((char)act_max);
     const int n32 = n - n % 32;
     for (int i = 0; i < n32; i += 32) {
@@ -516,8 +516,8 @@ static inline int tt_pack_inside_s8(uint8_t *bits, const int8_t *y, int n, int32
 /* out[i] = g[i] where bit i % 8 of bits[i / 8] is 1, else +0, i < n. AVX2: a byte's bits against 1, 2, .., 128 in
  * the eight words. */
 static inline void tt_select_bits_f32(float *out, const float *g, const uint8_t *bits, int n) {
-    const int i0 = TT_SELECT_V ? n - n % 8 : 0;  /* elements in vector registers: i < i0 */
-#if TT_SELECT_V
+    const int i0 = TT_MASK_V ? n - n % 8 : 0;  /* elements in vector registers: i < i0 */
+#if TT_MASK_V
     const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     for (int i = 0; i < i0; i += 8) {
         const __m256i in = _mm256_and_si256(_mm256_set1_epi32(bits[i >> 3]), bit);
