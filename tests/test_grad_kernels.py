@@ -587,21 +587,21 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
+@pytest.mark.parametrize("host", [False, True, "native"], ids=["device", "host", "host-native"])
 def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
     """kernels/clamp_mask_packed.c.j2 and clamp_mask.c.j2 (in place: only the zeros written; apart; the unpacked one
     with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's; the host forms' C,
-    tt_float.h tt_select_*: tests/test_host_backward_kernels.py builds their vector paths too) and bias_grad.c.j2 (eight,
-    four, one channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every
-    tail."""
+    tt_float.h tt_select_*, also built with -march=native) and bias_grad.c.j2 (eight, four, one channels at a time,
+    a host build's 32 first, each sum in order p) == the plain loops, bit for bit, at sizes that leave every tail."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     env = environment()
+    host, native = bool(host), host == "native"
     mask = env.get_template("kernels/clamp_mask_packed.c.j2").render(
         name="tt_clamp_mask_packed_f32", k={"host": host},
         signature="static void tt_clamp_mask_packed_f32(float *out, const float *g, const uint8_t *bits, int N)")
     bias = env.get_template("kernels/bias_grad.c.j2").render(
-        name="tt_bias_grad_f32", k={}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
+        name="tt_bias_grad_f32", k={"host": host}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
     unpacked = env.get_template("kernels/clamp_mask.c.j2").render(
         name="tt_clamp_mask_f32", k={"host": host},
         signature="static void tt_clamp_mask_f32(float *out, const float *g, const int8_t *y, int N, int32_t act_min, "
@@ -609,10 +609,10 @@ def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
     (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias)
                                      .replace("UNPACKED_KERNEL", unpacked))
     exe = tmp_path / "k"
-    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
-                        str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *(["-march=native"] if native else []),
+                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44)):
+    for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44), (64, 3, 77)):
         r = subprocess.run([str(exe), str(n), str(p), str(c)], capture_output=True, text=True)
         assert r.returncode == 0 and "same" in r.stdout, (n, p, c, r.stdout + r.stderr)
