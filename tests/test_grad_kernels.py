@@ -225,25 +225,27 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
+@pytest.mark.parametrize("host", [False, True, "native"], ids=["device", "host", "host-native"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 9])
 def test_pointwise_weight_gradient_equals_one_term_at_a_time(tmp_path, rows, host):
     """kernels/conv2d_grad_weight.c.j2 (pointwise): the device form (four rows and two pixels at a time) and the
-    host build's (each pixel's input converted once), with gz masked (half zeros, sparser, none) == the plain loop
-    over pixels in order, skipping zero terms, bit for bit."""
+    host build's (four rows at a time, tt_fma_rows4_s8: its C, and with -march=native its vector path), with gz
+    masked (half zeros, sparser, none) == the plain loop over pixels in order, skipping zero terms, bit for bit."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    k = dict(variant="pointwise", quads=rows >= 4 and not host, host=host)
+    k = dict(variant="pointwise", quads=rows >= 4 and not host, host=bool(host))
     text = environment().get_template("kernels/conv2d_grad_weight.c.j2").render(
         name="tt_kernel", k=k, signature="static void tt_kernel(float *gw, const float *gz, const int8_t *inp, int P, "
                                          "int Ci, int Co, int c0, int Cs, int32_t in_zp, float in_scale)")
     (tmp_path / "main.c").write_text(WEIGHT_HARNESS.replace("KERNEL", text))
     exe = tmp_path / "k"
-    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *(["-march=native"] if host == "native"
+                                                                                   else []), "-ffp-contract=off",
                         "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
                         str(tmp_path / "main.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    for p, ci, co in ((16, 24, 12), (17, 5, 10), (1, 8, 9)):
+    # inputs in sixteens with and without a rest (the host's vector registers: 24, 40, 32), fewer than 16
+    for p, ci, co in ((16, 24, 12), (17, 5, 10), (1, 8, 9), (6, 40, 13), (3, 32, 9)):
         if rows > co:
             continue
         for density in (10, 50, 100):
@@ -568,6 +570,7 @@ MASK_BIAS_HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tt_float.h"
 #include "tt_simd.h"
 
 """ + XORSHIFT64 + r"""
@@ -635,31 +638,32 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("host", [False, True], ids=["device", "host"])
+@pytest.mark.parametrize("host", [False, True, "native"], ids=["device", "host", "host-native"])
 def test_clamp_masks_and_bias_grad_equal_the_plain_loops(tmp_path, host):
     """kernels/clamp_mask_packed.c.j2 and clamp_mask.c.j2 (in place: only the zeros written; apart; the unpacked one
-    with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's) and bias_grad.c.j2 (eight,
-    four, one channels at a time, each sum in order p) == the plain loops, bit for bit, at sizes that leave every
-    tail."""
+    with tt_simd.h's portable tt_inside4, at clamp ranges with ends inside and at int8's; the host forms' C,
+    tt_float.h tt_select_*, also built with -march=native) and bias_grad.c.j2 (eight, four, one channels at a time,
+    a host build's 32 first, each sum in order p) == the plain loops, bit for bit, at sizes that leave every tail."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     env = environment()
+    host, native = bool(host), host == "native"
     mask = env.get_template("kernels/clamp_mask_packed.c.j2").render(
         name="tt_clamp_mask_packed_f32", k={"host": host},
         signature="static void tt_clamp_mask_packed_f32(float *out, const float *g, const uint8_t *bits, int N)")
     bias = env.get_template("kernels/bias_grad.c.j2").render(
-        name="tt_bias_grad_f32", k={}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
+        name="tt_bias_grad_f32", k={"host": host}, signature="static void tt_bias_grad_f32(float *gb, const float *g, int P, int C)")
     unpacked = env.get_template("kernels/clamp_mask.c.j2").render(
-        name="tt_clamp_mask_f32", k={},
+        name="tt_clamp_mask_f32", k={"host": host},
         signature="static void tt_clamp_mask_f32(float *out, const float *g, const int8_t *y, int N, int32_t act_min, "
                   "int32_t act_max)")
     (tmp_path / "main.c").write_text(MASK_BIAS_HARNESS.replace("MASK_KERNEL", mask).replace("BIAS_KERNEL", bias)
                                      .replace("UNPACKED_KERNEL", unpacked))
     exe = tmp_path / "k"
-    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-ffp-contract=off",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{RUNTIME}",
-                        str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *(["-march=native"] if native else []),
+                        "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{RUNTIME}", str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44)):
+    for n, p, c in ((1, 1, 1), (8, 3, 4), (61, 7, 8), (1000, 16, 13), (4101, 49, 19), (64, 5, 44), (64, 3, 77)):
         r = subprocess.run([str(exe), str(n), str(p), str(c)], capture_output=True, text=True)
         assert r.returncode == 0 and "same" in r.stdout, (n, p, c, r.stdout + r.stderr)

@@ -38,7 +38,9 @@ def add(node: Node, ctx) -> Call:
     sat = (a.act_min, a.act_max) == (-128, 127)  # the full int8 range: the clamp is a saturation (add.c.j2 "sat")
     if not sat:
         s.int32s(act_min=a.act_min, act_max=a.act_max)
-    return s.call("add", "tt_add_s8" + rounding_suffix(a.output) + ("_sat" if sat else ""), dict(rq_out=rq, sat=sat))
+    host = ctx.host and rq == "tt_requantize_single"  # add.c.j2: eight at a time in AVX2 registers (tt_rows.h)
+    return s.call("add", "tt_add_s8" + rounding_suffix(a.output) + ("_sat" if sat else "") + ("_host" if host else ""),
+                  dict(rq_out=rq, sat=sat, host=host))
 
 
 BINDINGS: dict[str, Binding] = {

@@ -14,7 +14,7 @@ def bias_grad(node: Node, ctx) -> Call:
     s.add("float *gb", ctx.fp(gb.name), "(C,)")
     s.add("const float *g", ctx.fp(g.name), "(P,C)")
     s.ints(P=g.size // c, C=c)
-    return s.call("bias_grad", "tt_bias_grad_f32", {})
+    return s.call("bias_grad", "tt_bias_grad_f32" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
 BINDINGS: dict[str, Binding] = {

@@ -15,7 +15,7 @@ def clamp_mask(node: Node, ctx) -> Call:
     s.add("const int8_t *y", ctx.act(y.name), "(N,)")
     s.ints(N=out.size)
     s.int32s(act_min=node.attrs.act_min, act_max=node.attrs.act_max)
-    return s.call("clamp_mask", "tt_clamp_mask_f32", {})
+    return s.call("clamp_mask", "tt_clamp_mask_f32" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
 BINDINGS: dict[str, Binding] = {

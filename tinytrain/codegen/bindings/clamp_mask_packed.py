@@ -16,7 +16,7 @@ def pack_clamp_mask(node: Node, ctx) -> Call:
     s.add("const int8_t *y", ctx.act(y.name), "(N,)")
     s.ints(N=y.size)
     s.int32s(act_min=node.attrs.act_min, act_max=node.attrs.act_max)
-    return s.call("pack_clamp_mask", "tt_pack_clamp_mask_s8", {})
+    return s.call("pack_clamp_mask", "tt_pack_clamp_mask_s8" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
 def clamp_mask_packed(node: Node, ctx) -> Call:

@@ -21,6 +21,9 @@ _BLOCK_GRAD_ARGS = {"gw": "scratch", "c0": "c0 + r0", "Cs": "rows"}
 _BLOCK_UPDATE_ARGS = {"param": "param + r0 * E", "grad": "scratch", "scale": "scale + r0",
                       "momentum": "momentum + r0 * E", "Cs": "rows", "i0": "r0 * E"}
 _BLOCK_ONLY = ("gw", "grad", "i0")
+# A host build's pointwise gradient sums four rows at a time (conv2d_grad_weight.c.j2, host): its fused kernel gives it
+# blocks of four rows in a stack array, whatever the plan's block (the scratch a device's arena has room for).
+HOST_BLOCK_ROWS = 4
 
 
 def _param_name(p: Param) -> str:
@@ -75,14 +78,17 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
         name = f"{grad.kernel.name}_tiles_{update.kernel.name.removeprefix('tt_')}"
         return s.call("grad_weight_sgd_update_tiles", name, dict(update.kernel.consts))
     scratch = ctx.scratch(node)
+    host_rows = HOST_BLOCK_ROWS if dict(grad.kernel.consts).get("host") else 0
     update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
                          names[fused.STEP], block=True)
-    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, a.block)
+    grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, host_rows or a.block)
     s = _merged(node, (update, grad))
-    s.add("float *scratch", scratch, "(B,E)")
-    s.ints(B=a.block)
+    if not host_rows:
+        s.add("float *scratch", scratch, "(B,E)")
+        s.ints(B=a.block)
     consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
                   grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
-                  update_args=tuple(_BLOCK_UPDATE_ARGS.get(n, n) for n in map(_param_name, update.kernel.params)))
+                  update_args=tuple(_BLOCK_UPDATE_ARGS.get(n, n) for n in map(_param_name, update.kernel.params)),
+                  host_rows=host_rows)
     return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
                   (grad.kernel, update.kernel))

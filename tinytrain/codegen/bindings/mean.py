@@ -46,7 +46,7 @@ def mean_grad_masked(node: Node, ctx) -> Call:
     s.add("const float *g", ctx.fp(g.name), "(C,)")
     s.add("const uint8_t *bits", ctx.bits(bits.name), "((P*C+7)/8,)")
     s.ints(P=h * wd, C=c)
-    return s.call("mean_grad_masked", "tt_mean_grad_masked_f32", {})
+    return s.call("mean_grad_masked", "tt_mean_grad_masked_f32" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
 BINDINGS: dict[str, Binding] = {
