@@ -192,7 +192,7 @@ def test_pointwise_input_gradient_tiles_on_every_core_equal_one_term_at_a_time(b
             bounds = [b for n in (4, 3, 2) for b in pointwise_tile_range(og * 4, oz * 4, p, ci, co, n)]
             cases += [(p, ci, co, og, oz, density, co // 2, *bounds) for density in (30, 50, 100)]
             sizes = np.maximum(sizes, [max(og, oz) + p * max(ci, co), p * co, p * ci, co, co * ci])
-    main_c = input_gradient_program(POINTWISE_GRAD_MAIN, split, False)
+    main_c = input_gradient_program(POINTWISE_GRAD_MAIN, split, False, host=False)  # the device kernels
     for key, n in zip(("ARENA", "GZ", "GX", "CO", "WEIGHTS"), sizes):
         main_c = main_c.replace(f"[{key}]", f"[{n}]")
     main_c = main_c.replace("{CASES}", "{" + ", ".join("{" + ", ".join(map(str, c)) + "}" for c in cases) + "}")

@@ -128,10 +128,10 @@ def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...], host: bool
 TILES = ((), (2,), (3,), (4,), (4, 2), (4, 3, 2))
 
 
-def input_gradient_program(harness: str, split: bool, has_wzp: bool) -> str:
-    """``harness`` with the kernels of every TILES in it, each run by check."""
+def input_gradient_program(harness: str, split: bool, has_wzp: bool, host: bool = True) -> str:
+    """``harness`` with the kernels of every TILES in it, and the host build's if ``host``, each run by check."""
     kernels, calls = zip(*(kernel_source(split, has_wzp, tiles) for tiles in TILES),
-                         kernel_source(split, has_wzp, (), host=True))
+                         *([kernel_source(split, has_wzp, (), host=True)] if host else []))
     src = harness.replace("KERNELS", "\n\n".join(kernels)).replace("KERNEL_CALLS", "; ".join(f"RUN({c})" for c in calls))
     return f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n" + src
 

@@ -176,7 +176,7 @@ def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_one
                                                 ("pointwise", 70, 5), ("pointwise", 33, 12), ("regular", 3, 16),
                                                 ("regular", 2, 33)])
 def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, variant, cin, cout, single):
-    """conv2d_rows.c.j2 across output channels (bindings/conv2d.py HOST_CHANNELS_WEIGHTS): blocks of 8 and 16
+    """conv2d_rows.c.j2 across output channels (tt_rows.h tt_dot_pairs4, the weights a table): blocks of 8 and 16
     channels, output channels past whole blocks, a last tile of fewer than 4 pixels, padding, strides, weight zero
     points, every rounding."""
     b = GraphBuilder(cin * cout)
