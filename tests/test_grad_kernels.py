@@ -471,19 +471,12 @@ def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksiz
                 assert r.returncode == 0 and "same" in r.stdout, (regs, taps, in_place, density, r.stdout + r.stderr)
 
 
-@pytest.mark.parametrize("ksize,stride,dilation,h,w", [(3, 2, 1, 8, 8), (7, 2, 1, 8, 8), (3, 1, 1, 5, 7),
-                                                       (5, 2, 1, 7, 5), (3, 1, 2, 6, 6)])
-@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
-def test_depthwise_input_gradient_gathered_equals_one_term_at_a_time(tmp_path, ksize, stride, dilation, h, w,
-                                                                     variant):
-    """kernels/conv2d_grad_input.c.j2 gathered in C order (multiplier 1: four channels at a time, zero terms added,
-    13 channels leaving one alone) == the plain loop in order (i, j), zeros skipped, bit for bit, gz masked and
-    dense."""
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    split, has_wzp = variant
+def depthwise_program(ksize: int, stride: int, dilation: int, split: bool, has_wzp: bool, host: bool, block: bool,
+                      gz: str) -> str:
+    """DEPTHWISE_HARNESS with conv2d_grad_input.c.j2's depthwise kernel (multiplier 1, "same" padding) in it, called on
+    the harness's arrays, gz the C expression of its input."""
     params = ["float *gx", "const float *gz", "const int8_t *weight"]
-    args = ["out", "gz", "SPLIT ? w_sram : w"]
+    args = ["out", gz, "SPLIT ? w_sram : w"]
     if split:
         params += ["const int8_t *weight_frozen", "int Cs"]
         args += ["w", "Cs"]
@@ -496,13 +489,27 @@ def test_depthwise_input_gradient_gathered_equals_one_term_at_a_time(tmp_path, k
     args += ["H", "W", "Ci", "Ho", "Wo", "Ci"]
     pad = dilation * (ksize // 2)
     k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=dilation, dw=dilation, pt=pad, pl=pad,
-             padded=True, mult=1, split=split, has_wzp=has_wzp, host=False, block=False, plane=False, tiles=[])
+             padded=True, mult=1, split=split, has_wzp=has_wzp, host=host, block=block, plane=False, tiles=[])
     text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
         name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
     src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args)})")
-    src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
-        f"#define STRIDE {stride}\n#define DIL {dilation}\n" + src
-    (tmp_path / "main.c").write_text(src)
+    return (f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n"
+            f"#define STRIDE {stride}\n#define DIL {dilation}\n" + src)
+
+
+@pytest.mark.parametrize("ksize,stride,dilation,h,w", [(3, 2, 1, 8, 8), (7, 2, 1, 8, 8), (3, 1, 1, 5, 7),
+                                                       (5, 2, 1, 7, 5), (3, 1, 2, 6, 6)])
+@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+def test_depthwise_input_gradient_gathered_equals_one_term_at_a_time(tmp_path, ksize, stride, dilation, h, w,
+                                                                     variant):
+    """kernels/conv2d_grad_input.c.j2 gathered in C order (multiplier 1: four channels at a time, zero terms added,
+    13 channels leaving one alone) == the plain loop in order (i, j), zeros skipped, bit for bit, gz masked and
+    dense."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    split, has_wzp = variant
+    (tmp_path / "main.c").write_text(depthwise_program(ksize, stride, dilation, split, has_wzp, host=False,
+                                                       block=False, gz="gz"))
     exe = tmp_path / "k"
     r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2",
                         "-ffp-contract=off", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
@@ -528,27 +535,8 @@ def test_depthwise_input_gradient_host_equals_one_term_at_a_time(tmp_path, ksize
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     split, has_wzp = variant
-    params = ["float *gx", "const float *gz", "const int8_t *weight"]
-    args = ["out", "in_place ? gx : gz", "SPLIT ? w_sram : w"]
-    if split:
-        params += ["const int8_t *weight_frozen", "int Cs"]
-        args += ["w", "Cs"]
-    params.append("const float *w_scale")
-    args.append("scale")
-    if has_wzp:
-        params.append("const int32_t *w_zp")
-        args.append("zp")
-    params += ["int H", "int W", "int Ci", "int Ho", "int Wo", "int Co"]
-    args += ["H", "W", "Ci", "Ho", "Wo", "Ci"]
-    pad = dilation * (ksize // 2)
-    k = dict(variant="depthwise", kh=ksize, kw=ksize, sh=stride, sw=stride, dh=dilation, dw=dilation, pt=pad, pl=pad,
-             padded=True, mult=1, split=split, has_wzp=has_wzp, host=True, block=block, plane=False, tiles=[])
-    text = environment().get_template("kernels/conv2d_grad_input.c.j2").render(
-        name="tt_kernel", k=k, signature=f"static void tt_kernel({', '.join(params)})")
-    src = DEPTHWISE_HARNESS.replace("KERNEL", text).replace("CALL", f"tt_kernel({', '.join(args)})")
-    src = f"#define SPLIT {int(split)}\n#define HAS_WZP {int(has_wzp)}\n#define KSIZE {ksize}\n" \
-        f"#define STRIDE {stride}\n#define DIL {dilation}\n" + src
-    (tmp_path / "main.c").write_text(src)
+    (tmp_path / "main.c").write_text(depthwise_program(ksize, stride, dilation, split, has_wzp, host=True,
+                                                       block=block, gz="in_place ? gx : gz"))
     for flags in ([], ["-march=native"]):
         exe = tmp_path / f"k{len(flags)}"
         r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-O2", *flags,
