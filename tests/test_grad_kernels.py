@@ -104,11 +104,11 @@ int main(int argc, char **argv) {
 """
 
 
-def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...], host: bool = False) -> tuple[str, str]:
-    """The kernel's C (named after its tiles, or the host build's) and a call of it on check's arrays (CHECK)."""
-    name = "tt_kernel" + "".join(f"_tiles{n}" for n in tiles) + ("_host" if host else "")
+def grad_input_params(gx: str, gz: str, split: bool, has_wzp: bool) -> tuple[list[str], list[str]]:
+    """An input-gradient kernel's leading parameters (gx, gz, the weight's rows, their scales and zero points) and the
+    harness's arguments for them, gx and gz given as C expressions."""
     params = ["float *gx", "const float *gz", "const int8_t *weight"]
-    args = ["arena + og", "arena + oz", "SPLIT ? w_sram : w"]
+    args = [gx, gz, "SPLIT ? w_sram : w"]
     if split:
         params += ["const int8_t *weight_frozen", "int Cs"]
         args += ["w", "Cs"]
@@ -117,6 +117,13 @@ def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...], host: bool
     if has_wzp:
         params.append("const int32_t *w_zp")
         args.append("zp")
+    return params, args
+
+
+def kernel_source(split: bool, has_wzp: bool, tiles: tuple[int, ...], host: bool = False) -> tuple[str, str]:
+    """The kernel's C (named after its tiles, or the host build's) and a call of it on check's arrays (CHECK)."""
+    name = "tt_kernel" + "".join(f"_tiles{n}" for n in tiles) + ("_host" if host else "")
+    params, args = grad_input_params("arena + og", "arena + oz", split, has_wzp)
     params += ["int P", "int Ci", "int Co"] + [f"int {b}{n}" for n in tiles for b in "LP"]
     args += ["P", "Ci", "Co"] + [f"{b}{n}" for n in tiles for b in "LP"]
     k = dict(variant="pointwise", split=split, has_wzp=has_wzp, tiles=list(tiles), block=False, host=host)
@@ -429,16 +436,7 @@ def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksiz
 
     split, has_wzp = variant
     ci = 13
-    params = ["float *gx", "const float *gz", "const int8_t *weight"]
-    args = ["out", "in_place ? gx : gz", "SPLIT ? w_sram : w"]
-    if split:
-        params += ["const int8_t *weight_frozen", "int Cs"]
-        args += ["w", "Cs"]
-    params.append("const float *w_scale")
-    args.append("scale")
-    if has_wzp:
-        params.append("const int32_t *w_zp")
-        args.append("zp")
+    params, args = grad_input_params("out", "in_place ? gx : gz", split, has_wzp)
     params.append("int Ci")
     args.append("Ci")
     # every way a channel's gz and taps may be held: as the binding chooses, and each in registers or scratch
@@ -475,16 +473,7 @@ def depthwise_program(ksize: int, stride: int, dilation: int, split: bool, has_w
                       gz: str) -> str:
     """DEPTHWISE_HARNESS with conv2d_grad_input.c.j2's depthwise kernel (multiplier 1, "same" padding) in it, called on
     the harness's arrays, gz the C expression of its input."""
-    params = ["float *gx", "const float *gz", "const int8_t *weight"]
-    args = ["out", gz, "SPLIT ? w_sram : w"]
-    if split:
-        params += ["const int8_t *weight_frozen", "int Cs"]
-        args += ["w", "Cs"]
-    params.append("const float *w_scale")
-    args.append("scale")
-    if has_wzp:
-        params.append("const int32_t *w_zp")
-        args.append("zp")
+    params, args = grad_input_params("out", gz, split, has_wzp)
     params += ["int H", "int W", "int Ci", "int Ho", "int Wo", "int Co"]
     args += ["H", "W", "Ci", "Ho", "Wo", "Ci"]
     pad = dilation * (ksize // 2)
