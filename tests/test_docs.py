@@ -179,11 +179,12 @@ void camera_capture(void) {}
 const uint8_t *camera_row(int row) { (void)row; return frame_row; }
 int user_label(void) { return -1; }
 void show_class(int cls, int8_t score) { (void)cls; (void)score; }
-static int erase(const tt_flash *f, uint32_t o) { (void)f; (void)o; return -1; }
-static int program(const tt_flash *f, uint32_t o, const uint8_t *d, uint32_t n)
+static int flash_erase(const tt_flash *f, uint32_t o) { (void)f; (void)o; return -1; }
+static int flash_program(const tt_flash *f, uint32_t o, const uint8_t *d, uint32_t n)
 { (void)f; (void)o; (void)d; (void)n; return -1; }
-static int read(const tt_flash *f, uint32_t o, uint8_t *d, uint32_t n) { (void)f; (void)o; (void)d; (void)n; return -1; }
-const tt_flash board_flash = {4096, 1024, 4, erase, program, read, 0};
+static int flash_read(const tt_flash *f, uint32_t o, uint8_t *d, uint32_t n)
+{ (void)f; (void)o; (void)d; (void)n; return -1; }
+const tt_flash board_flash = {4096, 1024, 4, flash_erase, flash_program, flash_read, 0};
 """
 
 
