@@ -162,6 +162,15 @@ def test_memory_report_page_names_every_report_json_key(tiny_build):
     assert all(f"`{k}`" in table for k in report["nonfinite_guard"])
 
 
+def test_integration_page_names_the_whole_generated_api(tiny_build):
+    header = (tiny_build / "tinytrain_model.h").read_text()
+    names = set(re.findall(r"\b(tt_\w+)\(", header)) | set(re.findall(r"#define (TT_\w+)", header))
+    names -= {"TINYTRAIN_MODEL_H"}
+    assert len(names) > 20
+    page = (DOCS / "guide" / "integration.md").read_text()
+    assert {n for n in names if n not in page} == set()
+
+
 def test_json_blocks_are_plans():
     from tinytrain.training.sparse import FIELDS, parse_plan
 
@@ -258,7 +267,7 @@ def test_shell_blocks_run(tmp_path):
     if not ZOO_MODEL.exists():
         pytest.skip(f"{ZOO_MODEL} is not built (python -m models.build)")
     env = _shell(tmp_path)
-    seen = set()
+    seen, out = set(), ""
     for b in checked("sh"):
         if b.text in seen:
             continue
@@ -266,5 +275,10 @@ def test_shell_blocks_run(tmp_path):
         r = subprocess.run(["bash", "-e", "-c", b.text], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=600)
         assert r.returncode == 0, f"{_id(b)}:\n{b.text}\n{r.stderr[-2000:]}"
-    assert "peak SRAM" in (tmp_path / "build" / "report.txt").read_text()
+        out += r.stdout
     assert (tmp_path / "fw" / "firmware.elf").is_file()
+    # the printed output the guide shows is what the quick start prints
+    report = (tmp_path / "build" / "report.txt").read_text()
+    assert report in [b.text for b in blocks(DOCS / "guide" / "memory-report.md")]
+    held_out = [line for line in out.splitlines() if line.startswith("held-out accuracy")]
+    assert len(held_out) == 2 and all(line in (DOCS / "guide" / "getting-started.md").read_text() for line in held_out)
