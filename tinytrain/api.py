@@ -50,25 +50,55 @@ def _graph(model: str | Path | Graph, new_head: int | None, seed: int) -> Graph:
     return load_model(model, new_head=new_head, seed=seed)
 
 
-def model_data(graph: Graph, data) -> tuple[np.ndarray, np.ndarray]:
-    """(the images as the model's int8 inputs, labels) of ``data``; labels must index the model's outputs."""
-    from tinytrain.data import load_dataset, model_inputs
+LOSSES = ("xent", "mse")
+
+
+def load_data(data):
+    """The Dataset of a DATA spec, or of a pair / triple of arrays (x, y[, anomaly]; y may be None)."""
+    from tinytrain.data import dataset_from_arrays, load_dataset
 
     if isinstance(data, tuple):
-        x, y = (np.asarray(a) for a in data)
-        if x.dtype != np.uint8 or x.ndim != 4 or y.ndim != 1 or len(x) != len(y):
-            raise UsageError(f"data: give uint8 images (N,H,W,C) and N labels, not {x.dtype}{x.shape} and {y.shape}")
-        spec = "the data"
-    else:
-        ds = load_dataset(data)
-        x, y, spec = ds.x, ds.y, str(data)
-    n_out = graph.tensors[graph.outputs[0]].shape[-1]
-    if len(y) == 0:
-        raise UsageError(f"{spec}: no samples")
-    if y.min() < 0 or y.max() >= n_out:
-        raise UsageError(f"{spec}: labels go up to {y.max()} but the model has {n_out} outputs; "
-                         f"train a new classifier with --new-head {y.max() + 1}")
-    return model_inputs(graph, x), y.astype(np.int64)
+        if len(data) not in (2, 3):
+            raise UsageError(f"data: give (x, y) or (x, y, anomaly), not {len(data)} arrays")
+        return dataset_from_arrays(*data)
+    return load_dataset(data)
+
+
+def model_data(graph: Graph, data, loss: str = "xent") -> tuple[np.ndarray, np.ndarray | None]:
+    """(the samples as the model's int8 inputs, their targets) of ``data``: class labels indexing the model's
+    outputs (``xent``); float targets of the output's shape, or None for reconstruction (``mse``)."""
+    from tinytrain.data import model_inputs
+
+    ds = load_data(data)
+    if len(ds) == 0:
+        raise UsageError(f"{ds.source}: no samples")
+    y = _targets(graph, ds, loss)
+    return model_inputs(graph, ds.x), y
+
+
+def _targets(graph: Graph, ds, loss: str) -> np.ndarray | None:
+    if loss not in LOSSES:
+        raise UsageError(f"loss {loss!r}: choose one of {', '.join(LOSSES)}")
+    x_shape, out_shape = (graph.tensors[t].shape for t in (graph.inputs[0], graph.outputs[0]))
+    if loss == "mse":
+        if ds.labelled:
+            raise UsageError(f"{ds.source}: y holds class labels, but --loss mse needs float targets of the output's "
+                             f"shape {out_shape[1:]} or no y (reconstruction); drop y (labels on an autoencoder)")
+        if ds.y is None and tuple(x_shape) != tuple(out_shape):
+            raise UsageError(f"{ds.source}: --loss mse without targets y reconstructs the input, but the model's "
+                             f"output {out_shape} is not its input's shape {x_shape}; give float targets y")
+        if ds.y is not None and tuple(ds.y.shape[1:]) != tuple(out_shape[1:]):
+            raise UsageError(f"{ds.source}: the targets y are {tuple(ds.y.shape)}, the model's output is "
+                             f"(N, {', '.join(map(str, out_shape[1:]))})")
+        return ds.y
+    if ds.y is None or not ds.labelled:
+        raise UsageError(f"{ds.source}: {'no labels y' if ds.y is None else 'y holds float targets'}; a classifier "
+                         "trains on integer class labels (an autoencoder or regression: --loss mse)")
+    n_out = out_shape[-1]
+    if ds.y.max() >= n_out:
+        raise UsageError(f"{ds.source}: labels go up to {ds.y.max()} but the model has {n_out} outputs; "
+                         f"train a new classifier with --new-head {ds.y.max() + 1}")
+    return ds.y
 
 
 def sample_order(rows: np.ndarray, steps: int, seed: int) -> np.ndarray:
