@@ -24,7 +24,7 @@ from tinytrain.training.sparse import Plan, apply_plan, updated_params
 def build_training_graph(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig()) -> Graph:
     if not updated_params(plan, graph):
         raise PlanError("the plan updates nothing: give bias_last_k > 0 or some weights")
-    g = differentiate(graph)
+    g = differentiate(graph, loss=plan.loss)
     g = apply_plan(g, plan)
     g = add_updates(g, plan, config)
     return prune(g)
