@@ -80,8 +80,9 @@ def _conv_autoencoder():
     return b, b.build(b.conv(b.reshape(b.fully_connected(b.reshape(h, (128,)), 192), (8, 8, 3)), 3, 1))
 
 
-@pytest.mark.parametrize("make, update", [(_fc_autoencoder, "full"), (_conv_autoencoder, "last-k:2"),
-                                          (_conv_autoencoder, "full")])
+@pytest.mark.parametrize("make, update", [(_fc_autoencoder, "full"),
+                                          pytest.param(_conv_autoencoder, "last-k:2", marks=pytest.mark.slow),
+                                          pytest.param(_conv_autoencoder, "full", marks=pytest.mark.slow)])
 def test_mse_training_step_sim_and_c_bit_identical(make, update, tmp_path):
     from tinytrain.engine_c import CTrainer
     from tinytrain.simulator import init_state, train
