@@ -142,3 +142,21 @@ def test_ad01_last_k2_on_qemu_m7_is_bit_identical_to_the_simulator():
     q = QemuTrainer(tg, board="qemu-m7", sram_budget=512 * 1024)  # room for the harness's copy of the 101 KB state
     assert np.array_equal(losses.view(np.uint32), q.train(xs, np.zeros(4, int), order).view(np.uint32))
     assert all(np.array_equal(q.state().tensors[k], v) for k, v in state.tensors.items())
+
+
+def test_float_targets_train_in_the_simulator_and_are_refused_by_the_c_engine():
+    import tinytrain
+    from tinytrain.metrics import reconstruction_errors
+    from tinytrain.simulator import forward, init_state, train
+
+    b = GraphBuilder(3, "regression")
+    g = b.build(b.fully_connected(b.fully_connected(b.input((1, 16)), 8), 4))
+    xs, t = b.inputs_batch(g, 6), np.random.default_rng(0).normal(0, 1, (6, 4)).astype(np.float32)
+    tg = build_training_graph(g, replace(preset("full", g, lr=0.01), loss="mse"), targets=True)
+    state = init_state(tg)
+    losses = train(tg, state, xs, np.zeros(6, int), np.arange(24) % 6, targets=t)
+    first = reconstruction_errors(g, xs[:1], forward(g, {g.inputs[0]: xs[:1]})[g.outputs[0]], t[:1])
+    assert losses[0].view(np.uint32) == first[0].view(np.uint32)  # the step's loss is the eval's error
+    assert losses[-6:].mean() < losses[:6].mean()
+    with pytest.raises(tinytrain.UsageError, match="float targets y trains on --engine sim"):
+        tinytrain.train(g, (xs, t), update="full", loss="mse", engine="c")

@@ -300,19 +300,20 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
                          "(an autoencoder: --loss mse)")
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
     x, y = model_data(graph, data, chosen.loss)
+    targets = y if chosen.loss == "mse" else None  # float targets (None: reconstruction of the input)
+    if targets is not None and engine != "sim":
+        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
+                         "(DATA without y)")
     if chosen.loss == "mse":
-        if y is not None:
-            raise UsageError("--loss mse trains on reconstruction (DATA without y) for now; float targets y are not "
-                             "supported by the training step yet")
         y = np.zeros(len(x), np.int64)  # the label the engines pass; the mse loss reads none
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
-    measure = _measure(graph, chosen.loss, x, y)
+    measure = _measure(graph, chosen.loss, x, y, targets)
     n_steps = steps if steps is not None else epochs * len(rows)
     if n_steps <= 0:
         raise UsageError("nothing to do: --steps / --epochs must be positive")
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, n_steps)
-    tg = build_training_graph(graph, chosen, config)  # the C and QEMU engines run its device_schedule
+    tg = build_training_graph(graph, chosen, config, targets is not None)  # C, QEMU: its device_schedule
     order = sample_order(rows, n_steps, seed)
     engine_info, trainer, features = {}, None, None
     if engine in ("c", "qemu"):
@@ -353,7 +354,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         from tinytrain.simulator import init_state, train as sim_train
 
         state = init_state(tg)
-        losses = sim_train(tg, state, x, y, order, features=features)
+        losses = sim_train(tg, state, x, y, order, features=features, targets=targets)
     seconds = time.time() - t0
     tail = losses[-min(len(losses), len(rows)):]
     tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
@@ -423,13 +424,14 @@ def _suffix_outputs(suffix, features, rows: np.ndarray, state=None) -> np.ndarra
     return forward(g, {k: features[k][rows] for k in g.inputs})[g.outputs[0]]
 
 
-def _measure(graph: Graph, loss: str, x: np.ndarray, y: np.ndarray):
+def _measure(graph: Graph, loss: str, x: np.ndarray, y: np.ndarray, targets: np.ndarray | None = None):
     """score(int8 outputs of rows, rows): accuracy of a classifier (argmax against y), or the mean reconstruction
-    error (metrics.reconstruction_errors) of an autoencoder."""
+    error (metrics.reconstruction_errors) of an autoencoder (against ``targets`` when given)."""
     if loss == "mse":
         from tinytrain.metrics import reconstruction_errors
 
-        return lambda out, rows: float(reconstruction_errors(graph, x[rows], out).mean())
+        return lambda out, rows: float(reconstruction_errors(
+            graph, x[rows], out, None if targets is None else targets[rows]).mean())
     return lambda out, rows: float((out.reshape(len(rows), -1).argmax(axis=1) == y[rows]).mean())
 
 
@@ -502,18 +504,20 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
     loss = loss or default_loss(graph, ds)
     x, y, ds = _prepared(graph, ds, loss)
     anomaly = _anomaly(ds, anomaly_labels, loss)
-    if y is None:
+    targets = y if loss == "mse" else None
+    if loss == "mse":
         y = np.zeros(len(x), np.int64)
     parts = held_out_split(y, held_out, split_seed)
     if parts:
         x, y = x[parts[1]], y[parts[1]]
         anomaly = None if anomaly is None else anomaly[parts[1]]
+        targets = None if targets is None else targets[parts[1]]
     out = _forward_outputs(graph, x, engine)
     split = dict(held_out=held_out, split_seed=split_seed if parts else None)
     if loss == "mse":
         from tinytrain.metrics import reconstruction_errors, roc_auc
 
-        errors = reconstruction_errors(graph, x, out)
+        errors = reconstruction_errors(graph, x, out, targets)
         auc = None if anomaly is None else roc_auc(errors, anomaly)
         return EvalResult(None, int(len(x)), **split, errors=errors, auc=auc,
                           n_anomalous=None if anomaly is None else int(anomaly.sum()))

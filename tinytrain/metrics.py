@@ -9,12 +9,20 @@ from tinytrain.errors import UsageError
 from tinytrain.ir import Graph
 
 
-def reconstruction_errors(graph: Graph, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Per sample, the loss ``mse`` (ops/mse.py, float32) of the int8 output ``out`` against the int8 input ``x``."""
+def reconstruction_errors(graph: Graph, x: np.ndarray, out: np.ndarray, targets: np.ndarray | None = None
+                          ) -> np.ndarray:
+    """Per sample, the loss ``mse`` (ops/mse.py, float32) of the int8 output ``out`` against the int8 input ``x``
+    (or against float ``targets`` of the output's shape)."""
+    from dataclasses import replace
+
+    from tinytrain.ir import DType
     from tinytrain.ops.mse import MseAttrs, loss_reference
 
-    ins = [graph.tensors[graph.outputs[0]], graph.tensors[graph.inputs[0]]]
-    return loss_reference(MseAttrs(), [out.reshape(x.shape), x], ins, [])[0]
+    o = graph.tensors[graph.outputs[0]]
+    if targets is None:
+        return loss_reference(MseAttrs(), [out.reshape(x.shape), x], [o, graph.tensors[graph.inputs[0]]], [])[0]
+    t = replace(o, dtype=DType.FLOAT32, quant=None)
+    return loss_reference(MseAttrs(), [out.reshape((len(out), *o.shape[1:])), targets], [o, t], [])[0]
 
 
 def roc_auc(scores: np.ndarray, anomalous: np.ndarray) -> float:

@@ -36,7 +36,7 @@ from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.memory.lifetimes import scratch_name
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
 from tinytrain.memory.stream import StreamPlan
-from tinytrain.names import LABEL, LOSS, LOSS_OPS, STEP_INPUT
+from tinytrain.names import LABEL, LOSS, LOSS_OPS, STEP_INPUT, TARGET
 from tinytrain.training.finite import gradient_bounds
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
@@ -232,6 +232,9 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime)."""
 
     image = graph.inputs[0]
+    if TARGET in graph.inputs:
+        raise UnsupportedModelError("codegen: the C training step reconstructs its input (--loss mse without y); "
+                                    "float targets y train on --engine sim")
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
         raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
                                     f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
-from tinytrain.names import GRAD_SUFFIX, LABEL, LOSS, RESERVED, grad_name
+from tinytrain.names import GRAD_SUFFIX, LABEL, LOSS, RESERVED, TARGET, grad_name
 from tinytrain.ops import get_op
 from tinytrain.ops.grad_accumulate import GradAccumulateAttrs
 from tinytrain.ops.mse import MseAttrs
@@ -70,12 +70,13 @@ def mark_saved(graph: Graph) -> Graph:
     return replace(graph, tensors=tensors)
 
 
-def differentiate(graph: Graph, wrt: Sequence[str] | None = None, loss: str = "xent") -> Graph:
+def differentiate(graph: Graph, wrt: Sequence[str] | None = None, loss: str = "xent", targets: bool = False) -> Graph:
     """Append the loss and the gradients of ``wrt`` (default: every trainable parameter).
 
     Invariant: the forward nodes and tensors are kept as they are, in order; after them come the loss
     ``softmax_xent(logits, label)`` (``loss`` "xent") or ``mse(output, input)`` (``loss`` "mse": the
-    reconstruction of the model's int8 input; the label is then read by nothing) (output ``loss``), its gradient
+    reconstruction of the model's int8 input; the label is then read by nothing; with ``targets``: against the
+    float32 input ``target`` of the output's shape, which the inputs gain after the label) (output ``loss``), its gradient
     seed and the backward nodes in reverse
     forward order; the inputs gain ``label`` (int32 (N,)); the outputs become (loss, grad_name(p) for p in
     wrt). A gradient is computed only for tensors that depend on a parameter in ``wrt``; forward
@@ -97,7 +98,7 @@ def differentiate(graph: Graph, wrt: Sequence[str] | None = None, loss: str = "x
     n_batch = graph.tensors[logits].shape[0]
     label = b.add_tensor(LABEL, (n_batch,), DType.INT32, Role.INPUT)
     b.inputs.append(label)
-    seed = _emit_loss(b, graph, logits, label, loss)
+    seed = _emit_loss(b, graph, logits, label, loss, targets)
     pending: dict[str, list[str]] = {logits: [seed]}
 
     def total(name: str) -> str | None:
@@ -131,7 +132,7 @@ def differentiate(graph: Graph, wrt: Sequence[str] | None = None, loss: str = "x
     return mark_saved(b.build())
 
 
-def _emit_loss(b: GraphBuilder, graph: Graph, logits: str, label: str, loss: str) -> str:
+def _emit_loss(b: GraphBuilder, graph: Graph, logits: str, label: str, loss: str, targets: bool) -> str:
     """The loss node (output ``loss``) and its gradient's (returned): softmax cross-entropy against the label, or the
     mean squared error against the model's input (same shape as the output: reconstruction)."""
     if loss == "xent":
@@ -139,10 +140,14 @@ def _emit_loss(b: GraphBuilder, graph: Graph, logits: str, label: str, loss: str
         return b.emit("softmax_xent_grad", [logits, label], SoftmaxXentAttrs(), "loss.grad_logits")[0]
     if loss != "mse":
         raise ValueError(f"unknown loss {loss!r}")
-    target = graph.inputs[0]
-    if graph.tensors[target].shape != graph.tensors[logits].shape:
-        raise UnsupportedModelError(f"--loss mse reconstructs the input: the output {graph.tensors[logits].shape} "
-                                    f"must have the input's shape {graph.tensors[target].shape}")
+    if targets:
+        target = b.add_tensor(TARGET, graph.tensors[logits].shape, DType.FLOAT32, Role.INPUT)
+        b.inputs.append(target)
+    else:
+        target = graph.inputs[0]
+        if graph.tensors[target].shape != graph.tensors[logits].shape:
+            raise UnsupportedModelError(f"--loss mse reconstructs the input: the output {graph.tensors[logits].shape} "
+                                        f"must have the input's shape {graph.tensors[target].shape}")
     b.emit("mse", [logits, target], MseAttrs(), LOSS, role=Role.OUTPUT)
     return b.emit("mse_grad", [logits, target], MseAttrs(), "loss.grad_output")[0]
 
