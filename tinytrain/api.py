@@ -294,18 +294,9 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     check_schedule(lr_schedule, warmup)
     graph = _graph(model, new_head, seed)
     chosen = _with_loss(_plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only"), loss, plan is not None)
-    logits = graph.tensors[graph.outputs[0]].shape
-    if chosen.loss == "xent" and any(d != 1 for d in logits[1:-1]):
-        raise UsageError(f"{graph.name}: the output {logits} is not class logits (1, C); training needs a classifier "
-                         "(an autoencoder: --loss mse)")
+    _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
-    x, y = model_data(graph, data, chosen.loss)
-    targets = y if chosen.loss == "mse" else None  # float targets (None: reconstruction of the input)
-    if targets is not None and engine != "sim":
-        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
-                         "(DATA without y)")
-    if chosen.loss == "mse":
-        y = np.zeros(len(x), np.int64)  # the label the engines pass; the mse loss reads none
+    x, y, targets = _training_data(graph, data, chosen.loss, engine)
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
     measure = _measure(graph, chosen.loss, x, y, targets)
@@ -362,6 +353,25 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         info[f"{metric}_after"] = score(parts[1], state)
     return TrainResult(graph, chosen, config, engine, int(n_steps), losses, state, round(seconds, 3), score(rows, state),
                        float(tail.mean()) if len(tail) else None, int(len(rows)), info, engine_info)
+
+
+def _check_classifier(graph: Graph, loss: str) -> None:
+    logits = graph.tensors[graph.outputs[0]].shape
+    if loss == "xent" and any(d != 1 for d in logits[1:-1]):
+        raise UsageError(f"{graph.name}: the output {logits} is not class logits (1, C); training needs a classifier "
+                         "(an autoencoder: --loss mse)")
+
+
+def _training_data(graph: Graph, data, loss: str, engine: str):
+    """(int8 inputs, labels, float targets or None): an mse run's labels are zeros (the engines pass one; the loss
+    reads none), its targets y or None (reconstruction of the input)."""
+    x, y = model_data(graph, data, loss)
+    if loss == "xent":
+        return x, y, None
+    if y is not None and engine != "sim":
+        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
+                         "(DATA without y)")
+    return x, np.zeros(len(x), np.int64), y
 
 
 def _check_persist_arguments(engine: str, flash, save_every: int, stop_after_saves: int) -> None:
