@@ -580,7 +580,11 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     graph = _graph(model, new_head, seed)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
-    result = search(graph, *model_data(graph, data), opts, names)
+    ds = load_data(data)
+    if len(ds) and not ds.labelled:
+        raise UsageError(f"{ds.source}: the plan search measures classifiers' accuracy on labels y; an autoencoder "
+                         "(no y): tinytrain train --loss mse --update last-k:N (docs/guide/data.md)")
+    result = search(graph, *_prepared(graph, ds, "xent")[:2], opts, names)
     if output is not None:
         result.write(output)
     return result
