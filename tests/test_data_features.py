@@ -82,3 +82,19 @@ def test_a_plain_npy_is_a_usage_error(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((3, 8), np.float32))
     with pytest.raises(UsageError, match=r"plain \.npy array is not a dataset; save .* numpy.savez"):
         load_dataset(tmp_path / "x.npy")
+
+
+@pytest.mark.slow
+def test_int8_features_train_and_evaluate_like_the_images_they_quantize():
+    from pathlib import Path
+
+    import tinytrain
+
+    model = tinytrain.load_model(Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx")
+    rng = np.random.default_rng(0)
+    images, y = rng.integers(0, 256, (4, 96, 96, 3), dtype=np.uint8), np.array([0, 1, 1, 0])
+    features = model_inputs(model, images)
+    a = tinytrain.train(model, (images, y), steps=3)
+    b = tinytrain.train(model, (features, y), steps=3)
+    assert np.array_equal(a.losses, b.losses) and a.train_accuracy == b.train_accuracy
+    assert tinytrain.evaluate(model, (features, y)).accuracy == tinytrain.evaluate(model, (images, y)).accuracy
