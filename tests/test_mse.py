@@ -160,3 +160,14 @@ def test_float_targets_train_in_the_simulator_and_are_refused_by_the_c_engine():
     assert losses[-6:].mean() < losses[:6].mean()
     with pytest.raises(tinytrain.UsageError, match="float targets y trains on --engine sim"):
         tinytrain.train(g, (xs, t), update="full", loss="mse", engine="c")
+
+
+def test_the_plan_file_carries_the_loss():
+    from tinytrain.errors import PlanError
+    from tinytrain.training.sparse import parse_plan
+
+    plan = parse_plan({"version": 1, "bias_last_k": 1, "loss": "mse"})
+    assert plan.loss == "mse" and parse_plan(plan.to_json()) == plan
+    assert "loss" not in parse_plan({"version": 1, "bias_last_k": 1}).to_json()  # the default, xent, is not written
+    with pytest.raises(PlanError, match='"loss" must be one of xent, mse'):
+        parse_plan({"version": 1, "loss": "l1"})
