@@ -64,12 +64,12 @@ def _resized_node(graph: Graph, node: Node, tensors: dict[str, Tensor], size: tu
     old_ins = [graph.tensors[i] if i else None for i in node.inputs]
     ins = [tensors[i] if i else None for i in node.inputs]
     attrs = _attrs(graph, node, old_ins[0], ins[0], size)
-    if node.op in WINDOW_OPS and not _is_global_pool(node.op, node.attrs, old_ins[0].shape):
-        _check_strides(graph, node, attrs.stride, old_ins[0].shape, ins[0].shape, size)
     try:
         shapes = get_op(node.op).infer_shapes(attrs, ins)
     except ValueError as e:
         raise _refusal(graph, node, old_ins[0], ins[0], size, e) from None
+    if node.op in WINDOW_OPS and not _is_global_pool(node.op, node.attrs, old_ins[0].shape):
+        _check_strides(graph, node, attrs.stride, old_ins[0].shape, ins[0].shape, size)
     for name, shape in zip(node.outputs, shapes):
         tensors[name] = replace(tensors[name], shape=tuple(shape))
     return replace(node, attrs=attrs)
