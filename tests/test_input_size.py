@@ -133,7 +133,7 @@ def test_mobilenet_v1_at_128_matches_tflite_reference_kernels(mbv1):
     assert resize_input(mbv1, 160) is mbv1
     g = resize_input(mbv1, 128)
     assert [_shape(g, n.outputs[0])[1] for n in g.nodes if n.op == "conv2d"][:4] == [64, 64, 64, 32]
-    assert _shape(g, g.nodes[-4].outputs[0]) == (1, 4, 4, 512) and g.nodes[-3].attrs.kernel == (4, 4)
+    assert _shape(g, g.nodes[-5].outputs[0]) == (1, 4, 4, 512) and g.nodes[-4].attrs.kernel == (4, 4)
     interp = litert_interpreter(_tflite_at(shared_file(MBV1).read_bytes(), 4))
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
     interp.resize_tensor_input(inp["index"], [1, 128, 128, 3])
