@@ -162,3 +162,18 @@ def test_training_at_128_on_the_host_c_matches_the_simulator(mbv1):
     for name, value in runs[0].state.tensors.items():
         assert np.array_equal(value, runs[1].state.tensors[name]), name
     assert np.array_equal(runs[0].losses, runs[1].losses)
+
+
+@pytest.mark.slow
+def test_compile_at_a_smaller_size(tmp_path, capsys):
+    """The command line's --input-size reaches the compiled step: the same plan peaks lower at 96 than at 128."""
+    import json
+
+    model = str(ROOT / "models" / "proxyless-w0.3.onnx")
+    args = ["compile", model, "--new-head", "2", "--update", "last-k:1", "--sram", "256k"]
+    assert main([*args, "--input-size", "96", "-o", str(tmp_path / "96")]) == 0
+    small = json.loads((tmp_path / "96" / "report.json").read_text())
+    full = tinytrain.compile(model, new_head=2, update="last-k:1")
+    assert small["fits"] and small["peak_sram_bytes"] < full.report.peak_sram_bytes
+    assert small["model_sha256"] == full.graph.source_sha256
+    assert capsys.readouterr().err == ""
