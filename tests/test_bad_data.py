@@ -1,4 +1,4 @@
-"""Bad datasets (README "Learning that survives the field"): wrong dtype or shape, labels outside the head, empty sets,
+"""Bad datasets (docs/guide/field.md): wrong dtype or shape, labels outside the head, empty sets,
 damaged .npz files, truncated or non-image files in a class folder — each is one line on stderr, exit code 2, for
 `train` and `eval` alike, and nothing is written."""
 
