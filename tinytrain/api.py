@@ -27,27 +27,28 @@ from tinytrain.training.sparse import Plan
 ENGINES = ("sim", "c", "qemu")
 
 
-def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0) -> Graph:
-    """The int8 model as a tinytrain graph; ``new_head``: its last layer replaced by a new N-class head (init
-    ``seed``)."""
+def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0,
+               input_size: int | str | tuple[int, int] | None = None) -> Graph:
+    """The int8 model as a tinytrain graph; ``input_size`` (N, "HxW" or (H, W)): its layers run at that input
+    size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``)."""
     from tinytrain.frontends import load_model as load
 
-    graph = load(path)
+    return _graph(load(path), new_head, seed, input_size)
+
+
+def _graph(model: str | Path | Graph, new_head: int | None, seed: int,
+           input_size: int | str | tuple[int, int] | None = None) -> Graph:
+    if not isinstance(model, Graph):
+        return load_model(model, new_head=new_head, seed=seed, input_size=input_size)
+    if input_size is not None:
+        from tinytrain.frontends.resize import resize_input
+
+        model = resize_input(model, input_size)
     if new_head:
         from tinytrain.training.head import new_head as replace_head
 
-        graph = replace_head(graph, new_head, seed=seed)
-    return graph
-
-
-def _graph(model: str | Path | Graph, new_head: int | None, seed: int) -> Graph:
-    if isinstance(model, Graph):
-        if new_head:
-            from tinytrain.training.head import new_head as replace_head
-
-            return replace_head(model, new_head, seed=seed)
-        return model
-    return load_model(model, new_head=new_head, seed=seed)
+        return replace_head(model, new_head, seed=seed)
+    return model
 
 
 LOSSES = ("xent", "mse")
@@ -190,7 +191,8 @@ class Compiled:
 
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
-            planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None) -> Compiled:
+            planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
+            input_size: int | str | tuple[int, int] | None = None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
     budgets and emit its C (``loss``: as ``train``'s). Raises BudgetError when it does not fit."""
     from tinytrain.codegen import render_project
@@ -199,7 +201,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     from tinytrain.sizes import parse_size
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
-    graph = _graph(model, new_head, 0)
+    graph = _graph(model, new_head, 0, input_size)
     chosen = _plan(graph, plan, update, None, None, None, None)
     if chosen is not None:
         chosen = _with_loss(chosen, loss, plan is not None)
@@ -275,7 +277,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           save_every: int = 0, stop_after_saves: int = 0, new_head: int | None = None, momentum: float = 0.0,
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
           seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0,
-          loss: str | None = None) -> TrainResult | None:
+          loss: str | None = None, input_size: int | str | tuple[int, int] | None = None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
@@ -292,7 +294,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         raise UsageError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
     _check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
-    graph = _graph(model, new_head, seed)
+    graph = _graph(model, new_head, seed, input_size)
     chosen = _with_loss(_plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only"), loss, plan is not None)
     _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
@@ -494,8 +496,8 @@ class EvalResult:
 
 def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None, engine: str = "sim",
              new_head: int | None = None, seed: int = 0, held_out: float | None = None,
-             split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None
-             ) -> EvalResult:
+             split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None,
+             input_size: int | str | tuple[int, int] | None = None) -> EvalResult:
     """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host), with
     a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on that part of the split only
     (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA without y on a model whose output
@@ -505,7 +507,7 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
 
     if engine not in ("sim", "c"):
         raise UsageError(f"engine {engine!r}: evaluate runs on sim or c")
-    graph = _graph(model, new_head, seed)
+    graph = _graph(model, new_head, seed, input_size)
     if state is not None:
         from tinytrain.state_file import load_state
 
@@ -563,7 +565,8 @@ def _forward_outputs(graph: Graph, x: np.ndarray, engine: str) -> np.ndarray:
 # ---- plan ------------------------------------------------------------------------------------------------
 
 def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: str | Path | None = None,
-         new_head: int | None = None, seed: int = 0, progress: bool = False, **options):
+         new_head: int | None = None, seed: int = 0, progress: bool = False,
+         input_size: int | str | tuple[int, int] | None = None, **options):
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
@@ -577,7 +580,7 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
                              seed=seed, progress=progress, **options)
     except TypeError as e:
         raise UsageError(f"plan: {e}") from None
-    graph = _graph(model, new_head, seed)
+    graph = _graph(model, new_head, seed, input_size)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     ds = load_data(data)

@@ -29,7 +29,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                    sram=args.sram, flash=args.flash, save_every=args.save_every,
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
-                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss)
+                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
+                   input_size=args.input_size)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
               f"--stop-after-saves to resume from {args.flash}")
@@ -77,7 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
     result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
                       seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
-                      anomaly_labels=args.anomaly_labels)
+                      anomaly_labels=args.anomaly_labels, input_size=args.input_size)
     held = "held-out " if result.held_out is not None else ""
     if args.json:
         print(json.dumps(result.to_json()))
@@ -120,6 +121,7 @@ def add_train_commands(sub) -> None:
     s.add_argument("--stop-after-saves", type=int, default=0, metavar="K",
                    help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    add_input_size_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     add_schedule_arguments(s, "this run's steps")
@@ -138,6 +140,7 @@ def add_train_commands(sub) -> None:
     s.add_argument("--data", required=True)
     s.add_argument("--new-head", type=int, metavar="N", help="with a new N-class head (as train --new-head)")
     s.add_argument("--seed", type=int, default=0, help="new-head init (as train --seed)")
+    add_input_size_argument(s)
     s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
     s.add_argument("--engine", choices=("sim", "c"), default="sim",
                    help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler")
@@ -157,6 +160,12 @@ def add_loss_argument(s) -> None:
                    help="xent: softmax cross-entropy against the labels (default); mse: mean squared error of the "
                         "dequantized output reconstructing the input (an autoencoder; DATA without y). A plan file "
                         "carries its own")
+
+
+def add_input_size_argument(s) -> None:
+    s.add_argument("--input-size", metavar="N|HxW",
+                   help="run the model's layers on N x N (or H x W) images instead of its own size, where the graph "
+                        "allows it (docs/guide/input-size.md); the data are resized to it")
 
 
 def add_schedule_arguments(s, span: str) -> None:
