@@ -16,6 +16,7 @@ from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
 from tinytrain.ops.conv2d import Conv2dAttrs, accumulate
 from tinytrain.ops.fully_connected import FullyConnectedAttrs
 from tinytrain.ops.fully_connected import accumulate as fc_accumulate
+from tinytrain.ops.max_pool2d import MaxPool2dAttrs
 from tinytrain.ops.mean import MeanAttrs
 from tinytrain.ops.pad import PadAttrs
 from tinytrain.ops.requantize import RequantizeAttrs
@@ -151,6 +152,13 @@ class ModelBuilder(builder.GraphBuilder):
         (shape,) = get_op("avg_pool2d").infer_shapes(attrs, [xt])
         name = self._name("pool")
         return self._node("avg_pool2d", name, [x], self._act(f"{name}.out", shape, xt.quant), attrs)
+
+    def max_pool(self, x: str, k: int, stride: int, padding=(0, 0, 0, 0), act=(-128, 127)) -> str:
+        xt = self.tensors[x]
+        attrs = MaxPool2dAttrs((k, k), (stride, stride), tuple(padding), *act)
+        (shape,) = get_op("max_pool2d").infer_shapes(attrs, [xt])
+        name = self._name("maxpool")
+        return self._node("max_pool2d", name, [x], self._act(f"{name}.out", shape, xt.quant), attrs)
 
     def pad(self, x: str, pads) -> str:
         xt = self.tensors[x]

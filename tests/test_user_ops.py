@@ -1,0 +1,227 @@
+"""The ops of users' own models (issue 29): max pooling, ... — each against its oracles, op by op.
+
+- forward: the simulator against TFLite Micro's reference kernels (models written with oracles.TfliteBuilder) bit
+  for bit, and against onnxruntime (quantize_static's QDQ and QOperator models) op by op, teacher-forced;
+- C: the host build of the forward (test_codegen_ops' assert_c_matches_simulator) and of a training step
+  (test_codegen_train's check_step: integer work exact, the new gradient kernels exact) equal the simulator;
+- the gradients against PyTorch are in test_gradcheck_torch (OP_CASES).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+from onnx import TensorProto, helper
+from onnx import numpy_helper as nh
+
+from codegen_graphs import GraphBuilder
+from ir_builders import ModelBuilder
+from oracles import TfliteBuilder, first_mismatch, sim_tensors, tflm_run, tflm_tensors
+from test_codegen_ops import SETTINGS, assert_c_matches_simulator
+from test_codegen_train import check_step
+from tinytrain import simulator
+from tinytrain.engine_c import CTrainer
+from tinytrain.frontends.onnx import convert_onnx
+from tinytrain.frontends.tflite import graph_from_tflite
+from tinytrain.simulator import init_state
+from tinytrain.training.sparse import preset
+from tinytrain.training.train_graph import build_training_graph
+
+ort = pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("c_cache")
+
+
+# ---- TFLite Micro ---------------------------------------------------------------------------------------------
+
+def _tflite_chain(ops, in_shape, seed: int = 0) -> bytes:
+    """int8 input -> each (name, builder callback) in turn -> int8 output; a callback appends its op and returns
+    its output tensor."""
+    b = TfliteBuilder()
+    rng = np.random.default_rng(seed)
+    x = b.tensor("x", in_shape, "INT8", 0.05, -3)
+    first = x
+    for make in ops:
+        x = make(b, x, rng)
+    return b.finish([first], [x])
+
+
+def _max_pool(kernel, stride, padding, out_shape, act=0):
+    def make(b, x, rng):
+        s = b.s
+        y = b.tensor(f"mp{len(b.tensors)}", out_shape, "INT8", 0.05, -3)
+        b.op("MAX_POOL_2D", [x], [y], s.Pool2DOptionsT(padding=padding, strideW=stride[1], strideH=stride[0],
+                                                       filterWidth=kernel[1], filterHeight=kernel[0],
+                                                       fusedActivationFunction=act))
+        return y
+    return make
+
+
+def _assert_tflm(data: bytes, in_shape, n: int = 16, seed: int = 1):
+    graph = graph_from_tflite(data, "m", "")
+    x = np.random.default_rng(seed).integers(-128, 128, (n, *in_shape[1:])).astype(np.int8)
+    x[0] = -128
+    ours = simulator.forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
+    np.testing.assert_array_equal(ours, tflm_run(data, x[:, None]).reshape(ours.shape))
+    assert first_mismatch(graph, sim_tensors(graph, x[:1]), tflm_tensors(data, x[0])) is None
+    return graph
+
+
+@pytest.mark.parametrize("kernel,stride,same,out_hw,act", [
+    ((3, 3), (2, 2), True, (5, 4), 0), ((2, 2), (2, 2), False, (4, 3), 0), ((3, 2), (1, 2), True, (9, 4), 1),
+    ((2, 3), (2, 1), False, (4, 5), 3)])
+def test_max_pool_matches_tflite_micro(kernel, stride, same, out_hw, act):
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    pad = s.Padding.SAME if same else s.Padding.VALID
+    data = _tflite_chain([_max_pool(kernel, stride, pad, (1, *out_hw, 5), act)], (1, 9, 7, 5))
+    graph = _assert_tflm(data, (1, 9, 7, 5))
+    assert [n.op for n in graph.nodes] == ["max_pool2d"]
+
+
+# ---- onnxruntime -----------------------------------------------------------------------------------------------
+
+def _quantized_onnx(tmp_path, nodes, inits, in_shape, out_shape, fmt: str):
+    m = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], inits),
+        opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            data = np.random.default_rng(11).standard_normal((16, *in_shape[1:])).astype(np.float32)
+            self._it = iter([{"x": data[i: i + 1]} for i in range(len(data))])
+
+        def get_next(self):
+            return next(self._it, None)
+
+    onnx.save(m, tmp_path / "float.onnx")
+    path = tmp_path / f"{fmt}.onnx"
+    quantize_static(str(tmp_path / "float.onnx"), str(path), Reader(),
+                    quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    return path
+
+
+def _assert_onnxruntime(path, in_shape, limit: int = 0) -> list[str]:
+    """Every integer tensor of the import within ``limit`` LSB of onnxruntime's, teacher-forced; the IR ops."""
+    from test_onnx_frontend import run_onnxruntime, teacher_forced
+
+    graph, names = convert_onnx(path.read_bytes(), path.stem)
+    xs = np.random.default_rng(3).standard_normal((24, *in_shape[1:])).astype(np.float32) * 1.5
+    per_op = teacher_forced(graph, names, run_onnxruntime(path, xs, sorted(names)))
+    assert per_op
+    for onnx_name, (op, diff) in per_op.items():
+        assert diff.max() <= limit, f"{op} {onnx_name}: max |diff| {diff.max()}"
+    return [n.op for n in graph.nodes]
+
+
+def _init(rng, name, *shape, s=0.3):
+    return nh.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
+
+
+@pytest.mark.parametrize("fmt", ["qdq", "qop"])
+def test_max_pool_matches_onnxruntime(tmp_path, fmt):
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "W2", "B2"], ["c2"]),
+             helper.make_node("MaxPool", ["c2"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    inits = [_init(rng, "W", 6, 3, 3, 3), _init(rng, "B", 6, s=0.1), _init(rng, "W2", 4, 6, 1, 1),
+             _init(rng, "B2", 4, s=0.1)]
+    ops = _assert_onnxruntime(_quantized_onnx(tmp_path, nodes, inits, [1, 3, 9, 9], [1, 4, 2, 2], fmt), [1, 3, 9, 9])
+    assert ops.count("max_pool2d") == 2
+
+
+# ---- host C: forward and training step -------------------------------------------------------------------------
+
+@settings(max_examples=20, **SETTINGS)
+@given(hw=st.tuples(st.integers(1, 8), st.integers(1, 8)), c=st.integers(1, 6),
+       kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)), stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       pads=st.tuples(*[st.integers(0, 2)] * 4), clamp=st.booleans(), seed=st.integers(0, 2**16))
+def test_max_pool_c_equals_the_simulator(cache, hw, c, kernel, stride, pads, clamp, seed):
+    pads = tuple(min(p, kernel[i % 2] - 1) for i, p in enumerate(pads))
+    b = GraphBuilder(seed)
+    x = b.input((1, *hw, c))
+    try:
+        y = b.max_pool(x, kernel, stride, pads, act=(-100, 90) if clamp else (-128, 127))
+    except ValueError:
+        assume(False)
+    assert_c_matches_simulator(b, b.build(b.mean(y)), cache, n=4)
+
+
+def _user_ops_model(seed: int = 0):
+    """Trainable layers below every new op, so that the ops' input gradients reach them."""
+    mb = ModelBuilder("user_ops", seed)
+    x = mb.input((12, 12, 3))
+    h = mb.conv(x, 8, 3, 1)
+    h = mb.max_pool(h, 3, 2, (1, 1, 1, 1))
+    h = mb.conv(h, 8, 1)
+    h = mb.max_pool(h, 2, 2, act=(-100, 90))
+    h = mb.reshape(mb.mean(mb.conv(h, 16, 1)), (16,))
+    return mb.build(mb.fc(h, 5)), mb
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_training_step_c_equals_the_simulator(tmp_path, streamed):
+    """Every kernel of a full-update step from identical states (linear plan), then the compiled schedule (in
+    place, reordered, the forward prefix streamed when it pays) free-running: bit-identical integer states."""
+    g, mb = _user_ops_model()
+    tg = build_training_graph(g, preset("full", g, lr=0.05))
+    xs = mb.calibration_input()
+    if not streamed:
+        trainer = CTrainer(tg, tmp_path, planner="linear", inplace=False, reorder=False)
+        state = init_state(tg)
+        for k in range(len(xs)):
+            check_step(tg, trainer, state, xs[k], k)
+        return
+    trainer = CTrainer(tg, tmp_path)
+    state = init_state(tg)
+    ys = np.arange(len(xs)) % 5
+    for k in range(len(xs)):
+        simulator.train_step(tg, state, xs[k: k + 1], int(ys[k]))
+    trainer.train(xs, ys)
+    got = trainer.state()
+    for name, v in state.tensors.items():
+        if v.dtype != np.float32:
+            np.testing.assert_array_equal(got.tensors[name], v, err_msg=name)
+
+
+def test_streamed_max_pool_equals_the_simulator(cache):
+    """A ResNet-style stem (conv, 3x3/2 padded max pool) and a 2x2/2 pool, in every streamable prefix: the band
+    kernels equal layer-by-layer execution."""
+    import ctypes
+
+    from tinytrain import engine_c
+    from tinytrain.codegen import render_project
+    from tinytrain.memory.report import plan_forward
+    from tinytrain.memory.stream import stream_prefix, streamable_prefix
+
+    mb = ModelBuilder("stream_pool", 0)
+    h = mb.max_pool(mb.conv(mb.input((23, 17, 3)), 8, 3, 2), 3, 2, (1, 1, 1, 1))
+    h = mb.max_pool(mb.conv(h, 8, 3, 1), 2, 2, act=(-100, 90))
+    g = mb.build(mb.classifier(mb.conv(h, 8, 1), 4))
+    x = np.random.default_rng(2).integers(-128, 128, (1,) + g.tensors[g.inputs[0]].shape[1:], dtype=np.int8)
+    want = simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]]
+    bands = 0
+    for steps in range(2, streamable_prefix(g) + 1):
+        region = stream_prefix(g, steps)
+        if region is None:
+            continue
+        files = render_project(g, plan_forward(g, 1 << 62, 1 << 62, stream=region))
+        bands += "tt_max_pool_3x3_s2_p1x1_s8_band(" in files["tinytrain_model.c"]
+        lib = ctypes.CDLL(str(engine_c.compile_files(files, cache)))
+        lib.tt_init()
+        got = np.empty_like(want)
+        lib.tt_predict(ctypes.c_void_p(x[0].ctypes.data), ctypes.c_void_p(got[0].ctypes.data))
+        np.testing.assert_array_equal(got, want, err_msg=f"prefix of {steps} nodes")
+    assert bands >= 2
