@@ -160,6 +160,21 @@ class ModelBuilder(builder.GraphBuilder):
         name = self._name("maxpool")
         return self._node("max_pool2d", name, [x], self._act(f"{name}.out", shape, xt.quant), attrs)
 
+    def activation(self, x: str, kind: str, alpha: float = 1 / 6, beta: float = 0.5) -> str:
+        """hard_swish, logistic or hard_sigmoid as an ONNX import builds it (output quantization calibrated)."""
+        from tinytrain.ops import hard_sigmoid, hard_swish, logistic
+        from tinytrain.tables import TableAttrs
+
+        xt = self.tensors[x]
+        real = (self.values[x].astype(np.float64) - xt.quant.zp) * xt.quant.s
+        fns = {"hard_swish": lambda r: r * np.clip(r / 6 + 0.5, 0, 1), "logistic": lambda r: 1 / (1 + np.exp(-r)),
+               "hard_sigmoid": lambda r: np.clip(alpha * r + beta, 0, 1)}
+        q = _out_quant(fns[kind](real), None)
+        table = (hard_sigmoid.onnx_table(xt.quant, q, alpha, beta) if kind == "hard_sigmoid" else
+                 {"hard_swish": hard_swish, "logistic": logistic}[kind].onnx_table(xt.quant, q))
+        name = self._name(kind)
+        return self._node(kind, name, [x], self._act(f"{name}.out", xt.shape, q), TableAttrs(table, kind, alpha, beta))
+
     def pad(self, x: str, pads) -> str:
         xt = self.tensors[x]
         attrs = PadAttrs(tuple(tuple(p) for p in pads))

@@ -29,7 +29,7 @@ from tinytrain.training.autodiff import differentiate, logits_of, trainable_para
 from tinytrain.verify import verify
 
 RTOL = 2e-6
-MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize"}
+MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize", "hard_swish", "logistic", "hard_sigmoid"}
 
 
 def _deq(arr, t):
@@ -78,6 +78,12 @@ def _real_op(node, graph, x, params):
         pt, pl, pb, pr = a.padding
         xin = F.pad(_nchw(x[0]), (pl, pr, pt, pb), value=-float("inf"))
         return _nhwc(F.max_pool2d(xin, a.kernel, a.stride))
+    if op == "hard_swish":
+        return F.hardswish(x[0])
+    if op == "logistic":
+        return torch.sigmoid(x[0])
+    if op == "hard_sigmoid":
+        return torch.clamp(a.alpha * x[0] + a.beta, 0, 1)
     if op == "pad":
         pads = [p for pair in reversed(a.pads) for p in pair]
         return F.pad(x[0], pads)
@@ -151,6 +157,9 @@ OP_CASES = {
     "add_relu": lambda mb, x: mb.add(mb.conv(x, 4, 1), mb.conv(x, 4, 3, act=None), act="relu"),
     "avg_pool": lambda mb, x: mb.avg_pool(x, 3, 2, (1, 1, 1, 1)),
     "max_pool_overlapping": lambda mb, x: mb.max_pool(x, 3, 2, (1, 1, 1, 1)),
+    "hard_swish": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_swish"),
+    "logistic": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "logistic"),
+    "hard_sigmoid": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_sigmoid", 0.2, 0.5),
     "max_pool_2x2_clamped": lambda mb, x: mb.max_pool(x, 2, 2, act=(-100, 90)),
     "mean_rescaled": lambda mb, x: mb.reshape(mb.mean(x, rescale=0.5), (mb.tensors[x].shape[3],)),
     "mean_no_keepdims": lambda mb, x: mb.mean(x, keepdims=False),

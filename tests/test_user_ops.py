@@ -62,6 +62,14 @@ def _max_pool(kernel, stride, padding, out_shape, act=0):
     return make
 
 
+def _unary(kind, out_scale=0.05, out_zp=-3):
+    def make(b, x, rng):
+        y = b.tensor(f"{kind.lower()}{len(b.tensors)}", b.tensors[x].shape, "INT8", out_scale, out_zp)
+        b.op(kind, [x], [y])
+        return y
+    return make
+
+
 def _assert_tflm(data: bytes, in_shape, n: int = 16, seed: int = 1):
     graph = graph_from_tflite(data, "m", "")
     x = np.random.default_rng(seed).integers(-128, 128, (n, *in_shape[1:])).astype(np.int8)
@@ -82,6 +90,36 @@ def test_max_pool_matches_tflite_micro(kernel, stride, same, out_hw, act):
     data = _tflite_chain([_max_pool(kernel, stride, pad, (1, *out_hw, 5), act)], (1, 9, 7, 5))
     graph = _assert_tflm(data, (1, 9, 7, 5))
     assert [n.op for n in graph.nodes] == ["max_pool2d"]
+
+
+@pytest.mark.parametrize("in_scale,in_zp,out_scale,out_zp", [
+    (0.05, -3, 0.04, -20), (0.11, 30, 0.09, -100), (0.02, -128, 0.01, -128), (0.3, 5, 0.3, 5)])
+def test_hard_swish_matches_tflite_micro(in_scale, in_zp, out_scale, out_zp):
+    b = TfliteBuilder()
+    x = b.tensor("x", (1, 4, 8, 8), "INT8", in_scale, in_zp)
+    y = b.tensor("y", (1, 4, 8, 8), "INT8", out_scale, out_zp)
+    b.op("HARD_SWISH", [x], [y])
+    graph = _assert_all_int8_inputs(b.finish([x], [y]))
+    assert [n.op for n in graph.nodes] == ["hard_swish"]
+
+
+@pytest.mark.parametrize("in_scale,in_zp", [(0.05, -3), (0.11, 30), (0.02, -128), (0.3, 5), (1 / 16, 0)])
+def test_logistic_matches_tflite_micro(in_scale, in_zp):
+    b = TfliteBuilder()
+    x = b.tensor("x", (1, 4, 8, 8), "INT8", in_scale, in_zp)
+    y = b.tensor("y", (1, 4, 8, 8), "INT8", 1 / 256, -128)
+    b.op("LOGISTIC", [x], [y])
+    graph = _assert_all_int8_inputs(b.finish([x], [y]))
+    assert [n.op for n in graph.nodes] == ["logistic"]
+
+
+def _assert_all_int8_inputs(data: bytes):
+    """Every int8 value once (a (1,4,8,8) input holds 256), against TFLite Micro."""
+    graph = graph_from_tflite(data, "m", "")
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 4, 8, 8)
+    ours = simulator.forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
+    np.testing.assert_array_equal(ours, tflm_run(data, x).reshape(ours.shape))
+    return graph
 
 
 # ---- onnxruntime -----------------------------------------------------------------------------------------------
@@ -159,15 +197,28 @@ def test_max_pool_c_equals_the_simulator(cache, hw, c, kernel, stride, pads, cla
     assert_c_matches_simulator(b, b.build(b.mean(y)), cache, n=4)
 
 
+@pytest.mark.parametrize("kind", ["hard_swish", "logistic", "hard_sigmoid"])
+def test_table_ops_c_equal_the_simulator(cache, kind):
+    mb = ModelBuilder(kind, 1)
+    h = mb.activation(mb.conv(mb.input((5, 6, 4)), 8, 1, act=None), kind)
+    g = mb.build(mb.mean(mb.activation(h, kind)))  # the second one in place of its input
+    x = np.random.default_rng(0).integers(-128, 128, (4, 5, 6, 4)).astype(np.int8)
+    from tinytrain import engine_c
+
+    np.testing.assert_array_equal(engine_c.predict(g, x, cache_dir=cache),
+                                  simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]])
+
+
 def _user_ops_model(seed: int = 0):
     """Trainable layers below every new op, so that the ops' input gradients reach them."""
     mb = ModelBuilder("user_ops", seed)
     x = mb.input((12, 12, 3))
-    h = mb.conv(x, 8, 3, 1)
+    h = mb.activation(mb.conv(x, 8, 3, 1, act=None), "hard_swish")
     h = mb.max_pool(h, 3, 2, (1, 1, 1, 1))
-    h = mb.conv(h, 8, 1)
+    h = mb.activation(mb.conv(h, 8, 1, act=None), "logistic")
     h = mb.max_pool(h, 2, 2, act=(-100, 90))
-    h = mb.reshape(mb.mean(mb.conv(h, 16, 1)), (16,))
+    h = mb.activation(mb.conv(h, 16, 1, act=None), "hard_sigmoid")
+    h = mb.reshape(mb.mean(h), (16,))
     return mb.build(mb.fc(h, 5)), mb
 
 
@@ -225,3 +276,29 @@ def test_streamed_max_pool_equals_the_simulator(cache):
         lib.tt_predict(ctypes.c_void_p(x[0].ctypes.data), ctypes.c_void_p(got[0].ctypes.data))
         np.testing.assert_array_equal(got, want, err_msg=f"prefix of {steps} nodes")
     assert bands >= 2
+
+
+@pytest.mark.parametrize("fmt", ["qdq", "qop"])
+def test_activations_match_onnxruntime(tmp_path, fmt):
+    """HardSwish, Sigmoid (QLinearSigmoid in QOperator models), HardSigmoid (MobileNetV3's alpha 1/6 and the
+    default 0.2) and a Relu after one (folded into its table)."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c1"], ["h1"]),
+             helper.make_node("Conv", ["h1", "W2", "B2"], ["c2"]),
+             helper.make_node("Sigmoid", ["c2"], ["s2"]),
+             helper.make_node("Conv", ["s2", "W3", "B3"], ["c3"]),
+             helper.make_node("HardSigmoid", ["c3"], ["h3"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Conv", ["h3", "W4", "B4"], ["c4"]),
+             helper.make_node("HardSigmoid", ["c4"], ["h4"]),
+             helper.make_node("Conv", ["h4", "W5", "B5"], ["c5"]),
+             helper.make_node("HardSwish", ["c5"], ["h5"]),
+             helper.make_node("Relu", ["h5"], ["r5"]),
+             helper.make_node("Conv", ["r5", "W6", "B6"], ["y"])]
+    inits = []
+    for k, (co, ci) in enumerate([(6, 3), (6, 6), (6, 6), (6, 6), (6, 6), (4, 6)], start=1):
+        inits += [_init(rng, f"W{k}", co, ci, 3 if k == 1 else 1, 3 if k == 1 else 1, s=0.8),
+                  _init(rng, f"B{k}", co, s=0.5)]
+    path = _quantized_onnx(tmp_path, nodes, inits, [1, 3, 6, 6], [1, 4, 6, 6], fmt)
+    ops = _assert_onnxruntime(path, [1, 3, 6, 6], limit=0)
+    assert ops.count("hard_swish") == 2 and ops.count("logistic") == 1 and ops.count("hard_sigmoid") == 2, ops

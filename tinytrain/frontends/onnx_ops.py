@@ -6,10 +6,13 @@ from __future__ import annotations
 import onnx
 
 from tinytrain.frontends.onnx_convert import Converter, Handler
-from tinytrain.frontends.onnx_handlers import _pool_geom, resolve_clamp
+from tinytrain.frontends.onnx_handlers import _pool_geom, dq_act, resolve_clamp
 from tinytrain.frontends.onnx_parse import attrs_of, node_label
-from tinytrain.frontends.onnx_values import Act, FVal
+from tinytrain.frontends.onnx_values import Act, FVal, Pending
+from tinytrain.ir import QuantParams
+from tinytrain.ops import hard_sigmoid, hard_swish, logistic
 from tinytrain.ops.max_pool2d import MaxPool2dAttrs
+from tinytrain.tables import TableAttrs
 
 
 def _int_or_dq(cv: Converter, node: onnx.NodeProto, idx: int) -> tuple[Act, bool]:
@@ -46,6 +49,56 @@ def h_max_pool(cv: Converter, node: onnx.NodeProto) -> None:
     _record(cv, node, ir, x, dq)
 
 
+def emit_table(cv: Converter, p: Pending, yq: QuantParams, out_hint: str) -> str:
+    """Materialize a pending table op (``Pending.op == "table"``) once QuantizeLinear fixes its output: the
+    table of DequantizeLinear -> op -> (Relu / Clip) -> QuantizeLinear in onnxruntime's float32 arithmetic."""
+    a = p.args
+    xq = cv.tensors[a["x"]].quant
+    table = a["make"](xq, yq, p.lo, p.hi)
+    attrs = TableAttrs(table, a["kind"], a.get("alpha", 0.0), a.get("beta", 0.0))
+    return cv.add_node(a["kind"], p.source, [a["x"]], out_hint, yq, attrs, p.source)
+
+
+def _pending_table(cv: Converter, node: onnx.NodeProto, kind: str, make, **params) -> None:
+    x = dq_act(cv, node, 0)
+    label = node_label(node)
+    p = Pending("table", x.shape, {"x": x.ir, "kind": kind, "make": make, **params}, label)
+    cv.values[node.output[0]] = FVal("pending", pending=p, source=label)
+
+
+def h_hard_swish(cv: Converter, node: onnx.NodeProto) -> None:
+    _pending_table(cv, node, "hard_swish", hard_swish.onnx_table)
+
+
+def h_sigmoid(cv: Converter, node: onnx.NodeProto) -> None:
+    _pending_table(cv, node, "logistic", logistic.onnx_table)
+
+
+def h_hard_sigmoid(cv: Converter, node: onnx.NodeProto) -> None:
+    a = attrs_of(node)
+    alpha, beta = float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
+
+    def make(xq, yq, lo, hi):
+        return hard_sigmoid.onnx_table(xq, yq, alpha, beta, lo, hi)
+    _pending_table(cv, node, "hard_sigmoid", make, alpha=alpha, beta=beta)
+
+
+def h_qlinear_sigmoid(cv: Converter, node: onnx.NodeProto) -> None:
+    """com.microsoft QLinearSigmoid (X, X_scale, X_zp, Y_scale, Y_zp): onnxruntime's table of the float sigmoid."""
+    xq, x_dtype = cv.act_quant(node, 1, 2, "input")
+    x = cv.act_in(node, 0, xq, x_dtype)
+    yq, y_dtype = cv.act_quant(node, 3, 4, "output")
+    p = Pending("table", x.shape, {"x": x.ir, "kind": "logistic", "make": logistic.onnx_table}, node_label(node))
+    ir = emit_table(cv, p, yq, node.output[0])
+    cv.values[node.output[0]] = cv.new_act(ir, cv.tensors[ir].shape, y_dtype)
+
+
 MORE_HANDLERS: dict[str, Handler] = {
     "MaxPool": h_max_pool,
+    "HardSwish": h_hard_swish,
+    "HardSigmoid": h_hard_sigmoid,
+    "Sigmoid": h_sigmoid,
+}
+QOP_MORE_HANDLERS: dict[str, Handler] = {
+    "com.microsoft.QLinearSigmoid": h_qlinear_sigmoid,
 }

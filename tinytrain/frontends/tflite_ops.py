@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from tinytrain.errors import ModelError, UnsupportedModelError
 from tinytrain.frontends.tflite_reader import TflOperator
+from tinytrain.ops import hard_swish, logistic
 from tinytrain.ops.max_pool2d import MaxPool2dAttrs
+from tinytrain.tables import TableAttrs
 
-MORE_OPS = ("MAX_POOL_2D",)
+MORE_OPS = ("HARD_SWISH", "LOGISTIC", "MAX_POOL_2D")
 
 
 class MoreOps:
@@ -26,3 +28,19 @@ class MoreOps:
                                         "(TFLite's kernel does not rescale)")
         act_min, act_max = self._activation(op, out)
         self._node(op, "max_pool2d", [x.name], [out.name], MaxPool2dAttrs(kernel, stride, padding, act_min, act_max))
+
+    def _table_op(self, op: TflOperator, kind: str, make) -> None:
+        x, out = self._act(op.inputs[0]), self._out(op)
+        if x.shape != out.shape:
+            raise ModelError(f"operator {op.index} ({op.name}): input {list(x.shape)} and output {list(out.shape)} differ")
+        try:
+            table = make(x.quant, out.quant)
+        except ValueError as e:
+            raise UnsupportedModelError(f"operator {op.index} ({op.name}): {e}") from None
+        self._node(op, kind, [x.name], [out.name], TableAttrs(table, kind))
+
+    def _op_hard_swish(self, op: TflOperator) -> None:
+        self._table_op(op, "hard_swish", hard_swish.tflite_table)
+
+    def _op_logistic(self, op: TflOperator) -> None:
+        self._table_op(op, "logistic", logistic.tflite_table)
