@@ -175,6 +175,19 @@ class ModelBuilder(builder.GraphBuilder):
         name = self._name(kind)
         return self._node(kind, name, [x], self._act(f"{name}.out", xt.shape, q), TableAttrs(table, kind, alpha, beta))
 
+    def mul(self, a: str, b: str, act: str | None = None) -> str:
+        """Broadcast multiply with TFLite's requantization, output quantization calibrated."""
+        from tinytrain.ops.mul import MulAttrs, broadcast_shape
+
+        ta, tb = self.tensors[a], self.tensors[b]
+        real = ((self.values[a].astype(np.float64) - ta.quant.zp) * ta.quant.s
+                * (self.values[b].astype(np.float64) - tb.quant.zp) * tb.quant.s)
+        q = _out_quant(real, act)
+        lo, hi = ACT_BOUNDS[act]
+        attrs = MulAttrs(Requant.from_scales([ta.quant.s * tb.quant.s / q.s]), *activation_range(q.zp, q.s, lo, hi))
+        name = self._name("mul")
+        return self._node("mul", name, [a, b], self._act(f"{name}.out", broadcast_shape(ta.shape, tb.shape), q), attrs)
+
     def pad(self, x: str, pads) -> str:
         xt = self.tensors[x]
         attrs = PadAttrs(tuple(tuple(p) for p in pads))

@@ -29,7 +29,7 @@ from tinytrain.training.autodiff import differentiate, logits_of, trainable_para
 from tinytrain.verify import verify
 
 RTOL = 2e-6
-MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize", "hard_swish", "logistic", "hard_sigmoid"}
+MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize", "mul", "hard_swish", "logistic", "hard_sigmoid"}
 
 
 def _deq(arr, t):
@@ -78,6 +78,8 @@ def _real_op(node, graph, x, params):
         pt, pl, pb, pr = a.padding
         xin = F.pad(_nchw(x[0]), (pl, pr, pt, pb), value=-float("inf"))
         return _nhwc(F.max_pool2d(xin, a.kernel, a.stride))
+    if op == "mul":
+        return x[0] * x[1]
     if op == "hard_swish":
         return F.hardswish(x[0])
     if op == "logistic":
@@ -160,6 +162,8 @@ OP_CASES = {
     "hard_swish": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_swish"),
     "logistic": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "logistic"),
     "hard_sigmoid": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_sigmoid", 0.2, 0.5),
+    "squeeze_excite": lambda mb, x: mb.mul(x, mb.activation(mb.conv(mb.mean(x), 6, 1, act=None), "hard_sigmoid")),
+    "mul_same_shape_relu": lambda mb, x: mb.mul(mb.conv(x, 6, 1, act=None), x, act="relu"),
     "max_pool_2x2_clamped": lambda mb, x: mb.max_pool(x, 2, 2, act=(-100, 90)),
     "mean_rescaled": lambda mb, x: mb.reshape(mb.mean(x, rescale=0.5), (mb.tensors[x].shape[3],)),
     "mean_no_keepdims": lambda mb, x: mb.mean(x, keepdims=False),

@@ -8,10 +8,13 @@ import onnx
 from tinytrain.frontends.onnx_convert import Converter, Handler
 from tinytrain.frontends.onnx_handlers import _pool_geom, dq_act, resolve_clamp
 from tinytrain.frontends.onnx_parse import attrs_of, node_label
+from tinytrain.frontends.onnx_requant import clamp_range, ort_output_scales
 from tinytrain.frontends.onnx_values import Act, FVal, Pending
 from tinytrain.ir import QuantParams
 from tinytrain.ops import hard_sigmoid, hard_swish, logistic
 from tinytrain.ops.max_pool2d import MaxPool2dAttrs
+from tinytrain.ops.mul import MulAttrs
+from tinytrain.quant import Requant
 from tinytrain.tables import TableAttrs
 
 
@@ -50,8 +53,8 @@ def h_max_pool(cv: Converter, node: onnx.NodeProto) -> None:
 
 
 def emit_table(cv: Converter, p: Pending, yq: QuantParams, out_hint: str) -> str:
-    """Materialize a pending table op (``Pending.op == "table"``) once QuantizeLinear fixes its output: the
-    table of DequantizeLinear -> op -> (Relu / Clip) -> QuantizeLinear in onnxruntime's float32 arithmetic."""
+    """Materialize a pending table op once QuantizeLinear fixes its output: the table of DequantizeLinear -> op ->
+    (Relu / Clip) -> QuantizeLinear in onnxruntime's float32 arithmetic."""
     a = p.args
     xq = cv.tensors[a["x"]].quant
     table = a["make"](xq, yq, p.lo, p.hi)
@@ -62,7 +65,7 @@ def emit_table(cv: Converter, p: Pending, yq: QuantParams, out_hint: str) -> str
 def _pending_table(cv: Converter, node: onnx.NodeProto, kind: str, make, **params) -> None:
     x = dq_act(cv, node, 0)
     label = node_label(node)
-    p = Pending("table", x.shape, {"x": x.ir, "kind": kind, "make": make, **params}, label)
+    p = Pending("custom", x.shape, {"emit": emit_table, "x": x.ir, "kind": kind, "make": make, **params}, label)
     cv.values[node.output[0]] = FVal("pending", pending=p, source=label)
 
 
@@ -88,12 +91,50 @@ def h_qlinear_sigmoid(cv: Converter, node: onnx.NodeProto) -> None:
     xq, x_dtype = cv.act_quant(node, 1, 2, "input")
     x = cv.act_in(node, 0, xq, x_dtype)
     yq, y_dtype = cv.act_quant(node, 3, 4, "output")
-    p = Pending("table", x.shape, {"x": x.ir, "kind": "logistic", "make": logistic.onnx_table}, node_label(node))
+    p = Pending("custom", x.shape, {"x": x.ir, "kind": "logistic", "make": logistic.onnx_table}, node_label(node))
     ir = emit_table(cv, p, yq, node.output[0])
     cv.values[node.output[0]] = cv.new_act(ir, cv.tensors[ir].shape, y_dtype)
 
 
+def emit_mul(cv: Converter, p: Pending, yq: QuantParams, out_hint: str) -> str:
+    """The int8 product requantized once in onnxruntime's float32 arithmetic (scale float32(s_a * s_b) / s_y)."""
+    a, b = (cv.tensors[p.args[k]] for k in ("a", "b"))
+    requant = Requant.from_scales(ort_output_scales(a.quant.s, [b.quant.s], yq.s), fp32=True)
+    attrs = MulAttrs(requant, *clamp_range(yq, p.lo, p.hi))
+    return cv.add_node("mul", p.source, [a.name, b.name], out_hint, yq, attrs, p.source)
+
+
+def _broadcast_operands(cv: Converter, node: onnx.NodeProto, a: Act, b: Act) -> tuple[Act, Act]:
+    if len(a.shape) != len(b.shape):
+        raise cv.unsupported(f"{node_label(node)}: {node.op_type} of ranks {len(a.shape)} and {len(b.shape)}; "
+                             f"operands of the same rank (each dimension equal or 1) are supported")
+    return a, b
+
+
+def h_mul(cv: Converter, node: onnx.NodeProto) -> None:
+    """DQ(a) * DQ(b) -> Q (QDQ): a pending broadcast multiply of two activations."""
+    a, b = _broadcast_operands(cv, node, dq_act(cv, node, 0), dq_act(cv, node, 1))
+    label = node_label(node)
+    shape = tuple(max(x, y) for x, y in zip(a.shape, b.shape))
+    p = Pending("custom", shape, {"emit": emit_mul, "a": a.ir, "b": b.ir}, label)
+    cv.values[node.output[0]] = FVal("pending", pending=p, source=label)
+
+
+def h_qlinear_mul(cv: Converter, node: onnx.NodeProto) -> None:
+    """com.microsoft QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
+    acts = []
+    for idx in (0, 3):
+        q, dtype = cv.act_quant(node, idx + 1, idx + 2, "input")
+        acts.append(cv.act_in(node, idx, q, dtype))
+    a, b = _broadcast_operands(cv, node, *acts)
+    yq, dtype = cv.act_quant(node, 6, 7, "output")
+    p = Pending("custom", a.shape, {"a": a.ir, "b": b.ir}, node_label(node))
+    ir = emit_mul(cv, p, yq, node.output[0])
+    cv.values[node.output[0]] = cv.new_act(ir, cv.tensors[ir].shape, dtype)
+
+
 MORE_HANDLERS: dict[str, Handler] = {
+    "Mul": h_mul,
     "MaxPool": h_max_pool,
     "HardSwish": h_hard_swish,
     "HardSigmoid": h_hard_sigmoid,
@@ -101,4 +142,5 @@ MORE_HANDLERS: dict[str, Handler] = {
 }
 QOP_MORE_HANDLERS: dict[str, Handler] = {
     "com.microsoft.QLinearSigmoid": h_qlinear_sigmoid,
+    "com.microsoft.QLinearMul": h_qlinear_mul,
 }

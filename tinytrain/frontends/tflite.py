@@ -56,7 +56,7 @@ _QUANTIZED = ("INT8", "UINT8")
 # Fused activation -> real clamp range (lo, hi); TANH (4) and SIGN_BIT (5) are not supported.
 _ACTIVATIONS = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 _ACTIVATION_NAMES = {4: "TANH", 5: "SIGN_BIT"}
-_REQUIRED_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "MEAN": 2, "PAD": 2}
+_REQUIRED_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "MEAN": 2, "PAD": 2, "MUL": 2}
 # Input positions that must be constants (read from buffers by the op's handler).
 _CONSTANT_INPUTS = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2), "MEAN": (1,),
                     "PAD": (1,), "RESHAPE": (1,)}

@@ -7,9 +7,11 @@ from tinytrain.errors import ModelError, UnsupportedModelError
 from tinytrain.frontends.tflite_reader import TflOperator
 from tinytrain.ops import hard_swish, logistic
 from tinytrain.ops.max_pool2d import MaxPool2dAttrs
+from tinytrain.ops.mul import MulAttrs, broadcast_shape
+from tinytrain.quant import Requant
 from tinytrain.tables import TableAttrs
 
-MORE_OPS = ("HARD_SWISH", "LOGISTIC", "MAX_POOL_2D")
+MORE_OPS = ("HARD_SWISH", "LOGISTIC", "MAX_POOL_2D", "MUL")
 
 
 class MoreOps:
@@ -44,3 +46,20 @@ class MoreOps:
 
     def _op_logistic(self, op: TflOperator) -> None:
         self._table_op(op, "logistic", logistic.tflite_table)
+
+    def _op_mul(self, op: TflOperator) -> None:
+        """Two activations (TFLite's int8 Mul / BroadcastMul): multiplier of s_a * s_b / s_y in double."""
+        for i in op.inputs[:2]:
+            if i not in self.names and self.model.buffers[self._t(i).buffer] != b"":
+                raise UnsupportedModelError(f"operator {op.index} (MUL) has a constant operand; only the product of "
+                                            "two activations is supported")
+        a, b, out = self._act(op.inputs[0]), self._act(op.inputs[1]), self._out(op)
+        try:
+            if broadcast_shape(a.shape, b.shape) != out.shape:
+                raise ValueError(f"output {list(out.shape)}")
+        except ValueError as e:
+            raise UnsupportedModelError(f"operator {op.index} (MUL): {list(a.shape)} x {list(b.shape)}: {e}; "
+                                        "operands of the output's rank, each dimension equal or 1") from None
+        act_min, act_max = self._activation(op, out)
+        requant = Requant.from_scales([a.quant.s * b.quant.s / out.quant.s])
+        self._node(op, "mul", [a.name, b.name], [out.name], MulAttrs(requant, act_min, act_max))
