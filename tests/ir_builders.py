@@ -188,6 +188,19 @@ class ModelBuilder(builder.GraphBuilder):
         name = self._name("mul")
         return self._node("mul", name, [a, b], self._act(f"{name}.out", broadcast_shape(ta.shape, tb.shape), q), attrs)
 
+    def concat(self, xs: list[str]) -> str:
+        """Channel concatenation into the first input's quantization (the others requantized by tables)."""
+        from tinytrain.ops.concat import ConcatAttrs
+        from tinytrain.tables import float32_table
+
+        q = self.tensors[xs[0]].quant
+        tables = tuple(None if self.tensors[x].quant == q else float32_table(lambda v: v, self.tensors[x].quant, q)
+                       for x in xs)
+        attrs = ConcatAttrs(3, tables)
+        (shape,) = get_op("concat").infer_shapes(attrs, [self.tensors[x] for x in xs])
+        name = self._name("concat")
+        return self._node("concat", name, xs, self._act(f"{name}.out", shape, q), attrs)
+
     def pad(self, x: str, pads) -> str:
         xt = self.tensors[x]
         attrs = PadAttrs(tuple(tuple(p) for p in pads))

@@ -80,6 +80,8 @@ def _real_op(node, graph, x, params):
         return _nhwc(F.max_pool2d(xin, a.kernel, a.stride))
     if op == "mul":
         return x[0] * x[1]
+    if op == "concat":
+        return torch.cat(x, dim=a.axis)
     if op == "hard_swish":
         return F.hardswish(x[0])
     if op == "logistic":
@@ -164,6 +166,7 @@ OP_CASES = {
     "hard_sigmoid": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_sigmoid", 0.2, 0.5),
     "squeeze_excite": lambda mb, x: mb.mul(x, mb.activation(mb.conv(mb.mean(x), 6, 1, act=None), "hard_sigmoid")),
     "mul_same_shape_relu": lambda mb, x: mb.mul(mb.conv(x, 6, 1, act=None), x, act="relu"),
+    "concat_channels": lambda mb, x: mb.concat([mb.conv(x, 4, 1), x, mb.conv(x, 3, 3, act=None)]),
     "max_pool_2x2_clamped": lambda mb, x: mb.max_pool(x, 2, 2, act=(-100, 90)),
     "mean_rescaled": lambda mb, x: mb.reshape(mb.mean(x, rescale=0.5), (mb.tensors[x].shape[3],)),
     "mean_no_keepdims": lambda mb, x: mb.mean(x, keepdims=False),

@@ -133,6 +133,24 @@ def test_squeeze_excite_mul_matches_tflite_micro(act):
     assert [n.op for n in graph.nodes] == ["mean", "logistic", "mul", "mul"]
 
 
+def test_concatenation_matches_tflite_micro():
+    """Channels of a max pool and of the input's 2x2 pool, then along width (axis -2)."""
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    b = TfliteBuilder()
+    x = b.tensor("x", (1, 6, 6, 3), "INT8", 0.05, -3)
+    p = _max_pool((2, 2), (2, 2), s.Padding.VALID, (1, 3, 3, 3))(b, x, None)
+    q = b.tensor("q", (1, 3, 3, 3), "INT8", 0.05, -3)
+    b.op("AVERAGE_POOL_2D", [x], [q], s.Pool2DOptionsT(padding=s.Padding.VALID, strideW=2, strideH=2,
+                                                     filterWidth=2, filterHeight=2))
+    c = b.tensor("c", (1, 3, 3, 9), "INT8", 0.05, -3)
+    b.op("CONCATENATION", [p, q, p], [c], s.ConcatenationOptionsT(axis=3))
+    w = b.tensor("w", (1, 3, 6, 9), "INT8", 0.05, -3)
+    b.op("CONCATENATION", [c, c], [w], s.ConcatenationOptionsT(axis=-2))
+    graph = _assert_tflm(b.finish([x], [w]), (1, 6, 6, 3))
+    assert [n.op for n in graph.nodes][-2:] == ["concat", "concat"]
+
+
 def _assert_all_int8_inputs(data: bytes):
     """Every int8 value once (a (1,4,8,8) input holds 256), against TFLite Micro."""
     graph = graph_from_tflite(data, "m", "")
@@ -223,6 +241,25 @@ def test_squeeze_excite_matches_onnxruntime(tmp_path, fmt):
     assert "mul" in ops and "hard_sigmoid" in ops and "hard_swish" in ops, ops
 
 
+@pytest.mark.parametrize("fmt", ["qdq", "qop"])
+def test_concat_matches_onnxruntime(tmp_path, fmt):
+    """Channel concatenation of branches with their own quantization (requantized), an Inception-style block."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"]),
+             helper.make_node("MaxPool", ["r1"], ["mp"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r1", "W3", "B3"], ["c3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["c2", "mp", "c3"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "W4", "B4"], ["y"])]
+    inits = [_init(rng, "W1", 6, 3, 3, 3), _init(rng, "B1", 6, s=0.1), _init(rng, "W2", 4, 6, 1, 1, s=0.9),
+             _init(rng, "B2", 4, s=0.1), _init(rng, "W3", 5, 6, 3, 3, s=0.5), _init(rng, "B3", 5, s=0.1),
+             _init(rng, "W4", 3, 15, 1, 1), _init(rng, "B4", 3, s=0.1)]
+    path = _quantized_onnx(tmp_path, nodes, inits, [1, 3, 6, 6], [1, 3, 6, 6], fmt)
+    ops = _assert_onnxruntime(path, [1, 3, 6, 6], limit=0)
+    assert "concat" in ops, ops
+
+
 # ---- host C: forward and training step -------------------------------------------------------------------------
 
 @settings(max_examples=20, **SETTINGS)
@@ -271,6 +308,20 @@ def test_mul_c_equals_the_simulator(cache, shape, mask, swap, relu, fp32, seed):
     assert_c_matches_simulator(b, b.build(y), cache, n=3)
 
 
+def test_concat_c_equals_the_simulator(cache):
+    """Copied and requantized inputs, along channels and along width."""
+    mb = ModelBuilder("concat", 2)
+    x = mb.input((5, 4, 3))
+    h = mb.concat([mb.conv(x, 4, 1), x, mb.conv(x, 3, 3, act=None)])
+    g = mb.build(mb.mean(h))
+    xs = np.random.default_rng(0).integers(-128, 128, (4, 5, 4, 3)).astype(np.int8)
+    from tinytrain import engine_c
+
+    assert any(t is not None for t in g.nodes[-2].attrs.tables) and None in g.nodes[-2].attrs.tables
+    np.testing.assert_array_equal(engine_c.predict(g, xs, cache_dir=cache),
+                                  simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]])
+
+
 def _user_ops_model(seed: int = 0):
     """Trainable layers below every new op, so that the ops' input gradients reach them."""
     mb = ModelBuilder("user_ops", seed)
@@ -282,7 +333,8 @@ def _user_ops_model(seed: int = 0):
     se = mb.activation(mb.conv(mb.mean(h), 8, 1, act=None), "hard_sigmoid")
     h = mb.mul(h, se)  # squeeze-and-excite: both operands' gradients reach trainable layers
     h = mb.mul(mb.conv(h, 16, 1, act=None), mb.conv(h, 16, 1, act=None), act="relu")
-    h = mb.reshape(mb.mean(h), (16,))
+    h = mb.concat([mb.conv(h, 6, 1), mb.max_pool(h, 3, 1, (1, 1, 1, 1)), mb.conv(h, 4, 3)])
+    h = mb.reshape(mb.mean(h), (26,))
     return mb.build(mb.fc(h, 5)), mb
 
 

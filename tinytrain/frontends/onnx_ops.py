@@ -9,13 +9,14 @@ from tinytrain.frontends.onnx_convert import Converter, Handler
 from tinytrain.frontends.onnx_handlers import _pool_geom, dq_act, resolve_clamp
 from tinytrain.frontends.onnx_parse import attrs_of, node_label
 from tinytrain.frontends.onnx_requant import clamp_range, ort_output_scales
-from tinytrain.frontends.onnx_values import Act, FVal, Pending
+from tinytrain.frontends.onnx_values import Act, FVal, Pending, same_quant
 from tinytrain.ir import QuantParams
 from tinytrain.ops import hard_sigmoid, hard_swish, logistic
+from tinytrain.ops.concat import ConcatAttrs
 from tinytrain.ops.max_pool2d import MaxPool2dAttrs
 from tinytrain.ops.mul import MulAttrs
 from tinytrain.quant import Requant
-from tinytrain.tables import TableAttrs
+from tinytrain.tables import TableAttrs, float32_table
 
 
 def _int_or_dq(cv: Converter, node: onnx.NodeProto, idx: int) -> tuple[Act, bool]:
@@ -133,7 +134,55 @@ def h_qlinear_mul(cv: Converter, node: onnx.NodeProto) -> None:
     cv.values[node.output[0]] = cv.new_act(ir, cv.tensors[ir].shape, dtype)
 
 
+_NCHW_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
+
+
+def emit_concat(cv: Converter, p: Pending, yq: QuantParams, out_hint: str) -> str:
+    """Each input requantized to the output (and clamped by a Relu / Clip after it) in float32 through a table,
+    or copied when it has the output's quantization and nothing clamps."""
+    xs = [cv.tensors[x] for x in p.args["xs"]]
+    copy = (p.lo, p.hi) == (None, None)
+    tables = tuple(None if copy and same_quant(x.quant, yq) else float32_table(lambda v: v, x.quant, yq, p.lo, p.hi)
+                   for x in xs)
+    return cv.add_node("concat", p.source, [x.name for x in xs], out_hint, yq, ConcatAttrs(p.args["axis"], tables),
+                       p.source)
+
+
+def _concat_axis(cv: Converter, node: onnx.NodeProto, rank: int) -> int:
+    axis = int(attrs_of(node).get("axis", 1)) % rank
+    axis = _NCHW_TO_NHWC[axis] if rank == 4 else axis
+    if axis == 0:
+        raise cv.unsupported(f"{node_label(node)} concatenates along the batch axis")
+    return axis
+
+
+def h_concat(cv: Converter, node: onnx.NodeProto) -> None:
+    """Concat of DequantizeLinear outputs (QDQ), pending its QuantizeLinear."""
+    xs = [dq_act(cv, node, i) for i in range(len(node.input))]
+    label = node_label(node)
+    axis = _concat_axis(cv, node, len(xs[0].shape))
+    onnx_axis = int(attrs_of(node).get("axis", 1)) % len(xs[0].shape)
+    shape = list(xs[0].shape)
+    shape[onnx_axis] = sum(x.shape[onnx_axis] for x in xs)
+    p = Pending("custom", tuple(shape), {"emit": emit_concat, "xs": [x.ir for x in xs], "axis": axis}, label)
+    cv.values[node.output[0]] = FVal("pending", pending=p, source=label)
+
+
+def h_qlinear_concat(cv: Converter, node: onnx.NodeProto) -> None:
+    """com.microsoft QLinearConcat (Y_scale, Y_zp, then X, X_scale, X_zp per input)."""
+    yq, dtype = cv.act_quant(node, 0, 1, "output")
+    xs = []
+    for idx in range(2, len(node.input), 3):
+        q, x_dtype = cv.act_quant(node, idx + 1, idx + 2, "input")
+        xs.append(cv.act_in(node, idx, q, x_dtype))
+    p = Pending("custom", (), {"xs": [x.ir for x in xs], "axis": _concat_axis(cv, node, len(xs[0].shape))},
+                node_label(node))
+    ir = emit_concat(cv, p, yq, node.output[0])
+    cv.values[node.output[0]] = cv.new_act(ir, cv.tensors[ir].shape, dtype)
+
+
 MORE_HANDLERS: dict[str, Handler] = {
+    "Concat": h_concat,
     "Mul": h_mul,
     "MaxPool": h_max_pool,
     "HardSwish": h_hard_swish,
@@ -143,4 +192,5 @@ MORE_HANDLERS: dict[str, Handler] = {
 QOP_MORE_HANDLERS: dict[str, Handler] = {
     "com.microsoft.QLinearSigmoid": h_qlinear_sigmoid,
     "com.microsoft.QLinearMul": h_qlinear_mul,
+    "com.microsoft.QLinearConcat": h_qlinear_concat,
 }

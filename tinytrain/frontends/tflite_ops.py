@@ -6,12 +6,13 @@ from __future__ import annotations
 from tinytrain.errors import ModelError, UnsupportedModelError
 from tinytrain.frontends.tflite_reader import TflOperator
 from tinytrain.ops import hard_swish, logistic
+from tinytrain.ops.concat import ConcatAttrs
 from tinytrain.ops.max_pool2d import MaxPool2dAttrs
 from tinytrain.ops.mul import MulAttrs, broadcast_shape
 from tinytrain.quant import Requant
 from tinytrain.tables import TableAttrs
 
-MORE_OPS = ("HARD_SWISH", "LOGISTIC", "MAX_POOL_2D", "MUL")
+MORE_OPS = ("CONCATENATION", "HARD_SWISH", "LOGISTIC", "MAX_POOL_2D", "MUL")
 
 
 class MoreOps:
@@ -63,3 +64,17 @@ class MoreOps:
         act_min, act_max = self._activation(op, out)
         requant = Requant.from_scales([a.quant.s * b.quant.s / out.quant.s])
         self._node(op, "mul", [a.name, b.name], [out.name], MulAttrs(requant, act_min, act_max))
+
+    def _op_concatenation(self, op: TflOperator) -> None:
+        """TFLite Micro's int8 kernel copies: every input must have the output's quantization."""
+        xs, out = [self._act(i) for i in op.inputs], self._out(op)
+        axis = op.options["axis"] % len(out.shape)
+        if op.options["activation"] != 0:
+            raise UnsupportedModelError(f"operator {op.index} (CONCATENATION) has a fused activation")
+        for x in xs:
+            if x.quant != out.quant:
+                raise UnsupportedModelError(f"operator {op.index} (CONCATENATION): input {x.name!r} is quantized "
+                                            "unlike the output (TFLite Micro's int8 kernel does not rescale)")
+        if axis == 0:
+            raise UnsupportedModelError(f"operator {op.index} (CONCATENATION) joins along the batch axis")
+        self._node(op, "concat", [x.name for x in xs], [out.name], ConcatAttrs(axis, (None,) * len(xs)))
