@@ -3,6 +3,7 @@ QOperator frontends; each maps one op as onnxruntime computes it (QDQ node units
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from tinytrain.frontends.onnx_convert import Converter, Handler
@@ -80,7 +81,7 @@ def h_sigmoid(cv: Converter, node: onnx.NodeProto) -> None:
 
 def h_hard_sigmoid(cv: Converter, node: onnx.NodeProto) -> None:
     a = attrs_of(node)
-    alpha, beta = float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
+    alpha, beta = (float(np.float32(a.get(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))  # float attributes
 
     def make(xq, yq, lo, hi):
         return hard_sigmoid.onnx_table(xq, yq, alpha, beta, lo, hi)
