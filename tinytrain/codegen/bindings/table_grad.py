@@ -1,5 +1,5 @@
-"""The C bindings shared by the table ops (tinytrain/tables.py: hard_swish, logistic, hard_sigmoid — their modules
-bind ``table_lookup``) and the binding of their backward, ``table_grad``."""
+"""The C binding of ``table_grad`` (ops/table_grad.py), and ``table_lookup``, the binding the table ops
+(tinytrain/tables.py: hard_swish, logistic, hard_sigmoid) share: their binding modules export it."""
 
 from __future__ import annotations
 
