@@ -47,7 +47,11 @@ from tinytrain.ops.mean import MeanAttrs
 from tinytrain.simulator import forward, to_external, to_internal
 
 ROOT = Path(__file__).resolve().parents[1]
-ZOO_FILES = sorted((ROOT / "models").glob("*.onnx"))
+# The image classifiers of models.ZOO; mbv3s-w0.5 (models.EXTRA) is checked against onnxruntime in
+# tests/test_user_ops_model.py: onnxruntime's extended graph optimizations change its HardSwish / HardSigmoid / Mul
+# QDQ groups (up to 97 LSB on the logits, 83.8 % instead of 91.0 % accuracy on 600 test images), so the default
+# session is no oracle for it, while ORT_DISABLE_ALL and ORT_ENABLE_BASIC equal the simulator bit for bit.
+ZOO_FILES = sorted(p for p in (ROOT / "models").glob("*.onnx") if p.stem != "mbv3s-w0.5")
 
 ort = pytest.importorskip("onnxruntime")
 
