@@ -442,3 +442,22 @@ def test_activations_match_onnxruntime(tmp_path, fmt):
     path = _quantized_onnx(tmp_path, nodes, inits, [1, 3, 6, 6], [1, 4, 6, 6], fmt)
     ops = _assert_onnxruntime(path, [1, 3, 6, 6], limit=0)
     assert ops.count("hard_swish") == 2 and ops.count("logistic") == 1 and ops.count("hard_sigmoid") == 2, ops
+
+
+@pytest.mark.slow
+def test_every_new_op_trains_on_qemu_m7_like_the_host_c(tmp_path):
+    """The model of every new op (max pools, hard-swish, logistic, hard sigmoid, squeeze-excite and same-shape
+    multiplies, concatenation), fully updated: 20 steps on qemu-m7 give the host C's losses, state and logits bit for
+    bit, and the integer state equals the simulator's."""
+    from test_firmware_qemu import _firmware_run, _same_bits
+    from tinytrain.training.sparse import layers
+
+    g, mb = _user_ops_model()
+    n = len(layers(g))
+    plan = {"version": 1, "bias_last_k": n, "lr": 0.05, "weights": [{"conv": i, "ratio": 1.0} for i in range(n)]}
+    rng = np.random.default_rng(4)
+    x = rng.integers(-128, 128, (24,) + g.tensors[g.inputs[0]].shape[1:]).astype(np.int8)
+    y = rng.integers(0, 5, 24)
+    r, host = _firmware_run(g, plan, tmp_path, x, y)
+    assert _same_bits(r.losses, host.train(x[:20], y[:20]))
+    assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
