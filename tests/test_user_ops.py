@@ -461,3 +461,30 @@ def test_every_new_op_trains_on_qemu_m7_like_the_host_c(tmp_path):
     r, host = _firmware_run(g, plan, tmp_path, x, y)
     assert _same_bits(r.losses, host.train(x[:20], y[:20]))
     assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
+
+
+def test_unsupported_forms_are_one_line():
+    """A constant MUL operand, a LOGISTIC output off TFLite's fixed quantization, a CONCATENATION that rescales."""
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    from tinytrain.errors import UnsupportedModelError
+
+    def model(kind):
+        b = TfliteBuilder()
+        x = b.tensor("x", (1, 2, 2, 3), "INT8", 0.05, -3)
+        if kind == "mul_const":
+            c = b.tensor("c", (1, 1, 1, 3), "INT8", 0.01, 0, data=np.ones((1, 1, 1, 3), np.int8))
+            y = b.tensor("y", (1, 2, 2, 3), "INT8", 0.05, -3)
+            b.op("MUL", [x, c], [y], s.MulOptionsT())
+        elif kind == "logistic":
+            y = b.tensor("y", (1, 2, 2, 3), "INT8", 0.01, 0)
+            b.op("LOGISTIC", [x], [y])
+        else:
+            y = b.tensor("y", (1, 2, 2, 6), "INT8", 0.07, -3)
+            b.op("CONCATENATION", [x, x], [y], s.ConcatenationOptionsT(axis=3))
+        return b.finish([x], [y])
+
+    for kind, words in (("mul_const", "constant operand"), ("logistic", "1/256"), ("concat", "does not rescale")):
+        with pytest.raises(UnsupportedModelError) as e:
+            graph_from_tflite(model(kind), "m", "")
+        assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
