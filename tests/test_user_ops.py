@@ -286,7 +286,7 @@ def test_concat_matches_onnxruntime(tmp_path, fmt):
 
 # ---- host C: forward and training step -------------------------------------------------------------------------
 
-@settings(max_examples=20, **SETTINGS)
+@settings(max_examples=12, **SETTINGS)
 @given(hw=st.tuples(st.integers(1, 8), st.integers(1, 8)), c=st.integers(1, 6),
        kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)), stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
        pads=st.tuples(*[st.integers(0, 2)] * 4), clamp=st.booleans(), seed=st.integers(0, 2**16))
@@ -313,7 +313,7 @@ def test_table_ops_c_equal_the_simulator(cache, kind):
                                   simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]])
 
 
-@settings(max_examples=15, **SETTINGS)
+@settings(max_examples=10, **SETTINGS)
 @given(shape=st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(1, 6)),
        mask=st.tuples(st.booleans(), st.booleans()), swap=st.booleans(), relu=st.booleans(), fp32=st.booleans(),
        seed=st.integers(0, 2**16))
