@@ -77,3 +77,18 @@ def test_short_clips_are_padded_and_the_peak_normalizes():
 def test_quantize_features_rounds_half_away_and_clamps():
     q = quantize_features(np.array([0.25, -0.25, 0.75, 100.0, -100.0]), 0.5, 3)
     assert q.tolist() == [4, 2, 5, 127, -128]
+
+
+def test_the_clip_normalization_is_a_shift_of_coefficient_0():
+    """What docs/guide/keyword-spotting-demo.md tells a streaming firmware: features of the raw samples, then
+    coefficient 0 minus sqrt(80) * log(peak), equal the reference's peak-normalized ones (away from the 1e-6 floor)."""
+    from tinytrain.audio import dct_matrix
+
+    cfg = MfccConfig()
+    x = np.random.default_rng(1).normal(0, 3000, 16000).astype(np.int16)
+    raw = x.astype(np.float64)
+    frames = raw[np.arange(cfg.frames)[:, None] * cfg.step + np.arange(cfg.window)[None, :]]
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(cfg.window) / cfg.window)
+    streamed = np.log(np.abs(np.fft.rfft(frames * hann, cfg.fft)) @ mel_matrix(cfg) + cfg.log_offset) @ dct_matrix(cfg)
+    streamed[:, 0] -= np.sqrt(80) * np.log(raw.max())
+    np.testing.assert_allclose(streamed, mfcc(x), atol=1e-4)
