@@ -40,7 +40,7 @@ import kws_data  # noqa: E402
 from transfer_study import ci, paired  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "kws_ref_model.tflite"
-LRS = (0.01, 0.03, 0.1)
+LRS = (0.003, 0.01, 0.03, 0.1)
 PLANS = ("bias-only", "last-k:2", "last-k:4", "last-k:10")  # last-k:10: every layer
 EPOCHS = 4
 NEW_EPOCHS = 5
