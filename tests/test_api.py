@@ -88,8 +88,8 @@ def test_typed_errors(tiny_files):
                            steps=1).steps == 1
     with pytest.raises(tinytrain.UsageError, match="--new-head 100"):
         tinytrain.train(model, (np.zeros((4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 99])))
-    with pytest.raises(tinytrain.UsageError, match="uint8 images"):
-        tinytrain.evaluate(model, (np.zeros((4, 16, 16, 3), np.float32), np.zeros(4, int)))
+    with pytest.raises(tinytrain.UsageError, match=r"features x are float32\(4, 8, 8, 3\)"):
+        tinytrain.evaluate(model, (np.zeros((4, 8, 8, 3), np.float32), np.zeros(4, int)))
     with pytest.raises(tinytrain.UsageError, match="either --plan or --update"):
         tinytrain.train(model, data, plan={"version": 1}, update="bias-only", new_head=2)
     with pytest.raises(tinytrain.PlanError):

@@ -91,7 +91,8 @@ def add_plan_command(sub) -> None:
     s = sub.add_parser("plan", help="search the sparse-update plan with the best measured gain under the SRAM budget")
     s.add_argument("model")
     s.add_argument("--data", required=True,
-                   help=".npz (x uint8 NHWC, y labels), a class-folder tree, lfw or fashion-mnist[:test][:N]")
+                   help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels), a "
+                        "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
     s.add_argument("--sram", default="256k", help="SRAM budget of the training step (default 256k)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--seed", type=int, default=0, help="new-head init, sample order, rounding, search")
