@@ -11,9 +11,9 @@ split seed 0); every choice (each row's lr, the searched plan, the fp32 twin's l
 Each row is then trained on the whole training subset and scored once on the official 10,000 test images.
 
 Rows: classifier-only, bias-only, last-k:2, last-k:4 and the deepest last-k:N whose training step fits 256 KB (peak
-SRAM from ``tinytrain compile``'s planner, every preset's in the json), a plan searched by ``tinytrain plan --sram 256k`` (short fine-tunes, a time limit), and the
-fp32 twin (PyTorch, every parameter, Adam on batches of 32, cosine: fp32_finetune.py), the upper bound. The int8
-rows run the emitted C (``--engine c``: the device's arithmetic: batch-1 SGD, QAS, stochastic rounding), 2 epochs.
+SRAM from ``tinytrain compile``'s planner, every preset's in the json), a plan searched by ``tinytrain plan --sram
+256k`` (short fine-tunes, a time limit), and the fp32 twin (PyTorch, every parameter, Adam on batches of 32,
+cosine: fp32_finetune.py, 5 epochs: the reference a device does not have). The int8 rows run the emitted C (``--engine c``: the device's arithmetic: batch-1 SGD, QAS, stochastic rounding), 2 epochs.
 Accuracies with 95 % intervals; differences paired per test image. Writes benchmarks/results/ic_demo.{json,md,png};
 work files in build/ic_demo.
 """
@@ -134,7 +134,8 @@ def searched_plan(task: Task, lr: float, build: Path, log: list) -> dict:
     out = build / "searched-256k.json"
     argv = ["plan", os.path.relpath(MODEL, ROOT), "--data", task.train_spec, "--new-head", "10", "--seed", "0",
             "--sram", "256k", "--val", "0.3", "--lr", f"{lr:g}", "--epochs", "1", "--ft-steps", "500",
-            "--time-limit", "180", "--proposals", "2", "--workers", "1", "--cache", os.path.relpath(build / "cache", ROOT),
+            "--time-limit", "180", "--proposals", "2", "--workers", "1",
+            "--cache", os.path.relpath(build / "cache", ROOT),
             "--no-progress", "--json", "-o", os.path.relpath(out, ROOT)]
     t0 = time.time()
     r = subprocess.run([sys.executable, "-m", "tinytrain.cli", *argv], cwd=ROOT, capture_output=True, text=True,
@@ -272,7 +273,8 @@ def main() -> None:
     run_rows(task, rows)
     lr = max((n for n in rows if n.startswith("last-k")), key=lambda n: max(rows[n]["validation"].values()))
     found = searched_plan(task, rows[lr]["lr"], build, log)
-    rows["searched 256k"] = {**found, "lr": found["plan"]["lr"], "peak_sram_bytes": peak_sram(task.graph, found["plan"])}
+    peak = peak_sram(task.graph, found["plan"])
+    rows["searched 256k"] = {**found, "lr": found["plan"]["lr"], "peak_sram_bytes": peak}
     run_rows(task, {"searched 256k": rows["searched 256k"]})
     fp32 = fp32_twin(task)
     print(f"  fp32 twin: {100 * fp32['correct'].mean():.1f} %", flush=True)

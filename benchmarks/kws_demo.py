@@ -10,7 +10,8 @@ validation split: each plan's lr is chosen on them, then the plan trains on all 
 C, ``--engine c``: batch-1 SGD, QAS, stochastic rounding) and is scored once on the test speakers.
 
 1. Adaptation: the 12-class model before and after (bias-only, last-k:2, last-k:4, last-k:10 = every layer: all
-   fit 256 KB; the best on validation is the headline), accuracy on the test speakers with 95 % intervals, paired differences.
+   fit 256 KB; the best on validation is the headline), accuracy on the test speakers with 95 % intervals, paired
+   differences.
 2. A new keyword (``--new-word``, default "lights") as a 13th class: a new 13-class head (the pretrained head
    replaced, ``--new-head 13`` semantics; the 12 old classes relearned from the adaptation clips), last-k:2.
 
@@ -205,7 +206,8 @@ def markdown(r: dict) -> str:
     for s in PLANS:
         d, h = a[s]["vs_before"]
         lines.append(f"| after: {s}, {EPOCHS} epochs{' (chosen on validation)' if s == a['chosen'] else ''} | "
-                     f"{_pct(a[s])} | {100 * d:+.1f} ± {100 * h:.1f} points | {a[s]['peak_sram_bytes'] / 1024:.1f} KB |")
+                     f"{_pct(a[s])} | {100 * d:+.1f} ± {100 * h:.1f} points | "
+                     f"{a[s]['peak_sram_bytes'] / 1024:.1f} KB |")
     lines += ["", f"Adaptation set: {a['n_adapt']} clips; validation accuracy by plan and lr: "
               + ", ".join(f"{k} {100 * v:.0f} %" for k, v in a["validation"].items()) + ".", "",
               f"## A new keyword, '{n['word']}', as a 13th class", "",
