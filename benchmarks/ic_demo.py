@@ -13,7 +13,8 @@ Each row is then trained on the whole training subset and scored once on the off
 Rows: classifier-only, bias-only, last-k:2, last-k:4 and the deepest last-k:N whose training step fits 256 KB (peak
 SRAM from ``tinytrain compile``'s planner, every preset's in the json), a plan searched by ``tinytrain plan --sram
 256k`` (short fine-tunes, a time limit), and the fp32 twin (PyTorch, every parameter, Adam on batches of 32,
-cosine: fp32_finetune.py, 5 epochs: the reference a device does not have). The int8 rows run the emitted C (``--engine c``: the device's arithmetic: batch-1 SGD, QAS, stochastic rounding), 2 epochs.
+cosine: fp32_finetune.py, 5 epochs: the reference a device does not have). The int8 rows run the emitted C
+(``--engine c``: the device's arithmetic: batch-1 SGD, QAS, stochastic rounding), 2 epochs.
 Accuracies with 95 % intervals; differences paired per test image. Writes benchmarks/results/ic_demo.{json,md,png};
 work files in build/ic_demo.
 """
