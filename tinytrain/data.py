@@ -18,8 +18,9 @@ A dataset is uint8 images (N,H,W,C) or features (N, ...) with integer labels, fl
 
 ``model_inputs`` resizes (bilinear), converts channels and quantizes images to the model's int8 input, and checks
 and quantizes features (``features_for_model``).
-Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0) or
-(pixel-128)/128 (a span of 2.0, TF1 style); q = clamp(round(real / s) + zp), which is pixel - 128
+Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0), (pixel-128)/128
+(a span of 2.0, TF1 style) or the raw pixel (a span of 255, scale 1: MLPerf Tiny's ResNet-8);
+q = clamp(round(real / s) + zp), which is pixel - 128
 for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
 """
 
@@ -263,12 +264,15 @@ def quantize_images(graph: Graph, x: np.ndarray) -> np.ndarray:
     """uint8 images of the model's shape -> the model's internal int8 input.
 
     The float input the model expects is read off its input quantization: a representable span of
-    about 2 means (pixel - 128) / 128 (TF1 style), otherwise pixel / 255.
+    about 2 means (pixel - 128) / 128 (TF1 style), a span of about 255 (scale 1) the raw pixel value,
+    otherwise pixel / 255.
     """
     q = graph.tensors[graph.inputs[0]].quant
     pixels = x.astype(np.float32)
     if abs(q.s * 255 / 2 - 1.0) < 0.02:
         real = (pixels - np.float32(128)) / np.float32(128)
+    elif abs(q.s - 1.0) < 0.02:  # a span of 255: the model was trained on raw pixels (MLPerf Tiny's ResNet-8)
+        real = pixels
     else:
         real = pixels / np.float32(255)
     return np.clip(np.round(real / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8)
