@@ -29,7 +29,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                    sram=args.sram, flash=args.flash, save_every=args.save_every,
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
-                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup)
+                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup,
+                   remainder_bits=args.remainder_bits)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
               f"--stop-after-saves to resume from {args.flash}")
@@ -111,6 +112,7 @@ def add_train_commands(sub) -> None:
                    help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
+    add_remainder_argument(s)
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     add_schedule_arguments(s, "this run's steps")
     s.add_argument("--no-qas", action="store_true",
@@ -133,6 +135,12 @@ def add_train_commands(sub) -> None:
     _add_split_arguments(s, "evaluate on the held-out part only (the same split as train's)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)
+
+
+def add_remainder_argument(s) -> None:
+    s.add_argument("--remainder-bits", type=int, choices=(0, 4, 8), metavar="F",
+                   help="fraction bits every trained int8 weight keeps below its LSB between steps (0, 4 or 8; one "
+                        "byte per trained weight; 0: int8 only). Default: the plan's own, else 8")
 
 
 def add_schedule_arguments(s, span: str) -> None:

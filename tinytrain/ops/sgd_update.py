@@ -4,7 +4,8 @@ Inputs: param (int8 (C_out,...) weight or int32 (C_out,) bias, written in place)
 (the gradient of the real parameter for the selected output channels ``channels``, all when None),
 scale fp32 (C_sel,) (the per-channel step factor set by QAS, lr folded in: see training/qas.py),
 momentum fp32 (C_sel,...) or "" (written in place), step int32 (1,) or "" (the step counter, read by
-stochastic rounding and by an lr schedule only).
+stochastic rounding and by an lr schedule only), remainder int8 (C_sel,...) (an int8 weight's sub-LSB part, written in
+place; present exactly when ``remainder_bits`` F > 0).
 
 Per element, in this order, every operation in IEEE float32 (C: -ffp-contract=off):
     d = g                                  (no momentum)
@@ -16,6 +17,14 @@ Per element, in this order, every operation in IEEE float32 (C: -ffp-contract=of
     r = min(max(r, -2^30), 2^30)           (then exactly an integer)
     p[channel] = clamp(p[channel] - (int)r, -127, 127)     int8 weights (symmetric range)
     p[channel] = clamp(p[channel] - (int)r, INT32_MIN, INT32_MAX)   int32 biases (64-bit subtraction)
+
+With a remainder of F bits (int8 weights, 1 <= F <= 8), the weight is the fixed-point value q = p * 2^F + rem, an
+int8 p (what every forward kernel reads) and a signed remainder rem in [-2^(F-1), 2^(F-1)) of its LSB: the step is
+counted in 2^-F LSBs (the pass folds 2^F into ``scale``, training/qas.py), so r lands on q instead of p:
+    q = clamp(p[channel] * 2^F + rem - r, -127 * 2^F, 127 * 2^F)      (int32: |r| <= 2^30)
+    p[channel] = (q + 2^(F-1)) >> F     (floor: p is q rounded to nearest, ties up; always in [-127, 127])
+    rem = q - p[channel] * 2^F
+No step is lost below one LSB of p; rounding (stochastic or nearest) acts at 2^-F LSB.
 
 Stochastic rounding draws u in [0, 1) from a stateless hash (all uint32 arithmetic, wrapping):
     mix(x):  x ^= x >> 16; x *= 0x7FEB352D; x ^= x >> 15; x *= 0x846CA68B; x ^= x >> 16
@@ -55,13 +64,15 @@ class SgdUpdateAttrs:
     stream: int = 0
     seed: int = 0
     schedule: Schedule | None = None
+    remainder_bits: int = 0
 
     @property
     def reads_step(self) -> bool:
         return self.rounding is Rounding.STOCHASTIC or self.schedule is not None
 
 
-PARAM, GRAD, SCALE, MOMENTUM, STEP = range(5)
+PARAM, GRAD, SCALE, MOMENTUM, STEP, REMAINDER = range(6)
+MAX_REMAINDER_BITS = 8
 
 
 def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
@@ -79,7 +90,19 @@ def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
     if (step is not None) != a.reads_step:
         raise ValueError("sgd_update: the step counter is an input exactly when stochastic rounding or an lr "
                          "schedule reads it")
+    check_remainder(a, p, g, ins[REMAINDER] if len(ins) > REMAINDER else None)
     return []
+
+
+def check_remainder(a: SgdUpdateAttrs, p, g, rem) -> None:
+    """A remainder input (int8, the gradient's shape) exactly when ``remainder_bits`` > 0, on int8 weights only."""
+    if not 0 <= a.remainder_bits <= MAX_REMAINDER_BITS:
+        raise ValueError(f"sgd_update: remainder_bits {a.remainder_bits} is not 0..{MAX_REMAINDER_BITS}")
+    if (rem is not None) != (a.remainder_bits > 0):
+        raise ValueError("sgd_update: a remainder input is needed exactly when remainder_bits > 0")
+    if rem is not None and (p.dtype.np != np.int8 or rem.dtype.np != np.int8 or rem.shape != g.shape):
+        raise ValueError(f"sgd_update: a remainder is an int8 array of the gradient's shape {g.shape} beside an "
+                         "int8 weight")
 
 
 def mix32(x: np.ndarray) -> np.ndarray:
@@ -127,11 +150,23 @@ def reference(a: SgdUpdateAttrs, arrays, ins, outs) -> list[np.ndarray | None]:
     if a.schedule is not None:
         v = v * a.schedule.factor(step)
     r = integer_step(v, a.rounding, a.seed, step, a.stream)
-    lo, hi = (-127, 127) if p.dtype == np.int8 else (INT32_MIN, INT32_MAX)
     rows = slice(None) if a.channels is None else np.asarray(a.channels)
     out = p.copy()
+    if a.remainder_bits:
+        out[rows], new_rem = land_remainder(p[rows], arrays[REMAINDER], r, a.remainder_bits)
+        return [out, new_m, new_rem]
+    lo, hi = (-127, 127) if p.dtype == np.int8 else (INT32_MIN, INT32_MAX)
     out[rows] = np.clip(p[rows].astype(np.int64) - r, lo, hi).astype(p.dtype)
-    return [out, new_m]
+    return [out, new_m, None]
+
+
+def land_remainder(p: np.ndarray, rem: np.ndarray, r: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(p, rem) after the step r (in 2^-bits LSBs) lands on the fixed-point weight q = p * 2^bits + rem."""
+    one = 1 << bits
+    q = p.astype(np.int64) * one + rem.astype(np.int64) - r
+    q = np.clip(q, -127 * one, 127 * one)
+    w = (q + (one >> 1)) >> bits
+    return w.astype(np.int8), (q - w * one).astype(np.int8)
 
 
 def macs(a: SgdUpdateAttrs, ins, outs) -> int:
@@ -149,4 +184,5 @@ def bound(a: SgdUpdateAttrs, ins, bounds) -> list[float]:
     return update_bound(a, bounds[GRAD])
 
 
-OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM), bound=bound)
+OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM, REMAINDER),
+           bound=bound)

@@ -25,7 +25,10 @@ RATIOS = (1.0, 0.5, 0.25, 0.125)
 CHANNEL_RULES = ("first",)
 LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
-FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule")
+FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule", "remainder_bits")
+# Fraction bits each trained int8 weight keeps below its LSB (ops/sgd_update.py); 0 keeps int8 weights only.
+REMAINDER_BITS = (0, 4, 8)
+DEFAULT_REMAINDER_BITS = 8
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,9 @@ class Plan:
     """A validated version-1 plan: ``lr`` for weights, ``bias_lr`` for biases (None: ``lr``), ``head_lr`` for the
     last layer's weights and bias — the classifier, a new head (None: the other two apply to it as well);
     ``lr_schedule`` scales every lr by a factor of the device's step count (None: constant lrs). ``head_lr`` and
-    ``lr_schedule`` are optional, so files written before they existed load unchanged."""
+    ``lr_schedule`` are optional, so files written before they existed load unchanged. ``remainder_bits``: the
+    fraction bits every trained int8 weight keeps between steps (a byte beside each, ops/sgd_update.py); absent
+    from a file, the default (``DEFAULT_REMAINDER_BITS``, chosen by benchmarks/remainder_study.py)."""
 
     bias_last_k: int = 0
     weights: tuple[WeightUpdate, ...] = ()
@@ -48,6 +53,7 @@ class Plan:
     bias_lr: float | None = None
     head_lr: float | None = None
     lr_schedule: Schedule | None = None
+    remainder_bits: int = DEFAULT_REMAINDER_BITS
 
     @property
     def effective_bias_lr(self) -> float:
@@ -63,6 +69,7 @@ class Plan:
             d["head_lr"] = self.head_lr
         if self.lr_schedule is not None:
             d["lr_schedule"] = self.lr_schedule.to_json()
+        d["remainder_bits"] = self.remainder_bits
         return d
 
 
@@ -144,7 +151,12 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     bias_lr = _number(obj["bias_lr"], '"bias_lr"', source) if "bias_lr" in obj else None
     head_lr = _number(obj["head_lr"], '"head_lr"', source) if "head_lr" in obj else None
     schedule = parse_schedule(obj["lr_schedule"], source) if "lr_schedule" in obj else None
-    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule)
+    bits = obj.get("remainder_bits", DEFAULT_REMAINDER_BITS)
+    if isinstance(bits, bool) or bits not in REMAINDER_BITS:
+        raise PlanError(f'{source}: "remainder_bits" must be one of {", ".join(map(str, REMAINDER_BITS))}, '
+                        f"got {json.dumps(bits)}")
+    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule,
+                bits)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -160,19 +172,20 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | None = None,
-           head_lr: float | None = None) -> Plan:
+           head_lr: float | None = None, remainder_bits: int = DEFAULT_REMAINDER_BITS) -> Plan:
     """--update full | bias-only | last-k:N (the last N layers: biases and all weights)."""
     n = len(layers(graph))
+    lrs = dict(lr=lr, bias_lr=bias_lr, head_lr=head_lr, remainder_bits=remainder_bits)
     if spec == "full":
-        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
+        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), **lrs)
     if spec == "bias-only":
-        return Plan(n, lr=lr, bias_lr=bias_lr, head_lr=head_lr)
+        return Plan(n, **lrs)
     if spec.startswith("last-k:"):
         k = spec[len("last-k:"):]
         if not k.isdigit() or not 1 <= int(k) <= n:
             raise PlanError(f"--update {spec}: N must be an integer from 1 to {n} (the model's layer count)")
         k = int(k)
-        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
+        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), **lrs)
     raise PlanError(f"--update {spec}: expected full, bias-only or last-k:N")
 
 
