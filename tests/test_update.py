@@ -7,7 +7,8 @@ from ir_builders import tiny_mobilenet
 from tinytrain.ir import DType, QuantParams, Role, Tensor
 from tinytrain.names import LOSS
 from tinytrain.ops import get_op
-from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, mix32, uniform
+from tinytrain.ops.sgd_update import (Rounding, SgdUpdateAttrs, mix32, pack_nibbles, remainder_shape, uniform,
+                                      unpack_nibbles)
 from tinytrain.simulator import forward, init_state, train, train_step, with_state
 from tinytrain.training.head import new_head
 from tinytrain.training.qas import UpdateConfig, optimizer_state_bytes, param_scales, step_scale
@@ -58,14 +59,22 @@ def test_remainder_keeps_sub_lsb_steps(bits):
     remainder, nearest rounding would never move it); p is q rounded to nearest, rem in [-2^(F-1), 2^(F-1))."""
     one = 1 << bits
     attrs = SgdUpdateAttrs(rounding=Rounding.NEAREST, remainder_bits=bits)
-    p, rem = np.zeros(3, np.int8), np.zeros(3, np.int8)
+    p, rem = np.zeros(3, np.int8), np.zeros(remainder_shape((3,), bits), np.int8)
     step = np.array([1 / one, -1 / one, 0.5 / one], np.float32) * one  # the scale holds 2^F (training/qas.py)
     for _ in range(1000):
         p, _, rem = _update(p, step, np.ones(3, np.float32), attrs, rem=rem)
+    rem = unpack_nibbles(rem, p.shape) if bits <= 4 else rem
     q = p.astype(np.int64) * one + rem
     assert q.tolist() == [-1000, 1000, 0]  # ties to even: 0.5 of a 2^-F LSB rounds to 0
     assert np.all(rem >= -one // 2) and np.all(rem < one // 2)
     assert np.array_equal(p, np.floor((q + one // 2) / one).astype(np.int8))
+
+
+def test_packed_nibbles_round_trip_every_value_and_odd_rows():
+    parts = np.arange(-8, 8, dtype=np.int8)[np.random.default_rng(0).integers(0, 16, (5, 3, 3))]
+    packed = pack_nibbles(parts)
+    assert packed.shape == (5, 5) and packed.dtype == np.int8
+    np.testing.assert_array_equal(unpack_nibbles(packed, parts.shape), parts)
 
 
 def test_remainder_clamps_to_the_symmetric_int8_range():

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.ir import DType, Graph, Role
-from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs
+from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, remainder_shape
 from tinytrain.names import LOSS, STEP_INPUT
 from tinytrain.training.autodiff import param_gradients
 from tinytrain.builder import GraphBuilder
@@ -104,7 +104,8 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
         if config.momentum:
             m = b.constant(f"{param}.momentum", np.zeros(gt.shape, np.float32), Role.OPTIMIZER_STATE)
         if bits:
-            rem = b.constant(f"{param}.remainder", np.zeros(gt.shape, np.int8), Role.OPTIMIZER_STATE)
+            rem = b.constant(f"{param}.remainder", np.zeros(remainder_shape(gt.shape, bits), np.int8),
+                             Role.OPTIMIZER_STATE)
         attrs = SgdUpdateAttrs(u.channels, config.rounding, float(config.momentum), stream, config.seed,
                                plan.lr_schedule, bits)
         inputs = [param, g, k, m, step, rem]

@@ -12,6 +12,7 @@ from tinytrain.codegen.bindings.sgd_update import update_call
 from tinytrain.codegen.context import Call, Param, Signature
 from tinytrain.ir import Node
 from tinytrain.ops import grad_weight_sgd_update as fused
+from tinytrain.ops.sgd_update import packed
 
 
 # The fused kernel (template grad_weight_sgd_update) calls the two kernels on the block of rows r0 .. r0+rows-1 of
@@ -81,6 +82,8 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
     host_rows = HOST_BLOCK_ROWS if dict(grad.kernel.consts).get("host") else 0
     update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
                          names[fused.STEP], names[fused.REMAINDER], block=True)
+    block_args = dict(_BLOCK_UPDATE_ARGS, remainder="remainder + r0 * ((E + 1) / 2)") if packed(a.update.remainder_bits) \
+        else _BLOCK_UPDATE_ARGS
     grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, host_rows or a.block)
     s = _merged(node, (update, grad))
     if not host_rows:
@@ -88,7 +91,7 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
         s.ints(B=a.block)
     consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
                   grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
-                  update_args=tuple(_BLOCK_UPDATE_ARGS.get(n, n) for n in map(_param_name, update.kernel.params)),
+                  update_args=tuple(block_args.get(n, n) for n in map(_param_name, update.kernel.params)),
                   host_rows=host_rows)
     return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
                   (grad.kernel, update.kernel))

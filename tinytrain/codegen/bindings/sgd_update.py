@@ -10,7 +10,7 @@ from tinytrain.codegen.cformat import float_literal
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node
-from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, REMAINDER, SCALE, STEP, Rounding
+from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, REMAINDER, SCALE, STEP, Rounding, packed
 
 
 def sgd_update(node: Node, ctx) -> Call:
@@ -41,7 +41,9 @@ def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     if momentum:
         s.add("float *momentum", ctx.state(momentum), "(Cs,E)")
     if remainder:
-        s.add("int8_t *remainder", ctx.state(remainder), "(Cs,E): the weights' sub-LSB parts")
+        s.add("int8_t *remainder", ctx.state(remainder),
+              "(Cs,(E+1)/2): the weights' sub-LSB parts, two to a byte" if packed(a.remainder_bits)
+              else "(Cs,E): the weights' sub-LSB parts")
     s.ints(Cs=cs, E=p.size // cout)
     if momentum:
         s.add("float mu", float_literal(a.momentum))
