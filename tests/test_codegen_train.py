@@ -75,14 +75,15 @@ CONFIGS = {
     "full": lambda g: (preset("full", g, lr=0.05), UpdateConfig()),
     "channels+momentum+nearest": lambda g: (
         Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5), WeightUpdate(1, 0.5), WeightUpdate(3, 0.25),
-                                     WeightUpdate(5, 0.5)), lr=0.05),
+                                     WeightUpdate(5, 0.5)), lr=0.05, remainder_bits=0),
         UpdateConfig(momentum=0.9, rounding=Rounding.NEAREST, seed=3)),
     # warm-up (steps 0, 1), cosine decay (2 .. 6), then the floor: every branch of the lr factor
     "channels+cosine": lambda g: (
         Plan(bias_last_k=3, weights=(WeightUpdate(2, 0.25), WeightUpdate(4, 0.5), WeightUpdate(5, 1.0)), lr=0.05,
-             lr_schedule=Schedule(2, 7, 0.25)),
+             lr_schedule=Schedule(2, 7, 0.25), remainder_bits=4),
         UpdateConfig(seed=5)),
 }
+# remainder_bits: 8 (the default: "full", fused "channels+momentum+stochastic"), 4 (packed nibbles), 0 (int8 only)
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +240,11 @@ def test_state_bytes_round_trip_and_foreign_state_is_refused(setup, model):
     bad = bytearray(pack(tg, state))
     bad[8] ^= 1
     assert trainer._lib.tt_state_load(bytes(bad)) == -1
+    old = bytearray(pack(tg, state))
+    old[4:8] = (1).to_bytes(4, "little")  # a version-1 state (before weight remainders)
+    with pytest.raises(ValueError, match="state version 1 was written by another tinytrain"):
+        unpack(tg, bytes(old))
+    assert trainer._lib.tt_state_load(bytes(old)) == -1
 
 
 # Fused (ops/grad_weight_sgd_update.py) against unfused C: besides CONFIGS, a partial pointwise / depthwise / fully
@@ -338,8 +344,11 @@ def test_trainable_tensors_in_sram_frozen_in_flash(project):
     arrays = re.findall(r"^static (const )?\w+ (\w+)\[", src, re.M)
     mutable = {name for const, name in arrays if not const} - {"tt_arena"}
     assert len(mutable) == len(state_tensors(tg))  # the SRAM copies of exactly what the step updates
-    for name in mutable:  # each copied from its flash original at tt_init
+    zeroed = {n for n in mutable if n.endswith("_remainder")}  # optimizer state: zeroed at tt_init
+    assert zeroed and all(f"memset({name}, 0, sizeof({name}));" in src for name in zeroed)
+    for name in mutable - zeroed:  # each copied from its flash original at tt_init
         assert ("const ", f"{name}_init") in arrays and f"memcpy({name}, {name}_init, sizeof({name}));" in src
+    mutable -= zeroed
     n_frozen = sum(1 for t in tg.constants() if t.name not in state_tensors(tg))
     assert n_frozen > 0 and sum(1 for const, _ in arrays if const) >= n_frozen + len(mutable)
 

@@ -7,7 +7,8 @@ from ir_builders import tiny_mobilenet
 from tinytrain.ir import DType, QuantParams, Role, Tensor
 from tinytrain.names import LOSS
 from tinytrain.ops import get_op
-from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, mix32, uniform
+from tinytrain.ops.sgd_update import (Rounding, SgdUpdateAttrs, mix32, pack_nibbles, remainder_shape, uniform,
+                                      unpack_nibbles)
 from tinytrain.simulator import forward, init_state, train, train_step, with_state
 from tinytrain.training.head import new_head
 from tinytrain.training.qas import UpdateConfig, optimizer_state_bytes, param_scales, step_scale
@@ -18,17 +19,20 @@ from tinytrain.verify import verify
 UPDATE = get_op("sgd_update")
 
 
-def _update(p, g, k, attrs, m=None, step=0):
+def _update(p, g, k, attrs, m=None, step=0, rem=None):
+    """(new param, new momentum or None[, new remainder]): the reference on one update's inputs."""
     pt = Tensor("p", p.shape, DType.INT8 if p.dtype == np.int8 else DType.INT32, Role.WEIGHT)
     gt = Tensor("g", g.shape, DType.FLOAT32, Role.GRADIENT)
     kt = Tensor("k", k.shape, DType.FLOAT32, Role.CONSTANT)
     ins = [pt, gt, kt, None if m is None else Tensor("m", m.shape, DType.FLOAT32, Role.OPTIMIZER_STATE),
-           Tensor("step", (1,), DType.INT32, Role.INPUT) if attrs.rounding is Rounding.STOCHASTIC else None]
-    arrays = [p, g, k, m, np.array([step], np.int32)]
+           Tensor("step", (1,), DType.INT32, Role.INPUT) if attrs.rounding is Rounding.STOCHASTIC else None,
+           None if rem is None else Tensor("rem", rem.shape, DType.INT8, Role.OPTIMIZER_STATE)]
+    arrays = [p, g, k, m, np.array([step], np.int32), rem]
     while ins[-1] is None:
         ins.pop(), arrays.pop()
     assert UPDATE.infer_shapes(attrs, ins) == []
-    return UPDATE.reference(attrs, arrays, ins, [])
+    out = UPDATE.reference(attrs, arrays, ins, [])
+    return out if rem is not None else out[:2]
 
 
 def test_prng_golden_values():
@@ -47,6 +51,48 @@ def test_nearest_rounds_ties_to_even_and_clamps_to_symmetric_int8():
     g = np.array([0.5, 1.5, -0.5, -2.5, -30.0, 30.0], np.float32)
     new, m = _update(p, g, np.ones(6, np.float32), SgdUpdateAttrs(rounding=Rounding.NEAREST))
     assert new.tolist() == [0, -2, 0, 2, 127, -127] and m is None
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_remainder_keeps_sub_lsb_steps(bits):
+    """q = p * 2^F + rem takes every step in 2^-F LSBs: 1000 steps of 0.003 LSB move the weight 3 LSB (without a
+    remainder, nearest rounding would never move it); p is q rounded to nearest, rem in [-2^(F-1), 2^(F-1))."""
+    one = 1 << bits
+    attrs = SgdUpdateAttrs(rounding=Rounding.NEAREST, remainder_bits=bits)
+    p, rem = np.zeros(3, np.int8), np.zeros(remainder_shape((3,), bits), np.int8)
+    step = np.array([1 / one, -1 / one, 0.5 / one], np.float32) * one  # the scale holds 2^F (training/qas.py)
+    for _ in range(1000):
+        p, _, rem = _update(p, step, np.ones(3, np.float32), attrs, rem=rem)
+    rem = unpack_nibbles(rem, p.shape) if bits <= 4 else rem
+    q = p.astype(np.int64) * one + rem
+    assert q.tolist() == [-1000, 1000, 0]  # ties to even: 0.5 of a 2^-F LSB rounds to 0
+    assert np.all(rem >= -one // 2) and np.all(rem < one // 2)
+    assert np.array_equal(p, np.floor((q + one // 2) / one).astype(np.int8))
+
+
+def test_packed_nibbles_round_trip_every_value_and_odd_rows():
+    parts = np.arange(-8, 8, dtype=np.int8)[np.random.default_rng(0).integers(0, 16, (5, 3, 3))]
+    packed = pack_nibbles(parts)
+    assert packed.shape == (5, 5) and packed.dtype == np.int8
+    np.testing.assert_array_equal(unpack_nibbles(packed, parts.shape), parts)
+
+
+def test_remainder_clamps_to_the_symmetric_int8_range():
+    attrs = SgdUpdateAttrs(rounding=Rounding.NEAREST, remainder_bits=8)
+    p, rem = np.array([127, -127, 126, 0], np.int8), np.array([0, 0, 127, -128], np.int8)
+    g = np.array([-1e4, 1e4, -1.0, 0.0], np.float32) * 256
+    new, _, new_rem = _update(p, g, np.ones(4, np.float32), attrs, rem=rem)
+    assert new.tolist() == [127, -127, 127, 0] and new_rem.tolist() == [0, 0, 0, -128]
+
+
+def test_remainder_is_refused_on_biases_and_without_bits():
+    p = np.zeros(3, np.int32)
+    with pytest.raises(ValueError, match="int8 weight"):
+        _update(p, np.ones(3, np.float32), np.ones(3, np.float32), SgdUpdateAttrs(rounding=Rounding.NEAREST, remainder_bits=8),
+                rem=np.zeros(3, np.int8))
+    with pytest.raises(ValueError, match="exactly when"):
+        _update(np.zeros(3, np.int8), np.ones(3, np.float32), np.ones(3, np.float32),
+                SgdUpdateAttrs(rounding=Rounding.NEAREST), rem=np.zeros(3, np.int8))
 
 
 def test_stochastic_rounding_is_unbiased_and_deterministic():
@@ -106,7 +152,9 @@ def test_training_changes_only_planned_state(model):
     plan = Plan(2, (WeightUpdate(10, 1.0), WeightUpdate(5, 0.25)), lr=0.05)
     t = build_training_graph(g, plan)
     state = init_state(t)
-    assert sorted(state.tensors) == sorted(["conv3.weight", "conv6.bias", "fc0.weight", "fc0.bias"])
+    assert sorted(state.tensors) == sorted(["conv3.weight", "conv6.bias", "fc0.weight", "fc0.bias",
+                                            "conv3.weight.remainder", "fc0.weight.remainder"])
+    assert state.tensors["conv3.weight.remainder"].shape == (4,) + g.tensors["conv3.weight"].shape[1:]
     before = state.copy()
     train(t, state, mb.calibration_input(), np.array([0, 1, 2, 3]))
     assert state.step == 4
@@ -158,8 +206,8 @@ def test_momentum_state_is_visible(model):
     state_tensors = [x for x in t.tensors.values() if x.role is Role.OPTIMIZER_STATE]
     w = g.tensors[layers(g)[10].inputs[1]]
     assert w.shape == (5, 32)  # ratio 0.5 of 5 channels: floor -> 2 channels
-    assert optimizer_state_bytes(t) == 4 * (2 * 32 + 5)
-    assert all(x.dtype is DType.FLOAT32 for x in state_tensors)
+    assert optimizer_state_bytes(t) == 4 * (2 * 32 + 5) + 2 * 32  # momentum (fp32), the weight rows' remainders
+    assert sorted(x.dtype.value for x in state_tensors) == ["float32", "float32", "int8"]
     state = init_state(t)
     train(t, state, mb.calibration_input()[:2], np.array([0, 1]))
     assert any(np.abs(state.tensors[x.name]).max() > 0 for x in state_tensors)

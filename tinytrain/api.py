@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +121,23 @@ def sample_order(rows: np.ndarray, steps: int, seed: int) -> np.ndarray:
 
 
 def _plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: float | None,
-          head_lr: float | None, default: str | None) -> Plan | None:
+          head_lr: float | None, default: str | None, remainder_bits: int | None = None) -> Plan | None:
+    """The plan a call asks for; ``remainder_bits`` (None: the plan's own, or the default for a preset) sets the
+    fraction bits the trained weights keep (training/sparse.py)."""
+    from dataclasses import replace
+
+    from tinytrain.training.sparse import REMAINDER_BITS
+
+    if remainder_bits is not None and remainder_bits not in REMAINDER_BITS:
+        raise UsageError(f"--remainder-bits {remainder_bits}: choose one of {', '.join(map(str, REMAINDER_BITS))}")
+    chosen = _given_plan(graph, plan, update, lr, bias_lr, head_lr, default)
+    if chosen is None or remainder_bits is None:
+        return chosen
+    return replace(chosen, remainder_bits=remainder_bits)
+
+
+def _given_plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: float | None,
+                head_lr: float | None, default: str | None) -> Plan | None:
     from tinytrain.training.sparse import load_plan, parse_plan, preset
 
     if plan is not None and update:
@@ -192,9 +209,10 @@ class Compiled:
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
-            input_size: int | str | tuple[int, int] | None = None) -> Compiled:
+            input_size: int | str | tuple[int, int] | None = None, remainder_bits: int | None = None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
-    budgets and emit its C (``loss``: as ``train``'s). Raises BudgetError when it does not fit."""
+    budgets and emit its C (``loss``, ``remainder_bits``: as ``train``'s). Raises BudgetError when it does not
+    fit."""
     from tinytrain.codegen import render_project
     from tinytrain.errors import UnsupportedModelError
     from tinytrain.memory.report import check_budget, plan_memory
@@ -202,7 +220,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
     graph = _graph(model, new_head, 0, input_size)
-    chosen = _plan(graph, plan, update, None, None, None, None)
+    chosen = _plan(graph, plan, update, None, None, None, None, remainder_bits)
     if chosen is not None:
         chosen = _with_loss(chosen, loss, plan is not None)
     elif loss is not None:
@@ -276,8 +294,9 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           engine: str = "sim", board: str = "qemu-m7", sram: str | int = "256k", flash: str | Path | None = None,
           save_every: int = 0, stop_after_saves: int = 0, new_head: int | None = None, momentum: float = 0.0,
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
-          seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0,
-          loss: str | None = None, input_size: int | str | tuple[int, int] | None = None) -> TrainResult | None:
+          seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0, loss: str | None = None,
+          input_size: int | str | tuple[int, int] | None = None,
+          remainder_bits: int | None = None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
@@ -285,7 +304,9 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     ``stop_after_saves`` the board's power is cut after that many saves and None is returned. ``lr_schedule``
     "cosine" gives the plan an lr schedule over this run's steps (``warmup``: the warm-up fraction), "constant"
     drops the plan's (default: the plan's own). ``loss`` "xent" (softmax cross-entropy, default) or "mse" (the
-    reconstruction of DATA without y: an autoencoder; accuracies become mean reconstruction errors)."""
+    reconstruction of DATA without y: an autoencoder; accuracies become mean reconstruction errors).
+    ``remainder_bits`` (0, 4 or 8; None: the plan's own): the fraction bits each trained int8 weight keeps below its
+    LSB between steps (ops/sgd_update.py)."""
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
@@ -295,21 +316,63 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     _check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
     graph = _graph(model, new_head, seed, input_size)
-    chosen = _with_loss(_plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only"), loss, plan is not None)
+    chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only", remainder_bits)
+    chosen = _with_loss(chosen, loss, plan is not None)
     _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
     x, y, targets = _training_data(graph, data, chosen.loss, engine)
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
-    measure = _measure(graph, chosen.loss, x, y, targets)
     n_steps = steps if steps is not None else epochs * len(rows)
     if n_steps <= 0:
         raise UsageError("nothing to do: --steps / --epochs must be positive")
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, n_steps)
     tg = build_training_graph(graph, chosen, config, targets is not None)  # C, QEMU: its device_schedule
     order = sample_order(rows, n_steps, seed)
-    engine_info, trainer, features = {}, None, None
-    if engine in ("c", "qemu"):
+    runner = _Runner.make(engine, graph, tg, x, y, targets, _measure(graph, chosen.loss, x, y, targets),
+                          board=board, sram=sram, save_every=save_every, flash=flash)
+    info, metric = {}, "accuracy" if chosen.loss == "xent" else "error"
+    if parts:
+        info.update(n_train=int(len(rows)), n_held_out=int(len(parts[1])), held_out=held_out, split_seed=split_seed,
+                    **{f"{metric}_before": runner.score(parts[1])})
+    t0 = time.time()
+    if stop_after_saves:
+        runner.trainer.train(x, y, order, stop_after_saves=stop_after_saves)
+        return None
+    losses, state = runner.train(order)
+    seconds = time.time() - t0
+    tail = losses[-min(len(losses), len(rows)):]
+    tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
+    if parts:
+        info[f"{metric}_after"] = runner.score(parts[1], state)
+    return TrainResult(graph, chosen, config, engine, int(n_steps), losses, state, round(seconds, 3),
+                       runner.score(rows, state), float(tail.mean()) if len(tail) else None, int(len(rows)), info,
+                       runner.info)
+
+
+@dataclass
+class _Runner:
+    """One engine's training run: ``trainer`` (the C or QEMU trainer; None: the simulator on the frozen prefix's
+    ``features``), its score (``measure`` of the engine's own outputs: accuracy or reconstruction error) and what
+    the engine reports (``info``)."""
+
+    tg: Graph
+    x: np.ndarray
+    y: np.ndarray
+    targets: np.ndarray | None
+    measure: Any
+    engine: str
+    trainer: Any = None
+    features: Any = None
+    suffix: Graph | None = None
+    info: dict = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, engine: str, graph: Graph, tg: Graph, x, y, targets, measure, *, board: str, sram,
+             save_every: int, flash) -> _Runner:
+        if engine == "sim":
+            features, suffix = _frozen(graph, tg, x)
+            return cls(tg, x, y, targets, measure, engine, features=features, suffix=suffix)
         t0 = time.time()
         if engine == "qemu":  # the firmware of the training step on an emulated board (engine_qemu.py)
             from tinytrain.engine_qemu import QemuTrainer
@@ -321,40 +384,27 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
             from tinytrain.engine_c import CTrainer
 
             trainer = CTrainer(tg)
-        engine_info["build_seconds"] = round(time.time() - t0, 3)
+        return cls(tg, x, y, targets, measure, engine, trainer=trainer,
+                   info={"build_seconds": round(time.time() - t0, 3)})
 
-        def score(rows_, state_=None):  # the device's prediction: tt_predict's int8 output
-            return measure(trainer.predict(x[rows_]), rows_)
-    else:
-        features, suffix = _frozen(graph, tg, x)
+    def score(self, rows: np.ndarray, state=None) -> float:
+        """The measure on ``rows`` of the device's outputs (tt_predict's int8 output), or the simulator's."""
+        if self.trainer is None:
+            return self.measure(_suffix_outputs(self.suffix, self.features, rows, state), rows)
+        return self.measure(self.trainer.predict(self.x[rows]), rows)
 
-        def score(rows_, state_=None):
-            return measure(_suffix_outputs(suffix, features, rows_, state_), rows_)
-    info, metric = {}, "accuracy" if chosen.loss == "xent" else "error"
-    if parts:
-        info.update(n_train=int(len(rows)), n_held_out=int(len(parts[1])), held_out=held_out, split_seed=split_seed,
-                    **{f"{metric}_before": score(parts[1])})
-    t0 = time.time()
-    if stop_after_saves:
-        trainer.train(x, y, order, stop_after_saves=stop_after_saves)
-        return None
-    if trainer is not None:
-        losses = trainer.train(x, y, order)
-        state = trainer.state()
-        if engine == "qemu":
-            engine_info.update(board=board, insns_per_step=float(np.mean(trainer.step_insns)))
-    else:
-        from tinytrain.simulator import init_state, train as sim_train
+    def train(self, order: np.ndarray):
+        """(per-step losses, final state) of batch-1 SGD over ``order``."""
+        if self.trainer is None:
+            from tinytrain.simulator import init_state, train as sim_train
 
-        state = init_state(tg)
-        losses = sim_train(tg, state, x, y, order, features=features, targets=targets)
-    seconds = time.time() - t0
-    tail = losses[-min(len(losses), len(rows)):]
-    tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
-    if parts:
-        info[f"{metric}_after"] = score(parts[1], state)
-    return TrainResult(graph, chosen, config, engine, int(n_steps), losses, state, round(seconds, 3), score(rows, state),
-                       float(tail.mean()) if len(tail) else None, int(len(rows)), info, engine_info)
+            state = init_state(self.tg)
+            losses = sim_train(self.tg, state, self.x, self.y, order, features=self.features, targets=self.targets)
+            return losses, state
+        losses = self.trainer.train(self.x, self.y, order)
+        if self.engine == "qemu":
+            self.info.update(board=self.trainer.board, insns_per_step=float(np.mean(self.trainer.step_insns)))
+        return losses, self.trainer.state()
 
 
 def _check_classifier(graph: Graph, loss: str) -> None:

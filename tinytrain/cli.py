@@ -59,7 +59,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
-                       inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size)
+                       inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size,
+                       remainder_bits=args.remainder_bits)
     out = Path(args.output)
     compiled.write(out)
     print(compiled.text())
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     add_loss_argument(s)
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
+    from tinytrain.cli_train import add_remainder_argument
+
+    add_remainder_argument(s)
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.set_defaults(func=cmd_compile)
 

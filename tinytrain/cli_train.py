@@ -30,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
                    seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
-                   input_size=args.input_size)
+                   input_size=args.input_size, remainder_bits=args.remainder_bits)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
               f"--stop-after-saves to resume from {args.flash}")
@@ -123,6 +123,7 @@ def add_train_commands(sub) -> None:
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
+    add_remainder_argument(s)
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     add_schedule_arguments(s, "this run's steps")
     s.add_argument("--no-qas", action="store_true",
@@ -166,6 +167,12 @@ def add_input_size_argument(s) -> None:
     s.add_argument("--input-size", metavar="N|HxW",
                    help="run the model's layers on N x N (or H x W) images instead of its own size, where the graph "
                         "allows it (docs/guide/input-size.md); the data are resized to it")
+
+
+def add_remainder_argument(s) -> None:
+    s.add_argument("--remainder-bits", type=int, choices=(0, 4, 8), metavar="F",
+                   help="fraction bits every trained int8 weight keeps below its LSB between steps (0, 4 or 8; one "
+                        "byte per trained weight; 0: int8 only). Default: the plan's own, else 8")
 
 
 def add_schedule_arguments(s, span: str) -> None:

@@ -5,15 +5,15 @@ byte for byte.
 Layout, all integers little-endian whatever the target:
 
     offset 0   4 bytes  magic "TTS1"
-    offset 4   uint32   format version (1)
+    offset 4   uint32   format version (2: weight remainders may follow their parameter; a version-1 state is refused)
     offset 8   uint32   layout fingerprint: the first 4 bytes (little-endian) of the sha256 of the lines
                         "name dtype shape" of the tensors below, so a state of another model or plan is refused
     offset 12  uint32   step counter (steps taken; the stochastic rounding's position)
     offset 16  the tensors the training step updates, in the order of their update nodes' ``stream`` numbers
-               (the plan's parameter order, whatever the schedule), parameter before momentum; of a weight
+               (the plan's parameter order, whatever the schedule), parameter before momentum before remainder; of a weight
                whose plan updates only some output channels, only those rows (the others never change):
                each one's elements in C order, int8 as 1 byte, int32 as 4 bytes two's complement,
-               float32 (momentum) as 4 bytes IEEE-754; no padding.
+               float32 (momentum) as 4 bytes IEEE-754; a remainder (ops/sgd_update.py) as int8; no padding.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 from tinytrain.ir import Graph
 
 MAGIC = b"TTS1"
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 16
 _KINDS = {np.dtype(np.int8): "i8", np.dtype(np.int32): "i32", np.dtype(np.float32): "f32"}
 _LE = {"i8": "<i1", "i32": "<i4", "f32": "<f4"}
@@ -116,7 +116,10 @@ def unpack(graph: Graph, data: bytes):
     if len(data) != state_size(layout) or data[:4] != MAGIC:
         raise ValueError(f"not a tinytrain state of this model ({len(data)} bytes, expected {state_size(layout)})")
     version, fp, step = struct.unpack_from("<III", data, 4)
-    if version != VERSION or fp != fingerprint(layout):
+    if version != VERSION:
+        raise ValueError(f"state version {version} was written by another tinytrain (this one reads version {VERSION}, "
+                         "with weight remainders); train again from the model")
+    if fp != fingerprint(layout):
         raise ValueError(f"state version {version} / layout {fp:08x} do not match this model and plan "
                          f"(version {VERSION}, layout {fingerprint(layout):08x})")
     tensors, at = {}, HEADER_BYTES

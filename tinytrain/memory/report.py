@@ -65,6 +65,7 @@ class MemoryReport:
     trainable: tuple[tuple[str, int], ...] = ()  # (parameter, bytes of its SRAM copy)
     target: str = ""
     stream: StreamPlan | None = None  # the row-streamed region of the schedule (memory/stream.py), if any
+    remainder_bytes: int = 0  # of optimizer_state_bytes: the trained weights' remainders (ops/sgd_update.py)
 
     @property
     def peak_sram_bytes(self) -> int:
@@ -124,6 +125,7 @@ class MemoryReport:
             "arena_bytes": self.arena_bytes,
             "trainable_sram_bytes": self.trainable_sram_bytes,
             "optimizer_state_bytes": self.optimizer_state_bytes,
+            "remainder_bytes": self.remainder_bytes,
             "runtime_sram_bytes": self.runtime_sram_bytes,
             "stack_bytes": self.stack_bytes,
             "stack_source": "measured high-water mark + margin (benchmarks/results/stack.md)",
@@ -165,6 +167,14 @@ def trainable_copies(graph: Graph) -> list[tuple[str, int]]:
             rows = t.shape[0] if channels is None else len(channels)
             result.append((t.name, t.nbytes // t.shape[0] * rows))
     return result
+
+
+def remainder_bytes(graph: Graph) -> int:
+    """SRAM of the remainders the updates keep beside their int8 weights (an update op's third written input)."""
+    from tinytrain.ops import get_op
+
+    names = {n.inputs[w] for n in graph.nodes for w in get_op(n.op).writes[2:3] if w < len(n.inputs) and n.inputs[w]}
+    return sum(graph.tensors[name].nbytes for name in names)
 
 
 def code_estimate(graph: Graph) -> int:
@@ -219,7 +229,7 @@ def plan_memory(graph: Graph, sram_budget: int, flash_budget: int, planner: str 
     weights = sum(t.nbytes for t in graph.constants())
     return MemoryReport(p.total_size(), sum(n for _, n in copies), runtime_bytes, weights + code, sram_budget,
                         flash_budget, max(live, default=0), peak_step, planned, planner, optimizer, stack_bytes,
-                        code, planned_scratch, tuple(pairs), tuple(copies), target, region)
+                        code, planned_scratch, tuple(pairs), tuple(copies), target, region, remainder_bytes(graph))
 
 
 def plan_forward(graph: Graph, sram_budget: int, flash_budget: int, planner: str = "greedy",

@@ -39,7 +39,8 @@ def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
         f"    arena            {format_size(report.arena_bytes):>10}  (largest live set {format_size(report.max_live_bytes)}"
         f" at step {report.peak_step}; {len(report.inplace)} outputs in place)",
         f"    trainable copies {format_size(report.trainable_sram_bytes):>10}  ({len(report.trainable)} parameters)",
-        f"    optimizer state  {format_size(report.optimizer_state_bytes):>10}",
+        f"    optimizer state  {format_size(report.optimizer_state_bytes):>10}"
+        + (f"  (weight remainders {format_size(report.remainder_bytes)})" if report.remainder_bytes else ""),
         f"    runtime + stack  {format_size(report.runtime_sram_bytes + report.stack_bytes):>10}  (runtime statics "
         f"estimated; stack {report.stack_bytes} B measured on qemu-m4/m7/m55 + margin, benchmarks/results/stack.md)",
         f"  flash      {format_size(report.flash_bytes):>10}  of {format_size(report.flash_budget_bytes)} budget"

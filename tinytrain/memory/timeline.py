@@ -10,6 +10,7 @@ from tinytrain.memory.report import MemoryReport
 # Stack order (bottom up) and colours; buffer roles map onto these bands.
 BANDS = (
     ("weights", "trainable copies + optimizer state", "#8c6bb1"),
+    ("remainders", "weight remainders (sub-LSB state)", "#bcbddc"),
     ("runtime", "runtime + stack (estimate)", "#bdbdbd"),
     ("lines", "line buffers (streamed region)", "#9ecae1"),
     ("activations", "activations", "#6baed6"),
@@ -26,7 +27,8 @@ def band_series(report: MemoryReport) -> dict[str, list[int]]:
     by_role = report.live_by_role()
     series = {band: [0] * len(by_role) for band, _, _ in BANDS}
     for step, roles in enumerate(by_role):
-        series["weights"][step] = report.trainable_sram_bytes + report.optimizer_state_bytes
+        series["weights"][step] = report.trainable_sram_bytes + report.optimizer_state_bytes - report.remainder_bytes
+        series["remainders"][step] = report.remainder_bytes
         series["runtime"][step] = report.runtime_sram_bytes + report.stack_bytes
         for role, n in roles.items():
             series[ROLE_BAND.get(role, "activations")][step] += n

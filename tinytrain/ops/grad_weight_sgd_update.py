@@ -2,7 +2,7 @@
 ``fully_connected_grad_weight_sgd_update`` (the pass that creates them: training/fuse.py).
 
 Inputs: param (the weight, written in place), g_z, x (the grad-weight op's inputs), scale, momentum or "",
-step or "" (``sgd_update``'s other inputs); no outputs. Attributes: the grad-weight op's attrs, the
+step or "", remainder (``sgd_update``'s other inputs); no outputs. Attributes: the grad-weight op's attrs, the
 ``sgd_update`` attrs, and ``block``.
 
 The reference is the grad-weight op's reference followed by ``sgd_update``'s — the same result as the two
@@ -34,7 +34,7 @@ from tinytrain.ops.sgd_update import SgdUpdateAttrs
 
 SCRATCH_BYTES = 2048
 FLOAT_BYTES = 4
-PARAM, G_Z, X, SCALE, MOMENTUM, STEP = range(6)
+PARAM, G_Z, X, SCALE, MOMENTUM, STEP, REMAINDER = range(7)
 
 
 def row_elements(param: Tensor) -> int:
@@ -73,7 +73,7 @@ def _grad_tensor(grad: OpDef, a: GradWeightSgdUpdateAttrs, ins) -> Tensor:
 
 
 def _update_inputs(values: Sequence[Any], grad: Any) -> list[Any]:
-    """``sgd_update``'s inputs (param, grad, scale[, momentum[, step]]) from the fused node's."""
+    """``sgd_update``'s inputs (param, grad, scale[, momentum[, step[, remainder]]]) from the fused node's."""
     return [values[PARAM], grad, values[SCALE], *values[MOMENTUM:]]
 
 
@@ -108,7 +108,7 @@ def _fused(grad: OpDef) -> OpDef:
         return sgd.update_bound(a.update, g)
 
     return OpDef(name, GradWeightSgdUpdateAttrs, infer_shapes, reference, macs,
-                 writes=(PARAM, MOMENTUM), scratch=scratch, bound=bound)
+                 writes=(PARAM, MOMENTUM, REMAINDER), scratch=scratch, bound=bound)
 
 
 # grad-weight op -> the op fusing it with sgd_update

@@ -4,7 +4,9 @@ Inputs: param (int8 (C_out,...) weight or int32 (C_out,) bias, written in place)
 (the gradient of the real parameter for the selected output channels ``channels``, all when None),
 scale fp32 (C_sel,) (the per-channel step factor set by QAS, lr folded in: see training/qas.py),
 momentum fp32 (C_sel,...) or "" (written in place), step int32 (1,) or "" (the step counter, read by
-stochastic rounding and by an lr schedule only).
+stochastic rounding and by an lr schedule only), remainder int8 (an int8 weight's sub-LSB parts, written in place;
+present exactly when ``remainder_bits`` F > 0): (C_sel,...) one byte per weight element, or for F <= 4 (C_sel, ceil(E/2))
+two per byte (``remainder_shape``: element e of a row of E in byte e // 2, the low nibble for even e).
 
 Per element, in this order, every operation in IEEE float32 (C: -ffp-contract=off):
     d = g                                  (no momentum)
@@ -16,6 +18,14 @@ Per element, in this order, every operation in IEEE float32 (C: -ffp-contract=of
     r = min(max(r, -2^30), 2^30)           (then exactly an integer)
     p[channel] = clamp(p[channel] - (int)r, -127, 127)     int8 weights (symmetric range)
     p[channel] = clamp(p[channel] - (int)r, INT32_MIN, INT32_MAX)   int32 biases (64-bit subtraction)
+
+With a remainder of F bits (int8 weights, 1 <= F <= 8), the weight is the fixed-point value q = p * 2^F + rem, an
+int8 p (what every forward kernel reads) and a signed remainder rem in [-2^(F-1), 2^(F-1)) of its LSB: the step is
+counted in 2^-F LSBs (the pass folds 2^F into ``scale``, training/qas.py), so r lands on q instead of p:
+    q = clamp(p[channel] * 2^F + rem - r, -127 * 2^F, 127 * 2^F)      (int32: |r| <= 2^30)
+    p[channel] = (q + 2^(F-1)) >> F     (floor: p is q rounded to nearest, ties up; always in [-127, 127])
+    rem = q - p[channel] * 2^F
+No step is lost below one LSB of p; rounding (stochastic or nearest) acts at 2^-F LSB.
 
 Stochastic rounding draws u in [0, 1) from a stateless hash (all uint32 arithmetic, wrapping):
     mix(x):  x ^= x >> 16; x *= 0x7FEB352D; x ^= x >> 15; x *= 0x846CA68B; x ^= x >> 16
@@ -55,13 +65,15 @@ class SgdUpdateAttrs:
     stream: int = 0
     seed: int = 0
     schedule: Schedule | None = None
+    remainder_bits: int = 0
 
     @property
     def reads_step(self) -> bool:
         return self.rounding is Rounding.STOCHASTIC or self.schedule is not None
 
 
-PARAM, GRAD, SCALE, MOMENTUM, STEP = range(5)
+PARAM, GRAD, SCALE, MOMENTUM, STEP, REMAINDER = range(6)
+MAX_REMAINDER_BITS = 8
 
 
 def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
@@ -79,7 +91,34 @@ def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
     if (step is not None) != a.reads_step:
         raise ValueError("sgd_update: the step counter is an input exactly when stochastic rounding or an lr "
                          "schedule reads it")
+    check_remainder(a, p, g, ins[REMAINDER] if len(ins) > REMAINDER else None)
     return []
+
+
+def check_remainder(a: SgdUpdateAttrs, p, g, rem) -> None:
+    """A remainder input (int8, ``remainder_shape``) exactly when ``remainder_bits`` > 0, on int8 weights only."""
+    if not 0 <= a.remainder_bits <= MAX_REMAINDER_BITS:
+        raise ValueError(f"sgd_update: remainder_bits {a.remainder_bits} is not 0..{MAX_REMAINDER_BITS}")
+    if (rem is not None) != (a.remainder_bits > 0):
+        raise ValueError("sgd_update: a remainder input is needed exactly when remainder_bits > 0")
+    if rem is not None and (p.dtype.np != np.int8 or rem.dtype.np != np.int8
+                            or rem.shape != remainder_shape(g.shape, a.remainder_bits)):
+        raise ValueError(f"sgd_update: a remainder is an int8 array of shape "
+                         f"{remainder_shape(g.shape, a.remainder_bits)} beside an int8 weight")
+
+
+def packed(bits: int) -> bool:
+    """Whether remainders of ``bits`` bits go two to a byte."""
+    return bits <= 4
+
+
+def remainder_shape(grad_shape: tuple[int, ...], bits: int) -> tuple[int, ...]:
+    """The remainder array of an update whose gradient has ``grad_shape``: one byte per element, or a row of E
+    elements in ceil(E/2) bytes."""
+    if not packed(bits):
+        return tuple(grad_shape)
+    e = int(np.prod(grad_shape[1:], dtype=np.int64))
+    return (grad_shape[0], (e + 1) // 2)
 
 
 def mix32(x: np.ndarray) -> np.ndarray:
@@ -127,11 +166,43 @@ def reference(a: SgdUpdateAttrs, arrays, ins, outs) -> list[np.ndarray | None]:
     if a.schedule is not None:
         v = v * a.schedule.factor(step)
     r = integer_step(v, a.rounding, a.seed, step, a.stream)
-    lo, hi = (-127, 127) if p.dtype == np.int8 else (INT32_MIN, INT32_MAX)
     rows = slice(None) if a.channels is None else np.asarray(a.channels)
     out = p.copy()
+    if a.remainder_bits:
+        out[rows], new_rem = land_remainder(p[rows], arrays[REMAINDER], r, a.remainder_bits)
+        return [out, new_m, new_rem]
+    lo, hi = (-127, 127) if p.dtype == np.int8 else (INT32_MIN, INT32_MAX)
     out[rows] = np.clip(p[rows].astype(np.int64) - r, lo, hi).astype(p.dtype)
-    return [out, new_m]
+    return [out, new_m, None]
+
+
+def land_remainder(p: np.ndarray, rem: np.ndarray, r: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(p, rem) after the step r (in 2^-bits LSBs) lands on the fixed-point weight q = p * 2^bits + rem."""
+    one = 1 << bits
+    parts = unpack_nibbles(rem, p.shape) if packed(bits) else rem
+    q = p.astype(np.int64) * one + parts.astype(np.int64) - r
+    q = np.clip(q, -127 * one, 127 * one)
+    w = (q + (one >> 1)) >> bits
+    parts = (q - w * one).astype(np.int8)
+    return w.astype(np.int8), pack_nibbles(parts) if packed(bits) else parts
+
+
+def unpack_nibbles(rem: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The signed 4-bit values of a packed remainder, in the weight rows' ``shape``."""
+    b = rem.astype(np.int8)
+    lo = (b.view(np.uint8) << np.uint8(4)).view(np.int8) >> 4
+    hi = b >> 4
+    both = np.stack([lo, hi], axis=-1).reshape(len(rem), -1)
+    return both[:, : int(np.prod(shape[1:], dtype=np.int64))].reshape(shape)
+
+
+def pack_nibbles(parts: np.ndarray) -> np.ndarray:
+    """Rows of signed 4-bit values, two to a byte (element e of a row in byte e // 2, the low nibble for even e)."""
+    rows = parts.reshape(len(parts), -1).astype(np.int16)
+    if rows.shape[1] % 2:
+        rows = np.concatenate([rows, np.zeros((len(rows), 1), np.int16)], axis=1)
+    b = (rows[:, 0::2] & 15) | ((rows[:, 1::2] & 15) << 4)
+    return b.astype(np.uint8).view(np.int8)
 
 
 def macs(a: SgdUpdateAttrs, ins, outs) -> int:
@@ -149,4 +220,5 @@ def bound(a: SgdUpdateAttrs, ins, bounds) -> list[float]:
     return update_bound(a, bounds[GRAD])
 
 
-OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM), bound=bound)
+OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM, REMAINDER),
+           bound=bound)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.ir import DType, Graph, Role
-from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs
+from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, remainder_shape
 from tinytrain.names import LOSS, STEP_INPUT
 from tinytrain.training.autodiff import param_gradients
 from tinytrain.builder import GraphBuilder
@@ -65,6 +65,10 @@ def step_scale(graph: Graph, param: str, lr: float, channels, qas: bool) -> np.n
         s = s[np.asarray(channels)]
     with np.errstate(over="ignore"):
         k = (lr / s if qas else lr * s).astype(np.float32)
+    return _finite_scale(k, param, lr)
+
+
+def _finite_scale(k: np.ndarray, param: str, lr: float) -> np.ndarray:
     if not np.all(np.isfinite(k)):  # every step would be NaN or Inf (non-finite guard, docs/guide/field.md)
         from tinytrain.errors import PlanError
 
@@ -78,8 +82,10 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
     Invariant: every parameter gradient output is consumed by exactly one update node that writes the
     parameter in place, after every other node (so every reader sees the pre-update value); the outputs
     shrink to (loss,); each update gets its float32 step-scale constant, its momentum buffer (role
-    OPTIMIZER_STATE, zeros) when momentum is on, and reads the graph input ``step`` when rounding is
-    stochastic or the plan has an lr schedule. Update nodes are numbered (``stream``) in output order.
+    OPTIMIZER_STATE, zeros) when momentum is on, its remainder (role OPTIMIZER_STATE, int8 zeros, 2^F folded into
+    the step scale: ops/sgd_update.py) when the plan keeps ``remainder_bits`` F > 0 and the parameter is an int8
+    weight, and reads the graph input ``step`` when rounding is stochastic or the plan has an lr schedule. Update
+    nodes are numbered (``stream``) in output order.
     """
     grads = param_gradients(graph)
     updates = {u.param: u for u in updated_params(plan, graph)}
@@ -90,14 +96,19 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
         b.inputs.append(step)
     for stream, (param, g) in enumerate(grads.items()):
         u = updates[param]
-        k = b.constant(f"{param}.step_scale", step_scale(graph, param, u.lr, u.channels, config.qas))
-        m = ""
+        gt = graph.tensors[g]
+        bits = plan.remainder_bits if graph.tensors[param].dtype is DType.INT8 else 0
+        k = step_scale(graph, param, u.lr, u.channels, config.qas) * np.float32(1 << bits)
+        k = b.constant(f"{param}.step_scale", _finite_scale(k, param, u.lr))
+        m = rem = ""
         if config.momentum:
-            gt = graph.tensors[g]
             m = b.constant(f"{param}.momentum", np.zeros(gt.shape, np.float32), Role.OPTIMIZER_STATE)
+        if bits:
+            rem = b.constant(f"{param}.remainder", np.zeros(remainder_shape(gt.shape, bits), np.int8),
+                             Role.OPTIMIZER_STATE)
         attrs = SgdUpdateAttrs(u.channels, config.rounding, float(config.momentum), stream, config.seed,
-                               plan.lr_schedule)
-        inputs = [param, g, k, m, step]
+                               plan.lr_schedule, bits)
+        inputs = [param, g, k, m, step, rem]
         while inputs and not inputs[-1]:
             inputs.pop()
         b.emit("sgd_update", inputs, attrs, f"{param}.update")
@@ -106,5 +117,5 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
 
 
 def optimizer_state_bytes(graph: Graph) -> int:
-    """SRAM of the optimizer state (momentum buffers) of a training graph."""
+    """SRAM of the optimizer state (momentum buffers, weight remainders) of a training graph."""
     return sum(t.nbytes for t in graph.tensors.values() if t.role is Role.OPTIMIZER_STATE)

@@ -25,8 +25,12 @@ RATIOS = (1.0, 0.5, 0.25, 0.125)
 CHANNEL_RULES = ("first",)
 LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
-FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule", "loss")
+FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule", "loss",
+          "remainder_bits")
 LOSSES = ("xent", "mse")  # softmax cross-entropy on the logits; mean squared error reconstructing the input
+# Fraction bits each trained int8 weight keeps below its LSB (ops/sgd_update.py); 0 keeps int8 weights only.
+REMAINDER_BITS = (0, 4, 8)
+DEFAULT_REMAINDER_BITS = 8
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,10 @@ class Plan:
     last layer's weights and bias — the classifier, a new head (None: the other two apply to it as well);
     ``lr_schedule`` scales every lr by a factor of the device's step count (None: constant lrs). ``head_lr`` and
     ``lr_schedule`` are optional, so files written before they existed load unchanged. ``loss``: "xent" (softmax
-    cross-entropy, the default) or "mse" (reconstruction of the input, ops/mse.py)."""
+    cross-entropy, the default) or "mse" (reconstruction of the input, ops/mse.py). ``remainder_bits``: the
+    fraction bits every trained int8 weight keeps between steps (a byte beside each, or half of one for 4 bits:
+    ops/sgd_update.py); absent from a file, the default (``DEFAULT_REMAINDER_BITS``, chosen by
+    benchmarks/remainder_study.py)."""
 
     bias_last_k: int = 0
     weights: tuple[WeightUpdate, ...] = ()
@@ -51,6 +58,7 @@ class Plan:
     head_lr: float | None = None
     lr_schedule: Schedule | None = None
     loss: str = "xent"
+    remainder_bits: int = DEFAULT_REMAINDER_BITS
 
     @property
     def effective_bias_lr(self) -> float:
@@ -68,6 +76,7 @@ class Plan:
             d["lr_schedule"] = self.lr_schedule.to_json()
         if self.loss != "xent":
             d["loss"] = self.loss
+        d["remainder_bits"] = self.remainder_bits
         return d
 
 
@@ -152,8 +161,12 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     loss = obj.get("loss", "xent")
     if loss not in LOSSES:
         raise PlanError(f'{source}: "loss" must be one of {", ".join(LOSSES)}, got {json.dumps(loss)}')
+    bits = obj.get("remainder_bits", DEFAULT_REMAINDER_BITS)
+    if isinstance(bits, bool) or bits not in REMAINDER_BITS:
+        raise PlanError(f'{source}: "remainder_bits" must be one of {", ".join(map(str, REMAINDER_BITS))}, '
+                        f"got {json.dumps(bits)}")
     return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule,
-                loss)
+                loss=loss, remainder_bits=bits)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -169,19 +182,20 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | None = None,
-           head_lr: float | None = None) -> Plan:
+           head_lr: float | None = None, remainder_bits: int = DEFAULT_REMAINDER_BITS) -> Plan:
     """--update full | bias-only | last-k:N (the last N layers: biases and all weights)."""
     n = len(layers(graph))
+    lrs = dict(lr=lr, bias_lr=bias_lr, head_lr=head_lr, remainder_bits=remainder_bits)
     if spec == "full":
-        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
+        return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), **lrs)
     if spec == "bias-only":
-        return Plan(n, lr=lr, bias_lr=bias_lr, head_lr=head_lr)
+        return Plan(n, **lrs)
     if spec.startswith("last-k:"):
         k = spec[len("last-k:"):]
         if not k.isdigit() or not 1 <= int(k) <= n:
             raise PlanError(f"--update {spec}: N must be an integer from 1 to {n} (the model's layer count)")
         k = int(k)
-        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), lr=lr, bias_lr=bias_lr, head_lr=head_lr)
+        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), **lrs)
     raise PlanError(f"--update {spec}: expected full, bias-only or last-k:N")
 
 

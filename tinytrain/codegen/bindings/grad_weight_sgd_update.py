@@ -12,6 +12,7 @@ from tinytrain.codegen.bindings.sgd_update import update_call
 from tinytrain.codegen.context import Call, Param, Signature
 from tinytrain.ir import Node
 from tinytrain.ops import grad_weight_sgd_update as fused
+from tinytrain.ops.sgd_update import packed
 
 
 # The fused kernel (template grad_weight_sgd_update) calls the two kernels on the block of rows r0 .. r0+rows-1 of
@@ -19,7 +20,7 @@ from tinytrain.ops import grad_weight_sgd_update as fused
 # same name (its parameters: the union of theirs but the block's own, plus scratch and B).
 _BLOCK_GRAD_ARGS = {"gw": "scratch", "c0": "c0 + r0", "Cs": "rows"}
 _BLOCK_UPDATE_ARGS = {"param": "param + r0 * E", "grad": "scratch", "scale": "scale + r0",
-                      "momentum": "momentum + r0 * E", "Cs": "rows", "i0": "r0 * E"}
+                      "momentum": "momentum + r0 * E", "remainder": "remainder + r0 * E", "Cs": "rows", "i0": "r0 * E"}
 _BLOCK_ONLY = ("gw", "grad", "i0")
 # A host build's pointwise gradient sums four rows at a time (conv2d_grad_weight.c.j2, host): its fused kernel gives it
 # blocks of four rows in a stack array, whatever the plan's block (the scratch a device's arena has room for).
@@ -68,11 +69,11 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
     called per block of ``attrs.block`` rows with the block's gradient in the node's scratch; a pointwise gradient in
     tiles of registers instead where it can (``_tiles``)."""
     a = node.attrs
-    names = list(node.inputs) + [""] * (fused.STEP + 1 - len(node.inputs))
+    names = list(node.inputs) + [""] * (fused.REMAINDER + 1 - len(node.inputs))
     grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), "", None)
     if _tiles(grad, a.block):
         update = update_call(node, ctx, a.update, names[fused.PARAM], "", names[fused.SCALE], names[fused.MOMENTUM],
-                             names[fused.STEP], block=False)
+                             names[fused.STEP], names[fused.REMAINDER], block=False)
         s = _merged(node, (update, grad))
         s.add("float *scratch", ctx.scratch(node), "(P,5): the listed pixels")
         name = f"{grad.kernel.name}_tiles_{update.kernel.name.removeprefix('tt_')}"
@@ -80,7 +81,9 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
     scratch = ctx.scratch(node)
     host_rows = HOST_BLOCK_ROWS if dict(grad.kernel.consts).get("host") else 0
     update = update_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.MOMENTUM],
-                         names[fused.STEP], block=True)
+                         names[fused.STEP], names[fused.REMAINDER], block=True)
+    block_args = dict(_BLOCK_UPDATE_ARGS, remainder="remainder + r0 * ((E + 1) / 2)") if packed(a.update.remainder_bits) \
+        else _BLOCK_UPDATE_ARGS
     grad = grad_weight(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch, host_rows or a.block)
     s = _merged(node, (update, grad))
     if not host_rows:
@@ -88,7 +91,7 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
         s.ints(B=a.block)
     consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
                   grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
-                  update_args=tuple(_BLOCK_UPDATE_ARGS.get(n, n) for n in map(_param_name, update.kernel.params)),
+                  update_args=tuple(block_args.get(n, n) for n in map(_param_name, update.kernel.params)),
                   host_rows=host_rows)
     return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
                   (grad.kernel, update.kernel))

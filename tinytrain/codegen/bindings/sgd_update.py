@@ -10,18 +10,20 @@ from tinytrain.codegen.cformat import float_literal
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node
-from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, SCALE, STEP, Rounding
+from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, REMAINDER, SCALE, STEP, Rounding, packed
 
 
 def sgd_update(node: Node, ctx) -> Call:
-    names = list(node.inputs) + [""] * (STEP + 1 - len(node.inputs))
+    names = list(node.inputs) + [""] * (REMAINDER + 1 - len(node.inputs))
     return update_call(node, ctx, node.attrs, names[PARAM], ctx.fp(names[GRAD]), names[SCALE], names[MOMENTUM],
-                       names[STEP], block=False)
+                       names[STEP], names[REMAINDER], block=False)
 
 
-def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum: str, step: str, block: bool) -> Call:
-    """The update of ``param`` by the gradient at ``grad`` (a C pointer expression). ``block``: a kernel that
-    updates a block of rows of the selection, given the index i0 of its first element (0 here)."""
+def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum: str, step: str, remainder: str,
+                block: bool) -> Call:
+    """The update of ``param`` by the gradient at ``grad`` (a C pointer expression), keeping ``remainder`` (a state
+    tensor, or ""). ``block``: a kernel that updates a block of rows of the selection, given the index i0 of its first
+    element (0 here)."""
     p, k = ctx.tensor(param), ctx.tensor(scale)
     ptype = {DType.INT8: "int8_t", DType.INT32: "int32_t"}.get(p.dtype)
     if ptype is None:
@@ -38,6 +40,10 @@ def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     s.add("const float *scale", ctx.const(k.name), "(Cs,)")
     if momentum:
         s.add("float *momentum", ctx.state(momentum), "(Cs,E)")
+    if remainder:
+        s.add("int8_t *remainder", ctx.state(remainder),
+              "(Cs,(E+1)/2): the weights' sub-LSB parts, two to a byte" if packed(a.remainder_bits)
+              else "(Cs,E): the weights' sub-LSB parts")
     s.ints(Cs=cs, E=p.size // cout)
     if momentum:
         s.add("float mu", float_literal(a.momentum))
@@ -56,9 +62,11 @@ def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     bits = "s8" if ptype == "int8_t" else "s32"
     host = ctx.host and stochastic  # sgd_update.c.j2: a row's draws and clamps in a loop gcc vectorizes
     name = (f"tt_sgd_update_{bits}_{'stochastic' if stochastic else 'nearest'}" + ("_momentum" if momentum else "")
-            + ("_cosine" if scheduled else "") + ("_block" if block else "") + ("_host" if host else ""))
+            + (f"_rem{a.remainder_bits}" if remainder else "") + ("_cosine" if scheduled else "")
+            + ("_block" if block else "") + ("_host" if host else ""))
     return s.call("sgd_update", name, dict(ptype=ptype, stochastic=stochastic, momentum=bool(momentum), block=block,
-                                           scheduled=scheduled, host=host))
+                                           scheduled=scheduled, host=host,
+                                           remainder_bits=a.remainder_bits if remainder else 0))
 
 
 BINDINGS: dict[str, Binding] = {
