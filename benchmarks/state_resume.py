@@ -1,4 +1,4 @@
-"""Every shipped plan trains, saves its state to flash and resumes on QEMU at --sram 256k, the state streamed (issue 28).
+"""Every shipped plan trains, saves its state to flash and resumes on QEMU at --sram 256k (the state streamed).
 
     .venv/bin/python benchmarks/state_resume.py [--board qemu-m7] [--steps 4] [--save-every 2]
 
@@ -68,12 +68,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
              "QEMU killed right after the first save, run again on the same flash to the end; compared byte for byte "
              "with the host C's uninterrupted training. Stack: the run's high-water mark (saves and loads included) "
              f"against the measured {STACK_MEASURED_BYTES} B the reservation ({STACK_BYTES} B) rests on.", "",
-             "| model | plan | board | state | firmware RAM | resumed at | losses | tt_state.bin | flash state | stack |",
+             "| model | plan | board | state | firmware RAM | resumed at | losses | tt_state.bin | flash state "
+             "| stack |",
              "|---|---|---|---:|---:|---:|---|---|---|---:|"]
     for r in rows:
         ok = {True: "identical", False: "DIFFERENT"}
-        lines.append(f"| {r['model']} | {r['plan']} | {r['board']} | {r['state_bytes']} B | {r['firmware_ram_bytes']} B "
-                     f"| sample {r['position_at_cut']} | {ok[r['losses_equal']]} | {ok[r['state_equal']]} | "
+        lines.append(f"| {r['model']} | {r['plan']} | {r['board']} | {r['state_bytes']} B | "
+                     f"{r['firmware_ram_bytes']} B | sample {r['position_at_cut']} | {ok[r['losses_equal']]} | "
+                     f"{ok[r['state_equal']]} | "
                      f"{ok[r['flash_state_equal']]} | {r['stack_used_bytes']} B |")
     return "\n".join(lines + [""])
 
@@ -89,9 +91,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tt-resume-") as tmp:
             rows.append(measure(plan_path, args.board, args.steps, args.save_every, Path(tmp)))
         print(rows[-1], flush=True)
-    meta = {"command": f"python benchmarks/state_resume.py --board {args.board} --steps {args.steps} "
-                       f"--save-every {args.save_every}", "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
-            "steps": args.steps, "save_every": args.save_every}
+    command = (f"python benchmarks/state_resume.py --board {args.board} --steps {args.steps} "
+               f"--save-every {args.save_every}")
+    meta = {"command": command, "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "steps": args.steps,
+            "save_every": args.save_every}
     out = ROOT / "benchmarks" / "results"
     (out / "state_resume.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (out / "state_resume.md").write_text(markdown(rows, meta))

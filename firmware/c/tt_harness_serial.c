@@ -136,7 +136,7 @@ static int tt_state_part_out(void *context, const uint8_t *bytes, uint32_t n)
 
 static void tt_reply_state(void)
 {
-    /* Streamed from the model's arrays in TT_STATE_CHUNK_BYTES chunks: no copy of the state in RAM, whatever its size. */
+    /* Streamed from the model's arrays in TT_STATE_CHUNK_BYTES chunks: no copy of the state in RAM. */
     uint32_t crc = tt_frame_begin('S', tt_state_size());
     (void)tt_state_save_to(tt_state_part_out, &crc);
     tt_frame_end(crc);

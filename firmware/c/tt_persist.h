@@ -10,9 +10,10 @@
  *         32   the payload: tt_state_save() bytes (the model's own magic, version and layout fingerprint)
  * all little-endian. A save goes to the slot that does not hold the newest valid state: erase its sectors,
  * program the payload (streamed from the model's arrays chunk by chunk, its CRC computed on the way), then the
- * header (one program operation, last), then read the whole slot back and check both CRCs and every byte. Until the header is complete and correct the slot is invalid, so a power cut at any point leaves
- * the newest valid state either the previous one (the other slot, untouched) or the new one. Boot loads the
- * newest valid slot whose payload tt_state_load_from accepts, or keeps tt_init's weights when there is none.
+ * header (one program operation, last), then read the whole slot back and check both CRCs and every byte.
+ * Until the header is complete and correct the slot is invalid, so a power cut at any point leaves the newest
+ * valid state either the previous one (the other slot, untouched) or the new one. Boot loads the newest valid slot
+ * whose payload tt_state_load_from accepts, or keeps tt_init's weights when there is none.
  * Neither direction holds the state in RAM: it streams between the model's arrays and flash in chunks of
  * TT_STATE_CHUNK_BYTES (tinytrain_model.h) on the stack.
  */
