@@ -1,13 +1,14 @@
 """Every shipped plan trains, saves its state to flash and resumes on QEMU at --sram 256k (the state streamed).
 
-    .venv/bin/python benchmarks/state_resume.py [--board qemu-m7] [--steps 4] [--save-every 2]
+    .venv/bin/python benchmarks/state_resume.py [--boards qemu-m4,qemu-m7,qemu-m55] [--steps 4] [--save-every 2]
 
-For each plan of models/plans on its model (models/<model>.onnx): the training firmware at an SRAM budget of 256 KB
-with the state saved to the board's flash every --save-every samples, run on --steps samples until its first save
-and killed (a power cut), run again on the same flash (it resumes from the saved state and skips the samples it
+For each plan of models/plans on its model (models/<model>.onnx) and each board: the training firmware at 256 KB of
+SRAM (flash budget: the board's), its state saved to the board's flash every --save-every samples, run on --steps
+samples until its first save and killed (a power cut), run again on the same flash (it resumes from the saved state and skips the samples it
 had consumed) to the end; compared with the host C's uninterrupted training: the resumed losses, the final state
 (tt_state.bin) and the newest state in flash, byte for byte. Also the state's bytes, the firmware's RAM sections and
 the stack high-water mark of the run (streaming included) against the measured reservation of the memory report.
+A plan whose firmware the board cannot hold (e.g. more weights than its flash) is listed as not run, with the reason.
 
 Writes benchmarks/results/state_resume.json and .md.
 """
@@ -27,6 +28,8 @@ from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.data import model_inputs
 from tinytrain.engine_c import CTrainer
 from tinytrain.engine_qemu import QemuTrainer, run
+from tinytrain.errors import TinyTrainError
+from tinytrain.firmware.boards import get_board
 from tinytrain.firmware.persist import newest
 from tinytrain.frontends import load_model
 from tinytrain.memory.report import STACK_BYTES, STACK_MEASURED_BYTES
@@ -46,8 +49,14 @@ def measure(plan_path: Path, board: str, steps: int, save_every: int, work: Path
     x = model_inputs(g, rng.integers(0, 256, (steps, *g.tensors[g.inputs[0]].shape[1:]), dtype=np.uint8))
     y = rng.integers(0, g.tensors[g.outputs[0]].shape[-1], steps)
     flash = work / "flash.bin"
+    row = {"model": model.name, "plan": str(plan_path.relative_to(ROOT)), "board": board, "sram_budget": SRAM,
+           "state_bytes": n}
     t0 = time.time()
-    q = QemuTrainer(tg, board=board, sram_budget=SRAM, save_every=save_every, flash=flash)
+    try:
+        q = QemuTrainer(tg, board=board, sram_budget=SRAM, flash_budget=get_board(board).flash_max,
+                        save_every=save_every, flash=flash)
+    except TinyTrainError as e:  # the board's memory map cannot hold it
+        return {**row, "not_run": str(e).splitlines()[0]}
     q.train(x, y, stop_after_saves=1)
     cut = newest(flash.read_bytes(), n)
     r = run(q.firmware, board, train=(x, y), flash=flash)
@@ -55,8 +64,7 @@ def measure(plan_path: Path, board: str, steps: int, save_every: int, work: Path
     c = CTrainer(tg)
     want = c.train(x, y)
     saved = newest(flash.read_bytes(), n)
-    return {"model": model.name, "plan": str(plan_path.relative_to(ROOT)), "board": board, "sram_budget": SRAM,
-            "state_bytes": n, "firmware_ram_bytes": q.firmware.ram_bytes, "position_at_cut": cut.position,
+    return {**row, "firmware_ram_bytes": q.firmware.ram_bytes, "position_at_cut": cut.position,
             "losses_equal": bool(np.array_equal(r.losses.view(np.uint32), want[save_every:].view(np.uint32))),
             "state_equal": r.state == c.state_bytes(), "flash_state_equal": saved.state == c.state_bytes(),
             "stack_used_bytes": r.stack_bytes, "qemu_seconds": round(seconds, 1)}
@@ -71,8 +79,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
              "| model | plan | board | state | firmware RAM | resumed at | losses | tt_state.bin | flash state "
              "| stack |",
              "|---|---|---|---:|---:|---:|---|---|---|---:|"]
+    ok = {True: "identical", False: "DIFFERENT"}
     for r in rows:
-        ok = {True: "identical", False: "DIFFERENT"}
+        if "not_run" in r:
+            lines.append(f"| {r['model']} | {r['plan']} | {r['board']} | {r['state_bytes']} B | not run: "
+                         f"{r['not_run']} | | | | | |")
+            continue
         lines.append(f"| {r['model']} | {r['plan']} | {r['board']} | {r['state_bytes']} B | "
                      f"{r['firmware_ram_bytes']} B | sample {r['position_at_cut']} | {ok[r['losses_equal']]} | "
                      f"{ok[r['state_equal']]} | "
@@ -82,16 +94,17 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--board", default="qemu-m7")
+    ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--save-every", type=int, default=2)
     args = ap.parse_args()
     rows = []
     for plan_path in sorted((ROOT / "models" / "plans").glob("*.json")):
-        with tempfile.TemporaryDirectory(prefix="tt-resume-") as tmp:
-            rows.append(measure(plan_path, args.board, args.steps, args.save_every, Path(tmp)))
-        print(rows[-1], flush=True)
-    command = (f"python benchmarks/state_resume.py --board {args.board} --steps {args.steps} "
+        for board in args.boards.split(","):
+            with tempfile.TemporaryDirectory(prefix="tt-resume-") as tmp:
+                rows.append(measure(plan_path, board, args.steps, args.save_every, Path(tmp)))
+            print(rows[-1], flush=True)
+    command = (f"python benchmarks/state_resume.py --boards {args.boards} --steps {args.steps} "
                f"--save-every {args.save_every}")
     meta = {"command": command, "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "steps": args.steps,
             "save_every": args.save_every}
