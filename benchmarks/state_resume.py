@@ -5,10 +5,11 @@
 For each plan of models/plans on its model (models/<model>.onnx) and each board: the training firmware at 256 KB of
 SRAM (flash budget: the board's), its state saved to the board's flash every --save-every samples, run on --steps
 samples until its first save and killed (a power cut), run again on the same flash (it resumes from the saved state
-and skips the samples it had consumed) to the end; compared with the host C's uninterrupted training: the resumed losses, the final state
-(tt_state.bin) and the newest state in flash, byte for byte. Also the state's bytes, the firmware's RAM sections and
-the stack high-water mark of the run (streaming included) against the measured reservation of the memory report.
-A plan whose firmware the board cannot hold (e.g. more weights than its flash) is listed as not run, with the reason.
+and skips the samples it had consumed) to the end; compared with the host C's uninterrupted training: the resumed
+losses, the final state (tt_state.bin) and the newest state in flash, byte for byte. Also the state's bytes, the
+firmware's RAM sections and the stack high-water mark of the run (streaming included) against the measured
+reservation of the memory report. A plan whose firmware the board cannot hold (e.g. more weights than its flash) is
+listed as not run, with the reason.
 
 Writes benchmarks/results/state_resume.json and .md.
 """
