@@ -56,8 +56,9 @@ def measure(plan_path: Path, board: str, steps: int, save_every: int, work: Path
     try:
         q = QemuTrainer(tg, board=board, sram_budget=SRAM, flash_budget=get_board(board).flash_max,
                         save_every=save_every, flash=flash)
-    except TinyTrainError as e:  # the board's memory map cannot hold it
-        return {**row, "not_run": str(e).splitlines()[0]}
+    except TinyTrainError as e:  # the board's memory map cannot hold it: the linker's own words
+        reason = [line.split("ld: ")[-1] for line in str(e).splitlines() if "overflowed" in line or "tinytrain:" in line]
+        return {**row, "not_run": "; ".join(reason) or str(e).splitlines()[0]}
     q.train(x, y, stop_after_saves=1)
     cut = newest(flash.read_bytes(), n)
     r = run(q.firmware, board, train=(x, y), flash=flash)
