@@ -57,8 +57,9 @@ def measure(plan_path: Path, board: str, steps: int, save_every: int, work: Path
         q = QemuTrainer(tg, board=board, sram_budget=SRAM, flash_budget=get_board(board).flash_max,
                         save_every=save_every, flash=flash)
     except TinyTrainError as e:  # the board's memory map cannot hold it: the linker's own words
-        reason = [line.split("ld: ")[-1] for line in str(e).splitlines() if "overflowed" in line or "tinytrain:" in line]
-        return {**row, "not_run": "; ".join(reason) or str(e).splitlines()[0]}
+        lines = str(e).splitlines()
+        reason = [line.split("ld: ")[-1] for line in lines if "overflowed" in line or "tinytrain:" in line]
+        return {**row, "not_run": "; ".join(reason) or lines[0]}
     q.train(x, y, stop_after_saves=1)
     cut = newest(flash.read_bytes(), n)
     r = run(q.firmware, board, train=(x, y), flash=flash)
