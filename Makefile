@@ -6,7 +6,7 @@ DEMO_OUT ?= build/demo
 # without one is compiled for inference.
 PLAN ?= models/plans/$(basename $(notdir $(MODEL)))-sparse.json
 
-.PHONY: setup demo test test-fast zoo memory-table clean
+.PHONY: setup demo test test-fast zoo memory-table docs clean
 
 setup:
 	bash scripts/setup.sh
@@ -28,6 +28,10 @@ zoo: setup
 # Peak SRAM of the training step per model and plan, beside the published figures and PyTorch's.
 memory-table: setup
 	$(PY) benchmarks/memory_table.py
+
+# The user guide (docs/, mkdocs.yml) as a static site; `.venv/bin/mkdocs serve` serves it while you edit.
+docs: setup
+	.venv/bin/mkdocs build --strict -d build/site
 
 clean:
 	rm -rf build .pytest_cache

@@ -105,7 +105,7 @@ def _span(values: list[float | None], fmt: str) -> str:
 
 
 def reading(rows: list[SpeedRow]) -> str:
-    """The ranges over the models, as the README quotes them."""
+    """The ranges over the models, as the README and docs/guide/studies.md quote them."""
     q = [r.ratios() for r in rows]
     return (f"Reading: a training step takes {_span([x['step_over_macs'] for x in q], '{:.1f}')}× "
             f"its MACs in instructions and {_span([x['step_over_published'] for x in q], '{:.2f}')}× the published "

@@ -161,10 +161,13 @@ def torch_twin(graph):
             return self.run(x, 0, len(self.steps)).flatten(1)
 
         def run(self, x, lo: int, hi: int):
-            """steps[lo:hi] on x (N,C,H,W): the part of the network between two nodes, shapes kept."""
+            """steps[lo:hi] on x (N,C,H,W): the part of the network between two nodes, shapes kept. A node reads
+            its inputs by name (a residual's shortcut), x for a tensor from before ``lo``."""
+            env = {}
             for k, node in self.steps[lo:hi]:
                 a = node.attrs
-                if node.op in ("conv2d", "fully_connected", "avg_pool2d"):
+                x = env.get(node.inputs[0], x)
+                if node.op in ("conv2d", "fully_connected", "avg_pool2d", "add"):
                     yq = graph.tensors[node.outputs[0]].quant
                     c_lo, c_hi = (a.act_min - yq.zp) * yq.s, (a.act_max - yq.zp) * yq.s
                 b = self.params[f"b{k}"] if f"b{k}" in self.params else None
@@ -177,12 +180,15 @@ def torch_twin(graph):
                 elif node.op == "avg_pool2d":
                     pt, pl, pb, pr = a.padding
                     x = F.avg_pool2d(F.pad(x, (pl, pr, pt, pb)), a.kernel, a.stride)
+                elif node.op == "add":
+                    x = torch.clamp(x + env.get(node.inputs[1], x), c_lo, c_hi)
                 elif node.op == "reshape":
                     x = x.flatten(1)
                 elif node.op in ("softmax", "dequantize"):
                     pass  # logits are trained with softmax cross-entropy
                 else:
                     raise NotImplementedError(f"torch twin: {node.op}")
+                env[node.outputs[0]] = x
             return x
 
     return Twin()

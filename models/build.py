@@ -36,6 +36,7 @@ RECIPES = {
     "proxyless-w0.3": {"task": "fmnist10", "train_size": 10000, "epochs": 3},
     "mcunet-5fps": {"task": "fmnist10", "train_size": 10000, "epochs": 3},
     "mbv1-0.25-vww": {"task": "fmnist2-torso", "train_size": 20000, "epochs": 3},
+    "mbv3s-w0.5": {"task": "fmnist10", "train_size": 10000, "epochs": 4},
 }
 
 
@@ -45,7 +46,7 @@ def build_one(name: str, data: dict, out_dir: Path, epochs: int | None, train_si
     import models
     from models.common import count_params, fold_bn, layer_macs
 
-    entry = models.ZOO[name]
+    entry = models.ENTRIES[name]
     recipe = dict(RECIPES[name])
     if epochs is not None:
         recipe["epochs"] = epochs
@@ -214,12 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     names = list(models.ZOO)
     if args.only:
         wanted = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
-        unknown = [n for n in wanted if n not in models.ZOO]
+        unknown = [n for n in wanted if n not in models.ENTRIES]
         if unknown:
-            print(f"error: unknown model(s) {', '.join(unknown)}; choose from {', '.join(models.ZOO)}",
+            print(f"error: unknown model(s) {', '.join(unknown)}; choose from {', '.join(models.ENTRIES)}",
                   file=sys.stderr)
             return 2
-        names = [n for n in names if n in wanted]
+        names = [n for n in models.ENTRIES if n in wanted]
 
     out_dir = Path(args.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         prov["models"][name] = build_one(name, data, out_dir, args.epochs, args.train_size, args.seed, log)
         prov["models"][name]["command"] = cmd
-    prov["models"] = {n: prov["models"][n] for n in models.ZOO if n in prov["models"]}
+    prov["models"] = {n: prov["models"][n] for n in models.ENTRIES if n in prov["models"]}
     prov["versions"] = {"python": platform.python_version(), "torch": torch.__version__,
                         "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
                         "onnxscript": onnxscript.__version__, "numpy": np.__version__}

@@ -42,6 +42,8 @@ def _act(kind: str | None) -> nn.Module:
         return nn.ReLU6(inplace=False)
     if kind == "relu":
         return nn.ReLU(inplace=False)
+    if kind == "hswish":
+        return nn.Hardswish(inplace=False)
     raise ValueError(f"unknown activation {kind!r}")
 
 

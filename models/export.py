@@ -13,7 +13,7 @@ import numpy as np
 from models.data import to_input
 
 ALLOWED_FLOAT_OPS = {"Conv", "Relu", "Clip", "Add", "GlobalAveragePool", "ReduceMean",
-                     "Flatten", "Reshape", "Gemm", "MatMul"}
+                     "Flatten", "Reshape", "Gemm", "MatMul", "HardSwish", "HardSigmoid", "Mul"}
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
 INPUT_SCALE = np.float32(1.0 / 255.0)
 INPUT_ZERO_POINT = np.int8(-128)

@@ -16,6 +16,7 @@ from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
 from tinytrain.ops.conv2d import Conv2dAttrs
 from tinytrain.ops.fully_connected import FullyConnectedAttrs
+from tinytrain.ops.max_pool2d import MaxPool2dAttrs
 from tinytrain.ops.mean import MeanAttrs
 from tinytrain.ops.pad import PadAttrs
 from tinytrain.ops.requantize import RequantizeAttrs
@@ -106,6 +107,10 @@ class GraphBuilder(builder.GraphBuilder):
             return self.node("avg_pool2d", [x], attrs, qo)
         attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), *act, half_up, half_even)
         return self.node("avg_pool2d", [x], attrs, self.tensors[x].quant)
+
+    def max_pool(self, x: str, kernel, stride, padding=(0, 0, 0, 0), act=(-128, 127)) -> str:
+        attrs = MaxPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), *act)
+        return self.node("max_pool2d", [x], attrs, self.tensors[x].quant)
 
     def mean(self, x: str, same_quant: bool = False, keepdims: bool = True, act=(-128, 127),
              single: bool | str = False, count_folded: bool = False) -> str:

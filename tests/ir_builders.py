@@ -16,6 +16,7 @@ from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
 from tinytrain.ops.conv2d import Conv2dAttrs, accumulate
 from tinytrain.ops.fully_connected import FullyConnectedAttrs
 from tinytrain.ops.fully_connected import accumulate as fc_accumulate
+from tinytrain.ops.max_pool2d import MaxPool2dAttrs
 from tinytrain.ops.mean import MeanAttrs
 from tinytrain.ops.pad import PadAttrs
 from tinytrain.ops.requantize import RequantizeAttrs
@@ -151,6 +152,54 @@ class ModelBuilder(builder.GraphBuilder):
         (shape,) = get_op("avg_pool2d").infer_shapes(attrs, [xt])
         name = self._name("pool")
         return self._node("avg_pool2d", name, [x], self._act(f"{name}.out", shape, xt.quant), attrs)
+
+    def max_pool(self, x: str, k: int, stride: int, padding=(0, 0, 0, 0), act=(-128, 127)) -> str:
+        xt = self.tensors[x]
+        attrs = MaxPool2dAttrs((k, k), (stride, stride), tuple(padding), *act)
+        (shape,) = get_op("max_pool2d").infer_shapes(attrs, [xt])
+        name = self._name("maxpool")
+        return self._node("max_pool2d", name, [x], self._act(f"{name}.out", shape, xt.quant), attrs)
+
+    def activation(self, x: str, kind: str, alpha: float = 1 / 6, beta: float = 0.5) -> str:
+        """hard_swish, logistic or hard_sigmoid as an ONNX import builds it (output quantization calibrated)."""
+        from tinytrain.ops import hard_sigmoid, hard_swish, logistic
+        from tinytrain.tables import TableAttrs
+
+        xt = self.tensors[x]
+        real = (self.values[x].astype(np.float64) - xt.quant.zp) * xt.quant.s
+        fns = {"hard_swish": lambda r: r * np.clip(r / 6 + 0.5, 0, 1), "logistic": lambda r: 1 / (1 + np.exp(-r)),
+               "hard_sigmoid": lambda r: np.clip(alpha * r + beta, 0, 1)}
+        q = _out_quant(fns[kind](real), None)
+        table = (hard_sigmoid.onnx_table(xt.quant, q, alpha, beta) if kind == "hard_sigmoid" else
+                 {"hard_swish": hard_swish, "logistic": logistic}[kind].onnx_table(xt.quant, q))
+        name = self._name(kind)
+        return self._node(kind, name, [x], self._act(f"{name}.out", xt.shape, q), TableAttrs(table, kind, alpha, beta))
+
+    def mul(self, a: str, b: str, act: str | None = None) -> str:
+        """Broadcast multiply with TFLite's requantization, output quantization calibrated."""
+        from tinytrain.ops.mul import MulAttrs, broadcast_shape
+
+        ta, tb = self.tensors[a], self.tensors[b]
+        real = ((self.values[a].astype(np.float64) - ta.quant.zp) * ta.quant.s
+                * (self.values[b].astype(np.float64) - tb.quant.zp) * tb.quant.s)
+        q = _out_quant(real, act)
+        lo, hi = ACT_BOUNDS[act]
+        attrs = MulAttrs(Requant.from_scales([ta.quant.s * tb.quant.s / q.s]), *activation_range(q.zp, q.s, lo, hi))
+        name = self._name("mul")
+        return self._node("mul", name, [a, b], self._act(f"{name}.out", broadcast_shape(ta.shape, tb.shape), q), attrs)
+
+    def concat(self, xs: list[str]) -> str:
+        """Channel concatenation into the first input's quantization (the others requantized by tables)."""
+        from tinytrain.ops.concat import ConcatAttrs
+        from tinytrain.tables import float32_table
+
+        q = self.tensors[xs[0]].quant
+        tables = tuple(None if self.tensors[x].quant == q else float32_table(lambda v: v, self.tensors[x].quant, q)
+                       for x in xs)
+        attrs = ConcatAttrs(3, tables)
+        (shape,) = get_op("concat").infer_shapes(attrs, [self.tensors[x] for x in xs])
+        name = self._name("concat")
+        return self._node("concat", name, xs, self._act(f"{name}.out", shape, q), attrs)
 
     def pad(self, x: str, pads) -> str:
         xt = self.tensors[x]

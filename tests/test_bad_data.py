@@ -1,4 +1,4 @@
-"""Bad datasets (README "Learning that survives the field"): wrong dtype or shape, labels outside the head, empty sets,
+"""Bad datasets (docs/guide/field.md): wrong dtype or shape, labels outside the head, empty sets,
 damaged .npz files, truncated or non-image files in a class folder — each is one line on stderr, exit code 2, for
 `train` and `eval` alike, and nothing is written."""
 
@@ -36,17 +36,17 @@ def _png(h=8, w=8) -> bytes:
 
 GOOD = _npz(x=X, y=Y)
 NPZ_CASES = {
-    "float_images": (_npz(x=X.astype(np.float32), y=Y), "uint8"),
-    "int8_images": (_npz(x=X.astype(np.int8), y=Y), "uint8"),
+    "float_images": (_npz(x=X.astype(np.float32), y=Y), "features x are float32"),
+    "int8_images": (_npz(x=X.astype(np.int8), y=Y), "features x are int8"),
     "five_dims": (_npz(x=X.reshape(6, 4, 2, 8, 3), y=Y), "uint8"),
     "flat_images": (_npz(x=X.reshape(6, -1), y=Y), "uint8"),
-    "fewer_labels": (_npz(x=X, y=Y[:4]), "(N,)"),
-    "float_labels": (_npz(x=X, y=Y.astype(np.float32)), "integers"),
+    "fewer_labels": (_npz(x=X, y=Y[:4]), "y has 4"),
+    "float_labels": (_npz(x=X, y=Y.astype(np.float32)), "integer class labels"),
     "label_past_the_head": (_npz(x=X, y=np.array([0, 1, 0, 1, 0, 2])), "--new-head"),
     "negative_label": (_npz(x=X, y=np.array([0, 1, -1, 1, 0, 1])), "class indices"),
     "huge_label": (_npz(x=X, y=np.array([0, 1, 2 ** 40, 1, 0, 1])), "class indices"),
     "empty_set": (_npz(x=X[:0], y=Y[:0]), "no samples"),
-    "no_labels": (_npz(x=X), "'y'"),
+    "no_labels": (_npz(x=X), "no labels y"),
     "two_channels": (_npz(x=X[..., :2], y=Y), "channels"),
     "truncated_npz": (GOOD[: len(GOOD) // 2], "cannot read"),
     "bad_crc_npz": (GOOD[:200] + bytes([GOOD[200] ^ 0xFF]) + GOOD[201:], "cannot read"),

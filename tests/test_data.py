@@ -134,3 +134,18 @@ def test_idx_reader_checks_the_header(tmp_path):
     short.write_bytes(gzip.compress(b"\0\0\x08\x01" + (5).to_bytes(4, "big") + bytes(3)))
     with pytest.raises(UsageError, match="truncated"):
         _read_idx(short)
+
+
+def test_fashion_mnist_becomes_rgb_for_a_three_channel_raw_pixel_model():
+    """Fashion-MNIST (28x28 gray) for ResNet-8's input (32x32x3, scale 1, zero point -128: raw pixels): the
+    gray value resized bilinearly, repeated in all three channels, pixel - 128."""
+    from tinytrain.data import _resize
+
+    _fashion_mnist_root()
+    ds = load_dataset("fashion-mnist:test:20")
+    q = model_inputs(input_graph(32, 32, 3, 1.0, -128), ds.x)
+    assert q.shape == (20, 32, 32, 3) and q.dtype == np.int8
+    assert np.array_equal(q[..., 0], q[..., 1]) and np.array_equal(q[..., 0], q[..., 2])
+    gray = np.stack([_resize(img, 32, 32) for img in ds.x])[..., 0]
+    assert np.array_equal(q[..., 0].astype(np.int16), gray.astype(np.int16) - 128)
+    assert q.min() == -128 and q.max() > 100  # the full pixel range, not pixel / 255

@@ -35,7 +35,8 @@ from tinytrain.verify import verify
 
 ort = pytest.importorskip("onnxruntime")
 
-ZOO = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.onnx"))
+# mbv3s-w0.5 round-trips in tests/test_user_ops_model.py against ORT_DISABLE_ALL (see test_onnx_frontend.ZOO_FILES)
+ZOO = sorted(p for p in (Path(__file__).resolve().parents[1] / "models").glob("*.onnx") if p.stem != "mbv3s-w0.5")
 
 
 def session(model: onnx.ModelProto | str | Path):

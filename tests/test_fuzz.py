@@ -1,6 +1,6 @@
 """The importer and data-loader fuzzer (benchmarks/fuzz_importers.py) on a few hundred cases: every mutated model or
 dataset is accepted, or rejected with one line and exit 2 — no crash, traceback or hang. The 10,000-case run and its
-counts are in the README."""
+counts are in docs/guide/field.md."""
 
 import json
 import subprocess

@@ -29,7 +29,7 @@ from tinytrain.training.autodiff import differentiate, logits_of, trainable_para
 from tinytrain.verify import verify
 
 RTOL = 2e-6
-MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize"}
+MASKED = {"conv2d", "fully_connected", "add", "mean", "requantize", "mul", "hard_swish", "logistic", "hard_sigmoid"}
 
 
 def _deq(arr, t):
@@ -74,6 +74,20 @@ def _real_op(node, graph, x, params):
         ones = F.pad(torch.ones_like(_nchw(x[0])[:1, :1]), (pl, pr, pt, pb))
         sums = F.avg_pool2d(xin, a.kernel, a.stride, divisor_override=1)
         return _nhwc(sums / F.avg_pool2d(ones, a.kernel, a.stride, divisor_override=1))
+    if op == "max_pool2d":
+        pt, pl, pb, pr = a.padding
+        xin = F.pad(_nchw(x[0]), (pl, pr, pt, pb), value=-float("inf"))
+        return _nhwc(F.max_pool2d(xin, a.kernel, a.stride))
+    if op == "mul":
+        return x[0] * x[1]
+    if op == "concat":
+        return torch.cat(x, dim=a.axis)
+    if op == "hard_swish":
+        return F.hardswish(x[0])
+    if op == "logistic":
+        return torch.sigmoid(x[0])
+    if op == "hard_sigmoid":
+        return torch.clamp(a.alpha * x[0] + a.beta, 0, 1)
     if op == "pad":
         pads = [p for pair in reversed(a.pads) for p in pair]
         return F.pad(x[0], pads)
@@ -97,7 +111,7 @@ def torch_gradients(graph, x_int8, label):
         q = values[out]
         y_hat = _deq(q, graph.tensors[out])
         lo, hi = getattr(node.attrs, "act_min", -128), getattr(node.attrs, "act_max", 127)
-        masked = node.op in MASKED or (node.op == "avg_pool2d" and (lo, hi) != (-128, 127))
+        masked = node.op in MASKED or (node.op in ("avg_pool2d", "max_pool2d") and (lo, hi) != (-128, 127))
         m = torch.tensor(((q > lo) & (q < hi)).astype(np.float64)) if masked else torch.ones_like(y_hat)
         act[out] = m * z + (y_hat - m * z).detach()
         assert torch.allclose(act[out], y_hat)
@@ -146,6 +160,14 @@ OP_CASES = {
     "residual_add": lambda mb, x: mb.add(x, mb.conv(x, mb.tensors[x].shape[3], 1, act=None)),
     "add_relu": lambda mb, x: mb.add(mb.conv(x, 4, 1), mb.conv(x, 4, 3, act=None), act="relu"),
     "avg_pool": lambda mb, x: mb.avg_pool(x, 3, 2, (1, 1, 1, 1)),
+    "max_pool_overlapping": lambda mb, x: mb.max_pool(x, 3, 2, (1, 1, 1, 1)),
+    "hard_swish": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_swish"),
+    "logistic": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "logistic"),
+    "hard_sigmoid": lambda mb, x: mb.activation(mb.conv(x, 6, 1, act=None), "hard_sigmoid", 0.2, 0.5),
+    "squeeze_excite": lambda mb, x: mb.mul(x, mb.activation(mb.conv(mb.mean(x), 6, 1, act=None), "hard_sigmoid")),
+    "mul_same_shape_relu": lambda mb, x: mb.mul(mb.conv(x, 6, 1, act=None), x, act="relu"),
+    "concat_channels": lambda mb, x: mb.concat([mb.conv(x, 4, 1), x, mb.conv(x, 3, 3, act=None)]),
+    "max_pool_2x2_clamped": lambda mb, x: mb.max_pool(x, 2, 2, act=(-100, 90)),
     "mean_rescaled": lambda mb, x: mb.reshape(mb.mean(x, rescale=0.5), (mb.tensors[x].shape[3],)),
     "mean_no_keepdims": lambda mb, x: mb.mean(x, keepdims=False),
     "pad": lambda mb, x: mb.conv(mb.pad(x, ((1, 0), (0, 2), (0, 0))), 4, 3, padding=0),

@@ -1,4 +1,4 @@
-"""The non-finite guard (README "Learning that survives the field"): a step whose loss is NaN or Inf is not applied —
+"""The non-finite guard (docs/guide/field.md): a step whose loss is NaN or Inf is not applied —
 weights, biases, momentum and the step counter stay as they were, the step is counted — identically in the
 simulator, the host C and the firmware on QEMU; an lr whose float32 step factor overflows is refused. A finite loss
 implies finite gradients by the compile-time bounds of training/finite.py: they hold on every gradient computed, and

@@ -47,7 +47,11 @@ from tinytrain.ops.mean import MeanAttrs
 from tinytrain.simulator import forward, to_external, to_internal
 
 ROOT = Path(__file__).resolve().parents[1]
-ZOO_FILES = sorted((ROOT / "models").glob("*.onnx"))
+# The image classifiers of models.ZOO; mbv3s-w0.5 (models.EXTRA) is checked against onnxruntime in
+# tests/test_user_ops_model.py: onnxruntime's extended graph optimizations change its HardSwish / HardSigmoid / Mul
+# QDQ groups (up to 97 LSB on the logits, 83.8 % instead of 91.0 % accuracy on 600 test images), so the default
+# session is no oracle for it, while ORT_DISABLE_ALL and ORT_ENABLE_BASIC equal the simulator bit for bit.
+ZOO_FILES = sorted(p for p in (ROOT / "models").glob("*.onnx") if p.stem != "mbv3s-w0.5")
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -567,7 +571,7 @@ def _dynamic_shape() -> onnx.ModelProto:
 def _unsupported_op() -> onnx.ModelProto:
     return tiny_qdq(extra_nodes=[
         helper.make_node("DequantizeLinear", ["c_q", "c_s", "c_zp"], ["c_dq"], name="dq_c"),
-        helper.make_node("Sigmoid", ["c_dq"], ["sg"], name="sigmoid"),
+        helper.make_node("Tanh", ["c_dq"], ["sg"], name="tanh"),
         helper.make_node("QuantizeLinear", ["sg", "c_s", "c_zp"], ["sg_q"], name="q_sg")], last="sg_q")
 
 
@@ -599,7 +603,7 @@ ERROR_CASES = {
     "not_onnx": (lambda: b"this is certainly not an ONNX protobuf \xff\xfe\x00\x01", ModelError, ["not an ONNX model"]),
     "truncated": (lambda: tiny_qdq().SerializeToString()[:300], ModelError, ["truncated"]),
     "float_only": (_float_only, UnsupportedModelError, ["float", "quantize_static"]),
-    "unsupported_op": (_unsupported_op, UnsupportedModelError, ["Sigmoid", "supports", "Conv", "QuantizeLinear"]),
+    "unsupported_op": (_unsupported_op, UnsupportedModelError, ["Tanh", "supports", "Conv", "QuantizeLinear"]),
     "dynamic_shape": (_dynamic_shape, UnsupportedModelError, ["height", "axis 2", "fix the input shape"]),
     "missing_initializer": (lambda: _remove_init(tiny_qdq(), "w"), ModelError, ["'w'", "missing initializer"]),
     "zero_scale": (lambda: _set_init(tiny_qdq(), "x_s", np.array(0.0, np.float32)), ModelError,

@@ -1,4 +1,4 @@
-"""Persistent learned state (README "Learning that survives the field"): the state in two flash slots with sequence
+"""Persistent learned state (docs/guide/field.md): the state in two flash slots with sequence
 numbers and CRCs (firmware/c/tt_persist.c), checked on the same C as the firmware.
 
 Power loss: power is cut at every erase and program operation of consecutive saves, before the operation and

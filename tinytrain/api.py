@@ -27,48 +27,89 @@ from tinytrain.training.sparse import Plan
 ENGINES = ("sim", "c", "qemu")
 
 
-def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0) -> Graph:
-    """The int8 model as a tinytrain graph; ``new_head``: its last layer replaced by a new N-class head (init
-    ``seed``)."""
+def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0,
+               input_size: int | str | tuple[int, int] | None = None) -> Graph:
+    """The int8 model as a tinytrain graph; ``input_size`` (N, "HxW" or (H, W)): its layers run at that input
+    size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``)."""
     from tinytrain.frontends import load_model as load
 
-    graph = load(path)
+    return _graph(load(path), new_head, seed, input_size)
+
+
+def _graph(model: str | Path | Graph, new_head: int | None, seed: int,
+           input_size: int | str | tuple[int, int] | None = None) -> Graph:
+    if not isinstance(model, Graph):
+        return load_model(model, new_head=new_head, seed=seed, input_size=input_size)
+    if input_size is not None:
+        from tinytrain.frontends.resize import resize_input
+
+        model = resize_input(model, input_size)
     if new_head:
         from tinytrain.training.head import new_head as replace_head
 
-        graph = replace_head(graph, new_head, seed=seed)
-    return graph
+        return replace_head(model, new_head, seed=seed)
+    return model
 
 
-def _graph(model: str | Path | Graph, new_head: int | None, seed: int) -> Graph:
-    if isinstance(model, Graph):
-        if new_head:
-            from tinytrain.training.head import new_head as replace_head
-
-            return replace_head(model, new_head, seed=seed)
-        return model
-    return load_model(model, new_head=new_head, seed=seed)
+LOSSES = ("xent", "mse")
 
 
-def model_data(graph: Graph, data) -> tuple[np.ndarray, np.ndarray]:
-    """(the images as the model's int8 inputs, labels) of ``data``; labels must index the model's outputs."""
-    from tinytrain.data import load_dataset, model_inputs
+def load_data(data):
+    """The Dataset of a DATA spec, or of a pair / triple of arrays (x, y[, anomaly]; y may be None)."""
+    from tinytrain.data import dataset_from_arrays, load_dataset
 
     if isinstance(data, tuple):
-        x, y = (np.asarray(a) for a in data)
-        if x.dtype != np.uint8 or x.ndim != 4 or y.ndim != 1 or len(x) != len(y):
-            raise UsageError(f"data: give uint8 images (N,H,W,C) and N labels, not {x.dtype}{x.shape} and {y.shape}")
-        spec = "the data"
-    else:
-        ds = load_dataset(data)
-        x, y, spec = ds.x, ds.y, str(data)
-    n_out = graph.tensors[graph.outputs[0]].shape[-1]
-    if len(y) == 0:
-        raise UsageError(f"{spec}: no samples")
-    if y.min() < 0 or y.max() >= n_out:
-        raise UsageError(f"{spec}: labels go up to {y.max()} but the model has {n_out} outputs; "
-                         f"train a new classifier with --new-head {y.max() + 1}")
-    return model_inputs(graph, x), y.astype(np.int64)
+        if len(data) not in (2, 3):
+            raise UsageError(f"data: give (x, y) or (x, y, anomaly), not {len(data)} arrays")
+        return dataset_from_arrays(*data)
+    return load_dataset(data)
+
+
+def model_data(graph: Graph, data, loss: str = "xent") -> tuple[np.ndarray, np.ndarray | None]:
+    """(the samples as the model's int8 inputs, their targets) of ``data``: class labels indexing the model's
+    outputs (``xent``); float targets of the output's shape, or None for reconstruction (``mse``)."""
+    x, y, _ = _prepared(graph, load_data(data), loss)
+    return x, y
+
+
+def _prepared(graph: Graph, ds, loss: str):
+    from tinytrain.data import model_inputs
+
+    if len(ds) == 0:
+        raise UsageError(f"{ds.source}: no samples")
+    y = _targets(graph, ds, loss)
+    return model_inputs(graph, ds.x), y, ds
+
+
+def default_loss(graph: Graph, ds) -> str:
+    """mse for data without targets on a model whose output has its input's shape (an autoencoder), else xent."""
+    x_shape, out_shape = (graph.tensors[t].shape for t in (graph.inputs[0], graph.outputs[0]))
+    return "mse" if ds.y is None and tuple(x_shape) == tuple(out_shape) else "xent"
+
+
+def _targets(graph: Graph, ds, loss: str) -> np.ndarray | None:
+    if loss not in LOSSES:
+        raise UsageError(f"loss {loss!r}: choose one of {', '.join(LOSSES)}")
+    x_shape, out_shape = (graph.tensors[t].shape for t in (graph.inputs[0], graph.outputs[0]))
+    if loss == "mse":
+        if ds.labelled:
+            raise UsageError(f"{ds.source}: y holds class labels, but --loss mse needs float targets of the output's "
+                             f"shape {out_shape[1:]} or no y (reconstruction); drop y (labels on an autoencoder)")
+        if ds.y is None and tuple(x_shape) != tuple(out_shape):
+            raise UsageError(f"{ds.source}: --loss mse without targets y reconstructs the input, but the model's "
+                             f"output {out_shape} is not its input's shape {x_shape}; give float targets y")
+        if ds.y is not None and tuple(ds.y.shape[1:]) != tuple(out_shape[1:]):
+            raise UsageError(f"{ds.source}: the targets y are {tuple(ds.y.shape)}, the model's output is "
+                             f"(N, {', '.join(map(str, out_shape[1:]))})")
+        return ds.y
+    if ds.y is None or not ds.labelled:
+        raise UsageError(f"{ds.source}: {'no labels y' if ds.y is None else 'y holds float targets'}; a classifier "
+                         "trains on integer class labels (an autoencoder or regression: --loss mse)")
+    n_out = out_shape[-1]
+    if ds.y.max() >= n_out:
+        raise UsageError(f"{ds.source}: labels go up to {ds.y.max()} but the model has {n_out} outputs; "
+                         f"train a new classifier with --new-head {ds.y.max() + 1}")
+    return ds.y
 
 
 def sample_order(rows: np.ndarray, steps: int, seed: int) -> np.ndarray:
@@ -150,17 +191,22 @@ class Compiled:
 
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
-            planner: str = "greedy", reorder: bool = True, inplace: bool = True) -> Compiled:
+            planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
+            input_size: int | str | tuple[int, int] | None = None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
-    budgets and emit its C. Raises BudgetError when it does not fit."""
+    budgets and emit its C (``loss``: as ``train``'s). Raises BudgetError when it does not fit."""
     from tinytrain.codegen import render_project
     from tinytrain.errors import UnsupportedModelError
     from tinytrain.memory.report import check_budget, plan_memory
     from tinytrain.sizes import parse_size
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
-    graph = _graph(model, new_head, 0)
+    graph = _graph(model, new_head, 0, input_size)
     chosen = _plan(graph, plan, update, None, None, None, None)
+    if chosen is not None:
+        chosen = _with_loss(chosen, loss, plan is not None)
+    elif loss is not None:
+        raise UsageError("--loss sets the training step's loss: give it with --plan or --update")
     step = graph
     if chosen is not None:
         from tinytrain.training.device_step import device_schedule
@@ -199,7 +245,7 @@ class TrainResult:
     losses: np.ndarray = field(repr=False)  # float32 per step run here; NaN / Inf: a step the guard did not apply
     state: TrainState = field(repr=False)
     seconds: float
-    train_accuracy: float
+    train_accuracy: float              # loss mse: the mean reconstruction error (metrics.py) instead
     final_loss: float | None           # mean loss of the last epoch's steps (at most len(train rows))
     n_train: int
     held_out: dict = field(default_factory=dict)  # n_held_out, held_out, split_seed, accuracy_before / _after
@@ -219,7 +265,9 @@ class TrainResult:
         """The JSON line of ``tinytrain train --json``."""
         return {"final_loss": self.final_loss, "steps": self.steps, "seconds": self.seconds, "engine": self.engine,
                 "plan": self.plan.to_json(), "rounding": self.config.rounding.value, "qas": self.config.qas,
-                "train_accuracy": self.train_accuracy, "nonfinite_steps": int(self.state.nonfinite),
+                "loss": self.plan.loss,
+                ("train_accuracy" if self.plan.loss == "xent" else "train_error"): self.train_accuracy,
+                "nonfinite_steps": int(self.state.nonfinite),
                 **self.engine_info, **self.held_out}
 
 
@@ -228,14 +276,16 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           engine: str = "sim", board: str = "qemu-m7", sram: str | int = "256k", flash: str | Path | None = None,
           save_every: int = 0, stop_after_saves: int = 0, new_head: int | None = None, momentum: float = 0.0,
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
-          seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0) -> TrainResult | None:
+          seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0,
+          loss: str | None = None, input_size: int | str | tuple[int, int] | None = None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
     after. ``flash`` / ``save_every`` / ``stop_after_saves`` (qemu): the board's flash file; with
     ``stop_after_saves`` the board's power is cut after that many saves and None is returned. ``lr_schedule``
     "cosine" gives the plan an lr schedule over this run's steps (``warmup``: the warm-up fraction), "constant"
-    drops the plan's (default: the plan's own)."""
+    drops the plan's (default: the plan's own). ``loss`` "xent" (softmax cross-entropy, default) or "mse" (the
+    reconstruction of DATA without y: an autoencoder; accuracies become mean reconstruction errors)."""
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
@@ -244,20 +294,19 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         raise UsageError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
     _check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
-    graph = _graph(model, new_head, seed)
-    logits = graph.tensors[graph.outputs[0]].shape
-    if any(d != 1 for d in logits[1:-1]):
-        raise UsageError(f"{graph.name}: the output {logits} is not class logits (1, C); training needs a classifier")
-    chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only")
+    graph = _graph(model, new_head, seed, input_size)
+    chosen = _with_loss(_plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only"), loss, plan is not None)
+    _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
-    x, y = model_data(graph, data)
+    x, y, targets = _training_data(graph, data, chosen.loss, engine)
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
+    measure = _measure(graph, chosen.loss, x, y, targets)
     n_steps = steps if steps is not None else epochs * len(rows)
     if n_steps <= 0:
         raise UsageError("nothing to do: --steps / --epochs must be positive")
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, n_steps)
-    tg = build_training_graph(graph, chosen, config)  # the C and QEMU engines run its device_schedule
+    tg = build_training_graph(graph, chosen, config, targets is not None)  # C, QEMU: its device_schedule
     order = sample_order(rows, n_steps, seed)
     engine_info, trainer, features = {}, None, None
     if engine in ("c", "qemu"):
@@ -274,17 +323,17 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
             trainer = CTrainer(tg)
         engine_info["build_seconds"] = round(time.time() - t0, 3)
 
-        def score(rows_, state_=None):  # the device's prediction: argmax of tt_predict's int8 logits
-            return float((trainer.predict(x[rows_]).argmax(axis=1) == y[rows_]).mean())
+        def score(rows_, state_=None):  # the device's prediction: tt_predict's int8 output
+            return measure(trainer.predict(x[rows_]), rows_)
     else:
         features, suffix = _frozen(graph, tg, x)
 
         def score(rows_, state_=None):
-            return _suffix_accuracy(suffix, features, rows_, y, state_)
-    info = {}
+            return measure(_suffix_outputs(suffix, features, rows_, state_), rows_)
+    info, metric = {}, "accuracy" if chosen.loss == "xent" else "error"
     if parts:
         info.update(n_train=int(len(rows)), n_held_out=int(len(parts[1])), held_out=held_out, split_seed=split_seed,
-                    accuracy_before=score(parts[1]))
+                    **{f"{metric}_before": score(parts[1])})
     t0 = time.time()
     if stop_after_saves:
         trainer.train(x, y, order, stop_after_saves=stop_after_saves)
@@ -298,14 +347,33 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         from tinytrain.simulator import init_state, train as sim_train
 
         state = init_state(tg)
-        losses = sim_train(tg, state, x, y, order, features=features)
+        losses = sim_train(tg, state, x, y, order, features=features, targets=targets)
     seconds = time.time() - t0
     tail = losses[-min(len(losses), len(rows)):]
     tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
     if parts:
-        info["accuracy_after"] = score(parts[1], state)
+        info[f"{metric}_after"] = score(parts[1], state)
     return TrainResult(graph, chosen, config, engine, int(n_steps), losses, state, round(seconds, 3), score(rows, state),
                        float(tail.mean()) if len(tail) else None, int(len(rows)), info, engine_info)
+
+
+def _check_classifier(graph: Graph, loss: str) -> None:
+    logits = graph.tensors[graph.outputs[0]].shape
+    if loss == "xent" and any(d != 1 for d in logits[1:-1]):
+        raise UsageError(f"{graph.name}: the output {logits} is not class logits (1, C); training needs a classifier "
+                         "(an autoencoder: --loss mse)")
+
+
+def _training_data(graph: Graph, data, loss: str, engine: str):
+    """(int8 inputs, labels, float targets or None): an mse run's labels are zeros (the engines pass one; the loss
+    reads none), its targets y or None (reconstruction of the input)."""
+    x, y = model_data(graph, data, loss)
+    if loss == "xent":
+        return x, y, None
+    if y is not None and engine != "sim":
+        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
+                         "(DATA without y)")
+    return x, np.zeros(len(x), np.int64), y
 
 
 def _check_persist_arguments(engine: str, flash, save_every: int, stop_after_saves: int) -> None:
@@ -361,24 +429,66 @@ def _frozen(graph, tg, x: np.ndarray):
     return {**_prefix_outputs(t_prefix, x), **_prefix_outputs(f_prefix, x)}, f_suffix
 
 
-def _suffix_accuracy(suffix, features, rows: np.ndarray, y: np.ndarray, state=None) -> float:
+def _suffix_outputs(suffix, features, rows: np.ndarray, state=None) -> np.ndarray:
     from tinytrain.simulator import forward, with_state
 
     g = suffix if state is None else with_state(suffix, state)
-    out = forward(g, {k: features[k][rows] for k in g.inputs})[g.outputs[0]]
-    return float((out.reshape(len(rows), -1).argmax(axis=1) == y[rows]).mean())
+    return forward(g, {k: features[k][rows] for k in g.inputs})[g.outputs[0]]
+
+
+def _measure(graph: Graph, loss: str, x: np.ndarray, y: np.ndarray, targets: np.ndarray | None = None):
+    """score(int8 outputs of rows, rows): accuracy of a classifier (argmax against y), or the mean reconstruction
+    error (metrics.reconstruction_errors) of an autoencoder (against ``targets`` when given)."""
+    if loss == "mse":
+        from tinytrain.metrics import reconstruction_errors
+
+        return lambda out, rows: float(reconstruction_errors(
+            graph, x[rows], out, None if targets is None else targets[rows]).mean())
+    return lambda out, rows: float((out.reshape(len(rows), -1).argmax(axis=1) == y[rows]).mean())
+
+
+def _with_loss(plan: Plan, loss: str | None, from_file: bool) -> Plan:
+    """The plan with the run's ``loss`` (a preset takes it; a plan file carries its own, which it must not contradict)."""
+    from dataclasses import replace
+
+    if loss is None or loss == plan.loss:
+        return plan
+    if loss not in LOSSES:
+        raise UsageError(f"loss {loss!r}: choose one of {', '.join(LOSSES)}")
+    if from_file:
+        raise UsageError(f"the plan's loss is {plan.loss}, --loss {loss} contradicts it; edit the plan's \"loss\" field")
+    return replace(plan, loss=loss)
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    accuracy: float
+    """Accuracy of a classifier, or (loss mse) an autoencoder's reconstruction error per sample (``errors``, their
+    mean in ``accuracy``'s place: ``error``) and the ROC AUC of that error against anomaly labels, if given."""
+
+    accuracy: float | None
     n: int
     held_out: float | None = None
     split_seed: int | None = None
+    errors: np.ndarray | None = field(default=None, repr=False)  # (n,) float32 per-sample reconstruction error
+    auc: float | None = None
+    n_anomalous: int | None = None
+
+    @property
+    def error(self) -> float | None:
+        return None if self.errors is None else float(self.errors.mean())
 
     def to_json(self) -> dict:
         """The JSON line of ``tinytrain eval --json``."""
-        d = {"accuracy": self.accuracy, "n": self.n}
+        if self.errors is None:
+            d = {"accuracy": self.accuracy, "n": self.n}
+        else:
+            e = self.errors.astype(np.float64)
+            d = {"loss": "mse", "reconstruction_error": self.error, "n": self.n,
+                 "errors_summary": {"min": float(e.min()), "median": float(np.median(e)),
+                                    "p90": float(np.percentile(e, 90)), "max": float(e.max())},
+                 "errors": [float(v) for v in e]}
+            if self.auc is not None:
+                d.update(roc_auc=self.auc, n_anomalous=self.n_anomalous)
         if self.held_out is not None:
             d.update(held_out=self.held_out, split_seed=self.split_seed)
         return d
@@ -386,37 +496,77 @@ class EvalResult:
 
 def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None, engine: str = "sim",
              new_head: int | None = None, seed: int = 0, held_out: float | None = None,
-             split_seed: int = 0) -> EvalResult:
+             split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None,
+             input_size: int | str | tuple[int, int] | None = None) -> EvalResult:
     """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host), with
     a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on that part of the split only
-    (the same rows as ``train(held_out=...)``)."""
-    from tinytrain.simulator import forward, with_state
+    (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA without y on a model whose output
+    has its input's shape): the reconstruction error per sample, and its ROC AUC as an anomaly score against
+    ``anomaly_labels`` (a .npy file or array of 0/1, default the DATA's ``anomaly`` array)."""
+    from tinytrain.simulator import with_state
 
     if engine not in ("sim", "c"):
         raise UsageError(f"engine {engine!r}: evaluate runs on sim or c")
-    graph = _graph(model, new_head, seed)
+    graph = _graph(model, new_head, seed, input_size)
     if state is not None:
         from tinytrain.state_file import load_state
 
         graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph))
-    x, y = model_data(graph, data)
+    ds = load_data(data)
+    loss = loss or default_loss(graph, ds)
+    x, y, ds = _prepared(graph, ds, loss)
+    anomaly = _anomaly(ds, anomaly_labels, loss)
+    targets = y if loss == "mse" else None
+    if loss == "mse":
+        y = np.zeros(len(x), np.int64)
     parts = held_out_split(y, held_out, split_seed)
     if parts:
         x, y = x[parts[1]], y[parts[1]]
-    if engine == "c":  # the emitted int8 forward pass, built with the host compiler (bit-identical to sim)
+        anomaly = None if anomaly is None else anomaly[parts[1]]
+        targets = None if targets is None else targets[parts[1]]
+    out = _forward_outputs(graph, x, engine)
+    split = dict(held_out=held_out, split_seed=split_seed if parts else None)
+    if loss == "mse":
+        from tinytrain.metrics import reconstruction_errors, roc_auc
+
+        errors = reconstruction_errors(graph, x, out, targets)
+        auc = None if anomaly is None else roc_auc(errors, anomaly)
+        return EvalResult(None, int(len(x)), **split, errors=errors, auc=auc,
+                          n_anomalous=None if anomaly is None else int(anomaly.sum()))
+    acc = float((out.reshape(len(y), -1).argmax(axis=1) == y).mean())
+    return EvalResult(acc, int(len(y)), **split)
+
+
+def _anomaly(ds, labels, loss: str) -> np.ndarray | None:
+    if labels is None:
+        return ds.anomaly if loss == "mse" else None
+    if loss != "mse":
+        raise UsageError("--anomaly-labels score the reconstruction error of an autoencoder: use --loss mse")
+    if isinstance(labels, (str, Path)):
+        from tinytrain.metrics import load_anomaly_labels
+
+        return load_anomaly_labels(labels, len(ds))
+    from tinytrain.data import dataset_from_arrays
+
+    return dataset_from_arrays(ds.x, None, labels, ds.source).anomaly
+
+
+def _forward_outputs(graph: Graph, x: np.ndarray, engine: str) -> np.ndarray:
+    """The int8 output of every sample: the simulator's, or the emitted C forward pass's (bit-identical)."""
+    if engine == "c":
         from tinytrain.engine_c import predict
 
-        out = predict(graph, x)
-    else:
-        out = forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
-    acc = float((out.reshape(len(y), -1).argmax(axis=1) == y).mean())
-    return EvalResult(acc, int(len(y)), held_out, split_seed if parts else None)
+        return predict(graph, x)
+    from tinytrain.simulator import forward
+
+    return forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
 
 
 # ---- plan ------------------------------------------------------------------------------------------------
 
 def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: str | Path | None = None,
-         new_head: int | None = None, seed: int = 0, progress: bool = False, **options):
+         new_head: int | None = None, seed: int = 0, progress: bool = False,
+         input_size: int | str | tuple[int, int] | None = None, **options):
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
@@ -430,10 +580,14 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
                              seed=seed, progress=progress, **options)
     except TypeError as e:
         raise UsageError(f"plan: {e}") from None
-    graph = _graph(model, new_head, seed)
+    graph = _graph(model, new_head, seed, input_size)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
-    result = search(graph, *model_data(graph, data), opts, names)
+    ds = load_data(data)
+    if len(ds) and not ds.labelled:
+        raise UsageError(f"{ds.source}: the plan search measures classifiers' accuracy on labels y; an autoencoder "
+                         "(no y): tinytrain train --loss mse --update last-k:N (docs/guide/data.md)")
+    result = search(graph, *_prepared(graph, ds, "xent")[:2], opts, names)
     if output is not None:
         result.write(output)
     return result

@@ -13,6 +13,7 @@ import numpy as np
 
 from tinytrain.version import __version__
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
+from tinytrain.cli_train import add_loss_argument
 from tinytrain.outputs import write_atomic
 
 
@@ -58,7 +59,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
-                       inplace=not args.no_inplace)
+                       inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size)
     out = Path(args.output)
     compiled.write(out)
     print(compiled.text())
@@ -91,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
     s.set_defaults(func=cmd_run)
 
+    from tinytrain.cli_train import add_input_size_argument
+
     s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
     s.add_argument("model")
     s.add_argument("--sram", default="256k", help="SRAM budget, e.g. 256k, 256KB, 262144 (default 256k)")
@@ -102,8 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recorded in the report (the code estimate does not depend on it; the stack is the largest "
                    "measured on the three cores)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    add_input_size_argument(s)
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
+    add_loss_argument(s)
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.set_defaults(func=cmd_compile)

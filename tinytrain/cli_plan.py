@@ -28,7 +28,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tinytrain.cli_train import add_schedule_arguments
+from tinytrain.cli_train import add_input_size_argument, add_schedule_arguments
 from tinytrain.errors import UsageError
 from tinytrain.search.run import DEFAULT_LR
 
@@ -50,6 +50,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if not out.resolve().parent.is_dir():
         raise UsageError(f"cannot write {out}: its folder does not exist")
     result = plan(args.model, args.data, sram=args.sram, new_head=args.new_head, seed=args.seed,
+                  input_size=args.input_size,
                   progress=not args.no_progress, held_out=args.held_out, split_seed=args.split_seed, val=args.val,
                   lr=args.lr, bias_lr=args.bias_lr, head_lr=args.head_lr, epochs=args.epochs,
                   lr_schedule=args.lr_schedule, warmup=args.warmup,
@@ -91,10 +92,12 @@ def add_plan_command(sub) -> None:
     s = sub.add_parser("plan", help="search the sparse-update plan with the best measured gain under the SRAM budget")
     s.add_argument("model")
     s.add_argument("--data", required=True,
-                   help=".npz (x uint8 NHWC, y labels), a class-folder tree, lfw or fashion-mnist[:test][:N]")
+                   help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels), a "
+                        "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
     s.add_argument("--sram", default="256k", help="SRAM budget of the training step (default 256k)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--seed", type=int, default=0, help="new-head init, sample order, rounding, search")
+    add_input_size_argument(s)
     s.add_argument("--held-out", type=float, metavar="FRACTION",
                    help="hold out this fraction of DATA (stratified; as train --held-out): never used here")
     s.add_argument("--split-seed", type=int, default=0, help="seed of the --held-out and --val splits")

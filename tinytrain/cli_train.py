@@ -29,7 +29,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                    sram=args.sram, flash=args.flash, save_every=args.save_every,
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
-                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup)
+                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
+                   input_size=args.input_size)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
               f"--stop-after-saves to resume from {args.flash}")
@@ -48,9 +49,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(out))
         return
-    held = result.held_out
+    held, metric = result.held_out, "accuracy" if result.plan.loss == "xent" else "error"
+    label = "accuracy" if metric == "accuracy" else "reconstruction error"
     if held:
-        print(f"held-out accuracy before training {held['accuracy_before']:.4f} on {held['n_held_out']} samples "
+        print(f"held-out {label} before training {held[metric + '_before']:.4f} on {held['n_held_out']} samples "
               f"(training on {held['n_train']})")
     if "insns_per_step" in out:
         print(f"{out['board']}: {out['insns_per_step'] / 1e6:.1f}M instructions per training step "
@@ -58,13 +60,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     tail = result.losses[-min(len(result.losses), result.n_train):]
     print(f"trained {result.steps} steps in {result.seconds:.1f} s: mean loss of the last "
           f"{int(np.isfinite(tail).sum())} steps {result.final_loss or float('nan'):.4f}, "
-          f"training accuracy {result.train_accuracy:.3f}")
+          f"training {label} {result.train_accuracy:.4f}")
     if result.state.nonfinite:
         print(f"{result.state.nonfinite} steps not applied: their loss was NaN or Inf")
     if held:
-        change = 100 * (held["accuracy_after"] - held["accuracy_before"])
-        print(f"held-out accuracy after training {held['accuracy_after']:.4f} on {held['n_held_out']} samples "
-              f"({change:+.1f} points)")
+        after, change = held[metric + "_after"], held[metric + "_after"] - held[metric + "_before"]
+        print(f"held-out {label} after training {after:.4f} on {held['n_held_out']} samples ("
+              + (f"{100 * change:+.1f} points)" if metric == "accuracy" else f"{change:+.4f})"))
     if args.state_out:
         print(f"wrote {args.state_out}")
     if args.output:
@@ -75,19 +77,28 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from tinytrain.api import evaluate
 
     result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
-                      seed=args.seed, held_out=args.held_out, split_seed=args.split_seed)
+                      seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
+                      anomaly_labels=args.anomaly_labels, input_size=args.input_size)
+    held = "held-out " if result.held_out is not None else ""
     if args.json:
         print(json.dumps(result.to_json()))
+    elif result.errors is None:
+        print(f"accuracy {result.accuracy:.4f} on {result.n} {held}samples")
     else:
-        print(f"accuracy {result.accuracy:.4f} on {result.n} {'held-out ' if result.held_out is not None else ''}"
-              "samples")
+        e = result.errors
+        print(f"reconstruction error (mean squared, dequantized) {result.error:.4f} on {result.n} {held}samples "
+              f"(min {e.min():.4f}, median {np.median(e):.4f}, max {e.max():.4f})")
+        if result.auc is not None:
+            print(f"anomaly ROC AUC {result.auc:.4f} ({result.n_anomalous} anomalous, "
+                  f"{result.n - result.n_anomalous} normal)")
 
 
 def add_train_commands(sub) -> None:
     s = sub.add_parser("train", help="fine-tune with the device's arithmetic (batch-1 SGD, QAS, sparse update)")
     s.add_argument("model")
     s.add_argument("--data", required=True,
-                   help=".npz (x uint8 NHWC, y labels), a class-folder tree, lfw or fashion-mnist[:test][:N]")
+                   help=".npz (x: uint8 NHWC images or int8 / float32 features; y: labels, or none with --loss mse), a "
+                        "class-folder tree, lfw or fashion-mnist[:test][:N]")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
     s.add_argument("--update", help="full | bias-only | last-k:N (default bias-only)")
     s.add_argument("--lr", type=float, help="learning rate of an --update preset (default 0.01)")
@@ -110,11 +121,13 @@ def add_train_commands(sub) -> None:
     s.add_argument("--stop-after-saves", type=int, default=0, metavar="K",
                    help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    add_input_size_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     add_schedule_arguments(s, "this run's steps")
     s.add_argument("--no-qas", action="store_true",
                    help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
+    add_loss_argument(s)
     _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
     s.add_argument("--seed", type=int, default=0, help="sample order, rounding stream and new-head init")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
@@ -127,12 +140,32 @@ def add_train_commands(sub) -> None:
     s.add_argument("--data", required=True)
     s.add_argument("--new-head", type=int, metavar="N", help="with a new N-class head (as train --new-head)")
     s.add_argument("--seed", type=int, default=0, help="new-head init (as train --seed)")
+    add_input_size_argument(s)
     s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
     s.add_argument("--engine", choices=("sim", "c"), default="sim",
                    help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler")
     _add_split_arguments(s, "evaluate on the held-out part only (the same split as train's)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--loss", choices=("xent", "mse"),
+                   help="mse: report the reconstruction error per sample of an autoencoder (default for DATA without "
+                        "y on a model whose output has its input's shape); xent: accuracy")
+    s.add_argument("--anomaly-labels", metavar="FILE.npy",
+                   help="--loss mse: 0 (normal) / 1 (anomalous) per sample; reports the ROC AUC of the reconstruction "
+                        "error (default: the DATA .npz's 'anomaly' array, if any)")
+    s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object (mse: every error)")
     s.set_defaults(func=cmd_eval)
+
+
+def add_loss_argument(s) -> None:
+    s.add_argument("--loss", choices=("xent", "mse"),
+                   help="xent: softmax cross-entropy against the labels (default); mse: mean squared error of the "
+                        "dequantized output reconstructing the input (an autoencoder; DATA without y). A plan file "
+                        "carries its own")
+
+
+def add_input_size_argument(s) -> None:
+    s.add_argument("--input-size", metavar="N|HxW",
+                   help="run the model's layers on N x N (or H x W) images instead of its own size, where the graph "
+                        "allows it (docs/guide/input-size.md); the data are resized to it")
 
 
 def add_schedule_arguments(s, span: str) -> None:

@@ -1,7 +1,13 @@
-"""Datasets for fine-tuning and evaluation, and the model-derived input pipeline (docs/design.md §5a DATA).
+"""Datasets for fine-tuning and evaluation, and the model-derived input pipeline (docs/design.md §5a DATA,
+docs/guide/data.md).
 
-A dataset is uint8 images (N,H,W,C) with integer labels, read from
-- an ``.npz`` with ``x`` (N,H,W,C) uint8 and ``y`` (N,) integer labels,
+A dataset is uint8 images (N,H,W,C) or features (N, ...) with integer labels, float targets or neither, read from
+- an ``.npz`` with ``x`` and optionally ``y`` and ``anomaly``:
+  ``x`` (N,H,W[,C]) uint8 images, or features of the model's input shape without its batch dimension: int8
+  (already quantized, taken as is) or float32 / float64 (quantized with the input's scale and zero point; a value
+  that rounds outside int8 is refused, not clipped); ``y`` (N,) integer class labels, or float targets
+  (N, ...) of the model's output shape (``--loss mse``), or absent (reconstruction: the target is the input);
+  ``anomaly`` (N,) 0 = normal / 1 = anomalous, read by ``eval`` for the ROC AUC of an autoencoder,
 - a folder with one sub-folder of images (PNG/JPEG/BMP) per class (labels in sorted folder order),
 - ``lfw`` — scikit-image's ``lfw_subset`` (100 faces = 1, 100 non-faces = 0), the built-in VWW-style
   demo set that needs nothing from outside the installed packages;
@@ -10,9 +16,11 @@ A dataset is uint8 images (N,H,W,C) with integer labels, read from
   read in place; ``:N`` keeps a stratified subset of N images (``stratified_subset``, seed 0: the same rows
   on every machine).
 
-``model_inputs`` resizes (bilinear), converts channels and quantizes to the model's int8 input.
-Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0) or
-(pixel-128)/128 (a span of 2.0, TF1 style); q = clamp(round(real / s) + zp), which is pixel - 128
+``model_inputs`` resizes (bilinear), converts channels and quantizes images to the model's int8 input, and checks
+and quantizes features (``features_for_model``).
+Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0), (pixel-128)/128
+(a span of 2.0, TF1 style) or the raw pixel (a span of 255, scale 1: MLPerf Tiny's ResNet-8);
+q = clamp(round(real / s) + zp), which is pixel - 128
 for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
 """
 
@@ -42,16 +50,24 @@ FASHION_MNIST_CLASSES = ("t-shirt/top", "trouser", "pullover", "dress", "coat", 
 
 @dataclass(frozen=True)
 class Dataset:
-    x: np.ndarray = field(repr=False)  # (N,H,W,C) uint8
-    y: np.ndarray = field(repr=False)  # (N,) int64
+    x: np.ndarray = field(repr=False)  # (N,H,W,C) uint8 images, or (N, ...) int8 / float32 features
+    y: np.ndarray | None = field(repr=False)  # (N,) int64 labels, (N, ...) float32 targets, or None
     classes: tuple[str, ...]
     source: str
+    anomaly: np.ndarray | None = field(default=None, repr=False)  # (N,) int64: 0 normal, 1 anomalous
 
     def __len__(self) -> int:
-        return len(self.y)
+        return len(self.x)
+
+    @property
+    def labelled(self) -> bool:
+        """y holds class labels (not float targets, not absent)."""
+        return self.y is not None and np.issubdtype(self.y.dtype, np.integer)
 
     def subset(self, idx: np.ndarray) -> Dataset:
-        return Dataset(self.x[idx], self.y[idx], self.classes, self.source)
+        def pick(a):
+            return None if a is None else a[idx]
+        return Dataset(self.x[idx], pick(self.y), self.classes, self.source, pick(self.anomaly))
 
 
 def load_dataset(spec: str | Path) -> Dataset:
@@ -70,22 +86,71 @@ def load_dataset(spec: str | Path) -> Dataset:
 
 def _load_npz(path: Path) -> Dataset:
     try:
-        with np.load(path, allow_pickle=False) as f:
-            x, y = f["x"], f["y"]
-    except KeyError:
-        raise UsageError(f"{path}: an .npz dataset needs arrays 'x' (N,H,W,C uint8) and 'y' (N,)") from None
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise UsageError(f"{path}: a plain .npy array is not a dataset; save the features (and labels) "
+                             "together with numpy.savez(FILE.npz, x=features, y=labels)")
+        with loaded as f:
+            if "x" not in f.files:
+                raise UsageError(f"{path}: an .npz dataset needs arrays 'x' (N,H,W,C uint8 images or (N, ...) "
+                                 f"int8 / float32 features) and 'y' (labels, targets; optional), has {f.files}")
+            x = f["x"]
+            y = f["y"] if "y" in f.files else None
+            anomaly = f["anomaly"] if "anomaly" in f.files else None
     except (OSError, ValueError, EOFError, NotImplementedError, zipfile.BadZipFile, zlib.error) as e:  # damaged
         raise UsageError(f"{path}: cannot read as .npz ({e})") from None
-    if x.dtype != np.uint8 or x.ndim not in (3, 4) or y.ndim != 1 or len(x) != len(y):
-        raise UsageError(f"{path}: x must be uint8 (N,H,W[,C]) and y (N,), got x {x.dtype}{x.shape}, y {y.shape}")
-    if not np.issubdtype(y.dtype, np.integer):
-        raise UsageError(f"{path}: labels y must be integers, got {y.dtype}")
-    if len(y) and (y.min() < 0 or y.max() > MAX_LABEL):
-        raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}")
-    if x.ndim == 3:
+    return dataset_from_arrays(x, y, anomaly, str(path))
+
+
+def dataset_from_arrays(x, y=None, anomaly=None, source: str = "the data") -> Dataset:
+    """A Dataset of arrays as an .npz holds them (``x``, ``y`` or None, ``anomaly`` or None), checked."""
+    x = _checked_x(source, np.asarray(x))
+    y = None if y is None else _checked_y(source, np.asarray(y), len(x))
+    if anomaly is not None:
+        anomaly = _checked_anomaly(source, np.asarray(anomaly), len(x))
+    if x.dtype == np.uint8 and x.ndim == 3:
         x = x[..., None]
-    n_classes = int(y.max()) + 1 if len(y) else 0
-    return Dataset(x, y.astype(np.int64), tuple(str(i) for i in range(n_classes)), str(path))
+    n_classes = int(y.max()) + 1 if y is not None and y.dtype == np.int64 and len(y) else 0
+    return Dataset(x, y, tuple(str(i) for i in range(n_classes)), source, anomaly)
+
+
+def _checked_x(path: str, x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.uint8 and x.ndim in (3, 4):
+        return x
+    if x.dtype == np.int8 and x.ndim >= 2:
+        return x
+    if x.dtype in (np.float32, np.float64) and x.ndim >= 2:
+        if not np.all(np.isfinite(x)):
+            raise UsageError(f"{path}: x holds {int((~np.isfinite(x)).sum())} NaN or infinite values")
+        return x.astype(np.float32)
+    raise UsageError(f"{path}: x must be uint8 images (N,H,W[,C]) or int8 / float32 features (N, ...), "
+                     f"got {x.dtype}{x.shape}")
+
+
+def _checked_y(path: str, y: np.ndarray | None, n: int) -> np.ndarray | None:
+    if y is None:
+        return None
+    if len(y) != n:
+        raise UsageError(f"{path}: x has {n} samples but y has {len(y)}")
+    if np.issubdtype(y.dtype, np.integer):
+        if y.ndim != 1:
+            raise UsageError(f"{path}: integer labels y must be (N,), got {y.shape}; float targets must be float32")
+        if len(y) and (y.min() < 0 or y.max() > MAX_LABEL):
+            raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}")
+        return y.astype(np.int64)
+    if y.dtype in (np.float32, np.float64):
+        if not np.all(np.isfinite(y)):
+            raise UsageError(f"{path}: the targets y hold NaN or infinite values")
+        return y.astype(np.float32)
+    raise UsageError(f"{path}: y must be integer class labels (N,) or float targets (N, ...), got {y.dtype}")
+
+
+def _checked_anomaly(path: str, a: np.ndarray, n: int) -> np.ndarray:
+    if a.ndim != 1 or len(a) != n or not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_) \
+            or not np.isin(a, (0, 1)).all():
+        raise UsageError(f"{path}: 'anomaly' must be (N,) = ({n},) of 0 (normal) and 1 (anomalous), "
+                         f"got {a.dtype}{a.shape}")
+    return a.astype(np.int64)
 
 
 _FOLDER_CACHE: dict[str, Dataset] = {}
@@ -199,28 +264,57 @@ def quantize_images(graph: Graph, x: np.ndarray) -> np.ndarray:
     """uint8 images of the model's shape -> the model's internal int8 input.
 
     The float input the model expects is read off its input quantization: a representable span of
-    about 2 means (pixel - 128) / 128 (TF1 style), otherwise pixel / 255.
+    about 2 means (pixel - 128) / 128 (TF1 style), a span of about 255 (scale 1) the raw pixel value,
+    otherwise pixel / 255.
     """
     q = graph.tensors[graph.inputs[0]].quant
     pixels = x.astype(np.float32)
     if abs(q.s * 255 / 2 - 1.0) < 0.02:
         real = (pixels - np.float32(128)) / np.float32(128)
+    elif abs(q.s - 1.0) < 0.02:  # a span of 255: the model was trained on raw pixels (MLPerf Tiny's ResNet-8)
+        real = pixels
     else:
         real = pixels / np.float32(255)
     return np.clip(np.round(real / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8)
 
 
 def model_inputs(graph: Graph, x: np.ndarray, chunk: int = 1000) -> np.ndarray:
-    """uint8 images (N,H,W,C) of any size -> the model's int8 input batch.
+    """uint8 images (N,H,W,C) of any size, or features (N, ...) of the model's input shape -> the model's int8
+    input batch.
 
-    Converted ``chunk`` images at a time: the float32 intermediates of a whole set (Fashion-MNIST's 60,000
+    Images are converted ``chunk`` at a time: the float32 intermediates of a whole set (Fashion-MNIST's 60,000
     images at 128x128x3: 12 GB each) would not fit in memory; the int8 result is 1 byte per value.
     """
-    _, h, w, c = graph.tensors[graph.inputs[0]].shape
+    shape = graph.tensors[graph.inputs[0]].shape
+    if x.dtype != np.uint8 or len(shape) != 4:
+        return features_for_model(graph, x)
+    _, h, w, c = shape
     out = np.empty((len(x), h, w, c), np.int8)
     for i in range(0, len(x), chunk):
         out[i: i + chunk] = quantize_images(graph, images_for_model(graph, x[i: i + chunk]))
     return out
+
+
+def features_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:
+    """Features (N, ...) of the model's input shape -> its int8 input: int8 taken as is, float32 quantized,
+    q = round(x / s) + zp (round half to even, as the images); a value whose q leaves [-128, 127] is refused."""
+    t = graph.tensors[graph.inputs[0]]
+    if tuple(x.shape[1:]) != tuple(t.shape[1:]):
+        raise UsageError(f"the features x are {x.dtype}{tuple(x.shape)}, the model's input takes (N, "
+                         f"{', '.join(map(str, t.shape[1:]))}) per sample")
+    if x.dtype == np.int8:
+        return x
+    if x.dtype != np.float32:
+        raise UsageError(f"features must be int8 (quantized) or float32, got {x.dtype}"
+                         + ("; uint8 means images (N,H,W,C), for a model taking images" if x.dtype == np.uint8 else ""))
+    q = np.round(x / np.float32(t.quant.s)) + t.quant.zp
+    out = (q < -128) | (q > 127)
+    if out.any():
+        lo, hi = ((v - t.quant.zp) * t.quant.s for v in (-128, 127))
+        raise UsageError(f"{int(out.sum())} of {x.size} feature values lie outside the model input's range "
+                                f"[{lo:.6g}, {hi:.6g}] (scale {t.quant.s:.6g}, zero point {t.quant.zp}); clip or "
+                                "rescale them to that range first")
+    return q.astype(np.int8)
 
 
 def stratified_subset(y: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -248,9 +342,12 @@ def stratified_split(y: np.ndarray, held_out: float, seed: int = 0) -> tuple[np.
 
 
 def held_out_split(y: np.ndarray, held_out: float | None, split_seed: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
-    """(train rows, held-out rows) of a stratified ``held_out`` fraction, or None."""
+    """(train rows, held-out rows) of a stratified ``held_out`` fraction, or None. ``y``: class labels (N,) to
+    stratify by, or float targets (N, ...) (one stratum)."""
     if held_out is None:
         return None
+    if not np.issubdtype(y.dtype, np.integer):
+        y = np.zeros(len(y), np.int64)
     train_rows, test_rows = stratified_split(y, held_out, split_seed)
     if len(train_rows) == 0 or len(test_rows) == 0:
         raise UsageError(f"--held-out {held_out} of {len(y)} samples leaves {len(train_rows)} to train on and "

@@ -28,6 +28,7 @@ import numpy as np
 
 from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
+from tinytrain.names import LOSS_OPS
 
 HOST_CC = "gcc"
 # Same C as on the device: C99, no fused multiply-add contraction, no fast-math (docs/design.md §4).
@@ -219,7 +220,8 @@ class CTrainer:
             fn.argtypes, fn.restype = args, res
         x = graph.tensors[graph.inputs[0]]
         self._x_shape = tuple(x.shape[1:])
-        self._n_classes = next(graph.tensors[n.inputs[0]] for n in graph.nodes if n.op == "softmax_xent").shape[-1]
+        out = next(graph.tensors[n.inputs[0]] for n in graph.nodes if n.op in LOSS_OPS)
+        self._n_classes, self._out_size = out.shape[-1], int(np.prod(out.shape[1:]))  # mse: label 0, never read
         self._loss = ctypes.c_float()
         lib.tt_init()
 
@@ -258,11 +260,11 @@ class CTrainer:
         return losses
 
     def predict(self, xs: np.ndarray) -> np.ndarray:
-        """int8 logits (N, classes) of the forward pass with the current weights."""
+        """int8 logits (N, classes) of the forward pass with the current weights (any output: (N, its size))."""
         xs = np.ascontiguousarray(xs)
         if xs.dtype != np.int8 or xs.shape[1:] != self._x_shape:
             raise ValueError(f"input: expected int8 (N,{','.join(map(str, self._x_shape))}), got {xs.dtype} {xs.shape}")
-        out = np.empty((len(xs), self._n_classes), np.int8)
+        out = np.empty((len(xs), self._out_size), np.int8)
         for i in range(len(xs)):
             self._lib.tt_predict(xs[i].ctypes.data, out[i].ctypes.data)
         return out

@@ -15,7 +15,9 @@
 - conv2d -> Conv (group = C_in for depthwise; pads, strides, dilations); fully_connected -> Gemm;
   add -> Add; mean -> GlobalAveragePool (keepdims) or ReduceMean over axes 2, 3; avg_pool2d -> AveragePool
   (count_include_pad=0); pad -> Pad (constant real 0, i.e. the zero point); softmax -> Softmax;
-  requantize -> DequantizeLinear -> QuantizeLinear; quantize / dequantize -> QuantizeLinear / DequantizeLinear.
+  requantize -> DequantizeLinear -> QuantizeLinear; quantize / dequantize -> QuantizeLinear / DequantizeLinear;
+  max_pool2d -> MaxPool; hard_swish / logistic / hard_sigmoid -> HardSwish / Sigmoid / HardSigmoid; mul -> Mul;
+  concat -> Concat (onnxruntime recomputes a TFLite import's fixed-point tables in float32: up to 1 LSB apart).
   A fused clamp narrower than what the output quantization already allows (ReLU6, ReLU with zp > -128)
   becomes a ``Clip`` between the op and its QuantizeLinear, at the real values of the clamp bounds.
 - reshape -> Reshape when ONNX's NCHW order and the IR's NHWC order agree (e.g. (N,1,1,C) -> (N,C));
@@ -218,6 +220,36 @@ class _Exporter:
                       kernel_shape=list(a.kernel), strides=list(a.stride), pads=list(a.padding), count_include_pad=0)
         self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
 
+    def op_max_pool2d(self, n: Node, label: str) -> None:
+        a = n.attrs
+        f = self.node("MaxPool", [self.dq(n.inputs[0], label)], f"{n.outputs[0]}_float", label,
+                      kernel_shape=list(a.kernel), strides=list(a.stride), pads=list(a.padding))
+        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
+
+    def _unary(self, n: Node, label: str, op: str, **attrs) -> None:
+        self.q(self.node(op, [self.dq(n.inputs[0], label)], f"{n.outputs[0]}_float", label, **attrs), n.outputs[0],
+               label)
+
+    def op_hard_swish(self, n: Node, label: str) -> None:
+        self._unary(n, label, "HardSwish")
+
+    def op_logistic(self, n: Node, label: str) -> None:
+        self._unary(n, label, "Sigmoid")
+
+    def op_hard_sigmoid(self, n: Node, label: str) -> None:
+        self._unary(n, label, "HardSigmoid", alpha=float(n.attrs.alpha), beta=float(n.attrs.beta))
+
+    def op_mul(self, n: Node, label: str) -> None:
+        a = n.attrs
+        f = self.node("Mul", [self.dq(n.inputs[0], label), self.dq(n.inputs[1], label)], f"{n.outputs[0]}_float", label)
+        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
+
+    def op_concat(self, n: Node, label: str) -> None:
+        rank = len(self.g.tensors[n.outputs[0]].shape)
+        axis = {1: 2, 2: 3, 3: 1}[n.attrs.axis] if rank == 4 else n.attrs.axis
+        f = self.node("Concat", [self.dq(i, label) for i in n.inputs], f"{n.outputs[0]}_float", label, axis=axis)
+        self.q(f, n.outputs[0], label)
+
     def op_pad(self, n: Node, label: str) -> None:
         pads = list(n.attrs.pads)
         if len(pads) == 3:  # IR (H, W, C) -> ONNX (C, H, W)
@@ -282,8 +314,9 @@ class _Exporter:
             emit = getattr(self, f"op_{n.op}", None)
             if emit is None:
                 raise self.unsupported(f"node {n.name} is a {n.op}; only forward int8 ops export (conv2d, "
-                                       f"fully_connected, add, mean, avg_pool2d, pad, reshape, softmax, requantize, "
-                                       f"quantize, dequantize)")
+                                       f"fully_connected, add, mean, avg_pool2d, max_pool2d, pad, reshape, softmax, "
+                                       f"requantize, quantize, dequantize, hard_swish, logistic, hard_sigmoid, mul, "
+                                       f"concat)")
             emit(n, n.name)
         outputs = [self.value_info(self.names[o], g.tensors[o]) for o in g.outputs]
         doc = ("int8 QDQ model written by tinytrain from its IR. Input: float32 NCHW, quantized by the first "

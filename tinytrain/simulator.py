@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from tinytrain.ir import DType, Graph, Role
-from tinytrain.names import LABEL, LOSS, STEP_INPUT
+from tinytrain.names import LABEL, LOSS, STEP_INPUT, TARGET
 from tinytrain.ops import get_op, written_tensors
 
 
@@ -122,7 +122,8 @@ def init_state(graph: Graph) -> TrainState:
     return TrainState({name: graph.tensors[name].data.copy() for name in written_tensors(graph)})
 
 
-def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = False) -> dict[str, np.ndarray]:
+def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = False,
+               target: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """One training step on one sample: forward, loss, backward, update.
 
     ``x`` is the (1,H,W,C) internal int8 image, or a mapping of every image-derived graph input (a suffix
@@ -136,6 +137,8 @@ def train_step(graph: Graph, state: TrainState, x, label: int, keep_all: bool = 
     if any(len(v) != 1 for v in inputs.values()):
         raise ValueError(f"a training step takes one sample, got a batch of {max(len(v) for v in inputs.values())}")
     inputs[LABEL] = np.array([label], np.int32)
+    if TARGET in graph.inputs:  # an mse loss against a float target (``target``: the sample's, output-shaped)
+        inputs[TARGET] = np.asarray(target, np.float32)[None]
     if STEP_INPUT in graph.inputs:
         inputs[STEP_INPUT] = np.array([state.step], np.int32)
     trial = dict(state.tensors)  # update nodes replace entries (never write arrays in place): no copy needed
@@ -158,7 +161,7 @@ def split_frozen(graph: Graph, live: Iterable[str] = ()) -> tuple[Graph, Graph]:
     from dataclasses import replace
 
 
-    live = set(written_tensors(graph)) | {LABEL, STEP_INPUT} | set(live)
+    live = set(written_tensors(graph)) | {LABEL, STEP_INPUT, TARGET} | set(live)
     frozen, rest = [], []
     for node in graph.nodes:
         if get_op(node.op).writes or any(i in live for i in node.inputs):
@@ -174,12 +177,14 @@ def split_frozen(graph: Graph, live: Iterable[str] = ()) -> tuple[Graph, Graph]:
 
 
 def train(graph: Graph, state: TrainState, xs: np.ndarray, labels: np.ndarray, order=None,
-          frozen_cache: bool = True, features: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+          frozen_cache: bool = True, features: Mapping[str, np.ndarray] | None = None,
+          targets: np.ndarray | None = None) -> np.ndarray:
     """Batch-1 SGD, one update per sample, in ``order`` (default: as given); returns the per-sample losses.
 
     With ``frozen_cache`` the frozen prefix (``split_frozen``) runs once per image, batched. ``features``
     gives the prefix's outputs for every row of ``xs`` instead (computed once by the caller, e.g. for several
-    runs on the same images); the prefix is then not run."""
+    runs on the same images); the prefix is then not run. ``targets``: each sample's float target (a graph with
+    the input ``target``)."""
 
     order = np.arange(len(xs)) if order is None else np.asarray(order)
     used = np.unique(order)  # images actually visited; row r of feats is image used[r]
@@ -196,7 +201,8 @@ def train(graph: Graph, state: TrainState, xs: np.ndarray, labels: np.ndarray, o
     for j, k in enumerate(order):
         r = int(np.searchsorted(used, k))
         sample = {name: v[r : r + 1] for name, v in feats.items()}
-        losses[j] = train_step(suffix, state, sample, int(labels[k]))[LOSS][0]
+        target = None if targets is None else targets[k]
+        losses[j] = train_step(suffix, state, sample, int(labels[k]), target=target)[LOSS][0]
     return losses
 
 

@@ -38,7 +38,7 @@ from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.memory.lifetimes import scratch_name
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
 from tinytrain.memory.stream import StreamPlan
-from tinytrain.names import LABEL, LOSS, STEP_INPUT
+from tinytrain.names import LABEL, LOSS, LOSS_OPS, STEP_INPUT, TARGET
 from tinytrain.training.finite import gradient_bounds
 
 TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
@@ -156,9 +156,10 @@ def _phases(graph: Graph) -> tuple[list[Node], list[Node]]:
 
 
 def _loss_node(graph: Graph) -> Node:
-    nodes = [n for n in graph.nodes if n.op == "softmax_xent"]
+    nodes = [n for n in graph.nodes if n.op in LOSS_OPS]
     if len(nodes) != 1:
-        raise UnsupportedModelError(f"codegen: a training graph has one softmax_xent loss, this one has {len(nodes)}")
+        raise UnsupportedModelError(f"codegen: a training graph has one loss ({', '.join(LOSS_OPS)}), this one has "
+                                    f"{len(nodes)}")
     return nodes[0]
 
 
@@ -233,6 +234,9 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime)."""
 
     image = graph.inputs[0]
+    if TARGET in graph.inputs:
+        raise UnsupportedModelError("codegen: the C training step reconstructs its input (--loss mse without y); "
+                                    "float targets y train on --engine sim")
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
         raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
                                     f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")

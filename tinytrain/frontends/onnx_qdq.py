@@ -26,6 +26,7 @@ import onnx
 
 from tinytrain.frontends.onnx_convert import Converter
 from tinytrain.frontends.onnx_handlers import COMMON_HANDLERS, bias_value, conv_setup, dq_act, qconst_real, weight_qconst
+from tinytrain.frontends.onnx_ops import MORE_HANDLERS
 from tinytrain.frontends.onnx_parse import QConst, attrs_of, node_label
 from tinytrain.frontends.onnx_values import FVal, Pending
 from tinytrain.ir import Graph
@@ -118,6 +119,7 @@ def h_add(cv: Converter, node: onnx.NodeProto) -> None:
 
 QDQ_HANDLERS = {
     **COMMON_HANDLERS,
+    **MORE_HANDLERS,
     "Conv": h_conv,
     "Gemm": h_gemm,
     "MatMul": h_matmul,

@@ -27,6 +27,7 @@ from tinytrain.frontends.onnx_convert import Converter
 from tinytrain.frontends.onnx_handlers import avgpool_pending, conv_setup, mean_pending, qconst_real
 from tinytrain.frontends.onnx_parse import attrs_of, node_label
 from tinytrain.frontends.onnx_values import SoftmaxOut
+from tinytrain.frontends.onnx_ops import QOP_MORE_HANDLERS
 from tinytrain.frontends.onnx_qdq import QDQ_HANDLERS
 from tinytrain.ir import Graph
 
@@ -147,6 +148,7 @@ def h_qlinear_softmax(cv: Converter, node: onnx.NodeProto) -> None:
 
 QOP_HANDLERS = {
     **QDQ_HANDLERS,
+    **QOP_MORE_HANDLERS,
     "QLinearConv": h_qlinear_conv,
     "QLinearMatMul": h_qlinear_matmul,
     "com.microsoft.QGemm": h_qgemm,

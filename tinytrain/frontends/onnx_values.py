@@ -31,7 +31,7 @@ class Act:
 class Pending:
     """A float computation on dequantized inputs waiting for the QuantizeLinear that fixes its output."""
 
-    op: str  # conv | fc | add | mean | avgpool | clamp | reshape
+    op: str  # conv | fc | add | mean | avgpool | clamp | reshape | custom (frontends/onnx_ops.py)
     shape: tuple[int, ...]  # ONNX shape of the float result
     args: dict[str, Any]
     source: str  # ONNX node (for messages)

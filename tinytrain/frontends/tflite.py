@@ -1,7 +1,7 @@
 """TFLite frontend: an int8 (or TF1-style uint8) .tflite model -> IR Graph, bit-exact with TFLite's kernels.
 
 Supported builtin ops: ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D, DEQUANTIZE (at a graph output),
-FULLY_CONNECTED, MEAN (over H and W), PAD, QUANTIZE, RESHAPE, SOFTMAX; fused NONE / RELU / RELU6 /
+FULLY_CONNECTED, MEAN (over H and W), PAD, QUANTIZE, RESHAPE, SOFTMAX, and those of tflite_ops.py; fused NONE / RELU / RELU6 /
 RELU_N1_TO_1 activations become the output clamp range.
 
 Choices (each matches what the device runs):
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
+from tinytrain.frontends.tflite_ops import MORE_OPS, MoreOps
 from tinytrain.frontends.tflite_reader import (TflModel, TflOperator, TflQuant, TflTensor,
                                                builtin_name, read_model)
 from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
@@ -49,13 +50,13 @@ from tinytrain.ops.softmax import SoftmaxAttrs
 from tinytrain.quant import Requant, activation_range
 from tinytrain.verify import verify
 
-SUPPORTED_OPS = ("ADD", "AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED", "MEAN",
-                 "PAD", "QUANTIZE", "RESHAPE", "SOFTMAX")
+SUPPORTED_OPS = tuple(sorted(("ADD", "AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED",
+                              "MEAN", "PAD", "QUANTIZE", "RESHAPE", "SOFTMAX") + MORE_OPS))
 _QUANTIZED = ("INT8", "UINT8")
 # Fused activation -> real clamp range (lo, hi); TANH (4) and SIGN_BIT (5) are not supported.
 _ACTIVATIONS = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 _ACTIVATION_NAMES = {4: "TANH", 5: "SIGN_BIT"}
-_REQUIRED_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "MEAN": 2, "PAD": 2}
+_REQUIRED_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "MEAN": 2, "PAD": 2, "MUL": 2}
 # Input positions that must be constants (read from buffers by the op's handler).
 _CONSTANT_INPUTS = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2), "MEAN": (1,),
                     "PAD": (1,), "RESHAPE": (1,)}
@@ -89,7 +90,7 @@ def padding_values(padding: int, in_size: int, kernel: int, stride: int, dilatio
 
 
 @dataclass
-class _Importer:
+class _Importer(MoreOps):
     model: TflModel
     name: str
     sha256: str

@@ -1,7 +1,7 @@
 """The clamp mask of an int8 output saved as bits (forward), and its application to the gradient (backward, fp32).
 
 Where the backward pass reads a saved int8 output only to know whether its clamp was active (``clamp_mask``), one
-bit per element is enough (README "Memory of the training step"): ``pack_clamp_mask`` runs in the forward pass right
+bit per element is enough (docs/guide/how-it-works.md): ``pack_clamp_mask`` runs in the forward pass right
 after the output's producer and stores bit i % 8 of byte i // 8 of a sample (LSB first) = act_min < y[i] < act_max;
 the last byte's unused bits are 0. ``clamp_mask_packed`` then gives g_in = g_out where the bit is 1, else 0 —
 exactly ``clamp_mask``'s result (an output on a bound counts as clamped), from 1/8 of the saved bytes.

@@ -14,9 +14,10 @@ from typing import Sequence
 
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
-from tinytrain.names import GRAD_SUFFIX, LABEL, LOSS, RESERVED, grad_name
+from tinytrain.names import GRAD_SUFFIX, LABEL, LOSS, RESERVED, TARGET, grad_name
 from tinytrain.ops import get_op
 from tinytrain.ops.grad_accumulate import GradAccumulateAttrs
+from tinytrain.ops.mse import MseAttrs
 from tinytrain.ops.softmax_xent import SoftmaxXentAttrs
 from tinytrain.builder import GraphBuilder
 
@@ -69,11 +70,14 @@ def mark_saved(graph: Graph) -> Graph:
     return replace(graph, tensors=tensors)
 
 
-def differentiate(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
+def differentiate(graph: Graph, wrt: Sequence[str] | None = None, loss: str = "xent", targets: bool = False) -> Graph:
     """Append the loss and the gradients of ``wrt`` (default: every trainable parameter).
 
     Invariant: the forward nodes and tensors are kept as they are, in order; after them come the loss
-    ``softmax_xent(logits, label)`` (output ``loss``), its gradient seed and the backward nodes in reverse
+    ``softmax_xent(logits, label)`` (``loss`` "xent") or ``mse(output, input)`` (``loss`` "mse": the
+    reconstruction of the model's int8 input; the label is then read by nothing; with ``targets``: against the
+    float32 input ``target`` of the output's shape, which the inputs gain after the label) (output ``loss``), its gradient
+    seed and the backward nodes in reverse
     forward order; the inputs gain ``label`` (int32 (N,)); the outputs become (loss, grad_name(p) for p in
     wrt). A gradient is computed only for tensors that depend on a parameter in ``wrt``; forward
     activations the backward reads have role SAVED.
@@ -94,8 +98,7 @@ def differentiate(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
     n_batch = graph.tensors[logits].shape[0]
     label = b.add_tensor(LABEL, (n_batch,), DType.INT32, Role.INPUT)
     b.inputs.append(label)
-    loss = b.emit("softmax_xent", [logits, label], SoftmaxXentAttrs(), LOSS, role=Role.OUTPUT)[0]
-    seed = b.emit("softmax_xent_grad", [logits, label], SoftmaxXentAttrs(), "loss.grad_logits")[0]
+    seed = _emit_loss(b, graph, logits, label, loss, targets)
     pending: dict[str, list[str]] = {logits: [seed]}
 
     def total(name: str) -> str | None:
@@ -119,7 +122,7 @@ def differentiate(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
         for i, g in zip(node.inputs, in_grads, strict=True):
             if g is not None:
                 pending.setdefault(i, []).append(g)
-    b.outputs = [loss]
+    b.outputs = [LOSS]
     for p in wrt:
         g = total(p)
         if g is None:
@@ -127,6 +130,26 @@ def differentiate(graph: Graph, wrt: Sequence[str] | None = None) -> Graph:
         _rename(b, g, grad_name(p))
         b.outputs.append(grad_name(p))
     return mark_saved(b.build())
+
+
+def _emit_loss(b: GraphBuilder, graph: Graph, logits: str, label: str, loss: str, targets: bool) -> str:
+    """The loss node (output ``loss``) and its gradient's (returned): softmax cross-entropy against the label, or the
+    mean squared error against the model's input (same shape as the output: reconstruction)."""
+    if loss == "xent":
+        b.emit("softmax_xent", [logits, label], SoftmaxXentAttrs(), LOSS, role=Role.OUTPUT)
+        return b.emit("softmax_xent_grad", [logits, label], SoftmaxXentAttrs(), "loss.grad_logits")[0]
+    if loss != "mse":
+        raise ValueError(f"unknown loss {loss!r}")
+    if targets:
+        target = b.add_tensor(TARGET, graph.tensors[logits].shape, DType.FLOAT32, Role.INPUT)
+        b.inputs.append(target)
+    else:
+        target = graph.inputs[0]
+        if graph.tensors[target].shape != graph.tensors[logits].shape:
+            raise UnsupportedModelError(f"--loss mse reconstructs the input: the output {graph.tensors[logits].shape} "
+                                        f"must have the input's shape {graph.tensors[target].shape}")
+    b.emit("mse", [logits, target], MseAttrs(), LOSS, role=Role.OUTPUT)
+    return b.emit("mse_grad", [logits, target], MseAttrs(), "loss.grad_output")[0]
 
 
 def _rename(b: GraphBuilder, old: str, new: str) -> None:

@@ -3,7 +3,7 @@
 A pass (Graph in -> Graph out) on a training graph (``training.build_training_graph``, fused or not), run by
 ``training.device_step`` before the schedule. The backward pass needs, per saved tensor, the int8 activation where a
 weight gradient (or anything else) reads its values, and only "was the clamp active" where ``clamp_mask`` alone reads
-it (README "Memory of the training step"): a bias-only layer, a frozen layer the gradient flows through, an add. For
+it (docs/guide/how-it-works.md): a bias-only layer, a frozen layer the gradient flows through, an add. For
 such an output y a forward node ``pack_clamp_mask`` (ops/clamp_mask_packed.py) right after y's producer packs the
 mask into bits, and each ``clamp_mask(g, y)`` becomes ``clamp_mask_packed(g, bits)``; y is then an ordinary forward
 activation, freed at its last forward reader, and the bits (1/8 of its bytes) are what the backward keeps.

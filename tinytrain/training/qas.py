@@ -65,7 +65,7 @@ def step_scale(graph: Graph, param: str, lr: float, channels, qas: bool) -> np.n
         s = s[np.asarray(channels)]
     with np.errstate(over="ignore"):
         k = (lr / s if qas else lr * s).astype(np.float32)
-    if not np.all(np.isfinite(k)):  # every step would be NaN or Inf (non-finite guard, README)
+    if not np.all(np.isfinite(k)):  # every step would be NaN or Inf (non-finite guard, docs/guide/field.md)
         from tinytrain.errors import PlanError
 
         raise PlanError(f"lr {lr:g} makes the float32 step factor of {param} infinite; use a smaller lr")

@@ -25,7 +25,8 @@ RATIOS = (1.0, 0.5, 0.25, 0.125)
 CHANNEL_RULES = ("first",)
 LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
-FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule")
+FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule", "loss")
+LOSSES = ("xent", "mse")  # softmax cross-entropy on the logits; mean squared error reconstructing the input
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Plan:
     """A validated version-1 plan: ``lr`` for weights, ``bias_lr`` for biases (None: ``lr``), ``head_lr`` for the
     last layer's weights and bias — the classifier, a new head (None: the other two apply to it as well);
     ``lr_schedule`` scales every lr by a factor of the device's step count (None: constant lrs). ``head_lr`` and
-    ``lr_schedule`` are optional, so files written before they existed load unchanged."""
+    ``lr_schedule`` are optional, so files written before they existed load unchanged. ``loss``: "xent" (softmax
+    cross-entropy, the default) or "mse" (reconstruction of the input, ops/mse.py)."""
 
     bias_last_k: int = 0
     weights: tuple[WeightUpdate, ...] = ()
@@ -48,6 +50,7 @@ class Plan:
     bias_lr: float | None = None
     head_lr: float | None = None
     lr_schedule: Schedule | None = None
+    loss: str = "xent"
 
     @property
     def effective_bias_lr(self) -> float:
@@ -63,6 +66,8 @@ class Plan:
             d["head_lr"] = self.head_lr
         if self.lr_schedule is not None:
             d["lr_schedule"] = self.lr_schedule.to_json()
+        if self.loss != "xent":
+            d["loss"] = self.loss
         return d
 
 
@@ -144,7 +149,11 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     bias_lr = _number(obj["bias_lr"], '"bias_lr"', source) if "bias_lr" in obj else None
     head_lr = _number(obj["head_lr"], '"head_lr"', source) if "head_lr" in obj else None
     schedule = parse_schedule(obj["lr_schedule"], source) if "lr_schedule" in obj else None
-    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule)
+    loss = obj.get("loss", "xent")
+    if loss not in LOSSES:
+        raise PlanError(f'{source}: "loss" must be one of {", ".join(LOSSES)}, got {json.dumps(loss)}')
+    return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule,
+                loss)
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -21,10 +21,11 @@ from tinytrain.training.qas import UpdateConfig, add_updates
 from tinytrain.training.sparse import Plan, apply_plan, updated_params
 
 
-def build_training_graph(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig()) -> Graph:
+def build_training_graph(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), targets: bool = False) -> Graph:
+    """``targets``: an mse plan's loss reads the float32 input ``target`` (names.TARGET) instead of the model's input."""
     if not updated_params(plan, graph):
         raise PlanError("the plan updates nothing: give bias_last_k > 0 or some weights")
-    g = differentiate(graph)
+    g = differentiate(graph, loss=plan.loss, targets=targets)
     g = apply_plan(g, plan)
     g = add_updates(g, plan, config)
     return prune(g)

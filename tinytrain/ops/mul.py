@@ -1,0 +1,106 @@
+"""Broadcast multiply of two int8 activations with requantization (squeeze-and-excitation's (1,1,C) x (H,W,C)).
+
+Forward (TFLite integer_ops::Mul / BroadcastMul, one path for both): y = clamp(zy + MBQM((a - za) * (b - zb),
+m, shift)) with m, shift of s_a * s_b / s_y in double; ONNX imports carry onnxruntime's float32 rounding in the
+Requant (``fp32``: QLinearMul and QDQ Mul, within the 1-LSB float32 tie rule of docs/design.md §3a). The operands
+have the output's rank; each dimension equals the output's or is 1 (broadcast).
+
+Backward (real y = a * b, after the clamp mask): g_a = g * b, summed over the dimensions a is broadcast along;
+alike for b (``mul_grad``, one node per operand that needs it, reading the other operand's saved int8 values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops.conv2d import dequantize_input, input_magnitude
+from tinytrain.quant import Requant, multiply_by_quantized_multiplier
+
+
+@dataclass(frozen=True)
+class MulAttrs:
+    output: Requant
+    act_min: int = -128
+    act_max: int = 127
+
+
+def broadcast_shape(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...]:
+    if len(sa) != len(sb) or any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
+        raise ValueError(f"mul: shapes {sa} and {sb} do not broadcast (same rank, each dimension equal or 1)")
+    return tuple(max(x, y) for x, y in zip(sa, sb))
+
+
+def infer_shapes(a: MulAttrs, ins) -> list[tuple[int, ...]]:
+    return [broadcast_shape(ins[0].shape, ins[1].shape)]
+
+
+def reference(a: MulAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    prod_ = ((arrays[0].astype(np.int64) - ins[0].quant.zp) * (arrays[1].astype(np.int64) - ins[1].quant.zp))
+    r = a.output
+    y = multiply_by_quantized_multiplier(prod_, r.multiplier[0], r.shift[0], r.single_rounding, r.fp32)
+    return [np.clip(y + outs[0].quant.zp, a.act_min, a.act_max).astype(np.int8)]
+
+
+def min_read(a: MulAttrs, ins, outs, k: int) -> np.ndarray | None:
+    """The output may overwrite the operand of its own shape (element q reads element q)."""
+    return np.arange(outs[0].size, dtype=np.int64) if ins[k].shape == outs[0].shape else None
+
+
+def backward(b, node, out_grads) -> list[str | None]:
+    from tinytrain.ops.clamp_mask import masked_grad
+
+    if not any(b.needs_grad(i) for i in node.inputs):
+        return [None, None]
+    a: MulAttrs = node.attrs
+    g = masked_grad(b, out_grads[0], node.outputs[0], a.act_min, a.act_max, f"{node.name}.grad_z")
+    grads: list[str | None] = []
+    for k, x in enumerate(node.inputs):
+        attrs = MulGradAttrs(b.tensor(x).shape)
+        grads.append(b.emit("mul_grad", [g, node.inputs[1 - k]], attrs, f"{node.name}.grad_{k}")[0]
+                     if b.needs_grad(x) else None)
+    return grads
+
+
+OP = OpDef("mul", MulAttrs, infer_shapes, reference, no_macs, backward=backward, min_read=min_read)
+
+
+@dataclass(frozen=True)
+class MulGradAttrs:
+    """g_k (``shape``) = g * other (dequantized, broadcast to g), summed over the dimensions where ``shape`` is 1
+    and g is not: float32 products, each sum in float32 over the summed positions in C order from +0."""
+
+    shape: tuple[int, ...]
+
+
+def grad_shapes(a: MulGradAttrs, ins) -> list[tuple[int, ...]]:
+    g, other = ins
+    if broadcast_shape(a.shape, other.shape) != g.shape:
+        raise ValueError(f"mul_grad: operand {a.shape} and {other.shape} do not give gradient {g.shape}")
+    return [a.shape]
+
+
+def grad_reference(a: MulGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    g = arrays[0].astype(np.float32)
+    terms = g * np.broadcast_to(dequantize_input(arrays[1], ins[1]), g.shape)
+    summed = [d for d in range(1, g.ndim) if a.shape[d] == 1 and g.shape[d] > 1]
+    acc = np.zeros(g.shape[:1] + a.shape[1:], np.float32)
+    for pos in product(*(range(g.shape[d]) for d in summed)):
+        index = [slice(None)] * g.ndim
+        for d, p in zip(summed, pos):
+            index[d] = slice(p, p + 1)
+        acc = acc + terms[tuple(index)]
+    return [acc]
+
+
+def grad_bound(a: MulGradAttrs, ins, bounds) -> list[float]:
+    g, other = ins
+    count = int(np.prod(g.shape)) // int(np.prod(a.shape))
+    return [bounds[0] * input_magnitude(other) * count]
+
+
+GRAD = OpDef("mul_grad", MulGradAttrs, grad_shapes, grad_reference, no_macs, bound=grad_bound)
+OPS = (OP, GRAD)
