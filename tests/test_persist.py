@@ -167,3 +167,84 @@ def test_cli_train_on_qemu_stops_and_resumes_to_the_uninterrupted_state(tmp_path
     assert main(common + ["--engine", "c", "--state-out", str(tmp_path / "c.npz")]) == 0
     assert (tmp_path / "qemu.npz").read_bytes() == (tmp_path / "c.npz").read_bytes()
     assert resumed["steps"] == 10 and resumed["nonfinite_steps"] == 0
+
+
+def test_state_streams_in_chunks_and_a_refused_or_broken_stream_is_reported(training_graph):
+    """tt_state_save_to hands a sink the tt_state_save bytes in chunks of TT_STATE_CHUNK_BYTES (the last shorter);
+    tt_state_load_from reads them back from a source in the same chunks. A foreign header is refused on the first
+    chunk (-1, nothing changed); a source that fails after it returns -2 and leaves the step counter alone."""
+    import ctypes
+
+    from test_sanitize import lcg_samples
+
+    sink_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), ctypes.c_uint32)
+    source_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), ctypes.c_uint32)
+    c = CTrainer(training_graph)
+    lib = c._lib
+    lib.tt_state_save_to.argtypes = lib.tt_state_load_from.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    x = training_graph.tensors[training_graph.inputs[0]]
+    xs, ys = lcg_samples(3, x.nbytes, 5)
+    c.train(xs.reshape((3,) + tuple(x.shape[1:])), ys)
+    want = c.state_bytes()
+    chunks: list[bytes] = []
+    sink = sink_t(lambda _, p, n: chunks.append(ctypes.string_at(p, n)) or 0)
+    assert lib.tt_state_save_to(ctypes.cast(sink, ctypes.c_void_p), None) == 0
+    assert b"".join(chunks) == want and len(want) > 2 * 256
+    assert [len(k) for k in chunks[:-1]] == [256] * (len(chunks) - 1) and 0 < len(chunks[-1]) <= 256
+
+    def source_of(data: bytes, fail_at: int | None = None):
+        at = [0]
+
+        def read(_, p, n):
+            if fail_at is not None and at[0] >= fail_at:
+                return 1
+            ctypes.memmove(p, data[at[0]:at[0] + n], n)
+            at[0] += n
+            return 0
+        return source_t(read)
+
+    c.reset()
+    foreign = bytearray(want)
+    foreign[8] ^= 1  # another layout fingerprint
+    src = source_of(bytes(foreign))
+    assert lib.tt_state_load_from(ctypes.cast(src, ctypes.c_void_p), None) == -1 and c.state_bytes() != want
+    assert lib.tt_step_count() == 0
+    src = source_of(want, fail_at=256)
+    assert lib.tt_state_load_from(ctypes.cast(src, ctypes.c_void_p), None) == -2 and lib.tt_step_count() == 0
+    src = source_of(want)
+    assert lib.tt_state_load_from(ctypes.cast(src, ctypes.c_void_p), None) == 0 and c.state_bytes() == want
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_shipped_proxyless_plan_saves_and_resumes_on_qemu_at_256k_without_a_state_copy(tmp_path):
+    """The shipped proxyless-w0.3 sparse plan (a 56760-byte state: no room for a copy at 256 KB) on qemu-m7 at
+    --sram 256k, its state saved to flash every 2 samples: power cut after the 1st save, run again to the end. The
+    resumed losses, tt_state.bin and the newest state in flash are byte for byte the host C's uninterrupted training;
+    the run's stack high-water mark, streaming included, is within the measured reservation (memory/report.py)."""
+    from tinytrain.codegen.state import state_layout, state_size
+    from tinytrain.data import model_inputs
+    from tinytrain.engine_qemu import QemuTrainer, run
+    from tinytrain.firmware.persist import newest
+    from tinytrain.frontends import load_model
+    from tinytrain.memory.report import STACK_MEASURED_BYTES
+    from tinytrain.training.sparse import load_plan
+
+    root = Path(__file__).resolve().parents[1]
+    g = load_model(root / "models" / "proxyless-w0.3.onnx")
+    tg = build_training_graph(g, load_plan(root / "models" / "plans" / "proxyless-w0.3-sparse.json"))
+    n = state_size(state_layout(tg))
+    rng = np.random.default_rng(0)
+    x = model_inputs(g, rng.integers(0, 256, (4, *g.tensors[g.inputs[0]].shape[1:]), dtype=np.uint8))
+    y = rng.integers(0, 10, 4)
+    flash = tmp_path / "flash.bin"
+    q = QemuTrainer(tg, board="qemu-m7", sram_budget=256 * 1024, save_every=2, flash=flash)
+    q.train(x, y, stop_after_saves=1)
+    assert newest(flash.read_bytes(), n).position == 2
+    r = run(q.firmware, "qemu-m7", train=(x, y), flash=flash)
+    c = CTrainer(tg)
+    want = c.train(x, y)
+    assert n == 56760 and "tt: flash resumed sequence 1 position 2 step 2" in r.stdout
+    assert np.array_equal(r.losses.view(np.uint32), want[2:].view(np.uint32))
+    assert r.state == c.state_bytes() == newest(flash.read_bytes(), n).state
+    assert 0 < r.stack_bytes <= STACK_MEASURED_BYTES

@@ -187,8 +187,7 @@ def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
 def _status_meaning(status: int) -> str:
     if status >= 64 + 2:
         return f" (fault: exception {status - 64}, see firmware/c/tt_startup.c)"
-    return {1: " (semihosting exit failure)", 2: " (a sample file was unreadable)",
-            3: " (no memory for the state copy)"}.get(status, "")
+    return {1: " (semihosting exit failure)", 2: " (a sample or state file was unreadable)"}.get(status, "")
 
 
 def parse_output(text: str) -> dict:

@@ -72,19 +72,32 @@ int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes)
     return 0;
 }
 
-void tt_frame_reply(char command, const void *a, size_t na, const void *b, size_t nb)
+uint32_t tt_frame_begin(char command, uint32_t length)
 {
     uint8_t head[7] = {'t', 'T', (uint8_t)command};
-    uint8_t tail[4];
-    tt_put_le32(head + 3, (uint32_t)(na + nb));
-    uint32_t crc = tt_crc32(0, head + 2, 5);
-    crc = tt_crc32(crc, (const uint8_t *)a, na);
-    crc = tt_crc32(crc, (const uint8_t *)b, nb);
-    tt_put_le32(tail, crc);
+    tt_put_le32(head + 3, length);
     tt_serial_write(head, sizeof head);
-    tt_serial_write((const uint8_t *)a, na);
-    tt_serial_write((const uint8_t *)b, nb);
+    return tt_crc32(0, head + 2, 5);
+}
+
+uint32_t tt_frame_part(uint32_t crc, const void *data, size_t n)
+{
+    tt_serial_write((const uint8_t *)data, n);
+    return tt_crc32(crc, (const uint8_t *)data, n);
+}
+
+void tt_frame_end(uint32_t crc)
+{
+    uint8_t tail[4];
+    tt_put_le32(tail, crc);
     tt_serial_write(tail, sizeof tail);
+}
+
+void tt_frame_reply(char command, const void *a, size_t na, const void *b, size_t nb)
+{
+    uint32_t crc = tt_frame_begin(command, (uint32_t)(na + nb));
+    crc = tt_frame_part(crc, a, na);
+    tt_frame_end(tt_frame_part(crc, b, nb));
 }
 
 void tt_frame_error(const char *message)

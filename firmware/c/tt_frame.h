@@ -27,6 +27,13 @@ int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes);
 /* Send a reply whose payload is the concatenation of two parts (either may be empty). */
 void tt_frame_reply(char command, const void *a, size_t na, const void *b, size_t nb);
 
+/* The same, streamed: tt_frame_begin sends the head of a reply of length payload bytes and returns the running CRC;
+ * tt_frame_part sends the next n of them and returns the CRC so far; tt_frame_end sends the CRC. The parts must add
+ * up to length (the S reply streams the state through them: no copy of it in RAM). */
+uint32_t tt_frame_begin(char command, uint32_t length);
+uint32_t tt_frame_part(uint32_t crc, const void *data, size_t n);
+void tt_frame_end(uint32_t crc);
+
 /* An E reply with an ASCII message. */
 void tt_frame_error(const char *message);
 

@@ -22,9 +22,11 @@
  *   tt: state BYTES bytes
  *   tt: stack BYTES bytes used                            (high-water mark of the painted stack)
  *   tt: done
+ * The states stream between the model's arrays and the files (or the flash) in chunks of TT_STATE_CHUNK_BYTES:
+ * no copy of a whole state is ever in RAM, whatever its size.
  * Instruction counts are SysTick ticks times the tick length (tt_ticks.h), exact to one tick under
- * -icount shift=0. Exit status: 0 done, 2 a sample file is unreadable or malformed, 3 no memory for
- * the state copy, 64 + n a fault (exception n, tt_startup.c).
+ * -icount shift=0. Exit status: 0 done, 2 a sample or state file is unreadable or malformed, 64 + n a fault
+ * (exception n, tt_startup.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +42,6 @@
 #include "tt_ticks.h"
 
 #define TT_EXIT_IO 2
-#define TT_EXIT_MEMORY 3
 
 #if !defined(TT_OUTPUT_BYTES) && defined(TT_LOGITS_BYTES)  /* a training project names its output "logits" */
 #define TT_OUTPUT_BYTES TT_LOGITS_BYTES
@@ -220,20 +221,16 @@ static void tt_run_training(void)
     tt_close_samples(&f);
 }
 
-/* A state copy needs n bytes: the arena when large enough (it is free between calls, and the trainable
- * tensors live outside it), else the heap (the RAM left in the region). */
-static uint8_t *tt_state_buffer(size_t n)
+/* tt_state_load_from's source and tt_state_save_to's sink: a semihosting file, one chunk per call (unbuffered: no
+ * stdio buffer from the heap, and no copy of the state anywhere). */
+static int tt_file_read(void *context, uint8_t *bytes, uint32_t n)
 {
-#if TT_PERSIST_SAVE_EVERY
-    uint8_t *buf = tt_autosave_buffer();  /* the copy the flash saves use: one heap block at most */
-#else
-    uint8_t *buf = n <= TT_ARENA_BYTES ? (uint8_t *)(uintptr_t)tt_arena_base() : malloc(n);
-#endif
-    if (buf == NULL) {
-        printf("tt: error no memory for a %lu-byte state copy\n", (unsigned long)n);
-        exit(TT_EXIT_MEMORY);
-    }
-    return buf;
+    return fread(bytes, 1, n, (FILE *)context) == n ? 0 : -1;
+}
+
+static int tt_file_write(void *context, const uint8_t *bytes, uint32_t n)
+{
+    return fwrite(bytes, 1, n, (FILE *)context) == n ? 0 : -1;
 }
 
 /* Resume from tt_state_in.bin when it exists (a state saved by this model and plan). */
@@ -243,12 +240,13 @@ static void tt_load_state(void)
     if (f == NULL) {
         return;
     }
-    const size_t n = tt_state_size();
-    uint8_t *buf = tt_state_buffer(n);
-    if (fread(buf, 1, n, f) != n || fclose(f) != 0) {
+    setvbuf(f, NULL, _IONBF, 0);
+    const int r = tt_state_load_from(tt_file_read, f);
+    fclose(f);
+    if (r == -2) {
         tt_fail("tt_state_in.bin", "shorter than tt_state_size()");
     }
-    if (tt_state_load(buf) != 0) {
+    if (r != 0) {
         tt_fail("tt_state_in.bin", "a state of another model or plan");
     }
     printf("tt: resumed at step %lu\n", (unsigned long)tt_step_count());
@@ -256,14 +254,16 @@ static void tt_load_state(void)
 
 static void tt_save_state(void)
 {
-    const size_t n = tt_state_size();
-    uint8_t *buf = tt_state_buffer(n);
-    tt_state_save(buf);
     FILE *f = fopen("tt_state.bin", "wb");
-    if (f == NULL || fwrite(buf, 1, n, f) != n || fclose(f) != 0) {
+    if (f == NULL) {
         tt_fail("tt_state.bin", "cannot write");
     }
-    printf("tt: state %lu bytes\n", (unsigned long)n);
+    setvbuf(f, NULL, _IONBF, 0);
+    const int r = tt_state_save_to(tt_file_write, f);
+    if (fclose(f) != 0 || r != 0) {
+        tt_fail("tt_state.bin", "cannot write");
+    }
+    printf("tt: state %lu bytes\n", (unsigned long)tt_state_size());
 }
 #endif
 

@@ -4,7 +4,7 @@
  *   I  -> "board=NAME protocol=1 input=BYTES output=BYTES training=0|1 state=BYTES"
  *   T  -> one tt_train_step on the image and label: float32 loss, uint64 ticks (CPU cycles)
  *   P  -> tt_predict: int16 class, uint64 ticks, the int8 logits
- *   S  -> tt_state_save() (training firmware only)
+ *   S  -> the state (tt_state_save_to, streamed chunk by chunk into the reply; training firmware only)
  * The image is received straight into the model's input bytes (tt_input_buffer()), so the firmware needs
  * no RAM beyond the compile's plan, a stack and these few statics. Cycle counts come from SysTick (tt_ticks.h).
  * With TT_PERSIST_SAVE_EVERY > 0 (tinytrain firmware --save-every) the state in flash is loaded at boot and saved
@@ -126,17 +126,20 @@ static void tt_reply_train(const int8_t *x, int label)
     tt_frame_reply('T', out, sizeof out, NULL, 0);
 }
 
+/* tt_state_save_to's sink: each chunk goes out as the next part of the S reply (context: the running CRC). */
+static int tt_state_part_out(void *context, const uint8_t *bytes, uint32_t n)
+{
+    uint32_t *crc = (uint32_t *)context;
+    *crc = tt_frame_part(*crc, bytes, n);
+    return 0;
+}
+
 static void tt_reply_state(void)
 {
-    /* The copy goes to the arena (free between calls; the trainable tensors live outside it): no extra RAM. */
-    const uint32_t n = tt_state_size();
-    if (n > TT_ARENA_BYTES) {
-        tt_frame_error("state larger than the arena: not supported by this harness");
-        return;
-    }
-    uint8_t *buf = (uint8_t *)(uintptr_t)tt_arena_base();
-    tt_state_save(buf);
-    tt_frame_reply('S', buf, n, NULL, 0);
+    /* Streamed from the model's arrays in TT_STATE_CHUNK_BYTES chunks: no copy of the state in RAM. */
+    uint32_t crc = tt_frame_begin('S', tt_state_size());
+    (void)tt_state_save_to(tt_state_part_out, &crc);
+    tt_frame_end(crc);
 }
 #endif
 

@@ -90,7 +90,24 @@ static int tt_region_fits(const tt_flash *f)
            tt_persist_region_bytes(tt_state_size(), f->sector_bytes) <= f->size;
 }
 
-int tt_persist_load(const tt_flash *f, uint8_t *buf, uint32_t *position, uint32_t *sequence)
+/* A tt_state_source reading a slot's payload from flash in order, its CRC-32 computed on the way. */
+typedef struct {
+    const tt_flash *f;
+    uint32_t offset, crc;
+} tt_flash_reader;
+
+static int tt_read_chunk(void *context, uint8_t *bytes, uint32_t n)
+{
+    tt_flash_reader *r = (tt_flash_reader *)context;
+    if (r->f->read(r->f, r->offset, bytes, n) != 0) {
+        return -1;
+    }
+    r->offset += n;
+    r->crc = tt_persist_crc32(r->crc, bytes, n);
+    return 0;
+}
+
+int tt_persist_load(const tt_flash *f, uint32_t *position, uint32_t *sequence)
 {
     if (!tt_region_fits(f)) {
         return -1;
@@ -102,10 +119,14 @@ int tt_persist_load(const tt_flash *f, uint8_t *buf, uint32_t *position, uint32_
         if (!s[slot].valid) {
             continue;
         }
-        const uint32_t n = tt_state_size();
-        if (f->read(f, tt_slot_offset(f, slot) + TT_PERSIST_HEADER_BYTES, buf, n) != 0 || tt_persist_crc32(0, buf, n) != s[slot].crc ||
-            tt_state_load(buf) != 0) {
-            continue;  /* changed since the scan, or a state of another model or plan */
+        tt_flash_reader r = {f, tt_slot_offset(f, slot) + TT_PERSIST_HEADER_BYTES, 0u};
+        const int loaded = tt_state_load_from(tt_read_chunk, &r);
+        if (loaded == -1) {
+            continue;  /* a state of another model or plan: nothing changed */
+        }
+        if (loaded != 0 || r.crc != s[slot].crc) {
+            tt_init();  /* changed since the scan, and partly loaded: back to tt_init's state, try the other slot */
+            continue;
         }
         if (position != NULL) {
             *position = s[slot].position;
@@ -140,7 +161,37 @@ static int tt_program(const tt_flash *f, uint32_t offset, const uint8_t *data, u
     return 0;
 }
 
-int tt_persist_save(const tt_flash *f, uint8_t *buf, uint32_t position)
+/* A tt_state_sink programming the payload of a slot in order (chunks of TT_STATE_CHUNK_BYTES, a multiple of
+ * every program unit), its CRC-32 computed on the way; or, with check, comparing it with what the slot holds. */
+typedef struct {
+    const tt_flash *f;
+    uint32_t offset, crc;
+    int check;
+} tt_flash_writer;
+
+#if TT_STATE_CHUNK_BYTES % 32u != 0u
+#error "TT_STATE_CHUNK_BYTES must be a multiple of the largest program unit (32 bytes)"
+#endif
+
+static int tt_write_chunk(void *context, const uint8_t *bytes, uint32_t n)
+{
+    tt_flash_writer *w = (tt_flash_writer *)context;
+    uint8_t piece[64];
+    for (uint32_t at = 0; w->check && at < n; at += sizeof piece) {
+        const uint32_t k = n - at < sizeof piece ? n - at : (uint32_t)sizeof piece;
+        if (w->f->read(w->f, w->offset + at, piece, k) != 0 || memcmp(piece, bytes + at, k) != 0) {
+            return -1;
+        }
+    }
+    if (!w->check && tt_program(w->f, w->offset, bytes, n) != 0) {
+        return -1;
+    }
+    w->offset += n;
+    w->crc = tt_persist_crc32(w->crc, bytes, n);
+    return 0;
+}
+
+int tt_persist_save(const tt_flash *f, uint32_t position)
 {
     if (!tt_region_fits(f) || f->program_bytes == 0 || f->program_bytes > 32u || TT_PERSIST_HEADER_BYTES % f->program_bytes != 0) {
         return -1;
@@ -149,36 +200,33 @@ int tt_persist_save(const tt_flash *f, uint8_t *buf, uint32_t position)
     const tt_slot_info *newest = tt_newer(&b, &a) ? &b : &a;
     const int slot = newest == &a && a.valid ? 1 : 0;
     const uint32_t base = tt_slot_offset(f, slot), n = tt_state_size();
-    tt_state_save(buf);
-    const uint32_t crc = tt_persist_crc32(0, buf, n);
-    uint8_t h[TT_PERSIST_HEADER_BYTES];
-    memset(h, 0xFF, sizeof h);
-    memcpy(h, TT_PERSIST_MAGIC, 4);
-    tt_le32_put(h + 4, newest->valid ? newest->sequence + 1u : 1u);
-    tt_le32_put(h + 8, n);
-    tt_le32_put(h + 12, position);
-    tt_le32_put(h + 16, crc);
-    tt_le32_put(h + 20, tt_persist_crc32(0, h, 20));
     const uint32_t used = TT_PERSIST_HEADER_BYTES + n;
     for (uint32_t at = 0; at < used; at += f->sector_bytes) {
         if (f->erase(f, base + at) != 0) {
             return -1;
         }
     }
-    if (tt_program(f, base + TT_PERSIST_HEADER_BYTES, buf, n) != 0 || f->program(f, base, h, sizeof h) != 0) {
+    tt_flash_writer w = {f, base + TT_PERSIST_HEADER_BYTES, 0u, 0};
+    if (tt_state_save_to(tt_write_chunk, &w) != 0) {
         return -1;
     }
-    /* Checked before it counts: the slot reads back valid, newest, and byte for byte what was saved. */
+    uint8_t h[TT_PERSIST_HEADER_BYTES];
+    memset(h, 0xFF, sizeof h);
+    memcpy(h, TT_PERSIST_MAGIC, 4);
+    tt_le32_put(h + 4, newest->valid ? newest->sequence + 1u : 1u);
+    tt_le32_put(h + 8, n);
+    tt_le32_put(h + 12, position);
+    tt_le32_put(h + 16, w.crc);
+    tt_le32_put(h + 20, tt_persist_crc32(0, h, 20));
+    if (f->program(f, base, h, sizeof h) != 0) {
+        return -1;
+    }
+    /* Checked before it counts: the slot reads back valid, newest, and byte for byte what the model holds. */
     const tt_slot_info check = tt_slot_scan(f, slot);
-    if (!check.valid || check.crc != crc || check.sequence != tt_le32_get(h + 4)) {
+    tt_flash_writer c = {f, base + TT_PERSIST_HEADER_BYTES, 0u, 1};
+    if (!check.valid || check.crc != w.crc || check.sequence != tt_le32_get(h + 4) ||
+        tt_state_save_to(tt_write_chunk, &c) != 0) {
         return -1;
-    }
-    uint8_t piece[64];
-    for (uint32_t at = 0; at < n; at += sizeof piece) {
-        const uint32_t k = n - at < sizeof piece ? n - at : (uint32_t)sizeof piece;
-        if (f->read(f, base + TT_PERSIST_HEADER_BYTES + at, piece, k) != 0 || memcmp(piece, buf + at, k) != 0) {
-            return -1;
-        }
     }
     return 0;
 }

@@ -50,9 +50,9 @@ int main(int argc, char **argv)
     const int saves = atoi(argv[1]), steps = atoi(argv[2]);
     const uint32_t sector = (uint32_t)atol(argv[3]), unit = (uint32_t)atol(argv[4]);
     const uint32_t n = tt_state_size(), region = tt_persist_region_bytes(n, sector);
-    uint8_t *flash = malloc(region), *before = malloc(region), *buf = malloc(n), *prev = malloc(n),
+    uint8_t *flash = malloc(region), *before = malloc(region), *prev = malloc(n),
             *next = malloc(n), *boot = malloc(n);
-    if (!flash || !before || !buf || !prev || !next || !boot) {
+    if (!flash || !before || !prev || !next || !boot) {
         return 3;
     }
     tt_flash f;
@@ -66,7 +66,7 @@ int main(int argc, char **argv)
         tt_state_save(next);
         memcpy(before, flash, region);
         tt_flash_sim_arm(&sim, -1, 0);
-        if (tt_persist_save(&f, buf, (uint32_t)i + 1u) != 0) {
+        if (tt_persist_save(&f, (uint32_t)i + 1u) != 0) {
             failed++;
         }
         const uint32_t ops = sim.ops;
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
                 memcpy(flash, before, region);
                 tt_state_load(next);
                 tt_flash_sim_arm(&sim, (int64_t)k, torn);
-                if (tt_persist_save(&f, buf, (uint32_t)i + 1u) == 0) {
+                if (tt_persist_save(&f, (uint32_t)i + 1u) == 0) {
                     failed++;  /* a save that lost power must not report success */
                 }
                 cuts++;
@@ -84,7 +84,7 @@ int main(int argc, char **argv)
                 tt_flash_sim_arm(&sim, -1, 0);  /* power comes back: boot */
                 tt_init();
                 uint32_t position = 0;
-                const int loaded = tt_persist_load(&f, buf, &position, NULL);
+                const int loaded = tt_persist_load(&f, &position, NULL);
                 tt_state_save(boot);
                 if (memcmp(boot, prev, n) == 0 && (loaded == 1 ? position == (uint32_t)i : i == 0 && loaded == 0)) {
                     as_prev++;
@@ -99,12 +99,12 @@ int main(int argc, char **argv)
         memcpy(flash, before, region);
         tt_state_load(next);
         tt_flash_sim_arm(&sim, -1, 0);
-        if (tt_persist_save(&f, buf, (uint32_t)i + 1u) != 0) {
+        if (tt_persist_save(&f, (uint32_t)i + 1u) != 0) {
             failed++;
         }
         tt_init();
         uint32_t position = 0;
-        if (tt_persist_load(&f, buf, &position, NULL) != 1 || position != (uint32_t)i + 1u) {
+        if (tt_persist_load(&f, &position, NULL) != 1 || position != (uint32_t)i + 1u) {
             corrupt++;
         }
         tt_state_save(boot);
@@ -124,7 +124,6 @@ int main(int argc, char **argv)
     }
     free(flash);
     free(before);
-    free(buf);
     free(prev);
     free(next);
     free(boot);

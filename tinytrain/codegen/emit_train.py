@@ -15,8 +15,10 @@ channels, only those rows (kernels read the other rows from the flash original: 
 ``split``), as the memory report counts — and momentum buffers are zeroed SRAM arrays; frozen weights stay
 ``const`` in flash.
 
-State file (``tt_state_save`` / ``tt_state_load``, ``tinytrain.codegen.state``): the byte layout is
-documented in the emitted header and in ``state.py``.
+State file (``tinytrain.codegen.state``): the byte layout is documented in the emitted header and in ``state.py``.
+``tt_state_save_to`` / ``tt_state_load_from`` stream it in ``TT_STATE_CHUNK_BYTES`` chunks between the SRAM arrays
+and a caller's sink / source (so no copy of the whole state is needed: flash slots, files, the serial reply);
+``tt_state_save`` / ``tt_state_load`` are the same to and from a whole buffer.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ RUNTIME_BYTES = 256      # the C runtime's statics: step counter, loss, label, a
 # state save, inference) on qemu-m4 (mps2-an386), qemu-m7 (mps2-an500) and qemu-m55 (mps3-an547), over every zoo
 # model with its shipped plan and the VWW TFLite models (benchmarks/stack.py -> benchmarks/results/stack.md),
 # plus a margin for what the QEMU runs do not exercise (exception frames with FP context, 104 B each; the serial
-# boards' harness), rounded up to 64 B. The firmware reserves the same (firmware/project.py).
+# boards' harness), rounded up to 64 B. The firmware reserves the same (firmware/project.py). Saving and loading the
+# state need no other RAM: it streams through a TT_STATE_CHUNK_BYTES (256 B) chunk on this stack, whose high-water
+# mark with the flash saves stays within the measured value (benchmarks/results/state_resume.md).
 STACK_MEASURED_BYTES = 1268  # proxyless-w0.3 sparse plan on qemu-m55
 STACK_MARGIN_BYTES = 512
 STACK_BYTES = -(-(STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
