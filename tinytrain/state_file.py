@@ -42,8 +42,9 @@ def load_state(path: str | Path, graph: Graph) -> TrainState:
         raise UsageError(f"cannot read state {path} ({e})") from None
     tensors = {}
     for name, value in saved.items():
-        if name.endswith(".momentum") and name[: -len(".momentum")] in saved:
-            continue  # optimizer state (qas.add_updates names it PARAM.momentum): not part of the model
+        param, _, kind = name.rpartition(".")
+        if kind in ("momentum", "remainder") and param in saved:
+            continue  # optimizer state (qas.add_updates names it PARAM.momentum, PARAM.remainder): not the model's
         t = graph.tensors.get(name)
         if t is None or not t.has_data or value.shape != t.shape or value.dtype != t.dtype.np:
             found = "not in the model" if t is None else f"{t.dtype.value}{t.shape} in the model"
