@@ -24,23 +24,40 @@ from tinytrain.names import unique_name
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
 RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
-# Cores with the Arm DSP extension (SXTB16, SMLAD): a project compiled for one of them (the plan's target, from
-# `tinytrain compile --target` or the firmware board's core) defines TT_ARM_DSP 1, which selects tt_simd.h's DSP
-# inner products. This is the one place the target chooses code; any other target (a host: the engines, the plan
-# search) gets the portable C reference, and for pointwise and depthwise convolutions the host kernels vectorized
-# across channels (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
-DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55"})
+# The compile targets: the microcontroller cores a project may be compiled for (`tinytrain compile --target`, a
+# firmware board's core). Any other target ("", the engines, the plan search) is a host build.
+CORE_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "cortex-m3", "cortex-m0plus", "riscv32")
+# Cores with the Arm DSP extension (SXTB16, SMLAD; ARMv8-M mainline's DSP on the M33 is the M4's): a project compiled
+# for one of them defines TT_ARM_DSP 1, which selects tt_simd.h's DSP inner products. The cores without it
+# (Cortex-M3, M0+, RISC-V rv32) get the portable C reference of the same kernels; a host build gets the portable C
+# reference and, for pointwise and depthwise convolutions, the host kernels vectorized across channels
+# (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
+DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
 
 
-# Cores whose FPU (Cortex-M7's FPv5, Cortex-M55's Armv8.1-M floating point) has VMAXNM / VMINNM and VCVTM (float to
-# integer rounding toward minus infinity): a training project for one of them defines TT_FPV5 1, and tt_float.h's
-# tt_floor_clamped (the landing of every SGD step) takes them, built with that FPU, in place of compares and branches.
-FPV5_TARGETS = frozenset({"cortex-m7", "cortex-m55"})
+# Cores whose FPU (Cortex-M7's FPv5, Cortex-M33's FPv5-SP, Cortex-M55's Armv8.1-M floating point) has VMAXNM / VMINNM
+# and VCVTM (float to integer rounding toward minus infinity): a training project for one of them defines TT_FPV5 1,
+# and tt_float.h's tt_floor_clamped (the landing of every SGD step) takes them, built with that FPU, in place of
+# compares and branches.
+FPV5_TARGETS = frozenset({"cortex-m7", "cortex-m55", "cortex-m33"})
+# Cores with a single-precision FPU on every board tinytrain knows (hard-float builds); the others compute the fp32
+# backward in software float (libgcc). riscv32 is either: its boards choose rv32imac (soft) or rv32imafc (F).
+FPU_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
+
+
+def core_build(target: str) -> bool:
+    """Whether ``target`` is a microcontroller core (CORE_TARGETS), not a host."""
+    return target in CORE_TARGETS
 
 
 def fpv5(target: str) -> bool:
     """Whether a project for ``target`` may use the FPv5 rounding instructions (tt_float.h tt_floor_clamped)."""
     return target in FPV5_TARGETS
+
+
+def has_fpu(target: str) -> bool:
+    """Whether every board of ``target`` has a single-precision FPU (hard-float builds)."""
+    return target in FPU_TARGETS
 
 
 def arm_dsp(target: str) -> bool:
@@ -49,9 +66,9 @@ def arm_dsp(target: str) -> bool:
 
 
 def host_build(target: str) -> bool:
-    """Whether a project for ``target`` is built for a host (no Cortex-M target): stack VLAs, channel-vectorized
-    kernels."""
-    return not arm_dsp(target)
+    """Whether a project for ``target`` is built for a host (no microcontroller core): stack VLAs,
+    channel-vectorized kernels."""
+    return not core_build(target)
 
 
 @dataclass(frozen=True)
