@@ -143,7 +143,8 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             (tmp / "tt_state_in.bin").write_bytes(state_in)
         if flash is not None and Path(flash).exists():
             shutil.copy(flash, tmp / "tt_flash.bin")
-        cmd = ["timeout", "--kill-after=5", str(int(timeout)), qemu, "-M", b.qemu.machine, *b.qemu.args, "-nographic",
+        cmd = ["timeout", "--kill-after=5", str(int(timeout)), qemu, "-M", b.qemu.machine, *b.qemu.args,
+               "-nographic",
                "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
         try:
             if stop_after_saves is not None:

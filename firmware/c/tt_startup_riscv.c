@@ -18,7 +18,9 @@ extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _sstack[], _est
 extern char __tls_base[];
 extern int main(void);
 extern void _exit(int status) __attribute__((noreturn));
-extern void _set_tls(void *tls);  /* picolibc: tp = tls */
+#if defined(__PICOLIBC__)
+extern void _set_tls(void *tls);  /* picolibc: tp = tls (its errno is thread-local) */
+#endif
 
 /* CSR instructions: GCC 12's rv32imac / rv32imafc (the multilibs' names) leave Zicsr out; the assembler takes them
  * with it enabled around each one. */
@@ -60,7 +62,9 @@ void tt_reset(void)
     for (uint32_t *p = _sstack; p < (uint32_t *)(sp - 64u);) {  /* paint the stack: tt_stack_used() */
         *p++ = TT_STACK_PAINT;
     }
+#if defined(__PICOLIBC__)
     _set_tls(__tls_base);
+#endif
     __asm volatile(TT_ZICSR("csrw mtvec, %0") ::"r"((uintptr_t)tt_trap));  /* direct mode: every trap to tt_trap */
 #if defined(__riscv_flen)
     __asm volatile(TT_ZICSR("csrs mstatus, %0") ::"r"(1u << 13));  /* FS = Initial: float instructions allowed */

@@ -27,11 +27,11 @@ RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
 # The compile targets: the microcontroller cores a project may be compiled for (`tinytrain compile --target`, a
 # firmware board's core). Any other target ("", the engines, the plan search) is a host build.
 CORE_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "cortex-m3", "cortex-m0plus", "riscv32")
-# Cores with the Arm DSP extension (SXTB16, SMLAD; ARMv8-M mainline's DSP on the M33 is the M4's): a project compiled
-# for one of them defines TT_ARM_DSP 1, which selects tt_simd.h's DSP inner products. The cores without it
-# (Cortex-M3, M0+, RISC-V rv32) get the portable C reference of the same kernels; a host build gets the portable C
-# reference and, for pointwise and depthwise convolutions, the host kernels vectorized across channels
-# (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
+# Cores with the Arm DSP extension (SXTB16, SMLAD; ARMv8-M mainline's DSP on the M33 is the M4's). A project for any
+# core defines TT_ARM_DSP 1 (dsp_kernels): the device kernels, whose inner products tt_simd.h computes with the DSP
+# instructions on these cores and with their exact C models on the others (Cortex-M3, M0+, RISC-V rv32). A host
+# build gets the portable C reference and, for pointwise and depthwise convolutions, the host kernels vectorized
+# across channels (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
 DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
 
 
@@ -61,8 +61,15 @@ def has_fpu(target: str) -> bool:
 
 
 def arm_dsp(target: str) -> bool:
-    """Whether a project for ``target`` uses the Arm DSP inner products (tt_simd.h)."""
+    """Whether ``target`` has the Arm DSP extension: tt_simd.h's inner products are its instructions there."""
     return target in DSP_TARGETS
+
+
+def dsp_kernels(target: str) -> bool:
+    """Whether a project for ``target`` defines TT_ARM_DSP 1: the device kernels' inner products in the DSP
+    instructions' shapes (tt_simd.h), the instructions themselves where the compiler targets the extension
+    (``arm_dsp``), their exact C models elsewhere (Cortex-M3, M0+, RISC-V: the same integers in portable C)."""
+    return core_build(target)
 
 
 def host_build(target: str) -> bool:

@@ -112,6 +112,18 @@ SEMIHOST_FLASH = Flash("tt_flash_semihost.c", 4096, 4)
 RISCV_VIRT = Qemu("virt", (1, 1), ("-bios", "none", "-serial", "none", "-monitor", "none", "-chardev", "stdio,id=tt",
                                    "-semihosting-config", "chardev=tt"))
 
+
+
+def _stm32(gpio_en: tuple[int, int], usart_en: tuple[int, int], gpio: int, pins: tuple[int, int], af: int, usart: int,
+           clock_hz: int) -> tuple[tuple[str, str], ...]:
+    """tt_board.h's defines of firmware/c/tt_uart_stm32.c: RCC enable registers and bits, GPIO port, TX / RX pins,
+    alternate function, USART base and clock."""
+    return (("TT_STM32_GPIO_EN", f"0x{gpio_en[0]:08X}u"), ("TT_STM32_GPIO_EN_BIT", str(gpio_en[1])),
+            ("TT_STM32_USART_EN", f"0x{usart_en[0]:08X}u"), ("TT_STM32_USART_EN_BIT", str(usart_en[1])),
+            ("TT_STM32_GPIO", f"0x{gpio:08X}u"), ("TT_STM32_TX", str(pins[0])), ("TT_STM32_RX", str(pins[1])),
+            ("TT_STM32_AF", str(af)), ("TT_STM32_USART", f"0x{usart:08X}u"), ("TT_STM32_CLOCK_HZ", f"{clock_hz}u"))
+
+
 BOARDS: dict[str, Board] = {b.name: b for b in (
     # QEMU's MPS2/MPS3 images: code RAM at 0 (4 MB; the AN547 ITCM is 512 KB), data RAM at 0x20000000.
     Board("qemu-m4", "cortex-m4", M4F, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
@@ -164,6 +176,30 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     Board("netduinoplus2", "cortex-m4", M4F, 0x08000000, 1 * MB, 0x20000000, 128 * 1024, 82,
           uart_driver="tt_uart_stm32f4.c", uart="USART1, PA9 TX / PA10 RX (AF7)", defines=(("TT_STM32_USART", "1"),),
           emulator="netduinoplus2"),
+    # NUCLEO-U575ZI-Q (STM32U575ZI, Cortex-M33 with DSP and FPU, TrustZone off as shipped): 2 MB of flash, SRAM1-3
+    # contiguous at 0x20000000 (192 + 64 + 512 KB; RM0456 2.3.2); USART1 on the ST-LINK virtual COM port; 4 MHz MSIS
+    # after reset. The non-secure peripheral aliases (RCC 0x46020C00, GPIOA 0x42020000, USART1 0x40013800).
+    Board("nucleo_u575zi_q", "cortex-m33", M33F, 0x08000000, 2 * MB, 0x20000000, 768 * 1024, 141,
+          pio=PlatformIO("ststm32", "nucleo_u575zi_q", "stlink", "ST-LINK/V3 on the board's USB"),
+          uart_driver="tt_uart_stm32.c", uart="USART1, PA9 TX / PA10 RX (AF7): the ST-LINK virtual COM port",
+          defines=_stm32(gpio_en=(0x46020C8C, 0), usart_en=(0x46020CA4, 14), gpio=0x42020000, pins=(9, 10), af=7,
+                         usart=0x40013800, clock_hz=4_000_000),
+          note="Cortex-M33 board: STM32U575, DSP and FPv5-SP"),
+    # NUCLEO-G071RB (STM32G071RB, Cortex-M0+): 128 KB of flash, 36 KB of SRAM (RM0444 2.2): a 36 KB budget at most;
+    # USART2 on the ST-LINK virtual COM port; HSI16 after reset.
+    Board("nucleo_g071rb", "cortex-m0plus", M0PLUS, 0x08000000, 128 * 1024, 0x20000000, 36 * 1024, 32,
+          pio=PlatformIO("ststm32", "nucleo_g071rb", "stlink", "ST-LINK/V2-1 on the board's USB"),
+          uart_driver="tt_uart_stm32.c", uart="USART2, PA2 TX / PA3 RX (AF1): the ST-LINK virtual COM port",
+          defines=_stm32(gpio_en=(0x40021034, 0), usart_en=(0x4002103C, 17), gpio=0x50000000, pins=(2, 3), af=1,
+                         usart=0x40004400, clock_hz=16_000_000),
+          note="Cortex-M0+ board: STM32G071, 36 KB of SRAM (small models only)"),
+    # Sipeed Longan Nano (GD32VF103CBT6, RISC-V rv32imac Bumblebee core): 128 KB of flash at 0x08000000 (where the core
+    # starts), 32 KB of SRAM; USART0 on the header's T0 / R0 pins; IRC8M 8 MHz after reset. Built with the Debian
+    # riscv64-unknown-elf-gcc + picolibc (make) or PlatformIO's gd32v toolchain + newlib (pio run).
+    Board("sipeed-longan-nano", "riscv32", RV32IMAC, 0x08000000, 128 * 1024, 0x20000000, 32 * 1024, 0,
+          pio=PlatformIO("gd32v", "sipeed-longan-nano", "dfu", "the GD32's USB DFU bootloader (hold BOOT0, reset)"),
+          uart_driver="tt_uart_gd32vf103.c", uart="USART0, PA9 TX / PA10 RX: a 3.3 V USB-serial adapter",
+          toolchain="riscv", note="RISC-V board: GD32VF103, rv32imac, 32 KB of SRAM (small models only)"),
 )}
 
 
