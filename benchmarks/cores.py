@@ -8,8 +8,9 @@ M55, M33, M3, M0+ code, RISC-V rv32imac and rv32imafc): the compile for the boar
 the firmware, linked with RAM = 256 KB -> QEMU (-icount shift=0: the counts are deterministic) trains --steps
 steps and runs --inferences inferences on synthetic images (uniform random pixels, seed 0). The losses, the
 state after training and the logits are compared bit for bit with the host C (engine_c.CTrainer) of the same
-graph. When a firmware does not link at 256 KB the overflow is recorded and the instructions are measured with
-a RAM region of 4 MB instead (instruction counts do not depend on where memory is).
+graph. When a firmware does not link at 256 KB of RAM and 1 MB of flash the overflow is recorded and the
+instructions are measured with all the board's memory instead (instruction counts do not depend on where memory
+is); when even that does not link, the row says so.
 
 On the cores without an FPU (M3, M0+, rv32imac) the fp32 backward is software float (libgcc's __aeabi_f* /
 __addsf3 ...): the soft-float column of the issue's comparison; an integer-only step is not built yet.
@@ -54,30 +55,39 @@ def model_of(plan_path: Path) -> Path:
     return ROOT / "models" / (plan_path.stem.rsplit("-", 1)[0] + ".onnx")
 
 
-def link(tg, board: str, work: Path) -> tuple[engine_qemu.Firmware, dict]:
-    """The firmware at 256 KB, or (not linking there) at 4 MB; the link facts."""
-    core = BOARDS[board].core
-    compile_dir = work / "compile"
-    report = engine_qemu.emit_compile_dir(tg, compile_dir, 256 * KB, 1 * MB, target=core)
+def _overflow(error: Exception) -> dict:
+    """What a failed link says: the region and the bytes it overflowed by."""
+    m = re.search(r"region `(\w+)' overflowed by (\d+) bytes", str(error))
+    return {"overflow": f"{m.group(1)} +{m.group(2)} B" if m else str(error).splitlines()[0][:200]}
+
+
+def link(tg, board: str, work: Path) -> tuple[engine_qemu.Firmware | None, dict]:
+    """The firmware at 256 KB of RAM and 1 MB of flash, or (not linking there) with all the board's memory; None
+    when even that does not link. The link facts."""
+    b = BOARDS[board]
+    report = engine_qemu.emit_compile_dir(tg, work / "compile", 256 * KB, 1 * MB, target=b.core)
     facts = {"report_peak_sram_bytes": report["peak_sram_bytes"], "report_fits": report["fits"]}
     try:
-        return engine_qemu.build(compile_dir, board, work / "project"), {**facts, "links_at_256k": True,
-                                                                          "ram_overflow_bytes": 0}
+        return engine_qemu.build(work / "compile", board, work / "project"), {**facts, "links_at_256k": True}
     except engine_qemu.QemuError as e:
-        m = re.search(r"region `RAM' overflowed by (\d+) bytes", str(e))
-        engine_qemu.emit_compile_dir(tg, work / "compile_4m", 4 * MB - 64 * KB, 1 * MB, target=core)
-        fw = engine_qemu.build(work / "compile_4m", board, work / "project_4m")
-        return fw, {**facts, "links_at_256k": False, "ram_overflow_bytes": int(m.group(1)) if m else None}
+        facts.update(links_at_256k=False, **_overflow(e))
+    try:
+        engine_qemu.emit_compile_dir(tg, work / "compile_all", b.ram_max - 64 * KB, b.flash_max, target=b.core)
+        return engine_qemu.build(work / "compile_all", board, work / "project_all"), facts
+    except engine_qemu.QemuError as e:
+        return None, {**facts, "overflow_with_all_memory": _overflow(e)["overflow"]}
 
 
 def measure(tg, board: str, data, host: dict, work: Path) -> dict:
     (x, y), steps = data, host["steps"]
     fw, row = link(tg, board, work)
+    b = BOARDS[board]
+    row.update(board=board, core=b.core, dsp=arm_dsp(b.core), fpu=has_fpu(b.core) or "-mabi=ilp32f" in b.cpu_flags)
+    if fw is None:
+        return row
     t0 = time.time()
     r = engine_qemu.run(fw, board, train=(x[:steps], y[:steps]), test=(x[steps:], y[steps:]))
-    b = BOARDS[board]
-    row.update(board=board, core=b.core, dsp=arm_dsp(b.core), fpu=has_fpu(b.core) or "-mabi=ilp32f" in b.cpu_flags,
-               firmware_ram_bytes=fw.ram_bytes, firmware_flash_bytes=fw.flash_bytes, stack_used_bytes=r.stack_bytes,
+    row.update(firmware_ram_bytes=fw.ram_bytes, firmware_flash_bytes=fw.flash_bytes, stack_used_bytes=r.stack_bytes,
                insns_per_step=int(np.mean(r.step_insns)), insns_per_inference=int(np.mean(r.predict_insns)),
                same_losses=bool(np.array_equal(r.losses.view(np.uint32), host["losses"].view(np.uint32))),
                same_state=r.state == host["state"], same_logits=bool(np.array_equal(r.logits, host["logits"])),
@@ -113,9 +123,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
     cell = {(r["plan"], r["board"]): r for r in rows}
 
     def m(r, key):
-        star = "" if r["links_at_256k"] else "*"
+        if key not in r:
+            return f"does not link ({r['overflow_with_all_memory']})"
+        star = "" if r["links_at_256k"] else f"* ({r['overflow']})"
         exact = "" if r["same_losses"] and r["same_state"] and r["same_logits"] else " ≠host"
-        return f"{r[key] / 1e6:.1f}M{star}{exact}"
+        return f"{r[key] / 1e6:,.1f}M{star}{exact}"
+
+    def kb(r):
+        done = "insns_per_step" in r
+        return f"{r['firmware_ram_bytes'] / KB:.1f} / {r['firmware_flash_bytes'] / KB:.0f}" if done else "—"
 
     head = "| plan | " + " | ".join(boards) + " |"
     rule = "|---|" + "---:|" * len(boards)
@@ -126,14 +142,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"Measured by `{meta['command']}` on {meta['host']}, {meta['qemu']}, {meta['gcc']}, {meta['riscv_gcc']}; "
              f"{meta['steps']} training steps and {meta['inferences']} inference(s) per plan and core, synthetic "
              "images. Every firmware's losses, state and logits are bit-identical to the host C's (a cell would say "
-             "≠host otherwise). * = does not link with a 256 KB RAM region, measured at 4 MB.", "",
+             "≠host otherwise). * = does not link with a 256 KB RAM region and 1 MB of flash (the region and bytes "
+             "over), measured with all the board's memory instead.", "",
              "## Training step (instructions)", "", head, rule, kinds]
     lines += [f"| {p} | " + " | ".join(m(cell[(p, b)], "insns_per_step") for b in boards) + " |" for p in plans]
     lines += ["", "## Inference (instructions)", "", head, rule]
     lines += [f"| {p} | " + " | ".join(m(cell[(p, b)], "insns_per_inference") for b in boards) + " |" for p in plans]
-    lines += ["", "## RAM of the firmware (KB, RAM region 256 KB)", "", head, rule]
-    lines += [f"| {p} | " + " | ".join(f"{cell[(p, b)]['firmware_ram_bytes'] / KB:.1f}" for b in boards) + " |"
-              for p in plans]
+    lines += ["", "## RAM / flash of the firmware (KB)", "", head, rule]
+    lines += [f"| {p} | " + " | ".join(kb(cell[(p, b)]) for b in boards) + " |" for p in plans]
     return "\n".join(lines) + "\n"
 
 
