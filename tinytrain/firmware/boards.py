@@ -176,6 +176,13 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     Board("netduinoplus2", "cortex-m4", M4F, 0x08000000, 1 * MB, 0x20000000, 128 * 1024, 82,
           uart_driver="tt_uart_stm32f4.c", uart="USART1, PA9 TX / PA10 RX (AF7)", defines=(("TT_STM32_USART", "1"),),
           emulator="netduinoplus2"),
+    # The MPS2 AN385 FPGA image (Cortex-M3) as QEMU's mps2-an385 emulates it, flashed and talked to over UART0
+    # (CMSDK APB UART, 25 MHz peripheral clock) on QEMU's first -serial: `tinytrain stream` on a core without DSP or
+    # FPU. Code SRAM at 0 (where the core boots), 4 MB of data SRAM at 0x20000000; no flash controller.
+    Board("mps2-an385", "cortex-m3", M3, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
+          uart_driver="tt_uart_cmsdk.c", uart="UART0 (CMSDK APB UART at 0x40004000)",
+          defines=(("TT_CMSDK_UART", "0x40004000u"), ("TT_CMSDK_CLOCK_HZ", "25000000u")), emulator="mps2-an385",
+          note="Cortex-M3 over a UART: the serial harness on QEMU mps2-an385, for `tinytrain stream`"),
     # NUCLEO-U575ZI-Q (STM32U575ZI, Cortex-M33 with DSP and FPU, TrustZone off as shipped): 2 MB of flash, SRAM1-3
     # contiguous at 0x20000000 (192 + 64 + 512 KB; RM0456 2.3.2); USART1 on the ST-LINK virtual COM port; 4 MHz MSIS
     # after reset. The non-secure peripheral aliases (RCC 0x46020C00, GPIOA 0x42020000, USART1 0x40013800).
