@@ -150,6 +150,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines += [f"| {p} | " + " | ".join(m(cell[(p, b)], "insns_per_inference") for b in boards) + " |" for p in plans]
     lines += ["", "## RAM / flash of the firmware (KB)", "", head, rule]
     lines += [f"| {p} | " + " | ".join(kb(cell[(p, b)]) for b in boards) + " |" for p in plans]
+    lines += ["", "qemu-m0plus runs the -mcpu=cortex-m0plus code on mps2-an385's Cortex-M3 (QEMU's Cortex-M0 machine, "
+              "microbit, has 16 KB of RAM): the counts are those of the M0+ instructions. M3, M0+ and rv32imac compute "
+              "the fp32 backward in software float (libgcc); an integer-only step is not built yet (issue 30 item 2). "
+              "qemu-m55's code memory is its 512 KB ITCM. Boards: docs/guide/boards.md."]
     return "\n".join(lines) + "\n"
 
 
@@ -164,7 +168,17 @@ def main() -> None:
     ap.add_argument("--board", nargs="+", default=list(CORE_BOARDS), choices=CORE_BOARDS)
     ap.add_argument("--plan", nargs="+", help="plan names (models/plans/NAME.json); default: every shipped plan")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cores"))
+    ap.add_argument("--from-json", nargs="+", metavar="JSON",
+                    help="measure nothing: the rows of these earlier runs' JSON files (plans run apart), one table")
     args = ap.parse_args()
+    if args.from_json:
+        runs = [json.loads(Path(f).read_text()) for f in args.from_json]
+        meta = {**runs[0], "command": "; ".join(r["command"] for r in runs)}
+        rows = [row for r in runs for row in r["rows"]]
+        Path(args.out + ".json").write_text(json.dumps({**{k: v for k, v in meta.items() if k != "rows"},
+                                                        "rows": rows}, indent=1) + "\n")
+        Path(args.out + ".md").write_text(markdown(rows, meta))
+        return
     plans = [p for p in shipped_plans() if not args.plan or p.stem in args.plan]
     meta = {"command": "benchmarks/cores.py " + " ".join(sys.argv[1:]), "steps": args.steps,
             "inferences": args.inferences, "host": platform.machine(),
