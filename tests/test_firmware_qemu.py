@@ -440,9 +440,9 @@ def test_zoo_shipped_plans_on_qemu_m7_equal_the_host_engine(model, tmp_path):
 # One shipped plan per new core, few steps: without an FPU a step is software float, billions of instructions
 # (proxyless-w0.3 on M0+ code: 4.5 G, two minutes of QEMU). benchmarks/cores.py runs the shipped plans on every core
 # with the same comparison (benchmarks/results/cores.md).
-NEW_CORE_PLANS = [("qemu-m33", "proxyless-w0.3-sparse", 4), ("qemu-m3", "mcunet-5fps-sparse", 1),
+NEW_CORE_PLANS = [("qemu-m33", "proxyless-w0.3-sparse", 4), ("qemu-m3", "mbv2-w0.35-sparse", 1),
                   ("qemu-m0plus", "proxyless-w0.3-sparse", 1), ("qemu-riscv32", "mbv2-w0.35-sparse", 1),
-                  ("qemu-riscv32f", "mbv2-w0.35-wide", 2)]
+                  ("qemu-riscv32f", "proxyless-w0.3-sparse", 2)]
 
 
 @pytest.mark.parametrize("board, plan, steps", NEW_CORE_PLANS)
