@@ -301,3 +301,17 @@ def test_stream_command_on_the_vww_model_matches_train_engine_c(tmp_path, capsys
     assert streamed["accuracy"] == host["accuracy_after"] and streamed["n"] == host["n_held_out"]
     state = (tmp_path / "s.bin").read_bytes()
     assert state[:4] == b"TTS1" and struct.unpack_from("<I", state, 12)[0] == 12
+
+
+def test_every_board_core_is_a_core_build_with_the_device_kernels(tiny, tmp_path):
+    """A core without the DSP extension (M3, M0+, RISC-V) is a core build, not a host one (no stack VLAs, no host
+    kernels): TT_ARM_DSP 1, the DSP instructions' C models; the DSP cores use the instructions; "" is a host."""
+    from tinytrain.codegen.context import CORE_TARGETS, arm_dsp, dsp_kernels, host_build
+
+    assert {b.core for b in BOARDS.values()} == set(CORE_TARGETS)
+    assert host_build("") and not dsp_kernels("")
+    assert all(dsp_kernels(t) and not host_build(t) for t in CORE_TARGETS)
+    assert {t for t in CORE_TARGETS if arm_dsp(t)} == {"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"}
+    emit_compile_dir(tiny[1], tmp_path / "m3", 30 * 1024, 256 * 1024, target="cortex-m3")
+    src = (tmp_path / "m3" / "tinytrain_model.c").read_text()
+    assert "#define TT_ARM_DSP 1" in src and "exact C models" in src and "_host(" not in src
