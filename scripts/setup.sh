@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm dataset-fashion-mnist espeak-ng; do
+for pkg in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf \
+           qemu-system-misc dataset-fashion-mnist espeak-ng; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

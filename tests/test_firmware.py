@@ -25,7 +25,6 @@ from tinytrain.firmware import protocol as proto
 from tinytrain.training.sparse import Plan, WeightUpdate
 from tinytrain.training.train_graph import build_training_graph
 
-ARM_GCC = shutil.which("arm-none-eabi-gcc")
 REAL_BOARDS = [name for name, b in BOARDS.items() if b.pio]
 PLAN = Plan(bias_last_k=4, weights=(WeightUpdate(3, 0.25), WeightUpdate(5, 1.0)), lr=0.05)
 
@@ -40,7 +39,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def compile_dir(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("compile")
-    emit_compile_dir(tiny[1], out, 96 * 1024, 256 * 1024)
+    emit_compile_dir(tiny[1], out, 30 * 1024, 256 * 1024)  # fits every board (the smallest has 32 KB)
     return out
 
 
@@ -228,22 +227,37 @@ def test_dropped_bytes_time_out_and_the_board_resynchronizes(tiny, host_board):
     assert state == host.state_bytes()
 
 
-@pytest.mark.skipif(ARM_GCC is None, reason="arm-none-eabi-gcc is not installed (scripts/setup.sh installs it)")
+# What readelf -A says of each real board's core: the architecture and the float unit and ABI (None: soft float).
+ATTRIBUTES = {"cortex-m4": ("Tag_CPU_arch: v7E-M", "Tag_FP_arch: VFPv4"),
+              "cortex-m7": ("Tag_CPU_arch: v7E-M", "Tag_FP_arch: FPv5"),
+              "cortex-m33": ("Tag_CPU_arch: v8-M.mainline", "Tag_FP_arch: FPv5/FP-D16 for ARMv8"),
+              "cortex-m0plus": ("Tag_CPU_arch: v6S-M", None),
+              "riscv32": ('Tag_RISCV_arch: "rv32i2p1_m2p0_a2p1_c2p0', None)}
+
+
 @pytest.mark.parametrize("board", REAL_BOARDS)
-def test_platformio_project_is_valid_offline_and_its_sources_build(board, compile_dir, tmp_path):
-    project = tmp_path / board
+def test_platformio_project_is_valid_offline_and_its_sources_build(board, tiny, tmp_path):
+    """Each real board's project: `make` with the Debian cross compiler builds it for the board's core and memory
+    map (the first code at the flash origin, RAM at the board's SRAM), and PlatformIO reads its config offline."""
+    b = BOARDS[board]
+    if shutil.which(b.tools.prefix + "gcc") is None:
+        pytest.skip(f"{b.tools.prefix}gcc is not installed (scripts/setup.sh installs {b.tools.package})")
+    compile_dir, project = tmp_path / "compile", tmp_path / board
+    emit_compile_dir(tiny[1], compile_dir, min(96 * 1024, b.ram_max), 256 * 1024, target=b.core)
     assert main(["firmware", str(compile_dir), "--board", board, "-o", str(project)]) == 0
     r = subprocess.run(["make", "-s"], cwd=project, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    b = BOARDS[board]
-    attrs = subprocess.run(["arm-none-eabi-readelf", "-A", str(project / "firmware.elf")], capture_output=True,
-                           text=True, check=True).stdout
-    fpu = {"cortex-m4": "Tag_FP_arch: VFPv4", "cortex-m7": "Tag_FP_arch: FPv5"}[b.core]
-    assert "Tag_CPU_arch: v7E-M" in attrs and fpu in attrs and "Tag_ABI_VFP_args: VFP registers" in attrs
-    assert f"CPU = -mcpu={b.core} " in (project / "Makefile").read_text()
-    entry = subprocess.run(["arm-none-eabi-readelf", "-S", str(project / "firmware.elf")], capture_output=True,
-                           text=True, check=True).stdout
-    assert re.search(rf"\.isr_vector\s+PROGBITS\s+{b.flash_origin:08x}", entry)
+    readelf = b.tools.prefix + "readelf"
+    attrs = subprocess.run([readelf, "-A", str(project / "firmware.elf")], capture_output=True, text=True,
+                           check=True).stdout
+    arch, fpu = ATTRIBUTES[b.core]
+    assert arch in attrs and (fpu is None or fpu in attrs and "Tag_ABI_VFP_args: VFP registers" in attrs)
+    assert f"CPU = {b.cpu_flags[0]} " in (project / "Makefile").read_text()
+    sections = subprocess.run([readelf, "-S", str(project / "firmware.elf")], capture_output=True, text=True,
+                              check=True).stdout
+    first = ".isr_vector" if b.toolchain == "arm" else ".text"  # the vector table / _start at the flash origin
+    assert re.search(rf"{re.escape(first)}\s+PROGBITS\s+{b.flash_origin:08x}", sections)
+    assert re.search(rf"\.stack\s+NOBITS\s+{b.ram_origin:08x}", sections)
     pio = shutil.which("pio") or str(Path(sys.executable).with_name("pio"))
     if not Path(pio).exists():
         pytest.skip("PlatformIO is not installed (pip install platformio; it is in the dev extra)")
@@ -287,3 +301,17 @@ def test_stream_command_on_the_vww_model_matches_train_engine_c(tmp_path, capsys
     assert streamed["accuracy"] == host["accuracy_after"] and streamed["n"] == host["n_held_out"]
     state = (tmp_path / "s.bin").read_bytes()
     assert state[:4] == b"TTS1" and struct.unpack_from("<I", state, 12)[0] == 12
+
+
+def test_every_board_core_is_a_core_build_with_the_device_kernels(tiny, tmp_path):
+    """A core without the DSP extension (M3, M0+, RISC-V) is a core build, not a host one (no stack VLAs, no host
+    kernels): TT_ARM_DSP 1, the DSP instructions' C models; the DSP cores use the instructions; "" is a host."""
+    from tinytrain.codegen.context import CORE_TARGETS, arm_dsp, dsp_kernels, host_build
+
+    assert {b.core for b in BOARDS.values()} == set(CORE_TARGETS)
+    assert host_build("") and not dsp_kernels("")
+    assert all(dsp_kernels(t) and not host_build(t) for t in CORE_TARGETS)
+    assert {t for t in CORE_TARGETS if arm_dsp(t)} == {"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"}
+    emit_compile_dir(tiny[1], tmp_path / "m3", 30 * 1024, 256 * 1024, target="cortex-m3")
+    src = (tmp_path / "m3" / "tinytrain_model.c").read_text()
+    assert "#define TT_ARM_DSP 1" in src and "exact C models" in src and "_host(" not in src

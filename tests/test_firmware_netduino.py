@@ -63,8 +63,8 @@ def _qemu(project: Path):
         p.stdout.close()
 
 
-def _build(compile_dir: Path, project: Path) -> Path:
-    assert main(["firmware", str(compile_dir), "--board", "netduinoplus2", "-o", str(project)]) == 0
+def _build(compile_dir: Path, project: Path, board: str = "netduinoplus2") -> Path:
+    assert main(["firmware", str(compile_dir), "--board", board, "-o", str(project)]) == 0
     r = subprocess.run(["make", "-s"], cwd=project, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return project
@@ -86,18 +86,21 @@ def test_flashed_image_boots_from_the_stm32f405_vector_table(tmp_path):
     assert "tt_uart_stm32f4.c" in {p.name for p in (project / "src").iterdir()}
 
 
-def test_serial_harness_on_qemu_trains_like_the_host_engine(tmp_path):
+@pytest.mark.parametrize("name", ["netduinoplus2", "mps2-an385"])
+def test_serial_harness_on_qemu_trains_like_the_host_engine(name, tmp_path):
+    """The serial harness over an emulated UART: the STM32F405's USART1 (Cortex-M4) and the MPS2 AN385's CMSDK
+    UART0 (Cortex-M3: portable C, software float)."""
     serial = pytest.importorskip("serial")
     g, _ = train_ops_model()
     tg = build_training_graph(g, Plan(bias_last_k=4, weights=(WeightUpdate(3, 0.25), WeightUpdate(5, 1.0)), lr=0.05))
-    emit_compile_dir(tg, tmp_path / "compile", 128 * KB, 1024 * KB, target="cortex-m4")
-    project = _build(tmp_path / "compile", tmp_path / "project")
+    emit_compile_dir(tg, tmp_path / "compile", 128 * KB, 1024 * KB, target=BOARDS[name].core)
+    project = _build(tmp_path / "compile", tmp_path / "project", name)
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (8, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
     y = rng.integers(0, 5, 8)
     with _qemu(project) as url, serial.serial_for_url(url, timeout=60) as port:
         board = proto.Board(port)
-        assert board.info["board"] == "netduinoplus2" and board.training
+        assert board.info["board"] == name and board.training
         losses = [board.train(x[i], int(y[i]))[0] for i in range(6)]
         logits = [np.frombuffer(board.predict(x[i])[2], np.int8) for i in range(6, 8)]
         state = board.state()

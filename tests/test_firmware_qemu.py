@@ -1,6 +1,7 @@
-"""Firmware on the emulated Cortex-M boards (qemu-system-arm, -icount shift=0, semihosting): the same C as the
-host engine gives the same bits — losses, trainable state, logits — on M4, M7 and M55; the SRAM budget is the
-linker's RAM region; SysTick counts instructions; faults exit with a status. Slow: each test links firmware
+"""Firmware on the emulated Cortex-M and RISC-V boards (qemu-system-arm / -riscv32, -icount shift=0, semihosting):
+the same C as the host engine gives the same bits — losses, trainable state, logits — on M4, M7, M55, M33, M3,
+M0+ code and rv32imac / rv32imafc; the SRAM budget is the linker's RAM region (1 byte more does not link); SysTick
+(RISC-V: minstret) counts instructions; faults exit with a status. Slow: each test links firmware
 and runs QEMU (seconds each; the two real models about a minute together)."""
 
 import json
@@ -17,6 +18,7 @@ from test_codegen_train import train_ops_model
 from test_grad_kernels import CHECK
 from tinytrain import engine_qemu
 from tinytrain.cli import main
+from tinytrain.codegen.context import arm_dsp, has_fpu
 from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.engine_c import CTrainer
@@ -32,6 +34,20 @@ pytestmark = [
                        reason="needs arm-none-eabi-gcc and qemu-system-arm (scripts/setup.sh installs them)"),
 ]
 QEMU_BOARDS = [name for name, b in BOARDS.items() if b.qemu]
+# The boards whose core has the Arm DSP extension / a single-precision Arm FPU: the tests of their asm paths.
+DSP_BOARDS = [name for name in QEMU_BOARDS if arm_dsp(BOARDS[name].core)]
+FPU_BOARDS = [name for name in QEMU_BOARDS if has_fpu(BOARDS[name].core)]
+NEW_BOARDS = ["qemu-m33", "qemu-m3", "qemu-m0plus", "qemu-riscv32", "qemu-riscv32f"]
+# Semihosting stdio: newlib's rdimon needs its handles opened (Arm), picolibc's libsemihost has them (RISC-V).
+GLUE = """#include <stdio.h>
+#include "tt_board.h"
+#if defined(__PICOLIBC__)
+void tt_board_init(void) {}
+#else
+extern void initialise_monitor_handles(void);
+void tt_board_init(void) { initialise_monitor_handles(); }
+#endif
+"""
 ROOT = Path(__file__).resolve().parents[1]
 KB = 1024
 # A sparse plan of the MLPerf VWW MobileNetV1 that fits 256 KB: biases of the last 12 layers, the first quarter
@@ -60,7 +76,9 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("board", QEMU_BOARDS)
 def test_training_step_is_bit_identical_to_the_host_on_every_core(board, tiny, tmp_path):
-    tg, compile_dir, x, y = tiny
+    tg, _, x, y = tiny
+    compile_dir = tmp_path / "compile"  # the C for this board's core (Arm DSP instructions or their C models)
+    engine_qemu.emit_compile_dir(tg, compile_dir, 96 * KB, 256 * KB, target=BOARDS[board].core)
     fw = engine_qemu.build(compile_dir, board, tmp_path / "project")
     r = engine_qemu.run(fw, board, train=(x[:8], y[:8]), test=(x[8:], y[8:]))
     host = CTrainer(tg)
@@ -89,25 +107,27 @@ def _program(compile_dir: Path, board: str, main_c: str, out: Path) -> Path:
 
 
 def _qemu(board: str, elf: Path) -> subprocess.CompletedProcess:
-    cmd = ["timeout", "60", "qemu-system-arm", "-M", BOARDS[board].qemu.machine, "-nographic", "-icount", "shift=0",
+    b = BOARDS[board]
+    cmd = ["timeout", "60", b.tools.qemu, "-M", b.qemu.machine, *b.qemu.args, "-nographic", "-icount", "shift=0",
            "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
     return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
-COUNT_LOOP = r"""
-#include <stdio.h>
+COUNT_LOOP = GLUE + r"""
 #include <stdint.h>
-#include "tt_board.h"
 #include "tt_ticks.h"
-extern void initialise_monitor_handles(void);
-void tt_board_init(void) { initialise_monitor_handles(); }
+#if defined(__riscv)
+#define TT_LOOP "1: addi %0, %0, -1\n\tbnez %0, 1b" : "+r"(k)
+#else
+#define TT_LOOP ".syntax unified\n\t1: subs %0, %0, #1\n\tbne 1b" : "+r"(k) :: "cc"  /* unified: ARMv6-M too */
+#endif
 int main(void)
 {
     tt_ticks_start();
     for (uint32_t n = 250000u; n <= 4000000u; n *= 4u) {
         uint32_t k = n;
         const uint64_t t0 = tt_ticks();
-        __asm volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(k) :: "cc");  /* 2 instructions per iteration */
+        __asm volatile(TT_LOOP);  /* 2 instructions per iteration */
         const uint64_t t1 = tt_ticks();
         printf("loop %lu ticks %lu\n", (unsigned long)(2u * n), (unsigned long)(t1 - t0));
     }
@@ -118,7 +138,8 @@ int main(void)
 
 @pytest.mark.parametrize("board", QEMU_BOARDS)
 def test_systick_counts_instructions(board, tiny, tmp_path):
-    """-icount shift=0: one instruction per ns; ticks x tick length = instructions, to within a tick or two."""
+    """-icount shift=0: one instruction per ns; ticks x tick length = instructions, to within a tick or two (RISC-V:
+    minstret, one instruction per tick)."""
     r = _qemu(board, _program(tiny[1], board, COUNT_LOOP, tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     num, den = BOARDS[board].qemu.tick_ns
@@ -128,7 +149,7 @@ def test_systick_counts_instructions(board, tiny, tmp_path):
         assert abs(ticks * num / den - insns) <= 2 * num / den + 16, (insns, ticks)
 
 
-@pytest.mark.parametrize("board", QEMU_BOARDS)
+@pytest.mark.parametrize("board", FPU_BOARDS)
 def test_fpu_requantization_equals_the_integer_spec_on_every_core(board, tiny, tmp_path):
     """On the cores' FPUs (TT_FP32_FPU: VCVT, VMUL, VCVTR) clamp(tt_requantize_fp32_s8 + zero point) ==
     clamp(tt_requantize_fp32 + zero point), the exact integer spec, on 400,000 values: every shift (-32..-2),
@@ -178,7 +199,7 @@ int main(void)
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["plain", "split"])
-@pytest.mark.parametrize("board", QEMU_BOARDS)
+@pytest.mark.parametrize("board", FPU_BOARDS)
 def test_pointwise_input_gradient_tiles_on_every_core_equal_one_term_at_a_time(board, split, tiny, tmp_path):
     """The pointwise input gradient (kernels/conv2d_grad_input.c.j2) with runtime/tt_float.h's tiles in Arm assembly
     (TT_FMA_TILES: VLDM / VSTM of four sums per pixel, LDRSB + VMOV of two + VCVT, VFMA) == one term at a time, bit
@@ -253,7 +274,7 @@ int main(void) {
 """
 
 
-@pytest.mark.parametrize("board", QEMU_BOARDS)
+@pytest.mark.parametrize("board", FPU_BOARDS)
 def test_sgd_step_floor_equals_the_portable_c_on_every_core(board, tiny, tmp_path):
     """tt_float.h tt_floor_clamped as the training C builds it for the core (TT_FPV5 on Cortex-M7 / M55: VMAXNM,
     VMINNM, VCVTM) == its portable C, on quiet NaNs (its argument is always a sum), infinities, the clamp's edges,
@@ -271,6 +292,36 @@ def test_a_fault_exits_qemu_with_its_status(tiny, tmp_path):
              'int main(void) { printf("before\\n"); __asm volatile("udf #0"); return 0; }\n')
     r = _qemu("qemu-m7", _program(tiny[1], "qemu-m7", fault, tmp_path))
     assert r.stdout.strip() == "before" and r.returncode == 64 + 3  # HardFault (UsageFault escalates)
+
+
+@pytest.mark.parametrize("board", ["qemu-riscv32", "qemu-m0plus"])
+def test_a_fault_exits_qemu_with_its_status_on_the_new_cores(board, tiny, tmp_path):
+    """RISC-V: every trap to tt_trap, exit 64 + mcause (2: illegal instruction); M0+ code: HardFault (64 + 3)."""
+    bad = '"unimp"' if BOARDS[board].toolchain == "riscv" else '"udf #0"'
+    fault = GLUE + f'int main(void) {{ printf("before\\n"); __asm volatile({bad}); return 0; }}\n'
+    r = _qemu(board, _program(tiny[1], board, fault, tmp_path))
+    assert r.stdout.strip() == "before" and r.returncode == 64 + (2 if "riscv" in board else 3), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("board", NEW_BOARDS)
+def test_a_256k_ram_region_links_when_full_and_refuses_one_byte_more(board, tiny, tmp_path):
+    """The new cores' linker scripts: RAM = 256 KB; a heap that fills it to the last byte links, one byte more fails
+    with the linker's overflow message (or tinytrain's ASSERT)."""
+    tg = tiny[0]
+    engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 256 * KB, 256 * KB, target=BOARDS[board].core)
+    fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
+    ld_path = fw.project / "tinytrain.ld"
+    ld = ld_path.read_text()
+    assert re.search(rf"RAM\s+\(rwx\) : ORIGIN = 0x{BOARDS[board].ram_origin:08X}, LENGTH = 262144\b", ld)
+    nm = subprocess.run([BOARDS[board].tools.prefix + "nm", str(fw.elf)], capture_output=True, text=True, check=True)
+    sheap = int(re.search(r"^([0-9a-f]+) \w _sheap$", nm.stdout, re.M).group(1), 16)
+    room = BOARDS[board].ram_origin + 256 * KB - sheap
+    for heap, links in ((room, True), (room + 1, False)):
+        ld_path.write_text(re.sub(r"^_tt_heap_min_bytes = \d+;", f"_tt_heap_min_bytes = {heap};", ld, flags=re.M))
+        r = subprocess.run(["make", "-s", "-B", "firmware.elf"], cwd=fw.project, capture_output=True, text=True)
+        assert (r.returncode == 0) == links, r.stderr
+        if not links:
+            assert re.search(r"region `RAM' overflowed by 1 byte|exceed the SRAM budget", r.stderr), r.stderr
 
 
 def test_a_malformed_sample_file_is_reported(tiny, tmp_path):
@@ -332,14 +383,15 @@ def test_vww_mobilenet_v1_20_steps_on_qemu_m7_equal_the_host_engine(tmp_path, ca
     assert out["qemu"]["insns_per_step"] > 0
 
 
-def _firmware_run(graph, plan_json: dict, tmp_path, x, y):
+def _firmware_run(graph, plan_json: dict, tmp_path, x, y, board="qemu-m7", steps=20):
     tg = build_training_graph(graph, _plan(plan_json, tmp_path))
-    report = engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 256 * KB, 1024 * KB)
-    fw = engine_qemu.build(tmp_path / "compile", "qemu-m7", tmp_path / "project")
+    b = BOARDS[board]
+    report = engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 256 * KB, 1024 * KB, target=b.core)
+    fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
     ld = (fw.project / "tinytrain.ld").read_text()
-    assert re.search(r"RAM\s+\(rwx\) : ORIGIN = 0x20000000, LENGTH = 262144\b", ld)
+    assert re.search(rf"RAM\s+\(rwx\) : ORIGIN = 0x{b.ram_origin:08X}, LENGTH = 262144\b", ld)
     assert fw.ram_bytes <= 256 * KB and fw.flash_bytes <= 1024 * KB and report["fits"]
-    r = engine_qemu.run(fw, "qemu-m7", train=(x[:20], y[:20]), test=(x[20:], y[20:]))
+    r = engine_qemu.run(fw, board, train=(x[:steps], y[:steps]), test=(x[steps:], y[steps:]))
     host = CTrainer(tg)
     return r, host
 
@@ -385,7 +437,29 @@ def test_zoo_shipped_plans_on_qemu_m7_equal_the_host_engine(model, tmp_path):
     assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
 
 
-@pytest.mark.parametrize("board", QEMU_BOARDS)
+# One shipped plan per new core, few steps: without an FPU a step is software float, billions of instructions
+# (proxyless-w0.3 on M0+ code: 4.5 G, two minutes of QEMU). benchmarks/cores.py runs the shipped plans on every core
+# with the same comparison (benchmarks/results/cores.md).
+NEW_CORE_PLANS = [("qemu-m33", "proxyless-w0.3-sparse", 4), ("qemu-m3", "mbv2-w0.35-sparse", 1),
+                  ("qemu-m0plus", "proxyless-w0.3-sparse", 1), ("qemu-riscv32", "mbv2-w0.35-sparse", 1),
+                  ("qemu-riscv32f", "proxyless-w0.3-sparse", 2)]
+
+
+@pytest.mark.parametrize("board, plan, steps", NEW_CORE_PLANS)
+def test_a_shipped_plan_on_each_new_core_equals_the_host_engine(board, plan, steps, tmp_path):
+    """A zoo model's shipped plan on a new core (its own compile: DSP instructions on the M33, their C models and soft
+    float on M3 / M0+ / rv32imac, the F extension on rv32imafc): its steps and 2 inferences give the host C's losses,
+    state and logits bit for bit, in a 256 KB RAM region."""
+    g = load_model(ROOT / "models" / f"{plan.rsplit('-', 1)[0]}.onnx")
+    x, y = _vww(steps + 2)
+    x = model_inputs(g, x)
+    r, host = _firmware_run(g, json.loads((ROOT / "models" / "plans" / f"{plan}.json").read_text()), tmp_path, x, y,
+                            board=board, steps=steps)
+    assert _same_bits(r.losses, host.train(x[:steps], y[:steps]))
+    assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[steps:]))
+
+
+@pytest.mark.parametrize("board", DSP_BOARDS)
 def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     """The forward kernels' Arm DSP paths on the real instructions (SXTAB16 / SMLAD / SMLABB, SSAT / BFI / SSUB8 +
     SEL, the 32-bit requantization fast paths): depthwise windows inside and clipped at the border, channel counts
@@ -415,7 +489,7 @@ def test_dsp_forward_kernels_on_every_core_equal_the_simulator(board, tmp_path):
     assert np.array_equal(r.logits, want.reshape(len(x), -1))
 
 
-@pytest.mark.parametrize("board", QEMU_BOARDS)
+@pytest.mark.parametrize("board", DSP_BOARDS)
 @pytest.mark.parametrize("hw, packed", [((7, 5), True), ((5, 5), False)])
 def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, hw, packed, tmp_path):
     """Pointwise kernels with a constant channel count and packed rows whose loop over output channel pairs is one
@@ -448,7 +522,7 @@ def test_pointwise_channel_pair_loop_on_every_core_equals_the_simulator(board, h
     assert np.array_equal(r.logits, want.reshape(len(x), -1))
 
 
-@pytest.mark.parametrize("board", QEMU_BOARDS)
+@pytest.mark.parametrize("board", DSP_BOARDS)
 def test_asm_inner_product_loops_on_every_core_equal_the_simulator(board, tmp_path):
     """The inner products written as asm loops, on the real instructions: a 3x3 stride-2 window of 3 channels
     gathered a row at a time (the stem's), 144 input channels against four packed rows (tt_dot4wp_s8: LDM), 272

@@ -79,6 +79,8 @@ def cmd_convert(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tinytrain.codegen.context import CORE_TARGETS
+
     p = _Parser(prog="tinytrain", description="Compile int8 MobileNets for on-device training on microcontrollers.")
     p.add_argument("--version", action="version", version=f"tinytrain {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -102,9 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plan", help="sparse-update plan file (version 1): plan the training step")
     s.add_argument("--update", help="full | bias-only | last-k:N: plan the training step of a preset "
                    "(without --plan / --update: the inference forward pass)")
-    s.add_argument("--target", choices=("cortex-m4", "cortex-m7", "cortex-m55"), default="cortex-m7",
-                   help="recorded in the report (the code estimate does not depend on it; the stack is the largest "
-                   "measured on the three cores)")
+    s.add_argument("--target", choices=CORE_TARGETS, default="cortex-m7",
+                   help="the core the C is for: Arm DSP instructions on m4/m7/m55/m33, their C models on m3/m0plus/"
+                   "riscv32 (docs/guide/boards.md); the code estimate does not depend on it")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")

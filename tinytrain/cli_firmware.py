@@ -42,7 +42,7 @@ def cmd_firmware(args: argparse.Namespace) -> None:
         print(f"build: make -C {out} (firmware.bin, the image as flashed); run it on QEMU ({board.emulator}): "
               f"`make -C {out} run PORT=5555`, then: tinytrain stream MODEL --port socket://127.0.0.1:5555 --data DATA")
     else:
-        print(f"build: make -C {out} (arm-none-eabi-gcc) or `pio run -d {out}`; upload: {board.pio.note}; "
+        print(f"build: make -C {out} ({board.tools.prefix}gcc) or `pio run -d {out}`; upload: {board.pio.note}; "
               f"then: tinytrain stream MODEL --port PORT --data DATA ({board.uart})")
 
 

@@ -94,6 +94,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def add_train_commands(sub) -> None:
+    from tinytrain.firmware import BOARDS
+
     s = sub.add_parser("train", help="fine-tune with the device's arithmetic (batch-1 SGD, QAS, sparse update)")
     s.add_argument("model")
     s.add_argument("--data", required=True,
@@ -111,7 +113,7 @@ def add_train_commands(sub) -> None:
     s.add_argument("--engine", choices=("sim", "c", "qemu"), default="sim",
                    help="sim: the numpy simulator; c: the emitted C built with the host compiler; qemu: that C as "
                         "firmware on an emulated Cortex-M (--board, --sram)")
-    s.add_argument("--board", default="qemu-m7", choices=("qemu-m4", "qemu-m7", "qemu-m55"),
+    s.add_argument("--board", default="qemu-m7", choices=tuple(n for n, b in BOARDS.items() if b.qemu),
                    help="--engine qemu: the emulated board (default qemu-m7)")
     s.add_argument("--sram", default="256k", help="--engine qemu: SRAM budget = the firmware's RAM region (default 256k)")
     s.add_argument("--flash", metavar="FLASH.bin",

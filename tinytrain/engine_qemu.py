@@ -1,7 +1,8 @@
-"""The QEMU engine: the firmware of a compiled model, built with arm-none-eabi-gcc and run on an emulated Cortex-M.
+"""The QEMU engine: the firmware of a compiled model, built with the board's cross compiler (arm-none-eabi-gcc,
+riscv64-unknown-elf-gcc) and run on an emulated Cortex-M or RISC-V core.
 
     compile folder (tinytrain compile, or emit_compile_dir here)  ->  firmware project (tinytrain.firmware)
-      ->  make (arm-none-eabi-gcc, RAM region = the SRAM budget)  ->  qemu-system-arm under timeout
+      ->  make (cross gcc, RAM region = the SRAM budget)  ->  qemu-system-arm / -riscv32 under timeout
       ->  parse the harness's output: per-step losses and instruction counts, logits, accuracy, state
 
 The harness (firmware/c/tt_harness_qemu.c) reads samples and writes results through semihosting files in a
@@ -22,7 +23,7 @@ import numpy as np
 
 from tinytrain.version import __version__
 from tinytrain.errors import TinyTrainError
-from tinytrain.firmware import get_board, samples, write_firmware
+from tinytrain.firmware import BOARDS, get_board, samples, write_firmware
 from tinytrain.ir import Graph
 
 DEFAULT_TIMEOUT = 600  # seconds of host time for one QEMU run
@@ -98,22 +99,23 @@ def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int
     """Write the firmware project of ``compile_dir`` for ``board`` into ``project`` and link it (``save_every`` > 0:
     with the persistent state, saved every that many samples; ``options``: those of ``write_firmware``, e.g.
     ``stack_bytes``)."""
-    _need("arm-none-eabi-gcc", "gcc-arm-none-eabi")
+    tools = get_board(board).tools
+    _need(tools.prefix + "gcc", tools.package)
     project = Path(project)
     write_firmware(compile_dir, board, project, save_every=save_every, **options)
     r = subprocess.run(["make", "-s", ELF], cwd=project, capture_output=True, text=True, timeout=timeout, check=False)
     if r.returncode != 0:
         raise QemuError(f"the firmware in {project} does not link:\n{(r.stderr or r.stdout)[-3000:]}")
-    return Firmware(project, project / ELF, board, *section_sizes(project / ELF))
+    return Firmware(project, project / ELF, board, *section_sizes(project / ELF, tools.prefix))
 
 
-def section_sizes(elf: str | Path) -> tuple[int, int]:
-    """(flash bytes, RAM bytes) of a linked firmware, from its section headers."""
-    r = subprocess.run([_need("arm-none-eabi-size", "binutils-arm-none-eabi"), "-A", str(elf)], capture_output=True,
-                       text=True, check=True)
+def section_sizes(elf: str | Path, prefix: str = "arm-none-eabi-") -> tuple[int, int]:
+    """(flash bytes, RAM bytes) of a linked firmware, from its section headers (``prefix``: the toolchain's)."""
+    r = subprocess.run([_need(prefix + "size", "binutils-" + prefix.rstrip("-")), "-A", str(elf)],
+                       capture_output=True, text=True, check=True)
     sizes = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+", r.stdout, re.M)}
-    flash = sum(sizes.get(s, 0) for s in (".isr_vector", ".text", ".ARM.extab", ".ARM.exidx", ".data"))
-    ram = sum(sizes.get(s, 0) for s in (".stack", ".data", ".bss", ".heap"))
+    flash = sum(sizes.get(s, 0) for s in (".isr_vector", ".text", ".ARM.extab", ".ARM.exidx", ".data", ".tdata"))
+    ram = sum(sizes.get(s, 0) for s in (".stack", ".data", ".tdata", ".tbss_space", ".bss", ".heap"))
     return flash, ram
 
 
@@ -128,8 +130,8 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
     ``stop_after_saves``: cut the board's power (kill QEMU) right after that many saves; returns None then."""
     b = get_board(board)
     if b.qemu is None:
-        raise QemuError(f"{board} is not a QEMU board; use one of qemu-m4, qemu-m7, qemu-m55")
-    qemu = _need("qemu-system-arm", "qemu-system-arm")
+        raise QemuError(f"{board} is not a QEMU board; use one of {', '.join(n for n, q in BOARDS.items() if q.qemu)}")
+    qemu = _need(b.tools.qemu, b.tools.qemu_package)
     elf = Path(firmware.elf if isinstance(firmware, Firmware) else firmware).resolve()
     with tempfile.TemporaryDirectory(prefix="tinytrain-qemu-", dir=work_dir) as tmp:
         tmp = Path(tmp)
@@ -141,7 +143,8 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             (tmp / "tt_state_in.bin").write_bytes(state_in)
         if flash is not None and Path(flash).exists():
             shutil.copy(flash, tmp / "tt_flash.bin")
-        cmd = ["timeout", "--kill-after=5", str(int(timeout)), qemu, "-M", b.qemu.machine, "-nographic",
+        cmd = ["timeout", "--kill-after=5", str(int(timeout)), qemu, "-M", b.qemu.machine, *b.qemu.args,
+               "-nographic",
                "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
         try:
             if stop_after_saves is not None:

@@ -47,12 +47,18 @@
 #define TT_OUTPUT_BYTES TT_LOGITS_BYTES
 #endif
 
+#if defined(__PICOLIBC__)
+void tt_board_init(void)  /* picolibc's libsemihost: stdio is semihosting's from the start (RISC-V boards) */
+{
+}
+#else
 extern void initialise_monitor_handles(void);  /* newlib rdimon: semihosting stdio */
 
 void tt_board_init(void)
 {
     initialise_monitor_handles();
 }
+#endif
 
 /* A sample file opened twice: one handle walks the images, the other the labels. */
 typedef struct {

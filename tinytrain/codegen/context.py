@@ -24,18 +24,30 @@ from tinytrain.names import unique_name
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
 RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
-# Cores with the Arm DSP extension (SXTB16, SMLAD): a project compiled for one of them (the plan's target, from
-# `tinytrain compile --target` or the firmware board's core) defines TT_ARM_DSP 1, which selects tt_simd.h's DSP
-# inner products. This is the one place the target chooses code; any other target (a host: the engines, the plan
-# search) gets the portable C reference, and for pointwise and depthwise convolutions the host kernels vectorized
+# The compile targets: the microcontroller cores a project may be compiled for (`tinytrain compile --target`, a
+# firmware board's core). Any other target ("", the engines, the plan search) is a host build.
+CORE_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "cortex-m3", "cortex-m0plus", "riscv32")
+# Cores with the Arm DSP extension (SXTB16, SMLAD; ARMv8-M mainline's DSP on the M33 is the M4's). A project for any
+# core defines TT_ARM_DSP 1 (dsp_kernels): the device kernels, whose inner products tt_simd.h computes with the DSP
+# instructions on these cores and with their exact C models on the others (Cortex-M3, M0+, RISC-V rv32). A host
+# build gets the portable C reference and, for pointwise and depthwise convolutions, the host kernels vectorized
 # across channels (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
-DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55"})
+DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
 
 
-# Cores whose FPU (Cortex-M7's FPv5, Cortex-M55's Armv8.1-M floating point) has VMAXNM / VMINNM and VCVTM (float to
-# integer rounding toward minus infinity): a training project for one of them defines TT_FPV5 1, and tt_float.h's
-# tt_floor_clamped (the landing of every SGD step) takes them, built with that FPU, in place of compares and branches.
-FPV5_TARGETS = frozenset({"cortex-m7", "cortex-m55"})
+# Cores whose FPU (Cortex-M7's FPv5, Cortex-M33's FPv5-SP, Cortex-M55's Armv8.1-M floating point) has VMAXNM / VMINNM
+# and VCVTM (float to integer rounding toward minus infinity): a training project for one of them defines TT_FPV5 1,
+# and tt_float.h's tt_floor_clamped (the landing of every SGD step) takes them, built with that FPU, in place of
+# compares and branches.
+FPV5_TARGETS = frozenset({"cortex-m7", "cortex-m55", "cortex-m33"})
+# Cores with a single-precision FPU on every board tinytrain knows (hard-float builds); the others compute the fp32
+# backward in software float (libgcc). riscv32 is either: its boards choose rv32imac (soft) or rv32imafc (F).
+FPU_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
+
+
+def core_build(target: str) -> bool:
+    """Whether ``target`` is a microcontroller core (CORE_TARGETS), not a host."""
+    return target in CORE_TARGETS
 
 
 def fpv5(target: str) -> bool:
@@ -43,15 +55,27 @@ def fpv5(target: str) -> bool:
     return target in FPV5_TARGETS
 
 
+def has_fpu(target: str) -> bool:
+    """Whether every board of ``target`` has a single-precision FPU (hard-float builds)."""
+    return target in FPU_TARGETS
+
+
 def arm_dsp(target: str) -> bool:
-    """Whether a project for ``target`` uses the Arm DSP inner products (tt_simd.h)."""
+    """Whether ``target`` has the Arm DSP extension: tt_simd.h's inner products are its instructions there."""
     return target in DSP_TARGETS
 
 
+def dsp_kernels(target: str) -> bool:
+    """Whether a project for ``target`` defines TT_ARM_DSP 1: the device kernels' inner products in the DSP
+    instructions' shapes (tt_simd.h), the instructions themselves where the compiler targets the extension
+    (``arm_dsp``), their exact C models elsewhere (Cortex-M3, M0+, RISC-V: the same integers in portable C)."""
+    return core_build(target)
+
+
 def host_build(target: str) -> bool:
-    """Whether a project for ``target`` is built for a host (no Cortex-M target): stack VLAs, channel-vectorized
-    kernels."""
-    return not arm_dsp(target)
+    """Whether a project for ``target`` is built for a host (no microcontroller core): stack VLAs,
+    channel-vectorized kernels."""
+    return not core_build(target)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from tinytrain.version import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Context, Kernel, arena_offsets,
-                                       arm_dsp, bind_call, environment, runtime_files, step_comment, streamed_input)
+                                       arm_dsp, bind_call, dsp_kernels, environment, runtime_files, step_comment,
+                                       streamed_input)
 from tinytrain.codegen.emit_stream import render_region
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import Graph
@@ -77,7 +78,7 @@ def render_forward_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         "input": io(graph.inputs[0]),
         "output": io(graph.outputs[0]),
         "uint8_io": graph.uint8_io,
-        "arm_dsp": arm_dsp(plan.target),
+        "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
         "streamed_input": streamed_input(plan),
     }
     files = {

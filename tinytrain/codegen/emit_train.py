@@ -29,7 +29,7 @@ from tinytrain.version import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,
-                                       arena_offsets, arm_dsp, bind_call, environment, fpv5, runtime_files,
+                                       arena_offsets, arm_dsp, bind_call, dsp_kernels, environment, fpv5, runtime_files,
                                        step_comment, streamed_input)
 from tinytrain.codegen.emit_stream import render_region
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
@@ -288,7 +288,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
         "logits": {"shape": cformat.shape(q.shape), "nbytes": q.nbytes, "offset": offsets[logits], "zp": q.quant.zp,
                    "scale": repr(q.quant.s), "classes": q.shape[-1]},
         "uint8_io": graph.uint8_io,
-        "arm_dsp": arm_dsp(plan.target),
+        "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
         "fpv5": fpv5(plan.target),
         "streamed_input": streamed_input(plan),
         "state": state,

@@ -1,6 +1,6 @@
 """``tinytrain firmware``: a compile output folder + a board -> a firmware project.
 
-    PROJECT/Makefile          arm-none-eabi-gcc build (+ `make run` on QEMU boards)
+    PROJECT/Makefile          arm-none-eabi-gcc (riscv64-unknown-elf-gcc) build (+ `make run` on QEMU boards)
     PROJECT/tinytrain.ld      RAM = the compile's SRAM budget, FLASH = its flash budget, with ASSERTs
     PROJECT/platformio.ini    real boards: a PlatformIO project over the same sources (+ tinytrain_flags.py)
     PROJECT/src/              the compile's C (model, runtime) + startup, tick counter, harness, UART driver
@@ -26,8 +26,9 @@ from tinytrain.firmware.boards import Board, get_board
 from tinytrain.memory.report import STACK_BYTES
 from tinytrain.sizes import format_size
 
-# Common to every board; the harness and UART driver are added per board.
-COMMON_SOURCES = ("tt_startup.c", "tt_ticks.c", "tt_ticks.h")
+# Common to every board, with its toolchain's reset code and tick counter (Toolchain.startup); the harness and UART
+# driver are added per board.
+COMMON_SOURCES = ("tt_ticks.h",)
 QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
 SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
 # --save-every: the persistent state (firmware/c/tt_persist.h) and the board's flash driver (Board.flash.driver).
@@ -121,13 +122,13 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
            "model_sha256": report.get("model_sha256", "?"), "persist": persist}
     files: dict[str, bytes] = {f"src/{name}": data for name, data in sources.items()}
     c = firmware_sources()
-    own = COMMON_SOURCES + (QEMU_SOURCES if b.qemu else SERIAL_SOURCES + (b.uart_driver,))
+    own = b.tools.startup + COMMON_SOURCES + (QEMU_SOURCES if b.qemu else SERIAL_SOURCES + (b.uart_driver,))
     if persist:
         own += PERSIST_SOURCES + (b.flash.driver,)
     for name in own:
         files[f"src/{name}"] = c.joinpath(name).read_bytes()
     files["src/tt_board.h"] = env.get_template("tt_board.h.j2").render(**ctx).encode()
-    files["tinytrain.ld"] = env.get_template("tinytrain.ld.j2").render(**ctx).encode()
+    files["tinytrain.ld"] = env.get_template(b.tools.linker_script).render(**ctx).encode()
     files["Makefile"] = env.get_template("Makefile.j2").render(**ctx).encode()
     if b.pio:
         files["platformio.ini"] = env.get_template("platformio.ini.j2").render(**ctx).encode()

@@ -34,7 +34,6 @@ STACK_BYTES = -(-(STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
 CODE_BASE_BYTES = 4096   # code estimate: runtime + entry points, plus per distinct op and per call site
 CODE_PER_OP_BYTES = 1536
 CODE_PER_CALL_BYTES = 24
-TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55")
 
 
 @dataclass(frozen=True)
