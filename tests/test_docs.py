@@ -175,7 +175,7 @@ def test_json_blocks_are_plans():
     from tinytrain.training.sparse import FIELDS, parse_plan
 
     plans = [parse_plan(json.loads(b.text), _id(b)) for b in checked("json")]  # every JSON block is a plan
-    assert len(plans) == 4 and any(p.lr_schedule is not None for p in plans)
+    assert len(plans) >= 4 and any(p.lr_schedule is not None for p in plans)
     page = (DOCS / "guide" / "plan-files.md").read_text()
     assert all(f"| `{f}` |" in page for f in FIELDS)
 

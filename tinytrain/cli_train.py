@@ -173,8 +173,8 @@ def add_input_size_argument(s) -> None:
 
 def add_remainder_argument(s) -> None:
     s.add_argument("--remainder-bits", type=int, choices=(0, 4, 8), metavar="F",
-                   help="fraction bits every trained int8 weight keeps below its LSB between steps (0, 4 or 8; one "
-                        "byte per trained weight; 0: int8 only). Default: the plan's own, else 8")
+                   help="fraction bits every trained int8 weight keeps below its LSB between steps: 0 (int8 only), 4 "
+                        "(half a byte per trained weight) or 8 (a byte). Default: the plan's own, else 8")
 
 
 def add_schedule_arguments(s, span: str) -> None:
