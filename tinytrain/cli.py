@@ -55,6 +55,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_compile(args: argparse.Namespace) -> None:
     """Plan the training step (with --plan / --update) or, without, the inference forward pass."""
     from tinytrain.api import compile
+    from tinytrain.codegen.bindings.conv2d.forward import explain_text
 
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
@@ -62,6 +63,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
     out = Path(args.output)
     compiled.write(out)
     print(compiled.text())
+    if args.explain:
+        print(explain_text(compiled.kernel_choices))
     if compiled.note:
         print(compiled.note)
     print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else ""))
@@ -105,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
+    s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
+                   "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.set_defaults(func=cmd_compile)
 

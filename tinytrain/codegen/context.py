@@ -168,6 +168,7 @@ class Context:
         self.constants: dict[str, Array] = {}  # C name -> array, in order of first use
         self._const_names: dict[str, str] = {}
         self._taken: set[str] = set()
+        self.choices: list[str] = []           # the kernel variants bindings chose, why (tinytrain compile --explain)
 
     def tensor(self, name: str) -> Tensor:
         return self.graph.tensors[name]

@@ -227,8 +227,9 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
     return decls
 
 
-def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
-    """File name -> text of the emitted training project (model source, header, runtime)."""
+def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+    """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
+    choices appended to ``choices``."""
 
     image = graph.inputs[0]
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
@@ -303,5 +304,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
     files.update(runtime_files(TRAIN_RUNTIME_FILES))
+    if choices is not None:
+        choices.extend(ctx.choices)
     return files
 

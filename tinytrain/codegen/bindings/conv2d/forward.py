@@ -31,14 +31,32 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 
+# A variant's reason when it is for another kind of convolution or target (--explain counts those instead of
+# listing them).
+OTHER_KIND = ("not depthwise", "not pointwise", "not a regular convolution", "a Cortex-M target", "a host build")
+
+
 def conv2d(node: Node, ctx) -> Call:
     conv = Conv.of(node, ctx)
-    variant, _ = choose(VARIANTS, conv)
-    return variant.build(conv)
-
-
-def explain(node: Node, ctx) -> tuple[Variant, list[tuple[str, str]], Conv]:
-    """The variant ``conv2d`` chooses for ``node``, the (name, reason) of each earlier one, and the layer."""
-    conv = Conv.of(node, ctx)
     variant, passed = choose(VARIANTS, conv)
-    return variant, passed, conv
+    call = variant.build(conv)
+    ctx.choices.append(explanation(conv, variant, passed, call))
+    return call
+
+
+def explanation(conv: Conv, variant: Variant, passed: list[tuple[str, str]], call: Call) -> str:
+    """What --explain prints of one node: the variant, its kernel and costs, and why not each earlier one."""
+    other = sum(why in OTHER_KIND for _, why in passed)
+    lines = [f"{conv.node.name}: {variant.name} ({call.kernel.name}, kernels/{variant.template}.c.j2); stack "
+             f"{variant.stack(conv)} B, weights and tables {variant.flash(conv)} B of flash"]
+    lines += [f"    not {name}: {why}" for name, why in passed if why not in OTHER_KIND]
+    if other:
+        lines.append(f"    ({other} variants for other kinds of convolution or targets)")
+    return "\n".join(lines)
+
+
+def explain_text(choices: tuple[str, ...]) -> str:
+    """The --explain section: per forward convolution, in the order emitted (the first variant that applies of
+    bindings/conv2d/forward.py VARIANTS)."""
+    head = "kernel variants (the first that applies, bindings/conv2d/forward.py VARIANTS):"
+    return "\n".join([head] + (list(choices) or ["  no convolution"]))

@@ -136,7 +136,8 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
                   + ("_split" if k["split"] else "")
                   + ("_blocked" if k["block"] else "")
                   + ((f"_plane{h}x{wd}" + (f"_of{ho}x{wo}" if (ho, wo) != (h, wd) else "")) if k["plane"] else "")
-                  + "".join(f"_tiles{n}" for n in k["tiles"]) + (("_host" if pointwise else "_channels") if k["host"] else ""), k)
+                  + "".join(f"_tiles{n}" for n in k["tiles"])
+                  + (("_host" if pointwise else "_channels") if k["host"] else ""), k)
 
 
 def conv2d_grad_weight(node: Node, ctx) -> Call:

@@ -77,8 +77,9 @@ def _xw_why_not(c: Conv) -> str | None:
 
 
 def _quads_why_not(c: Conv) -> str | None:
-    return unless((c.device, "a host build"), (c.cin % 4 == 0 and c.cout % 4 == 0, "channels not multiples of 4")) \
-        or _xw_why_not(c) or _packed_rows(c)
+    return _xw_why_not(c) or unless((c.device, "a host build"),
+                                    (c.cin % 4 == 0 and c.cout % 4 == 0, "channels not multiples of 4")) \
+        or _packed_rows(c)
 
 
 def _x2_safe(c: Conv) -> bool:
@@ -123,7 +124,8 @@ def _build(c: Conv, st: Stage, weights) -> Call:
         s.add("const int32_t *zb", c.ctx.table(c.node, "zp_sums", (-c.x.quant.zp * sums).astype(np.int32)),
               "(Co,): -in_zp * sum_c weight[o,c]")
     suffix, k = tail(s, c, sizes(c, ci=not st.ci, co=True), split, zb=st.zb)
-    stage = "_xw2" if st.xw2 else ("_xw" if st.xw else ("_x2" + (f"_hold{st.hold}" if st.hold else "") if st.x2 else ""))
+    x2 = "_x2" + (f"_hold{st.hold}" if st.hold else "") if st.x2 else ""
+    stage = "_xw2" if st.xw2 else ("_xw" if st.xw else x2)
     pairs = bool(st.xw2 or st.x2)
     co_odd = bool(pairs and c.cout % 2)
     return s.call("conv2d", f"tt_conv_1x1{stage}_s8{suffix}" + (f"_ci{c.cin}" if st.ci else "")

@@ -45,7 +45,8 @@ def _build(c: Conv, xw2: int, xw: int, kpad: int) -> Call:
     stage = "_xw2" if xw2 else ("_xw" if xw else "")
     co_odd = bool(xw2 and c.cout % 2)
     return s.call("conv2d", f"tt_conv_{c.window_name}{stage}_s8{suffix}" + (f"_k{kpad}" if kpad else "")
-                  + (f"_ci{c.cin}" if window_ci else "") + ("_packed" if packed else "") + ("_co_odd" if co_odd else ""),
+                  + (f"_ci{c.cin}" if window_ci else "") + ("_packed" if packed else "")
+                  + ("_co_odd" if co_odd else ""),
                   dict(k, pointwise=False, xw=0 if xw2 else xw, xw2=xw2, x2=False, kpad=kpad, packed=packed,
                        ci=c.cin if window_ci else 0, zb=False, has_wzp=c.has_wzp and not packed, co_odd=co_odd))
 
