@@ -23,7 +23,11 @@ from tinytrain.names import unique_name
 
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
-RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
+# tt_simd.h includes its parts by kernel family (instructions, inline asm, inner products, depthwise taps, stores,
+# loops); the kernels include tt_simd.h alone.
+SIMD_FILES = ("tt_simd.h", "tt_simd_ops.h", "tt_simd_asm.h", "tt_simd_dot.h", "tt_simd_depthwise.h", "tt_simd_store.h",
+              "tt_simd_loops.h")
+RUNTIME_FILES = ("tt_fixedpoint.h",) + SIMD_FILES + ("tt_rows.h", "tt_stream.h")
 # Cores with the Arm DSP extension (SXTB16, SMLAD): a project compiled for one of them (the plan's target, from
 # `tinytrain compile --target` or the firmware board's core) defines TT_ARM_DSP 1, which selects tt_simd.h's DSP
 # inner products. This is the one place the target chooses code; any other target (a host: the engines, the plan

@@ -39,7 +39,9 @@ from tinytrain.memory.stream import StreamPlan
 from tinytrain.names import LABEL, LOSS, STEP_INPUT
 from tinytrain.training.finite import gradient_bounds
 
-TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
+# tt_float.h and its parts by family (rounding, draws, gradient tiles, clamp masks)
+TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h", "tt_float_round.h", "tt_float_draws.h", "tt_float_grad.h",
+                                       "tt_float_masks.h")
 
 
 class _TrainContext(Context):
