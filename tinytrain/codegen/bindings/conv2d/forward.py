@@ -48,7 +48,8 @@ def explanation(conv: Conv, variant: Variant, passed: list[tuple[str, str]], cal
     """What --explain prints of one node: the variant, its kernel and costs, and why not each earlier one."""
     other = sum(why in OTHER_KIND for _, why in passed)
     lines = [f"{conv.node.name}: {variant.name} ({call.kernel.name}, kernels/{variant.template}.c.j2); stack "
-             f"{variant.stack(conv)} B, weights and tables {variant.flash(conv)} B of flash"]
+             f"{variant.stack(conv)} B, weights and tables {variant.flash(conv)} B of flash"
+             + (f" (tables: {', '.join(variant.tables)})" if variant.tables else "")]
     lines += [f"    not {name}: {why}" for name, why in passed if why not in OTHER_KIND]
     if other:
         lines.append(f"    ({other} variants for other kinds of convolution or targets)")
