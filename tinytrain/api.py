@@ -169,6 +169,7 @@ class Compiled:
     files: dict[str, str] = field(repr=False)  # the C project by file name (empty: C not emitted, see note)
     note: str | None = None
     nonfinite_guard: dict | None = None  # training: the proof that a finite loss gives finite gradients
+    kernel_choices: tuple[str, ...] = ()  # per forward convolution: the kernel variant and why not the earlier ones
 
     @property
     def mode(self) -> str:
@@ -240,13 +241,14 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
         from tinytrain.training.finite import gradient_bounds
 
         guard = gradient_bounds(step).to_json()
+    choices: list[str] = []
     try:
-        files, note = render_project(step, report), None
+        files, note = render_project(step, report, choices), None
     except UnsupportedModelError as e:
         if chosen is None:
             raise
         files, note = {}, f"note: no C project written for the training step yet ({e})"
-    return Compiled(graph, step, report, chosen, reorder, files, note, guard)
+    return Compiled(graph, step, report, chosen, reorder, files, note, guard, tuple(choices))
 
 
 # ---- train and evaluate ----------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_compile(args: argparse.Namespace) -> None:
     """Plan the training step (with --plan / --update) or, without, the inference forward pass."""
     from tinytrain.api import compile
+    from tinytrain.codegen.bindings.conv2d.forward import explain_text
 
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
@@ -64,6 +65,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
     out = Path(args.output)
     compiled.write(out)
     print(compiled.text())
+    if args.explain:
+        print(explain_text(compiled.kernel_choices))
     if compiled.note:
         print(compiled.note)
     print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else ""))
@@ -116,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_train import add_remainder_argument
 
     add_remainder_argument(s)
+    s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
+                   "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.set_defaults(func=cmd_compile)
 

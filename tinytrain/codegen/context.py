@@ -23,7 +23,11 @@ from tinytrain.names import unique_name
 
 MODEL_SOURCE = "tinytrain_model.c"
 MODEL_HEADER = "tinytrain_model.h"
-RUNTIME_FILES = ("tt_fixedpoint.h", "tt_simd.h", "tt_rows.h", "tt_stream.h")
+# tt_simd.h includes its parts by kernel family (instructions, inline asm, inner products, depthwise taps, stores,
+# loops); the kernels include tt_simd.h alone.
+SIMD_FILES = ("tt_simd.h", "tt_simd_ops.h", "tt_simd_asm.h", "tt_simd_dot.h", "tt_simd_depthwise.h", "tt_simd_store.h",
+              "tt_simd_loops.h")
+RUNTIME_FILES = ("tt_fixedpoint.h",) + SIMD_FILES + ("tt_rows.h", "tt_stream.h")
 # The compile targets: the microcontroller cores a project may be compiled for (`tinytrain compile --target`, a
 # firmware board's core). Any other target ("", the engines, the plan search) is a host build.
 CORE_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "cortex-m3", "cortex-m0plus", "riscv32")
@@ -192,6 +196,7 @@ class Context:
         self.constants: dict[str, Array] = {}  # C name -> array, in order of first use
         self._const_names: dict[str, str] = {}
         self._taken: set[str] = set()
+        self.choices: list[str] = []           # the kernel variants bindings chose, why (tinytrain compile --explain)
 
     def tensor(self, name: str) -> Tensor:
         return self.graph.tensors[name]

@@ -20,8 +20,9 @@ from tinytrain.memory.report import MemoryReport
 from tinytrain.ops import get_op
 
 
-def render_forward_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
-    """File name -> text of the emitted inference project (model source, header, runtime)."""
+def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+    """File name -> text of the emitted inference project (model source, header, runtime); the bindings' kernel
+    choices appended to ``choices``."""
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise UnsupportedModelError(f"codegen: the C API takes one input and one output; this model has "
                                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
@@ -89,4 +90,6 @@ def render_forward_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
     files.update(runtime_files(RUNTIME_FILES))
+    if choices is not None:
+        choices.extend(ctx.choices)
     return files

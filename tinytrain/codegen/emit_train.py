@@ -41,7 +41,9 @@ from tinytrain.memory.stream import StreamPlan
 from tinytrain.names import LABEL, LOSS, LOSS_OPS, STEP_INPUT, TARGET
 from tinytrain.training.finite import gradient_bounds
 
-TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h",)
+# tt_float.h and its parts by family (rounding, draws, gradient tiles, clamp masks)
+TRAIN_RUNTIME_FILES = RUNTIME_FILES + ("tt_float.h", "tt_float_round.h", "tt_float_draws.h", "tt_float_grad.h",
+                                       "tt_float_masks.h")
 
 
 class _TrainContext(Context):
@@ -230,8 +232,9 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
     return decls
 
 
-def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
-    """File name -> text of the emitted training project (model source, header, runtime)."""
+def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+    """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
+    choices appended to ``choices``."""
 
     image = graph.inputs[0]
     if TARGET in graph.inputs:
@@ -309,5 +312,7 @@ def render_training_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
             n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
     files.update(runtime_files(TRAIN_RUNTIME_FILES))
+    if choices is not None:
+        choices.extend(ctx.choices)
     return files
 

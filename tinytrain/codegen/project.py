@@ -17,11 +17,12 @@ def is_training_graph(graph: Graph) -> bool:
     return any(get_op(n.op).writes for n in graph.nodes)
 
 
-def render_project(graph: Graph, plan: MemoryReport) -> dict[str, str]:
-    """File name -> text of the emitted project (model source, header, runtime)."""
+def render_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+    """File name -> text of the emitted project (model source, header, runtime); the kernel variants the bindings
+    chose, with why, appended to ``choices`` (tinytrain compile --explain)."""
     if is_training_graph(graph):
-        return render_training_project(graph, plan)
-    return render_forward_project(graph, plan)
+        return render_training_project(graph, plan, choices)
+    return render_forward_project(graph, plan, choices)
 
 
 def emit_project(graph: Graph, memory_plan: MemoryReport, out_dir: str | Path) -> list[Path]:

@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,32 +104,55 @@ def _predicted(choice, bias: dict, weight: dict) -> float | None:
     return bias[choice.k] + sum(weight[(i, r)] for i, r in choice.weights)
 
 
-def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> SearchResult:
-    """The plan of ``graph`` (with its new head, if any) on the int8 inputs ``x`` and labels ``y``; ``source``
-    names the model and the data in the report and the cache's metadata."""
-    from tinytrain.version import __version__
-    from tinytrain.data import held_out_split, stratified_split
-    from tinytrain.engine_c import default_cache_dir
-    from tinytrain.ops.sgd_update import Rounding
-    from tinytrain.search.candidates import Candidate, finalists, presets
-    from tinytrain.search.evolution import evolve
-    from tinytrain.search.exact import branch_and_bound
-    from tinytrain.search.halving import successive_halving
-    from tinytrain.search.executors import make_executor
-    from tinytrain.search.measure import (ContributionCache, FineTune, Measurement, add_features, dataset_sha256,
-                                          prepare_job, unpack_correct)
-    from tinytrain.search.memory import MemoryOracle, MonotoneFits
-    from tinytrain.search.noise import NoiseFloor, paired_se
-    from tinytrain.search.space import Gains, Space
-    from tinytrain.sizes import format_size
-    from tinytrain.training.qas import UpdateConfig
-    from tinytrain.training.schedule import check_schedule
-    from tinytrain.training.sparse import parse_plan, with_lr_schedule
+@dataclass(frozen=True)
+class _Run:
+    """What the search's phases share: the model, data, options, split, fine-tune recipe, memory oracle, caches."""
 
-    t_start = time.time()
-    deadline = t_start + opts.time_limit if opts.time_limit else None
-    budget = opts.sram_bytes
-    executor = make_executor(opts.executor, opts.workers, opts.address)
+    graph: Graph
+    x: np.ndarray
+    y: np.ndarray
+    opts: SearchOptions
+    source: dict
+    t_start: float
+    deadline: float | None
+    executor: Any
+    space: Any
+    rows: np.ndarray
+    train_rows: np.ndarray
+    val_rows: np.ndarray
+    ft: Any
+    mem: Any
+    cache: Any
+
+    def plan_of(self, choice) -> Plan:
+        return self.space.plan(choice, self.ft.lr, self.ft.bias_lr, self.ft.head_lr)
+
+    def fits_plan(self, plan) -> bool:
+        return self.mem(plan) <= self.opts.sram_bytes
+
+
+@dataclass(frozen=True)
+class _Contributions:
+    """Phase 1's results: the options, their measured gains over the baseline and the noise floor."""
+
+    options: list
+    skipped: int
+    base: Plan
+    base_acc: float
+    bias: dict
+    weight: dict
+    gains: Any
+    noise: Any
+    tasks: list
+    todo: list
+    measured_now: list
+    complete: bool
+    job: Any
+
+
+def _check_options(opts: SearchOptions) -> None:
+    from tinytrain.training.schedule import check_schedule
+
     if not 0 < opts.val < 1:
         raise UsageError(f"--val {opts.val}: give a fraction between 0 and 1")
     if opts.repeats < 2:
@@ -136,6 +160,24 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     if opts.epochs < 1:
         raise UsageError(f"--epochs {opts.epochs}: give a positive number of epochs")
     check_schedule(opts.lr_schedule, opts.warmup)
+
+
+def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> _Run:
+    """The options checked, the data split into fit and validation rows, the recipe, the memory oracle and the
+    contribution cache."""
+    from tinytrain.data import held_out_split, stratified_split
+    from tinytrain.engine_c import default_cache_dir
+    from tinytrain.ops.sgd_update import Rounding
+    from tinytrain.search.executors import make_executor
+    from tinytrain.search.measure import ContributionCache, FineTune, Measurement, dataset_sha256
+    from tinytrain.search.memory import MemoryOracle
+    from tinytrain.search.space import Space
+    from tinytrain.training.qas import UpdateConfig
+
+    t_start = time.time()
+    deadline = t_start + opts.time_limit if opts.time_limit else None
+    executor = make_executor(opts.executor, opts.workers, opts.address)
+    _check_options(opts)
     space = Space.of(graph, opts.bias_k)
     parts = held_out_split(y, opts.held_out, opts.split_seed)
     rows = parts[0] if parts is not None else np.arange(len(y))
@@ -145,11 +187,6 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
                   warmup=opts.warmup, steps=opts.ft_steps or opts.ft_epochs * len(train_rows), qas=opts.qas,
                   rounding=opts.rounding, seed=opts.seed)
     config = UpdateConfig(rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
-    progress = opts.progress
-
-    def plan_of(choice):
-        return space.plan(choice, ft.lr, ft.bias_lr, ft.head_lr)
-
     cache_root = None if not opts.use_cache else Path(opts.cache) if opts.cache else default_cache_dir() / "contrib"
     head = f"head{opts.new_head}" if opts.new_head else "nohead"
     mem = MemoryOracle(graph, config, cache_root / f"memory-{graph.source_sha256[:16]}-{head}.json"
@@ -158,58 +195,81 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
                         opts.split_seed, opts.val, ft)
     cache = ContributionCache(cache_root / f"{ident.key()}.json" if cache_root else None,
                               {"model": source["model"], "data": source["data"], **asdict(ident)})
+    return _Run(graph, x, y, opts, source, t_start, deadline, executor, space, rows, train_rows, val_rows, ft, mem,
+                cache)
 
-    def fits_plan(plan) -> bool:
-        return mem(plan) <= budget
 
-    base_choice = space.bias_option(1)
-    base = plan_of(base_choice)
-    if not fits_plan(base):
-        raise BudgetError(f"even the classifier alone (the baseline every plan updates) needs "
-                          f"{format_size(mem(base))} of SRAM, over the {format_size(budget)} budget; "
-                          "try a larger --sram")
-    # 1. contributions: the options that fit the budget alone (under monotone memory no other can be part of a
-    # fitting plan), each fine-tuned alone over the baseline, and the baseline repeated with other seeds
+def _feasible(run: _Run) -> tuple[list, list, int]:
+    """The options (bias depths, weight layers x ratios) and those that fit the budget alone (under monotone memory
+    no other can be part of a fitting plan); how many did not."""
+    space = run.space
     options = [("bias", k, 0.0) for k in space.bias_ks if k > 1] + \
               [("weight", i, r) for i in space.weight_layers for r in (0.125, 0.25, 0.5, 1.0)]
     feasible, skipped = [], 0
-    bar = _bar(len(options), "memory of each option", progress)
+    bar = _bar(len(options), "memory of each option", run.opts.progress)
     for kind, i, r in options:
         c = space.bias_option(i) if kind == "bias" else space.weight_option(i, r)
-        if fits_plan(plan_of(c)):
+        if run.fits_plan(run.plan_of(c)):
             feasible.append((kind, i, r, c))
         else:
             skipped += 1
         bar.update(1)
     bar.close()
-    seeds = [ft.seed + j for j in range(opts.repeats)]
-    repeat_keys = [base_choice.key() if s == ft.seed else f"{base_choice.key()}#seed{s}" for s in seeds]
-    tasks = [(c.key(), plan_of(c).to_json()) for _, _, _, c in [(0, 0, 0, base_choice)] + feasible]
-    tasks += [(key, base.to_json(), None, s) for key, s in zip(repeat_keys, seeds) if s != ft.seed]
-    todo = [t for t in tasks if cache.get(t[0]) is None]
-    measured_now, finalists_run = [], []
-    complete = True
-    job = prepare_job(graph, x, y, train_rows, val_rows, ft, [parse_plan(t[1]) for t in todo])
+    return options, feasible, skipped
+
+
+def _fine_tune_options(run: _Run, base, feasible: list, repeat_keys: list, seeds: list):
+    """Every feasible option fine-tuned alone over the baseline, and the baseline repeated with other seeds (the
+    cached ones skipped): the tasks, those run, the keys measured now, whether all finished, and the job."""
+    from tinytrain.search.measure import prepare_job
+    from tinytrain.training.sparse import parse_plan
+
+    base_key = run.space.bias_option(1).key()
+    tasks = [(c.key(), run.plan_of(c).to_json()) for _, _, _, c in [(0, 0, 0, run.space.bias_option(1))] + feasible]
+    tasks += [(key, base.to_json(), None, s) for key, s in zip(repeat_keys, seeds) if s != run.ft.seed]
+    todo = [t for t in tasks if run.cache.get(t[0]) is None]
+    measured_now, complete = [], True
+    job = prepare_job(run.graph, run.x, run.y, run.train_rows, run.val_rows, run.ft, [parse_plan(t[1]) for t in todo])
     if todo:
-        bar = _bar(len(todo), f"fine-tunes ({ft.steps} steps each)", progress)
+        bar = _bar(len(todo), f"fine-tunes ({run.ft.steps} steps each)", run.opts.progress)
 
         def on_result(key, result):
-            cache.put(key, result)
+            run.cache.put(key, result)
             measured_now.append(key)
 
         # the baseline and its repeats first: without them nothing can be compared
-        todo.sort(key=lambda t: t[0].split("#")[0] != base_choice.key())
-        complete = executor.run(job, todo, on_result,
-                                None if deadline is None else deadline - opts.search_seconds_min, bar)
+        todo.sort(key=lambda t: t[0].split("#")[0] != base_key)
+        complete = run.executor.run(job, todo, on_result, None if run.deadline is None
+                                    else run.deadline - run.opts.search_seconds_min, bar)
         bar.close()
-    repeats = [cache.get(k) for k in repeat_keys]
+    return tasks, todo, measured_now, complete, job
+
+
+def _contributions(run: _Run) -> _Contributions:
+    """Phase 1: the options that fit, each fine-tuned alone over the baseline, and the noise floor of the baseline
+    repeated with other seeds."""
+    from tinytrain.search.noise import NoiseFloor
+    from tinytrain.search.space import Gains
+    from tinytrain.sizes import format_size
+
+    base_choice = run.space.bias_option(1)
+    base = run.plan_of(base_choice)
+    if not run.fits_plan(base):
+        raise BudgetError(f"even the classifier alone (the baseline every plan updates) needs "
+                          f"{format_size(run.mem(base))} of SRAM, over the {format_size(run.opts.sram_bytes)} budget; "
+                          "try a larger --sram")
+    options, feasible, skipped = _feasible(run)
+    seeds = [run.ft.seed + j for j in range(run.opts.repeats)]
+    repeat_keys = [base_choice.key() if s == run.ft.seed else f"{base_choice.key()}#seed{s}" for s in seeds]
+    tasks, todo, measured_now, complete, job = _fine_tune_options(run, base, feasible, repeat_keys, seeds)
+    repeats = [run.cache.get(k) for k in repeat_keys]
     if any(r is None for r in repeats):
         raise UsageError("--time-limit ran out before the baseline's repeated fine-tunes finished; give more time")
-    noise = NoiseFloor(tuple(r["accuracy"] for r in repeats), len(val_rows), opts.noise_floor)
+    noise = NoiseFloor(tuple(r["accuracy"] for r in repeats), len(run.val_rows), run.opts.noise_floor)
     base_acc = repeats[0]["accuracy"]
     bias, weight = {1: 0.0}, {}
     for kind, i, r, c in feasible:
-        got = cache.get(c.key())
+        got = run.cache.get(c.key())
         if got is None:
             continue  # not measured in time: left out of the search space
         if kind == "bias":
@@ -220,116 +280,178 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     # gain nothing (benchmarks/results/vww_study.md shows it)
     gains = Gains({k: g for k, g in bias.items() if k == 1 or g > noise.threshold},
                   {o: g for o, g in weight.items() if g > noise.threshold})
+    return _Contributions(options, skipped, base, base_acc, bias, weight, gains, noise, tasks, todo, measured_now,
+                          complete, job)
 
-    # 2. the gain model proposes: evolution and an exact branch and bound
-    fits = MonotoneFits(mem, budget, plan_of)
+
+def _propose(run: _Run, gains) -> tuple[dict, float, dict, float, Any]:
+    """Phase 2: the gain model proposes, by evolution and an exact branch and bound (each with half the time
+    left); their results and seconds, and the memory check they shared."""
+    from tinytrain.search.evolution import evolve
+    from tinytrain.search.exact import branch_and_bound
+    from tinytrain.search.memory import MonotoneFits
+
+    opts, deadline = run.opts, run.deadline
+    fits = MonotoneFits(run.mem, opts.sram_bytes, run.plan_of)
     t0 = time.time()
     share = None if deadline is None else max(opts.search_seconds_min / 2, (deadline - t0) / 2)
-    bar = _bar(opts.generations, "evolutionary search", progress)
+    bar = _bar(opts.generations, "evolutionary search", opts.progress)
     evo = evolve(gains, fits, population=opts.population, generations=opts.generations, seed=opts.seed,
                  deadline=None if share is None else t0 + share, progress=bar)
     bar.close()
     evo_seconds = time.time() - t0
     t0 = time.time()
-    bar = _bar(0, "branch and bound (nodes)", progress)
+    bar = _bar(0, "branch and bound (nodes)", opts.progress)
     exact = branch_and_bound(gains, fits, deadline=None if deadline is None else max(deadline, t0 + share),
                              progress=bar)
     bar.close()
-    exact_seconds = time.time() - t0
+    return evo, evo_seconds, exact, time.time() - t0, fits
 
-    # 3. finalists: the presets that fit + the model's proposals, ranked by training them (successive halving)
+
+@dataclass(frozen=True)
+class _Final:
+    """Phase 3's results: the finalists, the winner, the rungs and the decision against the best preset."""
+
+    cands: list
+    by_name: dict
+    winner: str
+    rungs: list
+    decision: dict
+    finalists_run: list
+    full_steps: int
+
+
+def _margin(run: _Run, noise, last_results: dict, decision: dict, candidate: str, preset: str) -> float:
+    """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise and the paired standard error of
+    the two on the validation rows (unpaired, from the accuracies, for a cached result without rows)."""
+    from tinytrain.search.measure import unpack_correct
+    from tinytrain.search.noise import paired_se
+
+    n_val = len(run.val_rows)
+    a, b = last_results[candidate], last_results[preset]
+    if "correct" in a and "correct" in b:
+        se = paired_se(unpack_correct(a["correct"], n_val), unpack_correct(b["correct"], n_val))
+    else:
+        se = float(np.sqrt(sum(r["accuracy"] * (1 - r["accuracy"]) for r in (a, b)) / n_val))
+    decision.update({"candidate": candidate, "best_preset": preset,
+                     "lead": round(a["accuracy"] - b["accuracy"], 6), "paired_se": round(se, 6),
+                     "margin": round(noise.margin(se), 6)})
+    return noise.margin(se)
+
+
+def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict) -> _Final:
+    """Phase 3: the presets that fit and the model's proposals, ranked by training them (successive halving)."""
+    from tinytrain.search.candidates import Candidate, finalists, presets
+    from tinytrain.search.halving import successive_halving
+    from tinytrain.search.measure import add_features
+    from tinytrain.training.sparse import parse_plan
+
     proposals = [Candidate("exact", exact["choice"], False)]
     proposals += [Candidate(f"evolution #{j + 1}", c, False)
-                  for j, c in enumerate(evo["population"][: opts.proposals]) if fits_plan(plan_of(c))]
-    cands = finalists(presets(space, lambda c: fits_plan(plan_of(c))), proposals)
+                  for j, c in enumerate(evo["population"][: run.opts.proposals]) if run.fits_plan(run.plan_of(c))]
+    cands = finalists(presets(run.space, lambda c: run.fits_plan(run.plan_of(c))), proposals)
     by_name = {c.name: c for c in cands}
-    full_steps = opts.epochs * len(train_rows)
+    full_steps = run.opts.epochs * len(run.train_rows)
+    last_results: dict[str, dict] = {}  # the last rung's fine-tunes
+    decision: dict = {}
+    finalists_run: list = []
 
     def measure(names: list[str], steps: int) -> dict[str, float]:
         keys = {n: f"{by_name[n].choice.key()}@{steps}" for n in names}
-        todo_ = [(keys[n], plan_of(by_name[n].choice).to_json(), steps, ft.seed)
-                 for n in names if cache.get(keys[n]) is None]
-        add_features(job, [parse_plan(t[1]) for t in todo_])
-        bar_ = _bar(len(todo_), f"finalists ({steps} steps each)", progress)
+        todo_ = [(keys[n], run.plan_of(by_name[n].choice).to_json(), steps, run.ft.seed)
+                 for n in names if run.cache.get(keys[n]) is None]
+        add_features(contrib.job, [parse_plan(t[1]) for t in todo_])
+        bar_ = _bar(len(todo_), f"finalists ({steps} steps each)", run.opts.progress)
 
         def on_result_(key, result):
-            cache.put(key, result)
+            run.cache.put(key, result)
             finalists_run.append(key)
 
-        executor.run(job, todo_, on_result_, None, bar_)
+        run.executor.run(contrib.job, todo_, on_result_, None, bar_)
         bar_.close()
         last_results.clear()
-        last_results.update({n: cache.get(keys[n]) for n in names})
+        last_results.update({n: run.cache.get(keys[n]) for n in names})
         return {n: last_results[n]["accuracy"] for n in names}
 
-    last_results: dict[str, dict] = {}  # the last rung's fine-tunes
-    decision: dict = {}
+    winner, rungs = successive_halving(
+        [c.name for c in cands], "classifier-only", measure, full_steps,
+        lambda n: run.mem(run.plan_of(by_name[n].choice)), run.opts.max_rungs,
+        presets=frozenset(c.name for c in cands if c.preset),
+        margin=lambda cand, preset: _margin(run, contrib.noise, last_results, decision, cand, preset))
+    run.mem.save()
+    return _Final(cands, by_name, winner, rungs, decision, finalists_run, full_steps)
 
-    def margin(candidate: str, preset: str) -> float:
-        """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise and the paired standard error
-        of the two on the validation rows (unpaired, from the accuracies, for a cached result without rows)."""
-        a, b = last_results[candidate], last_results[preset]
-        if "correct" in a and "correct" in b:
-            se = paired_se(unpack_correct(a["correct"], len(val_rows)), unpack_correct(b["correct"], len(val_rows)))
-        else:
-            se = float(np.sqrt(sum(r["accuracy"] * (1 - r["accuracy"]) for r in (a, b)) / len(val_rows)))
-        decision.update({"candidate": candidate, "best_preset": preset,
-                         "lead": round(a["accuracy"] - b["accuracy"], 6), "paired_se": round(se, 6),
-                         "margin": round(noise.margin(se), 6)})
-        return noise.margin(se)
 
-    winner, rungs = successive_halving([c.name for c in cands], "classifier-only", measure, full_steps,
-                                       lambda n: mem(plan_of(by_name[n].choice)), opts.max_rungs,
-                                       presets=frozenset(c.name for c in cands if c.preset), margin=margin)
-    mem.save()
-    # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
-    chosen = with_lr_schedule(plan_of(by_name[winner].choice), opts.lr_schedule, opts.warmup, opts.epochs * len(rows))
-    plan_json = chosen.to_json()
+def _finalist_json(run: _Run, c, contrib: _Contributions, rungs: list) -> dict:
+    measured = [{"steps": r.steps, "accuracy": r.accuracy[c.name],
+                 "gain": round(r.accuracy[c.name] - r.accuracy["classifier-only"], 6)}
+                for r in rungs if c.name in r.accuracy]
+    pred = _predicted(c.choice, contrib.bias, contrib.weight)
+    gains = contrib.gains
+    return {"name": c.name, "preset": c.preset, "plan": run.plan_of(c.choice).to_json(),
+            "peak_sram_bytes": run.mem(run.plan_of(c.choice)),
+            "predicted_gain": None if pred is None else round(pred, 6),
+            "model_score": round(gains.score(c.choice), 6) if c.choice.k in gains.bias and all(
+                o in gains.weight for o in c.choice.weights) else None,
+            "measured": measured, "last_rung": len(measured) == len(rungs)}
 
-    def finalist_json(c: Candidate) -> dict:
-        measured = [{"steps": r.steps, "accuracy": r.accuracy[c.name],
-                     "gain": round(r.accuracy[c.name] - r.accuracy["classifier-only"], 6)}
-                    for r in rungs if c.name in r.accuracy]
-        pred = _predicted(c.choice, bias, weight)
-        return {"name": c.name, "preset": c.preset, "plan": plan_of(c.choice).to_json(),
-                "peak_sram_bytes": mem(plan_of(c.choice)),
-                "predicted_gain": None if pred is None else round(pred, 6),
-                "model_score": round(gains.score(c.choice), 6) if c.choice.k in gains.bias and all(
-                    o in gains.weight for o in c.choice.weights) else None,
-                "measured": measured, "last_rung": len(measured) == len(rungs)}
 
-    def proposal_json(res: dict) -> dict:
-        plan = plan_of(res["choice"])
-        return {"plan": plan.to_json(), "gain": round(res["score"], 6), "peak_sram_bytes": mem(plan),
-                "fits": mem(plan) <= budget}
+def _proposal_json(run: _Run, res: dict) -> dict:
+    plan = run.plan_of(res["choice"])
+    return {"plan": plan.to_json(), "gain": round(res["score"], 6), "peak_sram_bytes": run.mem(plan),
+            "fits": run.mem(plan) <= run.opts.sram_bytes}
 
-    final_rung = rungs[-1]
-    report = {
-        "tinytrain_version": __version__, "model": source["model"], "model_sha256": graph.source_sha256,
-        "new_head": opts.new_head, "data": source["data"], "sram_budget_bytes": budget, "plan": plan_json,
-        "peak_sram_bytes": mem(chosen), "chosen": winner, "preset_chosen": by_name[winner].preset,
-        "validation_accuracy": final_rung.accuracy[winner],
-        "validation_se": round(float(np.sqrt(final_rung.accuracy[winner] * (1 - final_rung.accuracy[winner])
-                                             / len(val_rows))), 6),
-        "finalists": [finalist_json(c) for c in cands],
-        "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in rungs],
-        "searched_vs_best_preset": decision or None,
-        "evolution": {**proposal_json(evo), "generations": evo["generations"], "seconds": round(evo_seconds, 2)},
-        "exact": {**proposal_json(exact), "proven_optimal": exact["proven_optimal"], "nodes": exact["nodes"],
-                  "seconds": round(exact_seconds, 2)},
-        "baseline": {"plan": base.to_json(), "accuracy": base_acc, "peak_sram_bytes": mem(base)},
-        "measurement": {"finetune": asdict(ft), "finalist_steps": full_steps, "n_fit": int(len(train_rows)),
-                        "n_val": int(len(val_rows)), "held_out": opts.held_out, "split_seed": opts.split_seed,
-                        "val": opts.val, "engine": "c", "executor": opts.executor, "cache": str(cache.path) if cache.path else None},
-        "contributions": {"bias": {str(k): round(v, 6) for k, v in sorted(bias.items())},
+
+def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact: tuple, fits, final: _Final) -> dict:
+    """PLAN.search.json."""
+    from tinytrain.version import __version__
+
+    opts, winner, val = run.opts, final.winner, len(run.val_rows)
+    acc = final.rungs[-1].accuracy[winner]
+    return {
+        "tinytrain_version": __version__, "model": run.source["model"], "model_sha256": run.graph.source_sha256,
+        "new_head": opts.new_head, "data": run.source["data"], "sram_budget_bytes": opts.sram_bytes,
+        "plan": chosen.to_json(), "peak_sram_bytes": run.mem(chosen), "chosen": winner,
+        "preset_chosen": final.by_name[winner].preset, "validation_accuracy": acc,
+        "validation_se": round(float(np.sqrt(acc * (1 - acc) / val)), 6),
+        "finalists": [_finalist_json(run, c, contrib, final.rungs) for c in final.cands],
+        "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in final.rungs],
+        "searched_vs_best_preset": final.decision or None,
+        "evolution": {**_proposal_json(run, evo[0]), "generations": evo[0]["generations"],
+                      "seconds": round(evo[1], 2)},
+        "exact": {**_proposal_json(run, exact[0]), "proven_optimal": exact[0]["proven_optimal"],
+                  "nodes": exact[0]["nodes"], "seconds": round(exact[1], 2)},
+        "baseline": {"plan": contrib.base.to_json(), "accuracy": contrib.base_acc,
+                     "peak_sram_bytes": run.mem(contrib.base)},
+        "measurement": {"finetune": asdict(run.ft), "finalist_steps": final.full_steps,
+                        "n_fit": int(len(run.train_rows)), "n_val": int(val), "held_out": opts.held_out,
+                        "split_seed": opts.split_seed, "val": opts.val, "engine": "c", "executor": opts.executor,
+                        "cache": str(run.cache.path) if run.cache.path else None},
+        "contributions": {"bias": {str(k): round(v, 6) for k, v in sorted(contrib.bias.items())},
                           "weight": [{"conv": i, "ratio": r, "gain": round(g, 6)}
-                                     for (i, r), g in sorted(weight.items())]},
-        "noise_floor": {**noise.to_json(), "options_above": len(gains.bias) - 1 + len(gains.weight)},
-        "options": {"total": len(options) + 1, "over_budget_alone": skipped, "measured": len(bias) + len(weight),
-                    "measured_complete": complete},
-        "finetunes_run": len(measured_now), "finetunes_cached": len(tasks) - len(todo),
-        "finalist_finetunes_run": len(finalists_run),
-        "memory_evaluations": mem.evaluations, "memory_checks_inferred": fits.inferred,
-        "seconds": round(time.time() - t_start, 2),
+                                     for (i, r), g in sorted(contrib.weight.items())]},
+        "noise_floor": {**contrib.noise.to_json(),
+                        "options_above": len(contrib.gains.bias) - 1 + len(contrib.gains.weight)},
+        "options": {"total": len(contrib.options) + 1, "over_budget_alone": contrib.skipped,
+                    "measured": len(contrib.bias) + len(contrib.weight), "measured_complete": contrib.complete},
+        "finetunes_run": len(contrib.measured_now), "finetunes_cached": len(contrib.tasks) - len(contrib.todo),
+        "finalist_finetunes_run": len(final.finalists_run),
+        "memory_evaluations": run.mem.evaluations, "memory_checks_inferred": fits.inferred,
+        "seconds": round(time.time() - run.t_start, 2),
     }
+
+
+def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> SearchResult:
+    """The plan of ``graph`` (with its new head, if any) on the int8 inputs ``x`` and labels ``y``; ``source``
+    names the model and the data in the report and the cache's metadata. The phases of the module's docstring."""
+    from tinytrain.training.sparse import with_lr_schedule
+
+    run = _setup(graph, x, y, opts, source)
+    contrib = _contributions(run)                                                   # 1. contributions, noise floor
+    evo, evo_seconds, exact, exact_seconds, fits = _propose(run, contrib.gains)     # 2. evolution, exact search
+    final = _finalists(run, contrib, evo, exact)                                    # 3. finalists, halving
+    # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
+    chosen = with_lr_schedule(run.plan_of(final.by_name[final.winner].choice), opts.lr_schedule, opts.warmup,
+                              opts.epochs * len(run.rows))
+    report = _report(run, chosen, contrib, (evo, evo_seconds), (exact, exact_seconds), fits, final)
     return SearchResult(chosen, report)
