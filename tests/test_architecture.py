@@ -124,17 +124,12 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# Functions still over the limit, each waiting for its split (issue 31: api.train, split by the lead's branch).
-LONG_FUNCTIONS_LEFT = {("api.py", "train")}
-
-
 def test_no_function_in_tinytrain_is_longer_than_80_lines():
-    """Small functions with one job (issue 31): none in tinytrain/ over 80 lines but those LONG_FUNCTIONS_LEFT
-    names."""
+    """Small functions with one job (issue 31): none in tinytrain/ over 80 lines."""
     root = Path(tinytrain.__file__).parent
     long = set()
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
                 long.add((str(path.relative_to(root)), node.name))
-    assert long <= LONG_FUNCTIONS_LEFT, sorted(long - LONG_FUNCTIONS_LEFT)
+    assert not long, sorted(long)
