@@ -10,8 +10,8 @@ over classifier-only) and on classifier-only. Every device run is the emitted C 
 arithmetic, bit for bit the Cortex-M step).
 
 1. Choose (validation split: 30 % of the subset, stratified, split seed 0): the weight state on last-k:14 —
-   ``remainder_bits`` 0 (int8 weights, stochastic rounding: the old device), 4 and 8 (a remainder byte beside each
-   trained weight, either way; 8 is an int16 fixed-point master whose rounded high byte the forward reads), 8 with round-to-nearest at
+   ``remainder_bits`` 0 (int8 weights, stochastic rounding: the old device), 4 (half a byte beside each trained
+   weight) and 8 (a byte: an int16 fixed-point master whose rounded high byte the forward reads), 8 with round-to-nearest at
    the finer grid, and momentum 0.9 (4 bytes per weight, lr / 10) on int8 weights. Kept: the most accurate per byte
    (the fewest bytes within one standard error of the best).
 2. Report (official test images, trained on the whole subset): the device with the chosen state against its fp32
@@ -61,9 +61,11 @@ class Config:
     momentum: float = 0.0
 
     @property
-    def bytes_per_weight(self) -> int:
-        """SRAM per trained weight: the int8 weight, a remainder byte (4 or 8 bits), a float32 momentum."""
-        return 1 + (self.remainder_bits > 0) + 4 * (self.momentum > 0)
+    def bytes_per_weight(self) -> float:
+        """SRAM per trained weight: the int8 weight, its remainder (4 bits: half a byte; 8: a byte), a float32
+        momentum."""
+        rem = 0 if not self.remainder_bits else 0.5 if self.remainder_bits <= 4 else 1
+        return 1 + rem + 4 * (self.momentum > 0)
 
 
 CHOICES = (Config("int8, stochastic rounding", 14, 0), Config("remainder 4 bits", 14, 4),
@@ -141,16 +143,22 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(diff.mean()), 1.96 * float(diff.std(ddof=1)) / math.sqrt(len(diff))
 
 
-def choose(val: dict[str, np.ndarray]) -> tuple[Config, list[dict]]:
-    """The configuration with the fewest bytes per weight within one standard error of the most accurate."""
-    rows = []
-    for c in CHOICES:
-        correct = val[c.name]
-        rows.append({**asdict(c), "bytes_per_weight": c.bytes_per_weight, "val_accuracy": float(correct.mean()),
-                     "val_ci95": ci(correct)})
+def stored_validation(path: Path, n: int) -> dict[str, float]:
+    """name -> validation accuracy of each choice, as an earlier run recorded it."""
+    rows = {r["name"]: r["val_accuracy"] for r in json.loads(path.read_text())["validation"]}
+    return {c.name: rows[c.name] for c in CHOICES}
+
+
+def choose(val: dict[str, np.ndarray | float]) -> tuple[Config, list[dict]]:
+    """The configuration with the fewest bytes per weight within one standard error of the most accurate; ``val``:
+    per choice, its correctness per validation image (or its accuracy)."""
+    n = len(_DATA.val)
+    acc = {name: float(np.mean(v)) for name, v in val.items()}
+    rows = [{**asdict(c), "bytes_per_weight": c.bytes_per_weight, "val_accuracy": acc[c.name],
+             "val_ci95": 1.96 * math.sqrt(acc[c.name] * (1 - acc[c.name]) / n)} for c in CHOICES]
     best = max(rows, key=lambda r: r["val_accuracy"])
     close = [c for c, r in zip(CHOICES, rows) if r["val_accuracy"] >= best["val_accuracy"] - r["val_ci95"] / 1.96]
-    return min(close, key=lambda c: (c.bytes_per_weight, -val[c.name].mean())), rows
+    return min(close, key=lambda c: (c.bytes_per_weight, -acc[c.name])), rows
 
 
 def main() -> None:
@@ -159,15 +167,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--train-images", type=int, default=5000)
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--choice-from", metavar="JSON",
+                    help="take the validation accuracies of stage 1 from an earlier run's remainder_study.json")
     args = ap.parse_args()
     if not MODEL.is_file():
         print(f"remainder_study: skipped: {MODEL} not found (../shared is not beside the project)")
         return
     t0 = time.time()
     _DATA = Data(args.train_images)
-    val = run_jobs({c.name: ("device", c, _DATA.fit, "val", args.epochs) for c in CHOICES}, args.workers)
-    val = {name: pred == _DATA.y[_DATA.val] for name, pred in val.items()}
-    chosen, choice_rows = choose(val)
+    if args.choice_from:
+        chosen, choice_rows = choose(stored_validation(Path(args.choice_from), len(_DATA.val)))
+    else:
+        val = run_jobs({c.name: ("device", c, _DATA.fit, "val", args.epochs) for c in CHOICES}, args.workers)
+        chosen, choice_rows = choose({name: pred == _DATA.y[_DATA.val] for name, pred in val.items()})
     print(f"chosen on validation: {chosen.name}", flush=True)
     every = np.arange(len(_DATA.y))
     int8 = Config("int8, stochastic rounding", 14, 0)
@@ -189,6 +201,7 @@ def write(args, chosen: Config, choice_rows: list[dict], test: dict[str, np.ndar
              ("device last-k:14", "device classifier-only"), ("fp32 twin last-k:14", "fp32 twin classifier-only"),
              ("device last-k:14", "device last-k:14, int8 only")]
     result = {"command": "python benchmarks/remainder_study.py"
+                         + (f" --choice-from {args.choice_from}" if args.choice_from else "")
                          + (f" --train-images {args.train_images}" if args.train_images != 5000 else "")
                          + (f" --epochs {args.epochs}" if args.epochs != 6 else ""),
               "model": os.path.relpath(MODEL, ROOT), "train_images": args.train_images, "epochs": args.epochs,

@@ -174,7 +174,7 @@ def add_input_size_argument(s) -> None:
 def add_remainder_argument(s) -> None:
     s.add_argument("--remainder-bits", type=int, choices=(0, 4, 8), metavar="F",
                    help="fraction bits every trained int8 weight keeps below its LSB between steps: 0 (int8 only), 4 "
-                        "(half a byte per trained weight) or 8 (a byte). Default: the plan's own, else 8")
+                        "(half a byte per trained weight) or 8 (a byte). Default: the plan's own, else 4")
 
 
 def add_schedule_arguments(s, span: str) -> None:

@@ -232,11 +232,9 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
     return decls
 
 
-def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
-    """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
-    choices appended to ``choices``."""
-
-    image = graph.inputs[0]
+def _checked_layout(graph: Graph) -> list:
+    """The state layout of a training graph the C can run (inputs, outputs, proven-finite gradients, optimizer state
+    starting at zero); UnsupportedModelError otherwise."""
     if TARGET in graph.inputs:
         raise UnsupportedModelError("codegen: the C training step reconstructs its input (--loss mse without y); "
                                     "float targets y train on --engine sim")
@@ -244,26 +242,16 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
         raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
                                     f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
     gradient_bounds(graph)  # the C guard checks the loss only: a finite one must imply finite gradients
-    env = environment()
-    offsets = arena_offsets(graph, plan)
     layout = state_layout(graph)
     for e in layout:
         t = graph.tensors[e.name]
         if t.role is Role.OPTIMIZER_STATE and np.any(t.data):
             raise UnsupportedModelError(f"codegen: optimizer state {e.name} does not start at zero")
-    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"},
-                        {b.use.tensor: b for b in plan.scratch}, plan.target)
-    loss_node = _loss_node(graph)
-    logits = loss_node.inputs[0]
-    forward, training = _phases(graph)
-    ctx.act(image)
-    kernels: dict[str, tuple[Kernel, str]] = {}
-    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream, _train_only(forward, logits))
-    train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
-    guard_after = _guard_position(training, loss_node)
-    ctx.act(logits)
-    ctx.fp(LOSS)
+    return layout
 
+
+def _state_and_sram(ctx, graph: Graph, layout: list) -> tuple[list[dict], list[dict]]:
+    """The templates' tables of the state's arrays (save / load order) and of every SRAM array (tt_init)."""
     state = []
     for e in layout:
         arr = ctx.sram[e.name]
@@ -277,6 +265,31 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
                      f"{t.role.value} {cformat.comment(name)}" + (" (its first rows initialize the SRAM copy, "
                      "kernels read the others from here)" if name in ctx.rows else ""),
                      "body": None if zero else cformat.array_body(t.data)})
+    return state, sram
+
+
+def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+    """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
+    choices appended to ``choices``."""
+
+    image = graph.inputs[0]
+    layout = _checked_layout(graph)
+    env = environment()
+    offsets = arena_offsets(graph, plan)
+    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"},
+                        {b.use.tensor: b for b in plan.scratch}, plan.target)
+    loss_node = _loss_node(graph)
+    logits = loss_node.inputs[0]
+    forward, training = _phases(graph)
+    ctx.act(image)
+    kernels: dict[str, tuple[Kernel, str]] = {}
+    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream, _train_only(forward, logits))
+    train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
+    guard_after = _guard_position(training, loss_node)
+    ctx.act(logits)
+    ctx.fp(LOSS)
+
+    state, sram = _state_and_sram(ctx, graph, layout)
     constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
                   "body": cformat.array_body(c.values)} for c in ctx.constants.values()]
     x, q = graph.tensors[image], graph.tensors[logits]

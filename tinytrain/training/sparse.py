@@ -30,7 +30,7 @@ FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "hea
 LOSSES = ("xent", "mse")  # softmax cross-entropy on the logits; mean squared error reconstructing the input
 # Fraction bits each trained int8 weight keeps below its LSB (ops/sgd_update.py); 0 keeps int8 weights only.
 REMAINDER_BITS = (0, 4, 8)
-DEFAULT_REMAINDER_BITS = 8
+DEFAULT_REMAINDER_BITS = 4
 
 
 @dataclass(frozen=True)
