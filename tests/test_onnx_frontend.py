@@ -449,6 +449,15 @@ def test_load_model_dispatches_onnx(mbv2):
 # --------------------------------------------------------------------------- other op patterns
 
 
+def _cpu_has_vnni() -> bool:
+    """Whether this x86 CPU has VNNI (onnxruntime's exact u8 x s8 dot products); True off x86 or unknown."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return "avx2" not in flags or "avx512_vnni" in flags or "avx_vnni" in flags
+
+
 @pytest.mark.parametrize("key", [f"{m}_{f}_{a}" for m in ("convs", "pools") for f in ("qdq", "qop")
                                  for a in ("int8", "int8sym", "uint8")])
 def test_patterns_match_onnxruntime_op_by_op(patterns, key):
@@ -458,6 +467,9 @@ def test_patterns_match_onnxruntime_op_by_op(patterns, key):
     so the intermediate MatMul output is neither rounded nor saturated; up to 2 LSB in principle,
     1 measured). QDQ AveragePool differs from onnxruntime only at exact ties (see the module docstring).
     """
+    if key.endswith("qop_uint8") and not _cpu_has_vnni():
+        pytest.skip("onnxruntime's u8 x s8 QLinearConv on an AVX2 CPU without VNNI sums byte pairs with VPMADDUBSW, "
+                    "which saturates at 16 bits: the oracle is not exact on this CPU (tinytrain sums exactly)")
     path = patterns[key]
     graph, names = convert_onnx(path.read_bytes(), key)
     model = onnx.load(str(path))
