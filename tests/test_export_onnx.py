@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 import pytest
 from conftest import shared_file
+from oracles import skip_unless_ort_int8_exact
 from onnx import TensorProto, helper
 
 from tinytrain import simulator
@@ -55,6 +56,7 @@ def ort_outputs(sess, graph, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def ort_run(model, graph, x: np.ndarray) -> np.ndarray:
+    skip_unless_ort_int8_exact()
     return ort_outputs(session(model), graph, x)[graph.outputs[0]]
 
 

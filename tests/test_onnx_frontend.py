@@ -37,6 +37,7 @@ from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
 import onnx_models
+from oracles import skip_unless_ort_int8_exact
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
 from tinytrain.frontends import load_model
 from tinytrain.frontends.onnx import convert_onnx, graph_from_onnx
@@ -195,6 +196,8 @@ def forward_exact_rounding(graph, x: np.ndarray) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["qdq", "qop", "qdq_uint8", "qop_uint8"])
 def test_mobilenetv2_matches_onnxruntime(mbv2, fmt):
+    if fmt == "qop_uint8":
+        skip_unless_ort_int8_exact()
     path = mbv2[fmt]
     graph, names = convert_onnx(path.read_bytes(), path.stem)
     ops = [n.op for n in graph.nodes]
@@ -392,6 +395,7 @@ def test_zoo_model_matches_onnxruntime(path, tmp_path):
     reach 10 of its 1000 logits: 99.0 %, the bound exactly (a CPU with another SGEMM kernel, or another
     onnxruntime version, may move this by a few logits).
     """
+    skip_unless_ort_int8_exact()
     graph, _ = convert_onnx(path.read_bytes(), path.stem)
     q, xs = _zoo_inputs(graph, N_SAMPLES)
     np.testing.assert_array_equal(to_internal(graph, quantize_input(graph, xs)), q)
@@ -449,15 +453,6 @@ def test_load_model_dispatches_onnx(mbv2):
 # --------------------------------------------------------------------------- other op patterns
 
 
-def _cpu_has_vnni() -> bool:
-    """Whether this x86 CPU has VNNI (onnxruntime's exact u8 x s8 dot products); True off x86 or unknown."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True
-    return "avx2" not in flags or "avx512_vnni" in flags or "avx_vnni" in flags
-
-
 @pytest.mark.parametrize("key", [f"{m}_{f}_{a}" for m in ("convs", "pools") for f in ("qdq", "qop")
                                  for a in ("int8", "int8sym", "uint8")])
 def test_patterns_match_onnxruntime_op_by_op(patterns, key):
@@ -467,9 +462,8 @@ def test_patterns_match_onnxruntime_op_by_op(patterns, key):
     so the intermediate MatMul output is neither rounded nor saturated; up to 2 LSB in principle,
     1 measured). QDQ AveragePool differs from onnxruntime only at exact ties (see the module docstring).
     """
-    if key.endswith("qop_uint8") and not _cpu_has_vnni():
-        pytest.skip("onnxruntime's u8 x s8 QLinearConv on an AVX2 CPU without VNNI sums byte pairs with VPMADDUBSW, "
-                    "which saturates at 16 bits: the oracle is not exact on this CPU (tinytrain sums exactly)")
+    if key.endswith("qop_uint8"):
+        skip_unless_ort_int8_exact()
     path = patterns[key]
     graph, names = convert_onnx(path.read_bytes(), key)
     model = onnx.load(str(path))
