@@ -569,7 +569,8 @@ def test_inference_firmware_from_the_cli_gives_the_host_logits_on_m55(tmp_path, 
     assert r.state is None and len(r.losses) == 0 and r.predict_insns.min() > 0
 
 
-FULL_VWW_PLAN = {"version": 1, "bias_last_k": 2, "channels": "first", "lr": 0.001, "weights": [
+# int8 weights only ("remainder_bits": 0): with the default 4-bit remainders this plan no longer fits 256 KB.
+FULL_VWW_PLAN = {"version": 1, "bias_last_k": 2, "channels": "first", "lr": 0.001, "remainder_bits": 0, "weights": [
     {"conv": c, "ratio": r} for c, r in ((8, 0.25), (9, 0.25), (10, 1.0), (11, 1.0), (13, 0.125), (14, 1.0),
                                          (15, 0.25), (16, 0.125), (17, 1.0), (18, 0.25), (19, 1.0), (20, 0.25),
                                          (21, 1.0), (22, 0.125), (23, 0.25), (24, 0.125), (25, 0.125), (27, 1.0))]}
