@@ -272,7 +272,8 @@ def test_the_split_floor_equals_tt_floor_clamped(tmp_path, march):
     (tmp_path / "main.c").write_text(FLOOR_MAIN)
     exe = tmp_path / "floor"
     r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O3", *([march] if march else []),
-                        "-ffp-contract=off", str(tmp_path / "main.c"), "-o", str(exe)], capture_output=True, text=True)
+                        "-ffp-contract=off", "-I", str(codegen_runtime()), str(tmp_path / "main.c"), "-o", str(exe)],
+                       capture_output=True, text=True)  # -I: the parts tt_float.h includes
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

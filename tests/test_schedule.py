@@ -37,8 +37,8 @@ def factor_program(tmp_path_factory):
     d = tmp_path_factory.mktemp("schedule")
     (d / "main.c").write_text(PROGRAM)
     (d / "tt_float.h").write_text(codegen_runtime().joinpath("tt_float.h").read_text())
-    subprocess.run(["gcc", "-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-o", "factor",
-                    "main.c"], cwd=d, check=True)
+    subprocess.run(["gcc", "-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-I",
+                    str(codegen_runtime()), "-o", "factor", "main.c"], cwd=d, check=True)  # -I: tt_float.h's parts
     return d / "factor"
 
 
