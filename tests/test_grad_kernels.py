@@ -327,7 +327,7 @@ def test_pointwise_weight_gradient_tiles_fused_with_update_equal_the_two_kernels
         pytest.skip("gcc is not installed")
     env = environment()
     update = dict(ptype="int8_t", stochastic=stochastic, momentum=momentum, scheduled=scheduled, block=False,
-                  host=False)
+                  host=False, remainder_bits=0)
     kernels = [
         env.get_template("kernels/conv2d_grad_weight.c.j2").render(
             name="tt_grad", k=dict(variant="pointwise", quads=False, host=False),

@@ -221,7 +221,7 @@ def test_pointwise_weight_gradient_in_host_blocks_fused_with_update_equals_the_t
     from tinytrain.codegen.bindings.grad_weight_sgd_update import _BLOCK_GRAD_ARGS, _BLOCK_UPDATE_ARGS, HOST_BLOCK_ROWS
 
     stochastic, momentum, scheduled = update
-    consts = dict(ptype="int8_t", stochastic=stochastic, momentum=momentum, scheduled=scheduled)
+    consts = dict(ptype="int8_t", stochastic=stochastic, momentum=momentum, scheduled=scheduled, remainder_bits=0)
     update_sig = f"int8_t *param, const float *grad, const float *scale, {UPDATE_PARAMS}, int i0"
     names = lambda sig: [p.split()[-1].lstrip("*") for p in sig.split(", ")]  # noqa: E731
     kernels = [
@@ -363,7 +363,7 @@ def test_host_stochastic_update_equals_the_device_one(tmp_path, march, ptype, va
     infinite and huge steps, v + u exact integers (a floor that is its argument), int8 weights and int32 biases, a
     block's draws from i0 on."""
     block, momentum, scheduled = variant
-    consts = dict(ptype=ptype, stochastic=True, momentum=momentum, scheduled=scheduled, block=block)
+    consts = dict(ptype=ptype, stochastic=True, momentum=momentum, scheduled=scheduled, block=block, remainder_bits=0)
     sig = f"{ptype} *param, const float *grad, const float *scale, {UPDATE_PARAMS}, int i0"
     kernels = [render("sgd_update", "tt_device", sig, **consts, host=False),
                render("sgd_update", "tt_host", sig, **consts, host=True)]
