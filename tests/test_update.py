@@ -154,7 +154,7 @@ def test_training_changes_only_planned_state(model):
     state = init_state(t)
     assert sorted(state.tensors) == sorted(["conv3.weight", "conv6.bias", "fc0.weight", "fc0.bias",
                                             "conv3.weight.remainder", "fc0.weight.remainder"])
-    assert state.tensors["conv3.weight.remainder"].shape == (4,) + g.tensors["conv3.weight"].shape[1:]
+    assert state.tensors["conv3.weight.remainder"].shape == remainder_shape((4,) + g.tensors["conv3.weight"].shape[1:], 4)
     before = state.copy()
     train(t, state, mb.calibration_input(), np.array([0, 1, 2, 3]))
     assert state.step == 4
@@ -206,7 +206,7 @@ def test_momentum_state_is_visible(model):
     state_tensors = [x for x in t.tensors.values() if x.role is Role.OPTIMIZER_STATE]
     w = g.tensors[layers(g)[10].inputs[1]]
     assert w.shape == (5, 32)  # ratio 0.5 of 5 channels: floor -> 2 channels
-    assert optimizer_state_bytes(t) == 4 * (2 * 32 + 5) + 2 * 32  # momentum (fp32), the weight rows' remainders
+    assert optimizer_state_bytes(t) == 4 * (2 * 32 + 5) + 2 * 32 // 2  # momentum (fp32), the rows' 4-bit remainders
     assert sorted(x.dtype.value for x in state_tensors) == ["float32", "float32", "int8"]
     state = init_state(t)
     train(t, state, mb.calibration_input()[:2], np.array([0, 1]))
