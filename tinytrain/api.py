@@ -622,24 +622,27 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
-    ...). Returns a ``search.run.SearchResult`` (``.plan``, ``.report`` = PLAN.search.json); with ``output`` writes
-    PLAN.json and PLAN.search.json beside it."""
+    ...; ``loss``: "xent" or "mse", default from the data as ``train``'s: an autoencoder on DATA without y is
+    searched by minus its validation reconstruction error). Returns a ``search.run.SearchResult`` (``.plan``,
+    ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
     from tinytrain.search.run import SearchOptions, search
     from tinytrain.sizes import parse_size
 
-    try:
-        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
-                             seed=seed, progress=progress, **options)
-    except TypeError as e:
-        raise UsageError(f"plan: {e}") from None
     graph = _graph(model, new_head, seed, input_size)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     ds = load_data(data)
-    if len(ds) and not ds.labelled:
-        raise UsageError(f"{ds.source}: the plan search measures classifiers' accuracy on labels y; an autoencoder "
-                         "(no y): tinytrain train --loss mse --update last-k:N (docs/guide/data.md)")
-    result = search(graph, *_prepared(graph, ds, "xent")[:2], opts, names)
+    loss = options.pop("loss", None) or default_loss(graph, ds)
+    try:
+        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
+                             seed=seed, progress=progress, loss=loss, **options)
+    except TypeError as e:
+        raise UsageError(f"plan: {e}") from None
+    x, y, _ = _prepared(graph, ds, loss)
+    if loss == "mse" and y is not None:
+        raise UsageError(f"{ds.source}: the plan search scores an autoencoder's reconstruction of its input; float "
+                         "targets y are not searched (drop y, or train a preset: tinytrain train --loss mse)")
+    result = search(graph, x, np.zeros(len(x), np.int64) if loss == "mse" else y, opts, names)
     if output is not None:
         result.write(output)
     return result
