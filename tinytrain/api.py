@@ -322,7 +322,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     chosen = _with_loss(chosen, loss, plan is not None)
     _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
-    x, y, targets = _training_data(graph, data, chosen.loss, engine)
+    x, y, targets = _training_data(graph, data, chosen.loss)
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
     n_steps = steps if steps is not None else epochs * len(rows)
@@ -403,7 +403,7 @@ class _Runner:
             state = init_state(self.tg)
             losses = sim_train(self.tg, state, self.x, self.y, order, features=self.features, targets=self.targets)
             return losses, state
-        losses = self.trainer.train(self.x, self.y, order)
+        losses = self.trainer.train(self.x, self.y, order, targets=self.targets)
         if self.engine == "qemu":
             self.info.update(board=self.trainer.board, insns_per_step=float(np.mean(self.trainer.step_insns)))
         return losses, self.trainer.state()
@@ -416,15 +416,12 @@ def _check_classifier(graph: Graph, loss: str) -> None:
                          "(an autoencoder: --loss mse)")
 
 
-def _training_data(graph: Graph, data, loss: str, engine: str):
+def _training_data(graph: Graph, data, loss: str):
     """(int8 inputs, labels, float targets or None): an mse run's labels are zeros (the engines pass one; the loss
-    reads none), its targets y or None (reconstruction of the input)."""
+    reads none), its targets y or None (reconstruction of the input); every engine takes both."""
     x, y = model_data(graph, data, loss)
     if loss == "xent":
         return x, y, None
-    if y is not None and engine != "sim":
-        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
-                         "(DATA without y)")
     return x, np.zeros(len(x), np.int64), y
 
 
