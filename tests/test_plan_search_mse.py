@@ -63,6 +63,24 @@ def test_an_autoencoders_search_scores_minus_the_reconstruction_error():
 
 @needs_cc
 @pytest.mark.slow
+def test_with_anomaly_labels_the_search_fits_the_normal_rows_and_scores_the_roc_auc():
+    import tinytrain
+
+    b = GraphBuilder(4, "fc_ae")
+    g = b.build(b.fully_connected(b.fully_connected(b.input((1, 16)), 8), 16))
+    x = b.inputs_batch(g, 16)
+    anomaly = (np.arange(16) % 4 == 0).astype(np.int64)
+    x[anomaly == 1] = np.clip(x[anomaly == 1].astype(int) * 3, -128, 127)
+    result = tinytrain.plan(g, (x, None, anomaly), sram="64k", ft_steps=4, epochs=1, repeats=2, max_rungs=1,
+                            proposals=1, population=8, generations=2, bias_k=(2,), use_cache=False)
+    r = result.report
+    assert r["score"] == "roc_auc" and result.plan.loss == "mse"
+    assert r["measurement"]["n_val"] == 4 and r["measurement"]["n_fit"] == 9  # the 12 fit rows' 9 normal ones
+    assert all(0 <= f["measured"][-1]["accuracy"] <= 1 for f in r["finalists"])
+
+
+@needs_cc
+@pytest.mark.slow
 def test_ad01_plan_search_on_synthetic_windows_writes_an_mse_plan_that_trains(tmp_path, capsys):
     model = str(shared_file("models/ad01_int8.tflite"))
     rng = np.random.default_rng(0)

@@ -620,7 +620,8 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
     ...; ``loss``: "xent" or "mse", default from the data as ``train``'s: an autoencoder on DATA without y is
-    searched by minus its validation reconstruction error). Returns a ``search.run.SearchResult`` (``.plan``,
+    searched by minus its validation reconstruction error, or with the data's anomaly labels by the ROC AUC of that
+    error, fitting on the normal rows only). Returns a ``search.run.SearchResult`` (``.plan``,
     ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
     from tinytrain.search.run import SearchOptions, search
     from tinytrain.sizes import parse_size
@@ -630,16 +631,19 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     ds = load_data(data)
     loss = options.pop("loss", None) or default_loss(graph, ds)
+    anomaly = loss == "mse" and ds.anomaly is not None  # scored by the ROC AUC, fit on the normal rows
     try:
         opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
-                             seed=seed, progress=progress, loss=loss, **options)
+                             seed=seed, progress=progress, loss=loss, anomaly=anomaly, **options)
     except TypeError as e:
         raise UsageError(f"plan: {e}") from None
     x, y, _ = _prepared(graph, ds, loss)
     if loss == "mse" and y is not None:
         raise UsageError(f"{ds.source}: the plan search scores an autoencoder's reconstruction of its input; float "
                          "targets y are not searched (drop y, or train a preset: tinytrain train --loss mse)")
-    result = search(graph, x, np.zeros(len(x), np.int64) if loss == "mse" else y, opts, names)
+    if loss == "mse":
+        y = ds.anomaly.astype(np.int64) if anomaly else np.zeros(len(x), np.int64)
+    result = search(graph, x, y, opts, names)
     if output is not None:
         result.write(output)
     return result

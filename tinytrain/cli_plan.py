@@ -77,7 +77,8 @@ def _print_report(result, out: Path, details: Path) -> None:
 
     report = result.report
     base, noise, options = report["baseline"], report["noise_floor"], report["options"]
-    score = "accuracy" if report["score"] == "accuracy" else "score (minus the reconstruction error)"
+    score = {"accuracy": "accuracy", "roc_auc": "ROC AUC of the reconstruction error"}.get(
+        report["score"], "score (minus the reconstruction error)")
     print(f"baseline (classifier only): validation {score} {base['accuracy']:.4f} on {noise['n_val']} samples, "
           f"peak SRAM {format_size(base['peak_sram_bytes'])}")
     if score == "accuracy":

@@ -50,6 +50,7 @@ class FineTune:
     momentum: float = 0.0
     seed: int = 0
     loss: str = "xent"  # "mse": an autoencoder, scored by its validation reconstruction error (``score``)
+    anomaly: bool = False  # mse with anomaly labels: scored by the ROC AUC of the error on the validation rows
 
 
 def suffix_model(graph: Graph, plan: Plan) -> tuple[Graph, Plan, str | None]:
@@ -194,17 +195,21 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     trainer.train(x[:n_train], job["y_train"], order)
     out = trainer.predict(x[n_train:])
     if ft.loss == "mse":
-        return {**reconstruction_score(g, x[n_train:], out), "seconds": round(time.time() - t0, 3)}
+        anomalous = job["y_val"] if ft.anomaly else None
+        return {**reconstruction_score(g, x[n_train:], out, anomalous), "seconds": round(time.time() - t0, 3)}
     correct = out.argmax(axis=1) == job["y_val"]
     return {"accuracy": float(correct.mean()), "correct": pack_correct(correct), "seconds": round(time.time() - t0, 3)}
 
 
-def reconstruction_score(graph: Graph, x: np.ndarray, out: np.ndarray) -> dict:
+def reconstruction_score(graph: Graph, x: np.ndarray, out: np.ndarray, anomalous: np.ndarray | None = None) -> dict:
     """An autoencoder's score on the validation rows ``x`` (higher is better, as an accuracy): minus the mean
-    reconstruction error (metrics.py); ``scores``: each row's, for paired comparisons of finalists."""
-    from tinytrain.metrics import reconstruction_errors
+    reconstruction error (metrics.py), ``scores`` each row's for paired comparisons of finalists; or with the rows'
+    0/1 ``anomalous`` labels the ROC AUC of the error as an anomaly score (no per-row scores)."""
+    from tinytrain.metrics import reconstruction_errors, roc_auc
 
     errors = reconstruction_errors(graph, x, out).astype(np.float64)
+    if anomalous is not None:
+        return {"accuracy": roc_auc(errors, anomalous)}
     return {"accuracy": -float(errors.mean()), "scores": [-round(float(e), 7) for e in errors]}
 
 
