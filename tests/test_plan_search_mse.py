@@ -99,3 +99,16 @@ def test_ad01_plan_search_on_synthetic_windows_writes_an_mse_plan_that_trains(tm
     assert main(["train", model, "--data", str(tmp_path / "ad.npz"), "--plan", str(out), "--steps", "2",
                  "--engine", "c", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 2
+
+
+def test_float_targets_are_not_searched_one_line(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-30, 10, (8, 640)).astype(np.float32)
+    np.savez(tmp_path / "reg.npz", x=x, y=x + 1)
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(shared_file("models/ad01_int8.tflite")), "--data", str(tmp_path / "reg.npz"), "--loss", "mse",
+            "--no-cache", "--no-progress", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "float targets y are not searched" in err[0]
+    assert not out.exists()
