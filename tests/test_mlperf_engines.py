@@ -1,7 +1,8 @@
 """The four MLPerf Tiny reference models (issue 29) train bit-identically on the three engines: the training steps
-of ``last-k:2`` and of the searched plan shipped in models/plans/mlperf/ (benchmarks/mlperf_plans.py) give the same
-losses, state and logits on the simulator, the host C and qemu-m7 (slow: one firmware run of 2 steps + 2
-predictions per model and plan; ad01's last-k:2 is tests/test_mse.py's)."""
+of ``last-k:2``, of the searched plan shipped in models/plans/mlperf/ (benchmarks/mlperf_plans.py: the best measured
+finalist, a preset for these small searches) and of the search's own proposal (its exact branch and bound's plan,
+in the .search.json) give the same losses, state and logits on the simulator, the host C and qemu-m7 (slow: one
+firmware run of 2 steps + 2 predictions per model and plan; ad01's last-k:2 is tests/test_mse.py's)."""
 
 import json
 import shutil
@@ -12,13 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import shared_file
-from tinytrain.training.sparse import load_plan, preset
+from tinytrain.training.sparse import load_plan, parse_plan, preset
 from tinytrain.training.train_graph import build_training_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = ROOT / "models" / "plans" / "mlperf"
 MODELS = ("pretrainedResnet_quant", "kws_ref_model", "ad01_int8", "vww_96_int8")
-CASES = [(m, "searched") for m in MODELS] + [(m, "last-k:2") for m in MODELS if m != "ad01_int8"]
+CASES = [(m, w) for m in MODELS for w in ("searched", "proposal")] + [(m, "last-k:2") for m in MODELS
+                                                                   if m != "ad01_int8"]
 
 needs_qemu = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
                                 reason="needs arm-none-eabi-gcc and qemu-system-arm")
@@ -30,6 +32,9 @@ def _training_graph(name: str, which: str):
     g = load_model(shared_file(f"models/{name}.tflite"))
     if which == "searched":
         plan = load_plan(PLANS / f"{name}-searched.json")
+    elif which == "proposal":
+        report = json.loads((PLANS / f"{name}-searched.search.json").read_text())
+        plan = parse_plan(report["exact"]["plan"])
     else:
         plan = replace(preset(which, g, lr=0.005), loss="mse" if name == "ad01_int8" else "xent")
     return g, plan, build_training_graph(g, plan)
