@@ -71,7 +71,8 @@ def main() -> int:
                                                           "rows": rows}, indent=2) + "\n")
     lines = [f"Training-step peak SRAM at a 256 KB budget (`{COMMAND}`).", "",
              "Searched: `tinytrain plan --sram 256k` on small data (models/plans/mlperf/provenance.json); "
-             "ad01 trains with the mse loss.", "",
+             "ad01 trains with the mse loss. Trained weights keep 4-bit remainders (the default plan field "
+             "remainder_bits 4, docs/design.md §3), hence more than int8-only plans.", "",
              "| model | plan | peak SRAM | flash | fits | ops |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['plan']}{' (' + r['updates'] + ')' if r['updates'] else ''} "
               f"| {r['peak_sram_bytes'] / 1024:.1f} KB | {r['flash_bytes'] / 1024:.1f} KB "
