@@ -1,7 +1,7 @@
 """``tinytrain plan`` (docs/design.md §5a): search the sparse-update plan with the best measured accuracy under the SRAM
 budget, write it as a version-1 plan file (§5b).
 
-    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--held-out F] [--workers N | --executor ray [--address ADDR]]
+    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--loss xent|mse] [--held-out F] [--workers N | --executor ray [--address ADDR]]
                    [--time-limit SECONDS] [--json] -o PLAN.json
 
 The search itself is tinytrain/search/run.py (``tinytrain.plan`` in Python); this module turns the options into a
@@ -20,6 +20,8 @@ The search itself is tinytrain/search/run.py (``tinytrain.plan`` in Python); thi
    PLAN.search.json beside it records every finalist's predicted (additive) and measured gain, the noise floor,
    every contribution and the timings. With ``--held-out F`` the held-out part of DATA (the same split as
    ``train --held-out F``) is never seen: everything is measured on a validation part (``--val``) of the rest.
+An autoencoder (``--loss mse``, the default for its DATA without y) is scored by minus its validation reconstruction
+error, or by the ROC AUC of that error when DATA has anomaly labels (docs/guide/data.md).
 """
 
 from __future__ import annotations
