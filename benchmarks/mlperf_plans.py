@@ -72,7 +72,8 @@ def search(name: str, time_limit: float, work: Path) -> dict:
     out = OUT / f"{name}-searched.json"
     argv = ["plan", f"../shared/models/{name}.tflite", "--data", spec, "--sram", "256k", "--ft-steps", "40",
             "--epochs", "1", "--repeats", "2", "--bias-k", "2,4,6", "--proposals", "2", "--max-rungs", "1",
-            "--population", "30", "--generations", "8", "--lr", "0.005", "--noise-floor", "0", "--time-limit", str(time_limit), "--no-progress",
+            "--population", "30", "--generations", "8", "--lr", "0.005", "--noise-floor", "0",
+            "--time-limit", str(time_limit), "--no-progress",
             "--cache", str((work / "cache").relative_to(ROOT)), "-o", str(out.relative_to(ROOT))]
     cmd = [sys.executable, "-m", "tinytrain.cli", *argv]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -1,8 +1,8 @@
 """``tinytrain plan`` (docs/design.md §5a): search the sparse-update plan with the best measured accuracy under the SRAM
 budget, write it as a version-1 plan file (§5b).
 
-    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--loss xent|mse] [--held-out F] [--workers N | --executor ray [--address ADDR]]
-                   [--time-limit SECONDS] [--json] -o PLAN.json
+    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--loss xent|mse] [--held-out F]
+                   [--workers N | --executor ray [--address ADDR]] [--time-limit SECONDS] [--json] -o PLAN.json
 
 The search itself is tinytrain/search/run.py (``tinytrain.plan`` in Python); this module turns the options into a
 ``SearchOptions``, prints the result and writes the files. Method: the gain model proposes, training decides.
