@@ -322,7 +322,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     chosen = _with_loss(chosen, loss, plan is not None)
     _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
-    x, y, targets = _training_data(graph, data, chosen.loss, engine)
+    x, y, targets = _training_data(graph, data, chosen.loss)
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
     n_steps = steps if steps is not None else epochs * len(rows)
@@ -403,7 +403,7 @@ class _Runner:
             state = init_state(self.tg)
             losses = sim_train(self.tg, state, self.x, self.y, order, features=self.features, targets=self.targets)
             return losses, state
-        losses = self.trainer.train(self.x, self.y, order)
+        losses = self.trainer.train(self.x, self.y, order, targets=self.targets)
         if self.engine == "qemu":
             self.info.update(board=self.trainer.board, insns_per_step=float(np.mean(self.trainer.step_insns)))
         return losses, self.trainer.state()
@@ -416,15 +416,12 @@ def _check_classifier(graph: Graph, loss: str) -> None:
                          "(an autoencoder: --loss mse)")
 
 
-def _training_data(graph: Graph, data, loss: str, engine: str):
+def _training_data(graph: Graph, data, loss: str):
     """(int8 inputs, labels, float targets or None): an mse run's labels are zeros (the engines pass one; the loss
-    reads none), its targets y or None (reconstruction of the input)."""
+    reads none), its targets y or None (reconstruction of the input); every engine takes both."""
     x, y = model_data(graph, data, loss)
     if loss == "xent":
         return x, y, None
-    if y is not None and engine != "sim":
-        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
-                         "(DATA without y)")
     return x, np.zeros(len(x), np.int64), y
 
 
@@ -622,24 +619,31 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
-    ...). Returns a ``search.run.SearchResult`` (``.plan``, ``.report`` = PLAN.search.json); with ``output`` writes
-    PLAN.json and PLAN.search.json beside it."""
+    ...; ``loss``: "xent" or "mse", default from the data as ``train``'s: an autoencoder on DATA without y is
+    searched by minus its validation reconstruction error, or with the data's anomaly labels by the ROC AUC of that
+    error, fitting on the normal rows only). Returns a ``search.run.SearchResult`` (``.plan``,
+    ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
     from tinytrain.search.run import SearchOptions, search
     from tinytrain.sizes import parse_size
 
-    try:
-        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
-                             seed=seed, progress=progress, **options)
-    except TypeError as e:
-        raise UsageError(f"plan: {e}") from None
     graph = _graph(model, new_head, seed, input_size)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     ds = load_data(data)
-    if len(ds) and not ds.labelled:
-        raise UsageError(f"{ds.source}: the plan search measures classifiers' accuracy on labels y; an autoencoder "
-                         "(no y): tinytrain train --loss mse --update last-k:N (docs/guide/data.md)")
-    result = search(graph, *_prepared(graph, ds, "xent")[:2], opts, names)
+    loss = options.pop("loss", None) or default_loss(graph, ds)
+    anomaly = loss == "mse" and ds.anomaly is not None  # scored by the ROC AUC, fit on the normal rows
+    try:
+        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
+                             seed=seed, progress=progress, loss=loss, anomaly=anomaly, **options)
+    except TypeError as e:
+        raise UsageError(f"plan: {e}") from None
+    x, y, _ = _prepared(graph, ds, loss)
+    if loss == "mse" and y is not None:
+        raise UsageError(f"{ds.source}: the plan search scores an autoencoder's reconstruction of its input; float "
+                         "targets y are not searched (drop y, or train a preset: tinytrain train --loss mse)")
+    if loss == "mse":
+        y = ds.anomaly.astype(np.int64) if anomaly else np.zeros(len(x), np.int64)
+    result = search(graph, x, y, opts, names)
     if output is not None:
         result.write(output)
     return result

@@ -235,12 +235,10 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
 def _checked_layout(graph: Graph) -> list:
     """The state layout of a training graph the C can run (inputs, outputs, proven-finite gradients, optimizer state
     starting at zero); UnsupportedModelError otherwise."""
-    if TARGET in graph.inputs:
-        raise UnsupportedModelError("codegen: the C training step reconstructs its input (--loss mse without y); "
-                                    "float targets y train on --engine sim")
-    if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
-        raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
-                                    f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
+    if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT), (LABEL, TARGET), (LABEL, TARGET, STEP_INPUT)) \
+            or graph.outputs != (LOSS,):
+        raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {TARGET}][, "
+                                    f"{STEP_INPUT}]) and output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
     gradient_bounds(graph)  # the C guard checks the loss only: a finite one must imply finite gradients
     layout = state_layout(graph)
     for e in layout:
@@ -276,7 +274,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
     layout = _checked_layout(graph)
     env = environment()
     offsets = arena_offsets(graph, plan)
-    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"},
+    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step", TARGET: "tt_target"},
                         {b.use.tensor: b for b in plan.scratch}, plan.target)
     loss_node = _loss_node(graph)
     logits = loss_node.inputs[0]
@@ -313,6 +311,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
         "state_version": VERSION,
         "state_fingerprint": f"0x{fingerprint(layout):08X}u",
         "stochastic": STEP_INPUT in graph.inputs,
+        "target_floats": graph.tensors[TARGET].size if TARGET in graph.inputs else 0,
         "trainable_bytes": sum(a.values.nbytes for a in ctx.sram.values()),
     }
     files = {
