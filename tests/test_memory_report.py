@@ -223,8 +223,11 @@ def test_the_stack_reservation_is_the_measured_high_water_mark_plus_the_margin()
 def test_the_cores_without_dsp_reserve_their_measured_stack_plus_the_margin():
     """The Cortex-M3, M0+ and RISC-V reserve rests on benchmarks/results/cores.json (benchmarks/cores.py); the DSP
     cores and hosts keep the reserve of stack.json; the report counts the target's reserve."""
-    from tinytrain.memory.report import (PORTABLE_STACK_BYTES, PORTABLE_STACK_MEASURED_BYTES, STACK_MARGIN_BYTES,
-                                         stack_reserve)
+    from tinytrain.codegen.context import CORE_TARGETS, arm_dsp
+    from tinytrain.memory.report import (PORTABLE_STACK_BYTES, PORTABLE_STACK_MEASURED_BYTES, PORTABLE_STACK_TARGETS,
+                                         STACK_MARGIN_BYTES, stack_reserve)
+
+    assert PORTABLE_STACK_TARGETS == {t for t in CORE_TARGETS if not arm_dsp(t)}
 
     rows = json.loads((ROOT / "benchmarks" / "results" / "cores.json").read_text())["rows"]
     portable = [r["stack_used_bytes"] for r in rows if not r["dsp"] and r.get("stack_used_bytes")]

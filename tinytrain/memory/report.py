@@ -37,13 +37,13 @@ STACK_BYTES = -(-(STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
 # 2,304 B (512 B more); the DSP cores (M4, M7, M55, M33: 1,248 B at most) keep STACK_BYTES.
 PORTABLE_STACK_MEASURED_BYTES = 1772
 PORTABLE_STACK_BYTES = -(-(PORTABLE_STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
+# The cores of codegen/context.py CORE_TARGETS without the DSP extension (tests/test_memory_report.py checks it)
+PORTABLE_STACK_TARGETS = frozenset({"cortex-m3", "cortex-m0plus", "riscv32"})
 
 
 def stack_reserve(target: str) -> int:
     """The stack a project for ``target`` (a core of codegen/context.py CORE_TARGETS, or a host) reserves."""
-    from tinytrain.codegen.context import arm_dsp, core_build
-
-    return PORTABLE_STACK_BYTES if core_build(target) and not arm_dsp(target) else STACK_BYTES
+    return PORTABLE_STACK_BYTES if target in PORTABLE_STACK_TARGETS else STACK_BYTES
 CODE_BASE_BYTES = 4096   # code estimate: runtime + entry points, plus per distinct op and per call site
 CODE_PER_OP_BYTES = 1536
 CODE_PER_CALL_BYTES = 24
