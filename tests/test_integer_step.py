@@ -28,6 +28,16 @@ HEAD = 5  # train_ops_model's classifier: its layer index
 CLASSIFIER = Plan(bias_last_k=1, weights=(WeightUpdate(HEAD, 1.0),), lr=0.05, backward="int")
 
 
+def conv_head_model():
+    """A classifier whose head is a 1x1 convolution on the pooled features, then a reshape (MobileNetV1 TFLite's)."""
+    from ir_builders import ModelBuilder
+
+    mb = ModelBuilder("conv_head", 0)
+    h = mb.conv(mb.input((8, 8, 3)), 8, 3, 2)
+    h = mb.conv(mb.mean(h), 5, 1, act=None)
+    return mb.build(mb.reshape(h, (5,)))
+
+
 @pytest.fixture(scope="module")
 def model():
     g, _ = train_ops_model()
@@ -99,6 +109,18 @@ def test_no_float_operation_from_the_loss_to_the_update(model):
     assert proof.bounds[f"{tg.nodes[-1].inputs[0]}.grad"] > 0 and "int32" in proof.to_json()["proof"]
 
 
+def test_a_pointwise_convolution_head_trains_in_integers():
+    g = conv_head_model()
+    tg = build_training_graph(g, replace(CLASSIFIER, weights=(WeightUpdate(1, 1.0),)))
+    assert "conv2d_grad_weight_int" in {n.op for n in tg.nodes}
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (6, 8, 8, 3)).astype(np.int8)
+    state = init_state(tg)
+    before = {k: v.copy() for k, v in state.tensors.items()}
+    losses = train(tg, state, x, rng.integers(0, 5, 6))
+    assert np.all(np.isfinite(losses)) and any(not np.array_equal(before[k], v) for k, v in state.tensors.items())
+
+
 def test_what_the_integer_step_does_not_cover_is_refused(model):
     g, _, _ = model
     with pytest.raises(PlanError, match="no integer form"):
@@ -123,11 +145,14 @@ def test_the_integer_step_learns_like_the_float_step(model):
     (CLASSIFIER, UpdateConfig()),
     (replace(CLASSIFIER, remainder_bits=8), UpdateConfig(rounding=Rounding.NEAREST)),
     (replace(CLASSIFIER, remainder_bits=0, weights=()), UpdateConfig(seed=7)),  # bias-only:1
-], ids=["classifier-rem4", "classifier-rem8-nearest", "bias-only-1"])
+    (replace(CLASSIFIER, weights=(WeightUpdate(1, 1.0),)), UpdateConfig()),  # conv_head_model's classifier
+], ids=["classifier-rem4", "classifier-rem8-nearest", "bias-only-1", "pointwise-conv-head"])
 def test_the_host_c_is_bit_identical_to_the_simulator(model, plan, config, tmp_path):
     from tinytrain.engine_c import CTrainer
 
     g, x, y = model
+    if plan.weights and plan.weights[0].conv == 1:
+        g, x = conv_head_model(), np.random.default_rng(4).integers(-128, 128, (10, 8, 8, 3)).astype(np.int8)
     tg = build_training_graph(g, plan, config)
     c, sim = CTrainer(tg, tmp_path), init_state(tg)
     # the state bit for bit; the reported float32 loss (read by nothing in the step) within its fp32 tolerance

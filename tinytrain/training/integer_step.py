@@ -4,6 +4,8 @@ the update.
 
     softmax_xent_grad            -> softmax_xent_grad_int   (int32 in [-2^14, 2^14], scale 2^-14; exp by a table)
     clamp_mask                   -> clamp_mask_int          (the same mask, the same scale)
+    reshape                      -> reshape                 (a view: the int32 gradient under another shape)
+    conv2d_grad_weight           -> conv2d_grad_weight_int  (a pointwise convolution's: sum over pixels of g_z (x - zx))
     fully_connected_grad_weight  -> fully_connected_grad_weight_int (int32 g_z (x - zx), scale s_g s_x)
     bias_grad                    -> bias_grad_int           (int32 sums, the input's scale)
     sgd_update                   -> sgd_update_int          (the float32 factor k times the gradient's scale, as a
@@ -12,8 +14,9 @@ the update.
 Each integer gradient carries its real scale s_g as a per-tensor quantization (zero point 0); the scales are powers
 of two times the activations' scales, known at compile time, so they need no run-time work: they are folded into
 the update's multiplier. The reported loss (``softmax_xent``) stays the float32 value nothing downstream reads.
-Covered: what a plan updating the last fully-connected layer needs (its weights and bias: a classifier-only or
-bias-only:1 plan of the zoo models); any other backward op raises PlanError naming it. Momentum and lr schedules
+Covered: what a plan updating the last layer needs when it is a fully-connected or pointwise-convolution classifier
+(its weights and bias: a classifier-only or bias-only:1 plan of the zoo models and of MobileNetV1 TFLite models,
+whose head is a 1x1 convolution); any other backward op raises PlanError naming it. Momentum and lr schedules
 have no integer form (PlanError). Invariant: forward nodes, the loss and the update order are kept; the step's
 int8 forward is unchanged; the integer gradients' overflow proof is training/finite.py's (bounds below 2^31).
 """
@@ -26,14 +29,17 @@ import numpy as np
 
 from tinytrain.errors import PlanError
 from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
+from tinytrain.ops.conv2d import pointwise
 from tinytrain.ops.softmax_xent import GRAD_FRAC_BITS, SoftmaxXentGradIntAttrs, exp_table
 from tinytrain.ops.sgd_update import SCALE
 from tinytrain.ops.sgd_update_int import fixed_point
 from tinytrain.training.autodiff import is_forward
 
-INTEGER_FORMS = {"softmax_xent_grad": "softmax_xent_grad_int", "clamp_mask": "clamp_mask_int",
-                 "fully_connected_grad_weight":
-                 "fully_connected_grad_weight_int", "bias_grad": "bias_grad_int", "sgd_update": "sgd_update_int"}
+INTEGER_FORMS = {"softmax_xent_grad": "softmax_xent_grad_int", "clamp_mask": "clamp_mask_int", "reshape": "reshape",
+                 "fully_connected_grad_weight": "fully_connected_grad_weight_int",
+                 "conv2d_grad_weight": "conv2d_grad_weight_int", "bias_grad": "bias_grad_int",
+                 "sgd_update": "sgd_update_int"}
+WEIGHT_GRADIENTS = ("fully_connected_grad_weight", "conv2d_grad_weight")  # their output's scale: s_g s_x
 KEPT = ("softmax_xent",)  # the loss value: reported, read by nothing in the step
 
 
@@ -47,7 +53,7 @@ def integer_backward(graph: Graph) -> Graph:
             nodes.append(node)
             continue
         if node.op not in INTEGER_FORMS:
-            raise PlanError(f'"backward": "int" covers the last fully-connected layer (classifier-only, bias-only:1) '
+            raise PlanError(f'"backward": "int" covers the classifier layer (classifier-only, bias-only:1) '
                             f"and {node.name} is a {node.op} with no integer form; use \"backward\": \"fp32\"")
         nodes.append(_rewrite(node, tensors, scales))
     used = {i for n in nodes for i in n.inputs if i} | {o for n in nodes for o in n.outputs}
@@ -68,7 +74,10 @@ def _rewrite(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -
     g = node.inputs[0]
     if g not in scales:
         raise PlanError(f"{node.name}: its gradient {g} has no integer form")
-    s = scales[g] * (float(np.float32(tensors[node.inputs[1]].quant.s)) if node.op.startswith("fully") else 1.0)
+    if node.op == "conv2d_grad_weight" and not pointwise(node.attrs):
+        raise PlanError(f'"backward": "int": {node.name} is the weight gradient of a convolution that is not pointwise; '
+                        'use "backward": "fp32"')
+    s = scales[g] * (float(np.float32(tensors[node.inputs[1]].quant.s)) if node.op in WEIGHT_GRADIENTS else 1.0)
     _int_output(tensors, scales, node.outputs[0], s)
     return replace(node, op=op)
 
