@@ -5,12 +5,12 @@ the VWW TFLite models of ../shared — the measurement the stack reservation (me
 
 For each model and plan (``qemu_instructions.models()``: the shipped plans of models/plans, VWW_PLAN for the
 MobileNetV1-0.25 VWW models, which ship none; here also every shipped plan, the wide one included, and
-../shared/models/person_detect.tflite) and each board: compile for the board's core with an SRAM budget of the board's RAM less 64 KB (stack use does not
+../shared/models/person_detect.tflite) and each board (qemu-m4 mps2-an386, qemu-m7 mps2-an500, qemu-m55
+mps3-an547): compile for the board's core with an SRAM budget of the board's RAM less 64 KB (stack use does not
 depend on where buffers are), link with a stack of PROBE_STACK bytes, run --steps training steps and --inferences
 inferences on QEMU. The startup code paints the stack and the harness prints how much of it was written
 (firmware/c/tt_startup.c tt_stack_used): the high-water mark over the whole run — reset, harness,
-forward, loss, backward, updates, state save, inference. Every QEMU board by default (M4, M7, M55, M33, M3, M0+ code,
-rv32imac, rv32imafc); ``--keep-other-boards`` measures only ``--boards`` and keeps the other boards' rows.
+forward, loss, backward, updates, state save, inference.
 
 Writes benchmarks/results/stack.json and .md; the reservation = max measured + MARGIN_BYTES, rounded up to 64.
 """
@@ -37,7 +37,7 @@ from tinytrain.training.sparse import load_plan, parse_plan
 from tinytrain.training.train_graph import build_training_graph
 
 ROOT = Path(__file__).resolve().parents[1]
-BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55", "qemu-m33", "qemu-m3", "qemu-m0plus", "qemu-riscv32", "qemu-riscv32f")
+BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55")
 PROBE_STACK = 16 * 1024   # reserved while measuring: far above any measured use, so the mark is never clipped
 KB = 1024
 
@@ -83,7 +83,6 @@ def cell(v) -> str:
 
 
 def markdown(rows, meta) -> str:
-    boards = list(dict.fromkeys(r["board"] for r in rows))
     by_model: dict[tuple[str, str], dict[str, int]] = {}
     for r in rows:
         by_model.setdefault((r["model"], r["plan"]), {})[r["board"]] = r["stack_used_bytes"]
@@ -91,10 +90,10 @@ def markdown(rows, meta) -> str:
              f"`{meta['command']}` — {meta['date']}; stack painted at reset, measured over {meta['steps']} training "
              f"steps and {meta['inferences']} inference(s) (firmware linked with a {PROBE_STACK} B stack; compiled for "
              "the board's core, SRAM budget its RAM less 64 KB, flash budget its flash).", "",
-             "| model | plan | " + " | ".join(f"{b} ({get_board(b).qemu.machine})" for b in boards) + " |",
-             "|---|---|" + "---:|" * len(boards)]
+             "| model | plan | " + " | ".join(f"{b} ({get_board(b).qemu.machine})" for b in BOARDS) + " |",
+             "|---|---|" + "---:|" * len(BOARDS)]
     for (model, plan), marks in by_model.items():
-        lines.append(f"| {model} | {plan} | " + " | ".join(cell(marks.get(b)) for b in boards)
+        lines.append(f"| {model} | {plan} | " + " | ".join(cell(marks.get(b)) for b in BOARDS)
                      + " |")
     lines += ["", f"Largest: **{meta['max_stack_used_bytes']} B**. Reservation (memory/report.py STACK_BYTES): max + "
               f"{STACK_MARGIN_BYTES} B margin, rounded up to 64 B = **{meta['reservation_bytes']} B** "
@@ -107,26 +106,21 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--inferences", type=int, default=1)
     ap.add_argument("--boards", default=",".join(BOARDS))
-    ap.add_argument("--keep-other-boards", action="store_true",
-                    help="keep the rows of boards not measured now from the existing stack.json")
     args = ap.parse_args()
-    out = ROOT / "benchmarks" / "results"
-    measured = args.boards.split(",")
-    rows = [r for r in json.loads((out / "stack.json").read_text())["rows"]
-            if r["board"] not in measured] if args.keep_other_boards else []
+    rows = []
     for name, path, plan, src in workloads():
-        for board in measured:
+        for board in args.boards.split(","):
             with tempfile.TemporaryDirectory(prefix="tt-stack-") as tmp:
                 row = measure(name, path, plan, src, board, args, Path(tmp))
             print(f"{name:28s} {src:40s} {board:9s} {cell(row['stack_used_bytes'])}", flush=True)
             rows.append(row)
     top = max(r["stack_used_bytes"] for r in rows if r["stack_used_bytes"] is not None)
-    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items() if v is not False]
-    meta = {"command": "python benchmarks/stack.py " + " ".join(flags),
+    meta = {"command": "python benchmarks/stack.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
             "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "steps": args.steps,
             "inferences": args.inferences, "probe_stack_bytes": PROBE_STACK, "max_stack_used_bytes": top,
             "margin_bytes": STACK_MARGIN_BYTES, "reservation_bytes": -(-(top + STACK_MARGIN_BYTES) // 64) * 64,
             "stack_bytes_in_code": STACK_BYTES}
+    out = ROOT / "benchmarks" / "results"
     (out / "stack.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (out / "stack.md").write_text(markdown(rows, meta))
     print(markdown(rows, meta))
