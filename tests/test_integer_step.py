@@ -3,6 +3,7 @@ ops' arithmetic against the float step they replace, the overflow proof, no floa
 update, and the C bit-identical to the simulator on the host and on QEMU cores (M0+ code, M3, M4, rv32imac): the
 state bit for bit everywhere, the reported float32 loss bit for bit between C builds (simulator: fp32 tolerance)."""
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +54,41 @@ def test_the_plan_field_is_optional_and_checked():
     assert "backward" not in Plan(bias_last_k=1).to_json()  # old plans are written as before
     with pytest.raises(PlanError, match='"backward" must be one of fp32, int'):
         parse_plan({"version": 1, "bias_last_k": 1, "backward": "int8"})
+
+
+def test_compile_and_train_select_it_by_argument(model, tmp_path):
+    from tinytrain.api import compile, train
+    from tinytrain.errors import UsageError
+
+    g, x, y = model
+    compiled = compile(g, update="last-k:1", backward="int")
+    assert compiled.plan.backward == "int" and compiled.to_json()["plan"]["backward"] == "int"
+    assert "sgd_update_int" in {n.op for n in compiled.step.nodes} and compiled.files
+    given = compile(g, plan=CLASSIFIER, backward="fp32")  # the argument overrides the plan's own
+    assert given.plan.backward == "fp32" and "sgd_update" in {n.op for n in given.step.nodes}
+    assert compile(g, plan=CLASSIFIER).plan.backward == "int"
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    result = train(g, tmp_path / "d.npz", update="last-k:1", backward="int", steps=4)
+    assert result.plan.backward == "int" and np.all(np.isfinite(result.losses))
+    with pytest.raises(UsageError, match="--backward sets the training step"):
+        compile(g, backward="int")
+    with pytest.raises(UsageError, match="choose one of fp32, int"):
+        compile(g, update="last-k:1", backward="int16")
+
+
+@pytest.mark.slow
+def test_the_command_line_carries_it_into_the_plan(tmp_path, capsys):
+    from tinytrain.cli import main
+
+    model = ROOT / "models" / "mbv1-0.25-vww.onnx"
+    out = tmp_path / "build"
+    assert main(["compile", str(model), "--new-head", "10", "--update", "last-k:1", "--backward", "int",
+                 "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["plan"]["backward"] == "int" and any("sgd_update_int" in s for s in report["schedule"])
+    assert main(["compile", str(model), "--update", "last-k:3", "--backward", "int", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and '"backward": "int"' in err and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("k", [3e-9, 1.7e-5, 0.37, 1.0, 5.5, 123456.7])
