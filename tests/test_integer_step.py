@@ -21,6 +21,7 @@ from tinytrain.ops.softmax_xent import SoftmaxXentAttrs, SoftmaxXentGradIntAttrs
 from tinytrain.simulator import init_state, train
 from tinytrain.training.finite import INT32_LIMIT, gradient_bounds
 from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.schedule import Schedule
 from tinytrain.training.sparse import Plan, WeightUpdate, parse_plan, preset
 from tinytrain.training.train_graph import build_training_graph
 
@@ -165,6 +166,19 @@ def test_what_the_integer_step_does_not_cover_is_refused(model):
         build_training_graph(g, CLASSIFIER, UpdateConfig(momentum=0.9))
 
 
+def test_an_lr_schedule_scales_the_integer_step_by_its_q15_factor(model):
+    g, x, y = model
+    tg = build_training_graph(g, replace(CLASSIFIER, lr_schedule=Schedule(1, 3)))
+    assert all(n.attrs.schedule is not None for n in tg.nodes if n.op == "sgd_update_int")
+    state = init_state(tg)
+    before = {k: v.copy() for k, v in state.tensors.items()}
+    train(tg, state, x[:3], y[:3])
+    after = {k: v.copy() for k, v in state.tensors.items()}
+    train(tg, state, x[3:6], y[3:6])  # steps 3..5: past the schedule, whose floor is 0: no parameter moves
+    assert any(not np.array_equal(before[k], v) for k, v in after.items())
+    assert all(np.array_equal(after[k], v) for k, v in state.tensors.items())
+
+
 def test_the_integer_step_learns_like_the_float_step(model):
     g, x, y = model
     losses = {}
@@ -182,7 +196,10 @@ def test_the_integer_step_learns_like_the_float_step(model):
     (replace(CLASSIFIER, remainder_bits=8), UpdateConfig(rounding=Rounding.NEAREST)),
     (replace(CLASSIFIER, remainder_bits=0, weights=()), UpdateConfig(seed=7)),  # bias-only:1
     (replace(CLASSIFIER, weights=(WeightUpdate(1, 1.0),)), UpdateConfig()),  # conv_head_model's classifier
-], ids=["classifier-rem4", "classifier-rem8-nearest", "bias-only-1", "pointwise-conv-head"])
+    (replace(CLASSIFIER, lr_schedule=Schedule(2, 7, 0.25)), UpdateConfig()),
+    (replace(CLASSIFIER, lr_schedule=Schedule(3, 8)), UpdateConfig(rounding=Rounding.NEAREST)),
+], ids=["classifier-rem4", "classifier-rem8-nearest", "bias-only-1", "pointwise-conv-head", "cosine",
+        "cosine-nearest"])
 def test_the_host_c_is_bit_identical_to_the_simulator(model, plan, config, tmp_path):
     from tinytrain.engine_c import CTrainer
 
@@ -202,14 +219,16 @@ QEMU_BOARDS = ["qemu-m0plus", "qemu-m3", "qemu-m4", "qemu-riscv32"]
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-riscv32") is None,
                     reason="needs arm-none-eabi-gcc, qemu-system-arm and qemu-system-riscv32 (scripts/setup.sh)")
-@pytest.mark.parametrize("board", QEMU_BOARDS)
-def test_the_integer_step_is_bit_identical_on_the_cores(model, board, tmp_path):
+@pytest.mark.parametrize("board,plan", [(b, CLASSIFIER) for b in QEMU_BOARDS]
+                         + [(b, replace(CLASSIFIER, lr_schedule=Schedule(1, 5, 0.25))) for b in QEMU_BOARDS[::3]],
+                         ids=QEMU_BOARDS + [f"{b}-cosine" for b in QEMU_BOARDS[::3]])
+def test_the_integer_step_is_bit_identical_on_the_cores(model, board, plan, tmp_path):
     from tinytrain import engine_qemu
     from tinytrain.engine_c import CTrainer
     from tinytrain.firmware import BOARDS
 
     g, x, y = model
-    tg = build_training_graph(g, CLASSIFIER)
+    tg = build_training_graph(g, plan)
     engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 96 * 1024, 256 * 1024, target=BOARDS[board].core)
     fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
     r = engine_qemu.run(fw, board, train=(x[:6], y[:6]), test=(x[6:], y[6:]))

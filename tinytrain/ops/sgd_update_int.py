@@ -4,9 +4,12 @@ computed in integers from an int32 gradient — the spec C replicates bit for bi
 Inputs as ``sgd_update``'s (ops/sgd_update.py): param (int8 weight or int32 bias, written in place), grad int32
 (C_sel,...) (the integer gradient, of real scale s_g), scale int32 (C_sel, 2): per selected channel the fixed-point
 step factor (M, n) with k = M 2^-n (``fixed_point``; k = 2^F lr s_g / s[c], QAS folded in by the pass), momentum ""
-(none: the integer step keeps no momentum), step int32 (1,) (stochastic rounding), remainder (F > 0).
+(none: the integer step keeps no momentum), step int32 (1,) (stochastic rounding or an lr schedule), remainder
+(F > 0).
 
-Per element i of channel c, integers only:
+With an lr schedule, each channel's M first becomes (M f) >> 15, f = schedule.factor_q15(step) the schedule's Q15
+factor in integers (training/schedule.py); 0 <= f <= 2^15, so it stays below 2^31. Then per element i of channel c,
+integers only:
     t = g * M                                        (int64, exact: |g| < 2^31, 0 <= M < 2^31, so |t| < 2^62)
     d = h_i >> (32 - n) if n <= 32 else h_i << (n - 32)   (STOCHASTIC: h_i the uint32 hash of ops/sgd_update.py)
     d = 2^(n-1) if n > 0 else 0                      (NEAREST: ties up)
@@ -56,10 +59,11 @@ def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
     if g.shape != (n_sel,) + p.shape[1:] or k.shape != (n_sel, 2):
         raise ValueError(f"sgd_update_int: gradient {g.shape} / scale {k.shape} do not fit {n_sel} channels of "
                          f"{p.shape}")
-    if a.momentum or (len(ins) > MOMENTUM and ins[MOMENTUM] is not None) or a.schedule is not None:
-        raise ValueError("sgd_update_int: the integer step has no momentum and no lr schedule")
+    if a.momentum or (len(ins) > MOMENTUM and ins[MOMENTUM] is not None):
+        raise ValueError("sgd_update_int: the integer step has no momentum")
     if (len(ins) > STEP and ins[STEP] is not None) != a.reads_step:
-        raise ValueError("sgd_update_int: the step counter is an input exactly when rounding is stochastic")
+        raise ValueError("sgd_update_int: the step counter is an input exactly when rounding is stochastic or an lr "
+                         "schedule reads it")
     sgd.check_remainder(a, p, g, ins[REMAINDER] if len(ins) > REMAINDER else None)
     return []
 
@@ -68,6 +72,8 @@ def integer_step(g: np.ndarray, k: np.ndarray, a: SgdUpdateAttrs, step: int) -> 
     """r (int64, the gradient's shape): each element's step in LSBs (2^-F LSBs with a remainder)."""
     shape = (-1,) + (1,) * (g.ndim - 1)
     mult, n = k[:, 0].astype(np.int64).reshape(shape), k[:, 1].astype(np.int64).reshape(shape)
+    if a.schedule is not None:
+        mult = (mult * a.schedule.factor_q15(step)) >> 15
     t = g.astype(np.int64) * mult
     if a.rounding is Rounding.NEAREST:
         d = np.where(n > 0, np.left_shift(np.int64(1), np.maximum(n - 1, 0)), 0)

@@ -16,9 +16,10 @@ of two times the activations' scales, known at compile time, so they need no run
 the update's multiplier. The reported loss (``softmax_xent``) stays the float32 value nothing downstream reads.
 Covered: what a plan updating the last layer needs when it is a fully-connected or pointwise-convolution classifier
 (its weights and bias: a classifier-only or bias-only:1 plan of the zoo models and of MobileNetV1 TFLite models,
-whose head is a 1x1 convolution); any other backward op raises PlanError naming it. Momentum and lr schedules
-have no integer form (PlanError). Invariant: forward nodes, the loss and the update order are kept; the step's
-int8 forward is unchanged; the integer gradients' overflow proof is training/finite.py's (bounds below 2^31).
+whose head is a 1x1 convolution); any other backward op raises PlanError naming it. Momentum has no integer
+form (PlanError); an lr schedule scales each update's multiplier by its Q15 factor (ops/sgd_update_int.py).
+Invariant: forward nodes, the loss and the update order are kept; the step's int8 forward is unchanged; the
+integer gradients' overflow proof is training/finite.py's (bounds below 2^31).
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def _rewrite(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -
 def _update_inputs(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -> tuple[str, ...]:
     """The update's inputs with its float32 step factor k[c] replaced by (M, n) per channel: k[c] s_g = M 2^-n."""
     a = node.attrs
-    if a.momentum or a.schedule is not None:
-        raise PlanError('"backward": "int" keeps no momentum and no lr schedule; drop them or use "fp32"')
+    if a.momentum:
+        raise PlanError('"backward": "int" keeps no momentum; drop it or use "fp32"')
     g, k = node.inputs[1], tensors[node.inputs[SCALE]]
     if g not in scales:
         raise PlanError(f"{node.name}: its gradient {g} has no integer form")

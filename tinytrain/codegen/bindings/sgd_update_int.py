@@ -34,11 +34,17 @@ def sgd_update_int(node: Node, ctx) -> Call:
     if stochastic:
         s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
         s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
+    if a.reads_step:
         s.add("uint32_t step", f"(uint32_t){ctx.scalar(names[STEP])}")
+    scheduled = a.schedule is not None
+    if scheduled:
+        s.add("uint32_t warmup", f"{a.schedule.warmup}u")
+        s.add("uint32_t steps", f"{a.schedule.steps}u")
+        s.add("int32_t floor_q15", str(a.schedule.floor_q15))
     bits = "s8" if ptype == "int8_t" else "s32"
     name = (f"tt_sgd_update_int_{bits}_{'stochastic' if stochastic else 'nearest'}"
-            + (f"_rem{a.remainder_bits}" if remainder else ""))
-    return s.call("sgd_update_int", name, dict(ptype=ptype, stochastic=stochastic,
+            + (f"_rem{a.remainder_bits}" if remainder else "") + ("_cosine" if scheduled else ""))
+    return s.call("sgd_update_int", name, dict(ptype=ptype, stochastic=stochastic, scheduled=scheduled,
                                                remainder_bits=a.remainder_bits if remainder else 0))
 
 
