@@ -110,16 +110,20 @@ def markdown(rows: list[dict], meta: dict) -> str:
              "right after the first save, run again on the same flash: it resumes at sample 1, trains sample 2 and "
              "runs 1 inference. *identical*: the resumed loss, tt_state.bin, the newest state in flash and the "
              "logits equal the host C's uninterrupted training byte for byte. Peak SRAM: the memory report's (the "
-             "linker holds the RAM region to the 256 KB budget, 1 byte more is refused); flash: the report's figure, "
-             "then the firmware's linked flash (arm-none-eabi-size: vectors, code, constants, .data image).", "",
-             "| model | plan | core | fits? | peak SRAM | state | flash (report / linked) | identical? |",
+             "linker holds the RAM region to the 256 KB budget, 1 byte more is refused), then the firmware's RAM "
+             "sections (they add the QEMU harness's whole input image, which the report leaves to the caller: the "
+             "step reads it row by row); flash: the report's figure (codegen/flash.py), then the firmware's linked "
+             "flash (arm-none-eabi-size: vectors, code, constants, .data image).", "",
+             "| model | plan | core | fits? | peak SRAM (report / firmware RAM) | state | flash (report / linked) "
+             "| identical? |",
              "|---|---|---|---|---:|---:|---:|---|"]
     for r in rows:
         linked = kb(r["firmware_flash_bytes"]) if r["fits"] else r["not_run"]
+        ram = kb(r["firmware_ram_bytes"]) if r["fits"] else "—"
         same = "yes" if identical(r) else ("not run" if not r["fits"] else "NO: " + ", ".join(
             k for k in DEVICE_CHECKS if not r[k]))
         lines.append(f"| {r['model']} | {Path(r['plan']).stem} | {r['board']} ({BOARDS[r['board']].qemu.machine}) "
-                     f"| {'yes' if r['fits'] else 'no'} | {kb(r['report_peak_sram_bytes'])} | {r['state_bytes']} B "
+                     f"| {'yes' if r['fits'] else 'no'} | {kb(r['report_peak_sram_bytes'])} / {ram} | {r['state_bytes']} B "
                      f"| {kb(r['report_flash_bytes'])} / {linked} | {same} |")
     lines += ["", "## The simulator against the host C (same samples, same plan)", "",
               "The simulator is the spec of the integer arithmetic; its fp32 backward sums in another order (float64 "
@@ -145,7 +149,12 @@ def main() -> None:
     ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55")
     ap.add_argument("--plan", nargs="+", help="plan names (models/plans/NAME.json); default: every shipped plan")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "shipped_plans_exactness"))
+    ap.add_argument("--from-json", metavar="JSON", help="measure nothing: the table of an earlier run's JSON file")
     args = ap.parse_args()
+    if args.from_json:
+        run = json.loads(Path(args.from_json).read_text())
+        Path(args.out + ".md").write_text(markdown(run["rows"], run["meta"]))
+        return
     meta = {"command": "python benchmarks/shipped_plans_exactness.py " + " ".join(sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d"), "host": platform.machine(),
             "qemu": first_line(["qemu-system-arm", "--version"]), "gcc": first_line(["arm-none-eabi-gcc", "--version"])}
