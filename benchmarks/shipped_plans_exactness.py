@@ -155,7 +155,7 @@ def main() -> None:
         run = json.loads(Path(args.from_json).read_text())
         Path(args.out + ".md").write_text(markdown(run["rows"], run["meta"]))
         return
-    meta = {"command": "python benchmarks/shipped_plans_exactness.py " + " ".join(sys.argv[1:]),
+    meta = {"command": " ".join(["python benchmarks/shipped_plans_exactness.py", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d"), "host": platform.machine(),
             "qemu": first_line(["qemu-system-arm", "--version"]), "gcc": first_line(["arm-none-eabi-gcc", "--version"])}
     rows = []
