@@ -1,6 +1,6 @@
 """The report's flash is the emitted C's (tinytrain/codegen/flash.py): its constant arrays counted exactly, its code
 estimated from its kernels; plain kernels where the derived tables would overflow the flash budget. Against the
-linker: tests/test_persist.py (every shipped plan's firmware on qemu-m55, proxyless-w0.3's on qemu-m7)."""
+linker: tests/test_persist.py (every shipped plan's firmware on qemu-m55)."""
 
 import re
 
