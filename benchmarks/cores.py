@@ -154,7 +154,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines += ["", "qemu-m0plus runs the -mcpu=cortex-m0plus code on mps2-an385's Cortex-M3 (QEMU's Cortex-M0 machine, "
               "microbit, has 16 KB of RAM): the counts are those of the M0+ instructions. M3, M0+ and rv32imac compute "
               "the fp32 backward in software float (libgcc); an integer-only step is not built yet (issue 30 item 2). "
-              "qemu-m55's code memory is its 512 KB ITCM. Boards: docs/guide/boards.md."]
+              "qemu-m55 links code and weights into the AN547's 4 MB SRAM at 0x21000000 (the vector table in its "
+              "512 KB ITCM). Boards: docs/guide/boards.md."]
     return "\n".join(lines) + "\n"
 
 

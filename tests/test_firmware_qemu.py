@@ -303,10 +303,11 @@ def test_a_fault_exits_qemu_with_its_status_on_the_new_cores(board, tiny, tmp_pa
     assert r.stdout.strip() == "before" and r.returncode == 64 + (2 if "riscv" in board else 3), r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("board", NEW_BOARDS)
+@pytest.mark.parametrize("board", NEW_BOARDS + ["qemu-m55"])
 def test_a_256k_ram_region_links_when_full_and_refuses_one_byte_more(board, tiny, tmp_path):
-    """The new cores' linker scripts: RAM = 256 KB; a heap that fills it to the last byte links, one byte more fails
-    with the linker's overflow message (or tinytrain's ASSERT)."""
+    """The new cores' linker scripts, and qemu-m55's (code and weights in the AN547's SRAM at 0x21000000, the vector
+    table in its ITCM at 0, data in the DTCM): RAM = 256 KB; a heap that fills it to the last byte links, one byte
+    more fails with the linker's overflow message (or tinytrain's ASSERT)."""
     tg = tiny[0]
     engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 256 * KB, 256 * KB, target=BOARDS[board].core)
     fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
@@ -314,6 +315,10 @@ def test_a_256k_ram_region_links_when_full_and_refuses_one_byte_more(board, tiny
     ld = ld_path.read_text()
     assert re.search(rf"RAM\s+\(rwx\) : ORIGIN = 0x{BOARDS[board].ram_origin:08X}, LENGTH = 262144\b", ld)
     nm = subprocess.run([BOARDS[board].tools.prefix + "nm", str(fw.elf)], capture_output=True, text=True, check=True)
+    if BOARDS[board].vectors_origin is not None:
+        symbols = {m.group(2): int(m.group(1), 16) for m in re.finditer(r"^([0-9a-f]+) \w (\w+)$", nm.stdout, re.M)}
+        assert symbols["tt_vectors"] == BOARDS[board].vectors_origin
+        assert BOARDS[board].flash_origin <= symbols["Reset_Handler"] < BOARDS[board].flash_origin + 256 * KB
     sheap = int(re.search(r"^([0-9a-f]+) \w _sheap$", nm.stdout, re.M).group(1), 16)
     room = BOARDS[board].ram_origin + 256 * KB - sheap
     for heap, links in ((room, True), (room + 1, False)):

@@ -223,7 +223,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
     budgets and emit its C (``loss``, ``remainder_bits``, ``backward``: as ``train``'s). Raises BudgetError when it
     does not fit."""
-    from tinytrain.codegen import render_project
+    from tinytrain.codegen.flash import render_within_flash
     from tinytrain.errors import UnsupportedModelError
     from tinytrain.memory.report import check_budget, plan_memory
     from tinytrain.sizes import parse_size
@@ -252,11 +252,12 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
         guard = gradient_bounds(step).to_json()
     choices: list[str] = []
     try:
-        files, note = render_project(step, report, choices), None
+        (report, files), note = render_within_flash(step, report, choices), None
     except UnsupportedModelError as e:
         if chosen is None:
             raise
         files, note = {}, f"note: no C project written for the training step yet ({e})"
+    check_budget(report, step)  # the flash of the emitted C
     return Compiled(graph, step, report, chosen, reorder, files, note, guard, tuple(choices))
 
 

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(without --plan / --update: the inference forward pass)")
     s.add_argument("--target", choices=CORE_TARGETS, default="cortex-m7",
                    help="the core the C is for: Arm DSP instructions on m4/m7/m55/m33, their C models on m3/m0plus/"
-                   "riscv32 (docs/guide/boards.md); the code estimate does not depend on it")
+                   "riscv32 (docs/guide/boards.md); the flash figure counts the kernels and tables chosen for it")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")

@@ -75,7 +75,7 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     runs the very C the host engine runs; ``stream``: the streamed prefix (memory/stream.py), else every tensor
     whole. Raises BudgetError, before any linker runs, when it does not fit.
     Returns the report as JSON."""
-    from tinytrain.codegen import render_project
+    from tinytrain.codegen.flash import render_within_flash
     from tinytrain.codegen.project import is_training_graph
     from tinytrain.memory.report import check_budget, plan_memory
     from tinytrain.training.device_step import device_schedule
@@ -84,9 +84,11 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     step = device_schedule(graph) if training and reorder else graph
     report = plan_memory(step, sram_budget, flash_budget, target=target, stream=stream)
     check_budget(report, step)
+    report, files = render_within_flash(step, report)
+    check_budget(report, step)  # the flash of the emitted C
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in render_project(step, report).items():
+    for name, text in files.items():
         (out / name).write_bytes(text.encode("utf-8"))
     data = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256,
             "mode": "training" if training else "inference", **report.to_json()}

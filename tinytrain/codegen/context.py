@@ -188,10 +188,11 @@ def arena_offsets(graph: Graph, plan: MemoryReport) -> dict[str, int]:
 class Context:
     """What bindings see: tensors, arena pointers and flash constants, named deterministically."""
 
-    def __init__(self, graph: Graph, offsets: dict[str, int], target: str = "") -> None:
+    def __init__(self, graph: Graph, offsets: dict[str, int], target: str = "", plain: tuple[str, ...] = ()) -> None:
         self.graph = graph
         self.offsets = offsets
         self.host = host_build(target)         # bindings may choose the host kernels
+        self.plain = frozenset(plain)          # nodes whose kernels derive no table from their weight (MemoryReport)
         self.pointers: dict[str, str] = {}     # tensor -> pointer variable, in order of first use
         self.constants: dict[str, Array] = {}  # C name -> array, in order of first use
         self._const_names: dict[str, str] = {}

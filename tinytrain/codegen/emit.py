@@ -27,7 +27,7 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
         raise UnsupportedModelError(f"codegen: the C API takes one input and one output; this model has "
                                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
     env = environment()
-    ctx = Context(graph, arena_offsets(graph, plan), plan.target)
+    ctx = Context(graph, arena_offsets(graph, plan), plan.target, plan.plain)
     ctx.act(graph.inputs[0])
     kernels: dict[str, tuple[Kernel, str]] = {}
     steps = []

@@ -50,8 +50,8 @@ class _TrainContext(Context):
     """The forward context plus fp32 arena tensors, SRAM copies of the state and scalar inputs."""
 
     def __init__(self, graph: Graph, offsets: dict[str, int], layout: list[StateEntry], scalars: dict[str, str],
-                 scratch: dict[str, PlannedBuffer], target: str) -> None:
-        super().__init__(graph, offsets, target)
+                 scratch: dict[str, PlannedBuffer], target: str, plain: tuple[str, ...] = ()) -> None:
+        super().__init__(graph, offsets, target, plain)
         self.scratch_buffers = scratch            # kernel scratch buffer name -> its planned buffer
         self.ctypes: dict[str, str] = {}          # pointer variable -> element type
         self.sram: dict[str, Array] = {}         # tensor -> SRAM array (name, ctype, initial values: its rows)
@@ -275,6 +275,12 @@ def _state_and_sram(ctx, graph: Graph, layout: list) -> tuple[list[dict], list[d
     return state, sram
 
 
+def _flash_bytes(ctx, graph: Graph) -> int:
+    """The bytes of the constant arrays: the kernels' constants and tables, and the trainable copies' initial values."""
+    inits = sum(graph.tensors[name].nbytes for name in ctx.sram if graph.tensors[name].role is not Role.OPTIMIZER_STATE)
+    return sum(c.values.nbytes for c in ctx.constants.values()) + inits
+
+
 def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
     choices appended to ``choices``."""
@@ -284,7 +290,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
     env = environment()
     offsets = arena_offsets(graph, plan)
     ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step", TARGET: "tt_target"},
-                        {b.use.tensor: b for b in plan.scratch}, plan.target)
+                        {b.use.tensor: b for b in plan.scratch}, plan.target, plan.plain)
     loss_node = _loss_node(graph)
     logits = loss_node.inputs[0]
     forward, training = _phases(graph)
@@ -330,7 +336,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
             constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,
             fwd_steps=fwd_steps, train_steps=train_steps, guard_after=guard_after,
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
-            n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values()),
+            n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=_flash_bytes(ctx, graph),
             integer_step="tt_i32a" in ctx.ctypes.values()),
     }
     files.update(runtime_files(TRAIN_RUNTIME_FILES))

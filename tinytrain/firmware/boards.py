@@ -74,6 +74,7 @@ class Board:
     flash: Flash | None = None      # the persistent state's flash (firmware --save-every)
     emulator: str | None = None     # serial boards QEMU emulates: qemu-system-arm -M (the UART on its first -serial)
     toolchain: str = "arm"          # TOOLCHAINS key
+    vectors_origin: int | None = None  # where the core reads its vector table at reset, when not at flash_origin
     note: str = ""                  # what the board is and runs, for `tinytrain firmware` and docs/guide/boards.md
 
     @property
@@ -127,13 +128,16 @@ def _stm32(gpio_en: tuple[int, tuple[int, ...]], usart_en: tuple[int, int], tx: 
 
 
 BOARDS: dict[str, Board] = {b.name: b for b in (
-    # QEMU's MPS2/MPS3 images: code RAM at 0 (4 MB; the AN547 ITCM is 512 KB), data RAM at 0x20000000.
+    # QEMU's MPS2 images: code RAM at 0 (4 MB), data RAM at 0x20000000.
     Board("qemu-m4", "cortex-m4", M4F, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
           qemu=Qemu("mps2-an386", (40, 1)), flash=SEMIHOST_FLASH),
     Board("qemu-m7", "cortex-m7", M7_SP, 0x00000000, 4 * MB, 0x20000000, 4 * MB, 32,
           qemu=Qemu("mps2-an500", (40, 1)), flash=SEMIHOST_FLASH),
-    Board("qemu-m55", "cortex-m55", M55, 0x00000000, 512 * 1024, 0x20000000, 512 * 1024, 32,
-          qemu=Qemu("mps3-an547", (125, 4)), flash=SEMIHOST_FLASH),
+    # The AN547 (QEMU 7.2 hw/arm/mps2-tz.c an547_raminfo, SSE-300): ITCM 512 KB at 0, where the core reads its vector
+    # table at reset; DTCM 512 KB at 0x20000000 (the data); the 4 MB of "sram 2" (ISRAM0/1) at 0x21000000, without a
+    # memory protection controller in front of it, hold code and weights (the ITCM is too small for a training step).
+    Board("qemu-m55", "cortex-m55", M55, 0x21000000, 4 * MB, 0x20000000, 512 * 1024, 32,
+          qemu=Qemu("mps3-an547", (125, 4)), flash=SEMIHOST_FLASH, vectors_origin=0x00000000),
     # AN505 (Cortex-M33 with TrustZone): the core boots secure, from the secure alias of the code SSRAM at
     # 0x10000000; data in the secure alias of SSRAM2/3 at 0x38000000 (QEMU hw/arm/mps2-tz.c). 20 MHz system clock.
     Board("qemu-m33", "cortex-m33", M33F, 0x10000000, 4 * MB, 0x38000000, 4 * MB, 64,

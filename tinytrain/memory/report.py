@@ -80,6 +80,7 @@ class MemoryReport:
     target: str = ""
     stream: StreamPlan | None = None  # the row-streamed region of the schedule (memory/stream.py), if any
     remainder_bytes: int = 0  # of optimizer_state_bytes: the trained weights' remainders (ops/sgd_update.py)
+    plain: tuple[str, ...] = ()  # convolutions whose kernels read the int8 weight, no table derived from it (flash)
 
     @property
     def peak_sram_bytes(self) -> int:
@@ -146,6 +147,7 @@ class MemoryReport:
             "flash_bytes": self.flash_bytes,
             "weights_flash_bytes": self.weights_flash_bytes,
             "code_bytes_estimate": self.code_bytes,
+            "plain_kernels": list(self.plain),
             "sram_budget_bytes": self.sram_budget_bytes,
             "flash_budget_bytes": self.flash_budget_bytes,
             "fits": self.fits,

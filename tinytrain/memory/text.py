@@ -44,8 +44,12 @@ def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
         f"    runtime + stack  {format_size(report.runtime_sram_bytes + report.stack_bytes):>10}  (runtime statics "
         f"estimated; stack {report.stack_bytes} B measured on qemu-m4/m7/m55 + margin, benchmarks/results/stack.md)",
         f"  flash      {format_size(report.flash_bytes):>10}  of {format_size(report.flash_budget_bytes)} budget"
-        f"  (weights {format_size(report.weights_flash_bytes)}, code estimate {format_size(report.code_bytes)})",
+        f"  (weights and tables {format_size(report.weights_flash_bytes)}, code estimate "
+        f"{format_size(report.code_bytes)})",
     ]
+    if report.plain:
+        lines.append(f"    {len(report.plain)} convolutions read their int8 weight, no packed table: the tables would "
+                     "not fit the flash budget")
     if report.stream is not None:
         lines.extend(_stream_lines(report, graph))
     lines += ["", "  largest buffers:"]

@@ -125,11 +125,14 @@ class Variant:
     flash: Callable[[Conv], int]
 
 
+PLAIN = "its tables would not fit the flash budget (codegen/flash.py)"
+
+
 def choose(variants: tuple[Variant, ...], conv: Conv) -> tuple[Variant, list[tuple[str, str]]]:
     """The first variant that applies, and (name, reason) of each earlier one."""
     passed = []
     for v in variants:
-        why = v.why_not(conv)
+        why = PLAIN if v.tables and conv.node.name in conv.ctx.plain else v.why_not(conv)
         if why is None:
             return v, passed
         passed.append((v.name, why))

@@ -1,0 +1,179 @@
+"""Every shipped plan on qemu-m4 / m7 / m55 at --sram 256k --flash 1m: fits, trains, saves, resumes after a power cut,
+bit for bit the host C's and the simulator's training.
+
+    .venv/bin/python benchmarks/shipped_plans_exactness.py [--boards qemu-m4,qemu-m7,qemu-m55] [--plan NAME ...]
+
+For each plan of models/plans (with its model models/<model>.onnx, the plan's state: 4-bit weight remainders by
+default) and each board: the compile for the board's core at `tinytrain train`'s defaults (--sram 256k --flash 1m,
+`engine_qemu.emit_compile_dir`) -> the firmware, its RAM region the 256 KB budget, its state saved to the board's
+flash after every sample -> QEMU trains 2 samples (synthetic images, seed 0) and is killed right after the first save
+(a power cut) -> run again on the same flash: it resumes from the saved state, trains the 2nd sample and runs 1
+inference. Compared with the host C (engine_c.CTrainer) training both samples uninterrupted: the resumed loss, the
+final state (tt_state.bin), the newest state in flash and the logits, byte for byte; and with the simulator (the spec:
+simulator.train from simulator.init_state): both losses and the packed state. The report's peak SRAM and flash are
+set beside the firmware's linked RAM and flash (arm-none-eabi-size: vectors + code + constants + .data image).
+
+Writes benchmarks/results/shipped_plans_exactness.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain import engine_qemu, simulator
+from tinytrain.codegen.state import pack, state_layout, state_size, unpack
+from tinytrain.data import model_inputs
+from tinytrain.engine_c import CTrainer
+from tinytrain.errors import TinyTrainError
+from tinytrain.firmware import BOARDS
+from tinytrain.firmware.persist import newest
+from tinytrain.frontends import load_model
+from tinytrain.training.sparse import load_plan
+from tinytrain.training.train_graph import build_training_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+SRAM, FLASH = 256 * 1024, 1024 * 1024
+STEPS = 2  # samples trained; the power is cut after the first one's save
+
+
+def reference(plan_path: Path) -> dict:
+    """The training graph, its samples, the host C's uninterrupted training and how the simulator's compares: its
+    int8 logits of the initial model (exact), its losses and its state after the steps."""
+    g = load_model(ROOT / "models" / (plan_path.stem.rsplit("-", 1)[0] + ".onnx"))
+    tg = build_training_graph(g, load_plan(plan_path))
+    rng = np.random.default_rng(0)
+    x = model_inputs(g, rng.integers(0, 256, (STEPS + 1, *g.tensors[g.inputs[0]].shape[1:]), dtype=np.uint8))
+    y = rng.integers(0, g.tensors[g.outputs[0]].shape[-1], STEPS + 1)
+    c = CTrainer(tg)
+    sim_logits = simulator.forward(g, {g.inputs[0]: x[STEPS:]})[g.outputs[0]]
+    same_logits = bool(np.array_equal(sim_logits, c.predict(x[STEPS:])))
+    losses = c.train(x[:STEPS], y[:STEPS])
+    state = simulator.init_state(tg)
+    sim_losses = simulator.train(tg, state, x[:STEPS], y[:STEPS])
+    host = unpack(tg, c.state_bytes()).tensors
+    equal = sum(int(np.sum(np.asarray(state.tensors[k]) == v)) for k, v in host.items())
+    return {"graph": tg, "x": x, "y": y, "losses": losses, "state": c.state_bytes(), "logits": c.predict(x[STEPS:]),
+            "sim_same_logits": same_logits, "sim_same_state": pack(tg, state) == c.state_bytes(),
+            "sim_loss_rel_diff": float(np.max(np.abs(sim_losses - losses) / np.abs(losses))),
+            "sim_state_equal_fraction": equal / sum(v.size for v in host.values())}
+
+
+def measure(ref: dict, board: str, work: Path) -> dict:
+    """One plan on one board: link at 256 KB / 1 MB, train with a power cut after the first save, resume, compare."""
+    tg, x, y = ref["graph"], ref["x"], ref["y"]
+    n = state_size(state_layout(tg))
+    report = engine_qemu.emit_compile_dir(tg, work / "compile", SRAM, FLASH, target=BOARDS[board].core)
+    row = {"board": board, "state_bytes": n, "report_peak_sram_bytes": report["peak_sram_bytes"],
+           "report_flash_bytes": report["flash_bytes"]}
+    try:
+        fw = engine_qemu.build(work / "compile", board, work / "project", save_every=1)
+    except TinyTrainError as e:
+        reason = [line.split("ld: ")[-1] for line in str(e).splitlines() if "overflowed" in line]
+        return {**row, "fits": False, "not_run": "; ".join(reason) or str(e).splitlines()[0]}
+    flash = work / "flash.bin"
+    t0 = time.time()
+    engine_qemu.run(fw, board, train=(x[:STEPS], y[:STEPS]), flash=flash, stop_after_saves=1)
+    cut = newest(flash.read_bytes(), n).position
+    r = engine_qemu.run(fw, board, train=(x[:STEPS], y[:STEPS]), test=(x[STEPS:], y[STEPS:]), flash=flash)
+    saved = newest(flash.read_bytes(), n)
+    return {**row, "fits": True, "firmware_ram_bytes": fw.ram_bytes, "firmware_flash_bytes": fw.flash_bytes,
+            "position_at_cut": cut, "resumed": f"tt: flash resumed sequence 1 position {cut}" in r.stdout,
+            "same_losses": bool(np.array_equal(r.losses.view(np.uint32), ref["losses"][cut:].view(np.uint32))),
+            "same_state": r.state == ref["state"], "same_flash_state": saved.state == ref["state"],
+            "same_logits": bool(np.array_equal(r.logits, ref["logits"])), "stack_used_bytes": r.stack_bytes,
+            "qemu_seconds": round(time.time() - t0, 1)}
+
+
+DEVICE_CHECKS = ("resumed", "same_losses", "same_state", "same_flash_state", "same_logits")
+SIM_KEYS = ("sim_same_logits", "sim_same_state", "sim_loss_rel_diff", "sim_state_equal_fraction")
+
+
+def identical(r: dict) -> bool:
+    """QEMU, resumed after the power cut, = the host C's uninterrupted training, byte for byte."""
+    return r["fits"] and all(r[k] for k in DEVICE_CHECKS)
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    kb = lambda b: f"{b / 1024:.1f} KB"  # noqa: E731
+    lines = ["# Every shipped plan on qemu-m4 / m7 / m55 at --sram 256k --flash 1m: trains, saves, resumes after a "
+             "power cut, bit for bit", "",
+             f"`{meta['command']}` — {meta['date']}, {meta['qemu']}, {meta['gcc']}. {STEPS} synthetic samples (seed "
+             "0), the state (4-bit weight remainders, the default) saved to the board's flash after each; QEMU killed "
+             "right after the first save, run again on the same flash: it resumes at sample 1, trains sample 2 and "
+             "runs 1 inference. *identical*: the resumed loss, tt_state.bin, the newest state in flash and the "
+             "logits equal the host C's uninterrupted training byte for byte. Peak SRAM: the memory report's (the "
+             "linker holds the RAM region to the 256 KB budget, 1 byte more is refused), then the firmware's RAM "
+             "sections (they add the QEMU harness's whole input image, which the report leaves to the caller: the "
+             "step reads it row by row); flash: the report's figure (codegen/flash.py), then the firmware's linked "
+             "flash (arm-none-eabi-size: vectors, code, constants, .data image).", "",
+             "| model | plan | core | fits? | peak SRAM (report / firmware RAM) | state | flash (report / linked) "
+             "| identical? |",
+             "|---|---|---|---|---:|---:|---:|---|"]
+    for r in rows:
+        linked = kb(r["firmware_flash_bytes"]) if r["fits"] else r["not_run"]
+        ram = kb(r["firmware_ram_bytes"]) if r["fits"] else "—"
+        same = "yes" if identical(r) else ("not run" if not r["fits"] else "NO: " + ", ".join(
+            k for k in DEVICE_CHECKS if not r[k]))
+        lines.append(f"| {r['model']} | {Path(r['plan']).stem} | {r['board']} ({BOARDS[r['board']].qemu.machine}) "
+                     f"| {'yes' if r['fits'] else 'no'} | {kb(r['report_peak_sram_bytes'])} / {ram} | {r['state_bytes']} B "
+                     f"| {kb(r['report_flash_bytes'])} / {linked} | {same} |")
+    lines += ["", "## The simulator against the host C (same samples, same plan)", "",
+              "The simulator is the spec of the integer arithmetic; its fp32 backward sums in another order (float64 "
+              "sums rounded once), so a loss differs in its last bits and a weight whose stochastic-rounding or "
+              "remainder threshold falls between the two gradients moves differently (docs/design.md §3, "
+              "tests/test_codegen_train_models.py).", "",
+              "| plan | int8 logits of the initial model | losses: max relative difference | state: elements equal |",
+              "|---|---|---:|---:|"]
+    for r in {r["plan"]: r for r in rows}.values():
+        lines.append(f"| {Path(r['plan']).stem} | {'identical' if r['sim_same_logits'] else 'DIFFERENT'} | "
+                     f"{r['sim_loss_rel_diff']:.1e} | {100 * r['sim_state_equal_fraction']:.3f} % |")
+    return "\n".join(lines + [""])
+
+
+def first_line(cmd: list[str]) -> str:
+    import subprocess
+
+    return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.splitlines()[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55")
+    ap.add_argument("--plan", nargs="+", help="plan names (models/plans/NAME.json); default: every shipped plan")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "shipped_plans_exactness"))
+    ap.add_argument("--from-json", metavar="JSON", help="measure nothing: the table of an earlier run's JSON file")
+    args = ap.parse_args()
+    if args.from_json:
+        run = json.loads(Path(args.from_json).read_text())
+        Path(args.out + ".md").write_text(markdown(run["rows"], run["meta"]))
+        return
+    meta = {"command": " ".join(["python benchmarks/shipped_plans_exactness.py", *sys.argv[1:]]),
+            "date": time.strftime("%Y-%m-%d"), "host": platform.machine(),
+            "qemu": first_line(["qemu-system-arm", "--version"]), "gcc": first_line(["arm-none-eabi-gcc", "--version"])}
+    rows = []
+    for plan_path in sorted((ROOT / "models" / "plans").glob("*.json")):
+        if args.plan and plan_path.stem not in args.plan:
+            continue
+        ref = reference(plan_path)
+        for board in args.boards.split(","):
+            with tempfile.TemporaryDirectory(prefix="tt-exact-") as tmp:
+                row = measure(ref, board, Path(tmp))
+            rows.append({"model": plan_path.stem.rsplit("-", 1)[0], "plan": str(plan_path.relative_to(ROOT)), **row,
+                         **{k: ref[k] for k in SIM_KEYS}})
+            rows[-1]["identical"] = identical(rows[-1])
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+            Path(args.out + ".md").write_text(markdown(rows, meta))
+    print(markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
