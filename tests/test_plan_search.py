@@ -313,7 +313,10 @@ def test_plan_cli_writes_a_plan_compile_and_train_accept_and_a_second_budget_reu
     last = {f["name"]: f["full_length"]["accuracy"] for f in first["finalists"]}
     assert first["validation_accuracy"] == max(last.values()) == last[first["chosen"]]
     assert [r["steps"] for r in first["rank_check"]["rungs"]] == [r["steps"] for r in first["rungs"]]
-    assert first["plan"] == next(f["plan"] for f in first["finalists"] if f["name"] == first["chosen"])
+    # the plan is the chosen finalist's with the recipe's schedule (cosine by default) over --epochs of the data
+    assert {k: v for k, v in first["plan"].items() if k != "lr_schedule"} == next(
+        f["plan"] for f in first["finalists"] if f["name"] == first["chosen"])
+    assert first["plan"]["lr_schedule"]["kind"] == "cosine"
     assert first["noise_floor"]["repeats"] == 3 and len(first["noise_floor"]["accuracies"]) == 3
     # another (smaller) budget: every contribution it needs was measured: no contribution fine-tune at all
     second = _plan_cli(files, capsys, "6k")
