@@ -449,21 +449,22 @@ def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict, other
         last.update({n: got[(n, run.ft.seed)] for n in names})
         return {n: last[n]["accuracy"] for n in names}
 
-    def rank(max_rungs: int, measure_) -> tuple[str, list]:
+    def rank(max_rungs: int, measure_, noise) -> tuple[str, list]:
         return successive_halving(
             [c.name for c in cands], "classifier-only", measure_, full_steps,
             lambda n: run.mem(run.plan_of(by_name[n].choice)), max_rungs,
             presets=frozenset(c.name for c in cands if c.preset),
-            margin=lambda cand, preset: _margin(run, contrib.noise, last, decision, cand, preset))
+            margin=lambda cand, preset: _margin(run, noise, last, decision, cand, preset))
 
-    winner, rungs = rank(run.opts.max_rungs, measure)
+    winner, rungs = rank(run.opts.max_rungs, measure, contrib.noise)
     accuracy, ref = rungs[-1].accuracy[winner], None
     if run.opts.rank_check:
         ref = _reference(run, contrib.job, by_name, rungs, full_steps, ran)
         last.clear()
         last.update(ref["results"])
         decision.clear()
-        winner = rank(1, lambda names, steps: {n: ref["accuracy"][n] for n in names})[0]
+        # the noise of the full-length runs (the baseline's other seeds at that length) decides the margin
+        winner = rank(1, lambda names, steps: {n: ref["accuracy"][n] for n in names}, ref["noise"])[0]
         accuracy = ref["accuracy"][winner]
     run.mem.save()
     return _Final(cands, by_name, winner, accuracy, rungs, decision, ran, full_steps, ref)
