@@ -1,6 +1,7 @@
 """Can the plan search's short measurements be trusted? ``tinytrain plan`` on the Fashion-MNIST setup at a reduced budget.
 
     .venv/bin/python benchmarks/search_trust.py [--train-images 2000] [--epochs 6] [--ft-steps 500] [--workers 2]
+                                                [--time-limit S] [--proposals 4] [--other-remainder-bits 0,8]
 
 The transfer study's setup (ImageNet MobileNetV1-0.25 128x128 from ../shared/models, a new 10-class head, seed 0,
 a stratified subset of Fashion-MNIST's training images, 30 % of it the validation split) and the 4-bit remainder
@@ -112,6 +113,9 @@ def main() -> None:
     ap.add_argument("--ft-steps", type=int, default=500)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sram", default="256k")
+    ap.add_argument("--time-limit", type=float, help="tinytrain plan --time-limit: caps the contribution phase")
+    ap.add_argument("--proposals", type=int, default=4)
+    ap.add_argument("--other-remainder-bits", default="0,8")
     args = ap.parse_args()
     model = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
     if not model.exists():
@@ -121,6 +125,8 @@ def main() -> None:
     argv = ["plan", os.path.relpath(model, ROOT), "--data", f"fashion-mnist:{args.train_images}", "--new-head", "10",
             "--seed", "0", "--sram", args.sram, "--val", "0.3", "--lr", "0.003", "--head-lr", "0.01",
             "--lr-schedule", "cosine", "--epochs", str(args.epochs), "--ft-steps", str(args.ft_steps),
+            "--proposals", str(args.proposals), "--other-remainder-bits", args.other_remainder_bits,
+            *(["--time-limit", f"{args.time_limit:g}"] if args.time_limit else []),
             "--workers", str(args.workers), "--cache", "build/search_trust/cache", "--no-progress", "--json",
             "-o", "build/search_trust/plan.json"]
     t0 = time.time()
