@@ -13,7 +13,8 @@ instructions are measured with all the board's memory instead (instruction count
 is); when even that does not link, the row says so.
 
 On the cores without an FPU (M3, M0+, rv32imac) the fp32 backward is software float (libgcc's __aeabi_f* /
-__addsf3 ...): the soft-float column of the issue's comparison; an integer-only step is not built yet.
+__addsf3 ...): the soft-float column of the issue's comparison; the integer-only step (plan "backward": "int")
+against it: benchmarks/integer_step.py.
 
 Writes benchmarks/results/cores.json and .md.
 """

@@ -42,7 +42,7 @@ import numpy as np
 from qemu_profile import FAMILIES, profile
 from tinytrain import engine_qemu
 from tinytrain.data import model_inputs
-from tinytrain.firmware.project import STACK_BYTES
+from tinytrain.memory.report import STACK_BYTES
 from tinytrain.frontends import load_model
 from tinytrain.ir import DType
 from tinytrain.ops import get_op

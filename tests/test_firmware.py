@@ -129,7 +129,7 @@ def _host_board(compile_dir: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     files = render_firmware(compile_dir, "disco_f746ng")
     for rel, data in files.items():
-        if rel.startswith("src/") and not rel.endswith(("tt_startup.c", "tt_ticks.c", "tt_uart_stm32f7.c")):
+        if rel.startswith("src/") and not rel.endswith(("tt_startup.c", "tt_ticks.c", "tt_uart_stm32.c")):
             (out / Path(rel).name).write_bytes(data)
     here = firmware_sources() / "tt_uart_posix.c"
     shutil.copy(here, out)

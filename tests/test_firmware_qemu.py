@@ -23,7 +23,7 @@ from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.engine_c import CTrainer
 from tinytrain.firmware import BOARDS, render_firmware, samples
-from tinytrain.firmware.project import STACK_BYTES
+from tinytrain.memory.report import stack_reserve
 from tinytrain.frontends import load_model
 from tinytrain.training.sparse import Plan, WeightUpdate, load_plan
 from tinytrain.training.train_graph import build_training_graph
@@ -86,7 +86,7 @@ def test_training_step_is_bit_identical_to_the_host_on_every_core(board, tiny, t
     assert r.state == host.state_bytes()
     assert np.array_equal(r.logits, host.predict(x[8:]))
     assert len(r.step_insns) == 8 and r.step_insns.min() > 0 and len(r.predict_insns) == 4
-    assert 0 < r.stack_bytes < STACK_BYTES  # measured high-water mark within the reserved stack
+    assert 0 < r.stack_bytes < stack_reserve(BOARDS[board].core)  # measured high-water mark within the reserve
     # resuming from a saved state continues exactly where it stopped
     again = engine_qemu.run(fw, board, train=(x[8:], y[8:]), state_in=r.state)
     assert _same_bits(again.losses, host.train(x[8:], y[8:])) and again.state == host.state_bytes()

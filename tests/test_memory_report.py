@@ -218,3 +218,23 @@ def test_the_stack_reservation_is_the_measured_high_water_mark_plus_the_margin()
     assert {r["board"] for r in measured["rows"]} == {"qemu-m4", "qemu-m7", "qemu-m55"}
     assert max(marks) == STACK_MEASURED_BYTES and measured["meta"]["reservation_bytes"] == STACK_BYTES
     assert STACK_BYTES % 64 == 0 and 0 <= STACK_BYTES - (STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) < 64
+
+
+def test_the_cores_without_dsp_reserve_their_measured_stack_plus_the_margin():
+    """The Cortex-M3, M0+ and RISC-V reserve rests on benchmarks/results/cores.json (benchmarks/cores.py); the DSP
+    cores and hosts keep the reserve of stack.json; the report counts the target's reserve."""
+    from tinytrain.codegen.context import CORE_TARGETS, arm_dsp
+    from tinytrain.memory.report import (PORTABLE_STACK_BYTES, PORTABLE_STACK_MEASURED_BYTES, PORTABLE_STACK_TARGETS,
+                                         STACK_MARGIN_BYTES, stack_reserve)
+
+    assert PORTABLE_STACK_TARGETS == {t for t in CORE_TARGETS if not arm_dsp(t)}
+
+    rows = json.loads((ROOT / "benchmarks" / "results" / "cores.json").read_text())["rows"]
+    portable = [r["stack_used_bytes"] for r in rows if not r["dsp"] and r.get("stack_used_bytes")]
+    dsp = [r["stack_used_bytes"] for r in rows if r["dsp"] and r.get("stack_used_bytes")]
+    assert max(portable) == PORTABLE_STACK_MEASURED_BYTES and max(dsp) + STACK_MARGIN_BYTES <= STACK_BYTES
+    assert PORTABLE_STACK_BYTES == 2304 and PORTABLE_STACK_BYTES - STACK_BYTES == 512
+    assert [stack_reserve(t) for t in ("cortex-m0plus", "cortex-m3", "riscv32")] == [PORTABLE_STACK_BYTES] * 3
+    assert [stack_reserve(t) for t in ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "")] == [STACK_BYTES] * 5
+    g, _ = tiny_mobilenet()
+    assert plan_memory(g, 1 << 20, 1 << 20, target="cortex-m0plus").stack_bytes == PORTABLE_STACK_BYTES

@@ -146,22 +146,54 @@ def test_ad01_last_k2_on_qemu_m7_is_bit_identical_to_the_simulator():
     assert all(np.array_equal(q.state().tensors[k], v) for k, v in state.tensors.items())
 
 
-def test_float_targets_train_in_the_simulator_and_are_refused_by_the_c_engine():
+def _regression(n: int = 6):
+    b = GraphBuilder(3, "regression")
+    g = b.build(b.fully_connected(b.fully_connected(b.input((1, 16)), 8), 4))
+    return g, b.inputs_batch(g, n), np.random.default_rng(0).normal(0, 1, (n, 4)).astype(np.float32)
+
+
+def test_float_targets_train_bit_identically_in_the_simulator_and_the_c():
     import tinytrain
+    from tinytrain.engine_c import CTrainer
     from tinytrain.metrics import reconstruction_errors
     from tinytrain.simulator import forward, init_state, train
 
-    b = GraphBuilder(3, "regression")
-    g = b.build(b.fully_connected(b.fully_connected(b.input((1, 16)), 8), 4))
-    xs, t = b.inputs_batch(g, 6), np.random.default_rng(0).normal(0, 1, (6, 4)).astype(np.float32)
-    tg = build_training_graph(g, replace(preset("full", g, lr=0.01), loss="mse"), targets=True)
+    g, xs, t = _regression()
+    # int8-only state, as in test_mse_training_step_sim_and_c_bit_identical
+    tg = build_training_graph(g, replace(preset("full", g, lr=0.01, remainder_bits=0), loss="mse"), targets=True)
     state = init_state(tg)
-    losses = train(tg, state, xs, np.zeros(6, int), np.arange(24) % 6, targets=t)
+    order = np.arange(24) % 6
+    losses = train(tg, state, xs, np.zeros(6, int), order, targets=t)
     first = reconstruction_errors(g, xs[:1], forward(g, {g.inputs[0]: xs[:1]})[g.outputs[0]], t[:1])
     assert losses[0].view(np.uint32) == first[0].view(np.uint32)  # the step's loss is the eval's error
     assert losses[-6:].mean() < losses[:6].mean()
-    with pytest.raises(tinytrain.UsageError, match="float targets y trains on --engine sim"):
-        tinytrain.train(g, (xs, t), update="full", loss="mse", engine="c")
+    c = CTrainer(tg)
+    assert np.array_equal(c.train(xs, np.zeros(6, int), order, targets=t).view(np.uint32), losses.view(np.uint32))
+    assert all(np.array_equal(c.state().tensors[k], v) for k, v in state.tensors.items())
+    assert "tt_set_target" in c.files["tinytrain_model.h"] and "TT_TARGET_FLOATS 4" in c.files["tinytrain_model.h"]
+    with pytest.raises(ValueError, match="give float targets exactly when"):
+        c.train(xs, np.zeros(6, int), order)
+    r = tinytrain.train(g, (xs, t), update="full", loss="mse", engine="c", epochs=2)
+    assert r.steps == 12 and np.isfinite(r.losses).all()
+
+
+@pytest.mark.slow
+def test_float_targets_on_qemu_m7_are_bit_identical_to_the_simulator():
+    import shutil
+
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc not installed")
+    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.simulator import init_state, train
+
+    g, xs, t = _regression(4)
+    tg = build_training_graph(g, replace(preset("full", g, lr=0.01, remainder_bits=0), loss="mse"), targets=True)
+    order = np.array([0, 1, 2, 3, 1, 0])
+    state = init_state(tg)
+    losses = train(tg, state, xs, np.zeros(4, int), order, targets=t)
+    q = QemuTrainer(tg, board="qemu-m7")
+    assert np.array_equal(q.train(xs, np.zeros(4, int), order, targets=t).view(np.uint32), losses.view(np.uint32))
+    assert all(np.array_equal(q.state().tensors[k], v) for k, v in state.tensors.items())
 
 
 def test_the_plan_file_carries_the_loss():

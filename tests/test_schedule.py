@@ -1,5 +1,6 @@
 """The lr schedule's factor (training/schedule.py, the spec) against the C runtime's tt_lr_factor (tt_float.h):
-bit for bit at every step of several schedules, built with the host compiler as the emitted C is."""
+bit for bit at every step of several schedules, built with the host compiler as the emitted C is; the same for the
+integer step's Q15 factor (factor_q15, tt_lr_factor_q15), which stays within 2^-14 of the float one."""
 
 import subprocess
 
@@ -16,16 +17,17 @@ PROGRAM = r"""
 #include <stdlib.h>
 #include "tt_float.h"
 int main(int argc, char **argv) {
-    if (argc != 4) {
+    if (argc != 5) {
         return 2;
     }
     const uint32_t warmup = (uint32_t)strtoul(argv[1], 0, 10), steps = (uint32_t)strtoul(argv[2], 0, 10);
     const float lr_floor = strtof(argv[3], 0);
+    const int32_t floor_q15 = (int32_t)strtol(argv[4], 0, 10);
     for (uint32_t s = 0; s < steps + 3; s++) {
         const float f = tt_lr_factor(s, warmup, steps, lr_floor);
         uint32_t bits;
         memcpy(&bits, &f, sizeof bits);
-        printf("%08x\n", (unsigned)bits);
+        printf("%08x %ld\n", (unsigned)bits, (long)tt_lr_factor_q15(s, warmup, steps, floor_q15));
     }
     return 0;
 }
@@ -44,10 +46,19 @@ def factor_program(tmp_path_factory):
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
 def test_c_factor_is_the_spec_bit_for_bit(factor_program, schedule):
-    out = subprocess.run([str(factor_program), str(schedule.warmup), str(schedule.steps), repr(schedule.floor)],
-                         check=True, capture_output=True, text=True).stdout.split()
+    out = subprocess.run([str(factor_program), str(schedule.warmup), str(schedule.steps), repr(schedule.floor),
+                          str(schedule.floor_q15)], check=True, capture_output=True, text=True).stdout.split()
     want = [f"{int(np.float32(schedule.factor(s)).view(np.uint32)):08x}" for s in range(schedule.steps + 3)]
-    assert out == want
+    assert out[0::2] == want
+    assert out[1::2] == [str(schedule.factor_q15(s)) for s in range(schedule.steps + 3)]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES + [Schedule(3, (1 << 24) - 1, 0.3)], ids=str)
+def test_the_integer_factor_is_the_float_one_in_q15(schedule):
+    steps = sorted({*range(min(schedule.steps, 2000) + 3), schedule.steps - 1, max(schedule.steps - 2, 0)})
+    q = np.array([schedule.factor_q15(s) for s in steps])
+    f = np.array([schedule.factor(s) for s in steps], np.float64)
+    assert np.all((q >= 0) & (q <= 1 << 15)) and np.abs(q / (1 << 15) - f).max() <= 2.0 ** -14
 
 
 def test_shape_warm_up_cosine_floor():

@@ -121,19 +121,27 @@ def sample_order(rows: np.ndarray, steps: int, seed: int) -> np.ndarray:
 
 
 def _plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: float | None,
-          head_lr: float | None, default: str | None, remainder_bits: int | None = None) -> Plan | None:
+          head_lr: float | None, default: str | None, remainder_bits: int | None = None,
+          backward: str | None = None) -> Plan | None:
     """The plan a call asks for; ``remainder_bits`` (None: the plan's own, or the default for a preset) sets the
-    fraction bits the trained weights keep (training/sparse.py)."""
+    fraction bits the trained weights keep, ``backward`` ("fp32" / "int"; None: the plan's own, or "fp32" for a
+    preset) the step's arithmetic from the loss to the update (training/sparse.py)."""
     from dataclasses import replace
 
-    from tinytrain.training.sparse import REMAINDER_BITS
+    from tinytrain.training.sparse import BACKWARDS, REMAINDER_BITS
 
     if remainder_bits is not None and remainder_bits not in REMAINDER_BITS:
         raise UsageError(f"--remainder-bits {remainder_bits}: choose one of {', '.join(map(str, REMAINDER_BITS))}")
+    if backward is not None and backward not in BACKWARDS:
+        raise UsageError(f"--backward {backward}: choose one of {', '.join(BACKWARDS)}")
     chosen = _given_plan(graph, plan, update, lr, bias_lr, head_lr, default)
-    if chosen is None or remainder_bits is None:
-        return chosen
-    return replace(chosen, remainder_bits=remainder_bits)
+    if chosen is None:
+        if backward is not None:
+            raise UsageError("--backward sets the training step's arithmetic: give it with --plan or --update")
+        return None
+    if remainder_bits is not None:
+        chosen = replace(chosen, remainder_bits=remainder_bits)
+    return chosen if backward is None else replace(chosen, backward=backward)
 
 
 def _given_plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: float | None,
@@ -210,10 +218,11 @@ class Compiled:
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
-            input_size: int | str | tuple[int, int] | None = None, remainder_bits: int | None = None) -> Compiled:
+            input_size: int | str | tuple[int, int] | None = None, remainder_bits: int | None = None,
+            backward: str | None = None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
-    budgets and emit its C (``loss``, ``remainder_bits``: as ``train``'s). Raises BudgetError when it does not
-    fit."""
+    budgets and emit its C (``loss``, ``remainder_bits``, ``backward``: as ``train``'s). Raises BudgetError when it
+    does not fit."""
     from tinytrain.codegen import render_project
     from tinytrain.errors import UnsupportedModelError
     from tinytrain.memory.report import check_budget, plan_memory
@@ -221,7 +230,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
     graph = _graph(model, new_head, 0, input_size)
-    chosen = _plan(graph, plan, update, None, None, None, None, remainder_bits)
+    chosen = _plan(graph, plan, update, None, None, None, None, remainder_bits, backward)
     if chosen is not None:
         chosen = _with_loss(chosen, loss, plan is not None)
     elif loss is not None:
@@ -298,7 +307,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
           seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0, loss: str | None = None,
           input_size: int | str | tuple[int, int] | None = None,
-          remainder_bits: int | None = None) -> TrainResult | None:
+          remainder_bits: int | None = None, backward: str | None = None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
@@ -308,7 +317,8 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     drops the plan's (default: the plan's own). ``loss`` "xent" (softmax cross-entropy, default) or "mse" (the
     reconstruction of DATA without y: an autoencoder; accuracies become mean reconstruction errors).
     ``remainder_bits`` (0, 4 or 8; None: the plan's own): the fraction bits each trained int8 weight keeps below its
-    LSB between steps (ops/sgd_update.py)."""
+    LSB between steps (ops/sgd_update.py). ``backward`` "fp32" or "int" (None: the plan's own): the arithmetic from
+    the loss to the update, "int" the integer-only step (training/integer_step.py)."""
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
@@ -318,11 +328,11 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     _check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
     graph = _graph(model, new_head, seed, input_size)
-    chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only", remainder_bits)
+    chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only", remainder_bits, backward)
     chosen = _with_loss(chosen, loss, plan is not None)
     _check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
-    x, y, targets = _training_data(graph, data, chosen.loss, engine)
+    x, y, targets = _training_data(graph, data, chosen.loss)
     parts = held_out_split(y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(y))
     n_steps = steps if steps is not None else epochs * len(rows)
@@ -403,7 +413,7 @@ class _Runner:
             state = init_state(self.tg)
             losses = sim_train(self.tg, state, self.x, self.y, order, features=self.features, targets=self.targets)
             return losses, state
-        losses = self.trainer.train(self.x, self.y, order)
+        losses = self.trainer.train(self.x, self.y, order, targets=self.targets)
         if self.engine == "qemu":
             self.info.update(board=self.trainer.board, insns_per_step=float(np.mean(self.trainer.step_insns)))
         return losses, self.trainer.state()
@@ -416,15 +426,12 @@ def _check_classifier(graph: Graph, loss: str) -> None:
                          "(an autoencoder: --loss mse)")
 
 
-def _training_data(graph: Graph, data, loss: str, engine: str):
+def _training_data(graph: Graph, data, loss: str):
     """(int8 inputs, labels, float targets or None): an mse run's labels are zeros (the engines pass one; the loss
-    reads none), its targets y or None (reconstruction of the input)."""
+    reads none), its targets y or None (reconstruction of the input); every engine takes both."""
     x, y = model_data(graph, data, loss)
     if loss == "xent":
         return x, y, None
-    if y is not None and engine != "sim":
-        raise UsageError("--loss mse with float targets y trains on --engine sim; the C step reconstructs its input "
-                         "(DATA without y)")
     return x, np.zeros(len(x), np.int64), y
 
 
@@ -622,24 +629,31 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
-    ...). Returns a ``search.run.SearchResult`` (``.plan``, ``.report`` = PLAN.search.json); with ``output`` writes
-    PLAN.json and PLAN.search.json beside it."""
+    ...; ``loss``: "xent" or "mse", default from the data as ``train``'s: an autoencoder on DATA without y is
+    searched by minus its validation reconstruction error, or with the data's anomaly labels by the ROC AUC of that
+    error, fitting on the normal rows only). Returns a ``search.run.SearchResult`` (``.plan``,
+    ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
     from tinytrain.search.run import SearchOptions, search
     from tinytrain.sizes import parse_size
 
-    try:
-        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
-                             seed=seed, progress=progress, **options)
-    except TypeError as e:
-        raise UsageError(f"plan: {e}") from None
     graph = _graph(model, new_head, seed, input_size)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     ds = load_data(data)
-    if len(ds) and not ds.labelled:
-        raise UsageError(f"{ds.source}: the plan search measures classifiers' accuracy on labels y; an autoencoder "
-                         "(no y): tinytrain train --loss mse --update last-k:N (docs/guide/data.md)")
-    result = search(graph, *_prepared(graph, ds, "xent")[:2], opts, names)
+    loss = options.pop("loss", None) or default_loss(graph, ds)
+    anomaly = loss == "mse" and ds.anomaly is not None  # scored by the ROC AUC, fit on the normal rows
+    try:
+        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
+                             seed=seed, progress=progress, loss=loss, anomaly=anomaly, **options)
+    except TypeError as e:
+        raise UsageError(f"plan: {e}") from None
+    x, y, _ = _prepared(graph, ds, loss)
+    if loss == "mse" and y is not None:
+        raise UsageError(f"{ds.source}: the plan search scores an autoencoder's reconstruction of its input; float "
+                         "targets y are not searched (drop y, or train a preset: tinytrain train --loss mse)")
+    if loss == "mse":
+        y = ds.anomaly.astype(np.int64) if anomaly else np.zeros(len(x), np.int64)
+    result = search(graph, x, y, opts, names)
     if output is not None:
         result.write(output)
     return result

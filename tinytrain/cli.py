@@ -61,7 +61,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
                        inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size,
-                       remainder_bits=args.remainder_bits)
+                       remainder_bits=args.remainder_bits, backward=args.backward)
     out = Path(args.output)
     compiled.write(out)
     print(compiled.text())
@@ -116,9 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     add_loss_argument(s)
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
-    from tinytrain.cli_train import add_remainder_argument
+    from tinytrain.cli_train import add_backward_argument, add_remainder_argument
 
     add_remainder_argument(s)
+    add_backward_argument(s)
     s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
                    "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")

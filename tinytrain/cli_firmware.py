@@ -25,7 +25,7 @@ def cmd_firmware(args: argparse.Namespace) -> None:
     board = get_board(args.board)
     if args.save_every < 0:
         raise UsageError("--save-every must be 0 (no persistent state) or a positive number of samples")
-    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack),
+    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
                             save_every=args.save_every)
     out = Path(args.output)
     with AtomicDir(out) as tmp:
@@ -114,14 +114,16 @@ def _stream(args, board, x, y, rows, test_rows, order, steps) -> dict:
 
 def add_firmware_commands(sub) -> None:
     from tinytrain.firmware import BOARDS
-    from tinytrain.firmware.project import DEFAULT_BAUD, STACK_BYTES
+    from tinytrain.firmware.project import DEFAULT_BAUD
+    from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
 
     s = sub.add_parser("firmware", help="a firmware project (QEMU board or PlatformIO) from a compile output folder")
     s.add_argument("dir", help="the output folder of `tinytrain compile`")
     s.add_argument("--board", required=True, choices=tuple(BOARDS))
     s.add_argument("-o", "--output", required=True, help="project folder")
     s.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
-    s.add_argument("--stack", default=str(STACK_BYTES), help=f"stack reserved in the RAM region (default {STACK_BYTES})")
+    s.add_argument("--stack", help=f"stack reserved in the RAM region (default: the board's core's, {STACK_BYTES}; "
+                   f"{PORTABLE_STACK_BYTES} on Cortex-M3, M0+ and RISC-V)")
     s.add_argument("--save-every", type=int, default=0, metavar="N",
                    help="training builds: save the trained state to the board's flash every N samples (two slots, "
                         "power-loss safe) and load it at boot (default 0: state in SRAM only)")

@@ -1,8 +1,8 @@
 """``tinytrain plan`` (docs/design.md §5a): search the sparse-update plan with the best measured accuracy under the SRAM
 budget, write it as a version-1 plan file (§5b).
 
-    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--held-out F] [--workers N | --executor ray [--address ADDR]]
-                   [--time-limit SECONDS] [--json] -o PLAN.json
+    tinytrain plan MODEL --data DATA --sram 256k [--new-head N] [--loss xent|mse] [--held-out F]
+                   [--workers N | --executor ray [--address ADDR]] [--time-limit SECONDS] [--json] -o PLAN.json
 
 The search itself is tinytrain/search/run.py (``tinytrain.plan`` in Python); this module turns the options into a
 ``SearchOptions``, prints the result and writes the files. Method: the gain model proposes, training decides.
@@ -20,6 +20,8 @@ The search itself is tinytrain/search/run.py (``tinytrain.plan`` in Python); thi
    PLAN.search.json beside it records every finalist's predicted (additive) and measured gain, the noise floor,
    every contribution and the timings. With ``--held-out F`` the held-out part of DATA (the same split as
    ``train --held-out F``) is never seen: everything is measured on a validation part (``--val``) of the rest.
+An autoencoder (``--loss mse``, the default for its DATA without y) is scored by minus its validation reconstruction
+error, or by the ROC AUC of that error when DATA has anomaly labels (docs/guide/data.md).
 """
 
 from __future__ import annotations
@@ -62,9 +64,13 @@ def _print_rank_check(report: dict) -> None:
           f"{check['finalists']} gains above {noise['z']:g} x {100 * noise['gain_sd']:.2f}")
 
 
+def _gain(g: float, pct: bool) -> str:
+    """A gain in accuracy points, or (an autoencoder) in score: the reconstruction error it removed."""
+    return f"{100 * g:+6.1f}" if pct else f"{g:+8.4f}"
+
+
 def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain.api import plan
-    from tinytrain.sizes import format_size
 
     out = Path(args.output)
     if not out.resolve().parent.is_dir():
@@ -81,29 +87,43 @@ def cmd_plan(args: argparse.Namespace) -> None:
                   executor=args.executor, address=args.address,
                   time_limit=args.time_limit, search_seconds_min=args.search_seconds_min,
                   population=args.population, generations=args.generations, cache=args.cache,
-                  use_cache=not args.no_cache)
+                  use_cache=not args.no_cache, loss=args.loss)
     details = result.write(out)
-    report = result.report
     if args.json:
-        print(json.dumps({k: v for k, v in report.items() if k != "contributions"}))
+        print(json.dumps({k: v for k, v in result.report.items() if k != "contributions"}))
         return
+    _print_report(result, out, details)
+
+
+def _print_report(result, out: Path, details: Path) -> None:
+    from tinytrain.sizes import format_size
+
+    report = result.report
     base, noise, options = report["baseline"], report["noise_floor"], report["options"]
-    print(f"baseline (classifier only): validation accuracy {base['accuracy']:.4f} on {noise['n_val']} images, "
+    score = {"accuracy": "accuracy", "roc_auc": "ROC AUC of the reconstruction error"}.get(
+        report["score"], "score (minus the reconstruction error)")
+    print(f"baseline (classifier only): validation {score} {base['accuracy']:.4f} on {noise['n_val']} samples, "
           f"peak SRAM {format_size(base['peak_sram_bytes'])}")
-    print(f"noise floor: {noise['repeats']} baseline runs, sd {100 * noise['run_sd']:.2f} points per run "
-          f"(binomial SE {100 * noise['binomial_se']:.2f}); gains under {noise['z']:g} x "
-          f"{100 * noise['gain_sd']:.2f} points count as 0")
+    if score == "accuracy":
+        print(f"noise floor: {noise['repeats']} baseline runs, sd {100 * noise['run_sd']:.2f} points per run "
+              f"(binomial SE {100 * noise['binomial_se']:.2f}); gains under {noise['z']:g} x "
+              f"{100 * noise['gain_sd']:.2f} points count as 0")
+    else:
+        print(f"noise floor: {noise['repeats']} baseline runs, sd {noise['run_sd']:.4f} per run; gains under "
+              f"{noise['z']:g} x {noise['gain_sd']:.4f} count as 0")
     print(f"options: {options['measured']} measured, {options['over_budget_alone']} over the budget alone, "
           f"{noise['options_above']} above the noise floor"
           + ("" if options["measured_complete"] else "; --time-limit stopped the measurement early"))
     print(f"finalists, trained {' -> '.join(str(r['steps']) for r in report['rungs'])} steps (successive halving), "
           f"gain over classifier-only on the validation rows:")
+    pct = report["score"] == "accuracy"
     for f in report["finalists"]:
-        pred = "   n/a" if f["predicted_gain"] is None else f"{100 * f['predicted_gain']:+6.1f}"
+        pred = "   n/a" if f["predicted_gain"] is None else _gain(f["predicted_gain"], pct)
         last = f["measured"][-1] if f["full_length"] is None else {**f["full_length"], "steps": report[
             "measurement"]["finalist_steps"]}
+        at = f"{100 * last['accuracy']:.1f} %" if pct else f"score {last['accuracy']:.4f}"
         print(f"  {f['name']:22s} {format_size(f['peak_sram_bytes']):>9s}  predicted {pred}  measured "
-              f"{100 * last['gain']:+6.1f} ({100 * last['accuracy']:.1f} % at {last['steps']} steps)"
+              f"{_gain(last['gain'], pct)} ({at} at {last['steps']} steps)"
               + ("  <- chosen" if f["name"] == report["chosen"] else ""))
     _print_rank_check(report)
     chosen = result.plan
@@ -120,6 +140,9 @@ def add_plan_command(sub) -> None:
     s.add_argument("--sram", default="256k", help="SRAM budget of the training step (default 256k)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     s.add_argument("--seed", type=int, default=0, help="new-head init, sample order, rounding, search")
+    s.add_argument("--loss", choices=("xent", "mse"),
+                   help="xent: accuracy on labels y; mse: an autoencoder on DATA without y, scored by minus its "
+                        "validation reconstruction error (default: mse for an autoencoder's DATA without y)")
     add_input_size_argument(s)
     s.add_argument("--held-out", type=float, metavar="FRACTION",
                    help="hold out this fraction of DATA (stratified; as train --held-out): never used here")

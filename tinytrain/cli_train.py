@@ -30,7 +30,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
                    seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
-                   input_size=args.input_size, remainder_bits=args.remainder_bits)
+                   input_size=args.input_size, remainder_bits=args.remainder_bits,
+                   backward=args.backward)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
               f"--stop-after-saves to resume from {args.flash}")
@@ -126,6 +127,7 @@ def add_train_commands(sub) -> None:
     add_input_size_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     add_remainder_argument(s)
+    add_backward_argument(s)
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     add_schedule_arguments(s, "this run's steps")
     s.add_argument("--no-qas", action="store_true",
@@ -175,6 +177,13 @@ def add_remainder_argument(s) -> None:
     s.add_argument("--remainder-bits", type=int, choices=(0, 4, 8), metavar="F",
                    help="fraction bits every trained int8 weight keeps below its LSB between steps: 0 (int8 only), 4 "
                         "(half a byte per trained weight) or 8 (a byte). Default: the plan's own, else 4")
+
+
+def add_backward_argument(s) -> None:
+    s.add_argument("--backward", choices=("fp32", "int"),
+                   help="the step's arithmetic from the loss to the update: fp32 (float gradients) or int (integers "
+                        "only, for cores without an FPU: docs/guide/integer-step.md). Default: the plan's own, else "
+                        "fp32")
 
 
 def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets: constant") -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
-from tinytrain.names import LOSS_OPS
+from tinytrain.names import LOSS_OPS, TARGET
 
 HOST_CC = "gcc"
 # Same C as on the device: C99, no fused multiply-add contraction, no fast-math (docs/design.md §4).
@@ -218,6 +218,9 @@ class CTrainer:
                                 ("tt_arena_base", [], vp)):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
+        self._target_shape = tuple(graph.tensors[TARGET].shape[1:]) if TARGET in graph.inputs else None
+        if self._target_shape is not None:
+            lib.tt_set_target.argtypes, lib.tt_set_target.restype = [vp], None
         x = graph.tensors[graph.inputs[0]]
         self._x_shape = tuple(x.shape[1:])
         out = next(graph.tensors[n.inputs[0]] for n in graph.nodes if n.op in LOSS_OPS)
@@ -243,9 +246,23 @@ class CTrainer:
             raise ValueError(f"label {label} is not a class of this model (0..{self._n_classes - 1})")
         return float(self._loss.value)
 
-    def train(self, xs: np.ndarray, labels: np.ndarray, order=None) -> np.ndarray:
-        """Batch-1 SGD over ``xs[order]`` (default: in the given order); the per-step losses (float32)."""
+    def _targets(self, targets: np.ndarray | None, n: int) -> np.ndarray | None:
+        """The float32 targets (N, output shape) a graph with a float target (names.TARGET) needs, checked."""
+        if (targets is None) != (self._target_shape is None):
+            raise ValueError("targets: give float targets exactly when the training graph reads them (an mse loss "
+                             "built with targets=True)")
+        if targets is None:
+            return None
+        t = np.ascontiguousarray(targets, np.float32)
+        if t.shape != (n, *self._target_shape):
+            raise ValueError(f"targets: expected float32 ({n},{','.join(map(str, self._target_shape))}), got {t.shape}")
+        return t
+
+    def train(self, xs: np.ndarray, labels: np.ndarray, order=None, targets: np.ndarray | None = None) -> np.ndarray:
+        """Batch-1 SGD over ``xs[order]`` (default: in the given order); the per-step losses (float32). ``targets``:
+        each sample's float target, for a graph whose mse loss reads one (``build_training_graph(targets=True)``)."""
         order = np.arange(len(xs)) if order is None else np.asarray(order)
+        targets = self._targets(targets, len(xs))
         xs = np.ascontiguousarray(xs)
         if xs.dtype != np.int8 or xs.shape[1:] != self._x_shape:
             raise ValueError(f"input: expected int8 (N,{','.join(map(str, self._x_shape))}), got {xs.dtype} {xs.shape}")
@@ -255,6 +272,8 @@ class CTrainer:
         losses = np.empty(len(order), np.float32)
         step, loss, base, stride = self._lib.tt_train_step, self._loss, xs.ctypes.data, xs[0].nbytes if len(xs) else 0
         for j, k in enumerate(order):
+            if targets is not None:
+                self._lib.tt_set_target(targets[k].ctypes.data)
             step(base + int(k) * stride, int(labels[k]), ctypes.addressof(loss))
             losses[j] = loss.value
         return losses

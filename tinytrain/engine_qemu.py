@@ -122,12 +122,13 @@ def section_sizes(elf: str | Path, prefix: str = "arm-none-eabi-") -> tuple[int,
 def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np.ndarray] | None = None,
         test: tuple[np.ndarray, np.ndarray] | None = None, state_in: bytes | None = None,
         timeout: float = DEFAULT_TIMEOUT, work_dir: str | Path | None = None, flash: str | Path | None = None,
-        stop_after_saves: int | None = None) -> QemuRun | None:
+        stop_after_saves: int | None = None, targets: np.ndarray | None = None) -> QemuRun | None:
     """Run the firmware on the board's QEMU machine: resume from ``state_in`` (tt_state_save bytes) if given,
     train on ``train`` (one sample per step, in order), then predict ``test``. Images are int8 (N, ...) in the
     model's input form, labels (N,) integers. ``flash``: the board's flash file (firmware built with save_every),
     kept between runs: the firmware resumes from the newest state there and skips the samples it had consumed.
-    ``stop_after_saves``: cut the board's power (kill QEMU) right after that many saves; returns None then."""
+    ``stop_after_saves``: cut the board's power (kill QEMU) right after that many saves; returns None then.
+    ``targets``: the training samples' float targets (a model whose mse loss reads them: tt_targets.bin)."""
     b = get_board(board)
     if b.qemu is None:
         raise QemuError(f"{board} is not a QEMU board; use one of {', '.join(n for n, q in BOARDS.items() if q.qemu)}")
@@ -137,6 +138,8 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
         tmp = Path(tmp)
         if train is not None:
             samples.write(tmp / "tt_train.bin", *train)
+        if targets is not None:
+            (tmp / "tt_targets.bin").write_bytes(np.ascontiguousarray(targets, "<f4").tobytes())
         if test is not None:
             samples.write(tmp / "tt_test.bin", *test)
         if state_in is not None:
@@ -254,13 +257,15 @@ class QemuTrainer:
         self.predict_insns += r.predict_insns.tolist()
         return r
 
-    def train(self, xs: np.ndarray, labels: np.ndarray, order=None, stop_after_saves: int | None = None) -> np.ndarray:
+    def train(self, xs: np.ndarray, labels: np.ndarray, order=None, stop_after_saves: int | None = None,
+              targets: np.ndarray | None = None) -> np.ndarray:
         """Batch-1 SGD over ``xs[order]``; the per-step losses (float32), bit for bit those of the device. With a
         flash file, the steps the state there had consumed are skipped (their losses are not returned).
         ``stop_after_saves``: cut the power after that many saves (the state is then the newest in the flash file;
-        no losses are returned)."""
+        no losses are returned). ``targets``: each sample's float target (``engine_c.CTrainer.train``'s)."""
         order = np.arange(len(xs)) if order is None else np.asarray(order)
         train = (np.ascontiguousarray(xs[order]), np.asarray(labels)[order])
+        targets = None if targets is None else np.asarray(targets, np.float32)[order]
         if stop_after_saves is not None:
             from tinytrain.codegen.state import state_layout, state_size
             from tinytrain.firmware.persist import newest
@@ -268,11 +273,11 @@ class QemuTrainer:
             if self.flash is None:
                 raise ValueError("stop_after_saves needs a flash file")
             run(self.firmware, self.board, train=train, timeout=self.timeout, flash=self.flash,
-                stop_after_saves=stop_after_saves)
+                stop_after_saves=stop_after_saves, targets=targets)
             saved = newest(Path(self.flash).read_bytes(), state_size(state_layout(self.graph)))
             self._state = saved.state if saved else None
             return np.zeros(0, np.float32)
-        r = self._run(train=train)
+        r = self._run(train=train, targets=targets)
         self._state = r.state
         self.nonfinite += int(r.skipped.sum())
         return r.losses

@@ -49,4 +49,27 @@ static inline float tt_lr_factor(uint32_t step, uint32_t warmup, uint32_t steps,
     return lr_floor + (1.0f - lr_floor) * c;
 }
 
+/* The same factor in Q15 (0 .. 32768), integers only, for the integer step (training/schedule.py factor_q15, the
+ * spec): sin(pi/2 u) by the same polynomial with Q30 coefficients; counts below 2^24, so every product fits int64.
+ * Right shifts of negative int64 are arithmetic (floor), as GCC does. */
+static inline int32_t tt_lr_factor_q15(uint32_t step, uint32_t warmup, uint32_t steps, int32_t floor_q15) {
+    if (step < warmup) {
+        return (int32_t)(((uint64_t)(step + 1u) << 15) / warmup);
+    }
+    if (step >= steps) {
+        return floor_q15;
+    }
+    const int64_t t = (int64_t)(((uint64_t)(step - warmup) << 30) / (steps - warmup));
+    const int64_t u = 2 * t - ((int64_t)1 << 30);
+    const int64_t u2 = (u * u) >> 30;
+    int64_t p = 172272;
+    p = ((p * u2) >> 30) + -5026995;
+    p = ((p * u2) >> 30) + 85569306;
+    p = ((p * u2) >> 30) + -693598668;
+    p = ((p * u2) >> 30) + 1686629713;
+    int64_t c = (((int64_t)1 << 30) - ((u * p) >> 30)) >> 1;
+    c = c < 0 ? 0 : (c > ((int64_t)1 << 30) ? ((int64_t)1 << 30) : c);
+    return floor_q15 + (int32_t)(((int64_t)(32768 - floor_q15) * (c >> 15)) >> 15);
+}
+
 #endif /* TT_FLOAT_DRAWS_H */

@@ -2,6 +2,8 @@
  *
  * Files, relative to QEMU's working directory (format: tt_samples.h):
  *   tt_train.bin   read: the training samples, one per step, in order (absent: no training)
+ *   tt_targets.bin read when the model's loss reads float targets (TT_TARGET_FLOATS, an mse loss against targets y):
+ *                  each training sample's target, TT_TARGET_FLOATS float32 little-endian, in tt_train.bin's order
  *   tt_test.bin    read: the samples to evaluate after training (absent: no evaluation)
  *   tt_logits.bin  written: TT_OUTPUT_BYTES int8 logits per test sample
  *   tt_state_in.bin  read: a state to resume from (tt_state_load) before training (absent: tt_init's)
@@ -191,6 +193,30 @@ static void tt_flash_save(uint32_t position, int force)
 #endif
 }
 
+#ifdef TT_TARGET_FLOATS
+/* The float targets of the training samples (tt_targets.bin), read one sample's at a time into tt_target_buf. */
+static float tt_target_buf[TT_TARGET_FLOATS];
+
+static FILE *tt_open_targets(uint32_t count)
+{
+    FILE *t = fopen("tt_targets.bin", "rb");
+    if (t == NULL || fseek(t, 0, SEEK_END) != 0 || ftell(t) != (long)((uint64_t)count * sizeof tt_target_buf) ||
+        fseek(t, 0, SEEK_SET) != 0) {
+        tt_fail("tt_targets.bin", "absent, or not TT_TARGET_FLOATS float32 per training sample");
+    }
+    setvbuf(t, NULL, _IONBF, 0);
+    tt_set_target(tt_target_buf);
+    return t;
+}
+
+static void tt_next_target(FILE *t)
+{
+    if (fread(tt_target_buf, 1, sizeof tt_target_buf, t) != sizeof tt_target_buf) {
+        tt_fail("tt_targets.bin", "truncated");
+    }
+}
+#endif
+
 static void tt_run_training(void)
 {
     tt_sample_file f;
@@ -199,9 +225,15 @@ static void tt_run_training(void)
     if (!tt_open_samples(&f, "tt_train.bin")) {
         return;
     }
+#ifdef TT_TARGET_FLOATS
+    FILE *targets = tt_open_targets(f.count);
+#endif
     int8_t *x = tt_input_buffer();
     for (uint32_t k = 0; k < f.count; k++) {
         const int label = tt_next_sample(&f, x);
+#ifdef TT_TARGET_FLOATS
+        tt_next_target(targets);
+#endif
         if (k < start) {
             continue;  /* consumed before the state in flash was saved */
         }
@@ -224,6 +256,9 @@ static void tt_run_training(void)
         }
         tt_flash_save(k + 1, k + 1 == f.count);
     }
+#ifdef TT_TARGET_FLOATS
+    fclose(targets);
+#endif
     tt_close_samples(&f);
 }
 

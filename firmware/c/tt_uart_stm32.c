@@ -1,11 +1,12 @@
 /* tt_uart_stm32.c — the USART driver of the serial harness on STM32 chips whose USART has the ISR / RDR / TDR
- * layout (STM32G0, STM32U5; register level, no vendor HAL). The chip's addresses come from tt_board.h (the board's
- * defines, tinytrain/firmware/boards.py):
- *   TT_STM32_GPIO_EN / _BIT     the RCC register and bit that clock the pins' GPIO port
+ * layout (STM32F7, STM32G0, STM32U5; register level, no vendor HAL). The chip's addresses come from tt_board.h (the
+ * board's defines, tinytrain/firmware/boards.py):
+ *   TT_STM32_GPIO_EN / _MASK    the RCC register and bits that clock the pins' GPIO ports
  *   TT_STM32_USART_EN / _BIT    the RCC register and bit that clock the USART
- *   TT_STM32_GPIO, TT_STM32_TX, TT_STM32_RX, TT_STM32_AF   the port, the TX and RX pins, their alternate function
+ *   TT_STM32_TX_GPIO, TT_STM32_TX, TT_STM32_RX_GPIO, TT_STM32_RX   the TX and RX pins and their ports
+ *   TT_STM32_AF                 the pins' alternate function
  *   TT_STM32_USART              the USART's base address
- *   TT_STM32_CLOCK_HZ           its kernel clock after reset (the chip stays on its reset clock: no PLL)
+ *   TT_STM32_CLOCK_HZ           its kernel clock after reset (the chip stays on its reset clock: no PLL, caches off)
  * Polling only; the harness is stop-and-wait, so the receiver is always being read when bytes arrive.
  */
 #include <stdint.h>
@@ -14,9 +15,9 @@
 #include "tt_serial.h"
 
 #define TT_REG(address) (*(volatile uint32_t *)(address))
-#define GPIO_MODER TT_REG(TT_STM32_GPIO + 0x00u)
-#define GPIO_AFRL TT_REG(TT_STM32_GPIO + 0x20u)
-#define GPIO_AFRH TT_REG(TT_STM32_GPIO + 0x24u)
+#define GPIO_MODER(port) TT_REG((port) + 0x00u)
+#define GPIO_AFRL(port) TT_REG((port) + 0x20u)
+#define GPIO_AFRH(port) TT_REG((port) + 0x24u)
 #define USART_CR1 TT_REG(TT_STM32_USART + 0x00u)
 #define USART_BRR TT_REG(TT_STM32_USART + 0x0Cu)
 #define USART_ISR TT_REG(TT_STM32_USART + 0x1Cu)
@@ -29,22 +30,23 @@
 #define ISR_TC (1u << 6)
 #define ISR_TXE (1u << 7)
 
-static void tt_pin_af(unsigned n)
+/* The alternate function TT_STM32_AF on pin n of a port. */
+static void tt_pin_af(uint32_t port, unsigned n)
 {
-    GPIO_MODER = (GPIO_MODER & ~(3u << (2 * n))) | (2u << (2 * n));
+    GPIO_MODER(port) = (GPIO_MODER(port) & ~(3u << (2 * n))) | (2u << (2 * n));
     if (n < 8) {
-        GPIO_AFRL = (GPIO_AFRL & ~(0xFu << (4 * n))) | ((uint32_t)TT_STM32_AF << (4 * n));
+        GPIO_AFRL(port) = (GPIO_AFRL(port) & ~(0xFu << (4 * n))) | ((uint32_t)TT_STM32_AF << (4 * n));
     } else {
-        GPIO_AFRH = (GPIO_AFRH & ~(0xFu << (4 * (n - 8)))) | ((uint32_t)TT_STM32_AF << (4 * (n - 8)));
+        GPIO_AFRH(port) = (GPIO_AFRH(port) & ~(0xFu << (4 * (n - 8)))) | ((uint32_t)TT_STM32_AF << (4 * (n - 8)));
     }
 }
 
 void tt_serial_init(void)
 {
-    TT_REG(TT_STM32_GPIO_EN) |= 1u << TT_STM32_GPIO_EN_BIT;
+    TT_REG(TT_STM32_GPIO_EN) |= TT_STM32_GPIO_EN_MASK;
     (void)TT_REG(TT_STM32_GPIO_EN);  /* read back: the clock is on before the first access */
-    tt_pin_af(TT_STM32_TX);
-    tt_pin_af(TT_STM32_RX);
+    tt_pin_af(TT_STM32_TX_GPIO, TT_STM32_TX);
+    tt_pin_af(TT_STM32_RX_GPIO, TT_STM32_RX);
     TT_REG(TT_STM32_USART_EN) |= 1u << TT_STM32_USART_EN_BIT;
     (void)TT_REG(TT_STM32_USART_EN);
     USART_CR1 = 0;

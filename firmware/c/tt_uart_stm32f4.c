@@ -1,7 +1,7 @@
 /* tt_uart_stm32f4.c — STM32F2/F4 USART driver of the serial harness (register level, no vendor HAL).
  *
  * The F2/F4 USART has one status register (SR) and one data register (DR), unlike the F7's ISR / RDR / TDR
- * (tt_uart_stm32f7.c); RCC and GPIO are at the same addresses (RM0090 2.3, 6.3, 8.4, 30.6).
+ * (tt_uart_stm32.c); RCC and GPIO are at the same addresses (RM0090 2.3, 6.3, 8.4, 30.6).
  * The chip runs on its reset clock, HSI 16 MHz (no PLL): simple and certain, at the cost of speed.
  *   TT_STM32_USART 1: USART1, TX PA9 / RX PA10 (AF7) — the USART QEMU's netduinoplus2 connects to its first
  *   -serial (hw/arm/stm32f405_soc.c).

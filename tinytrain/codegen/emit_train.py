@@ -93,6 +93,14 @@ class _TrainContext(Context):
             raise ValueError(f"memory plan puts fp32 tensor {name!r} at {self.offsets[name]}, not a multiple of 4")
         return self._pointer(name, "float", "f")
 
+    def ints(self, name: str) -> str:
+        """An int32 gradient of the integer step (training/integer_step.py) in the arena, through ``tt_i32a``: int32_t
+        that may alias the float arena (train_model.c.j2)."""
+        t = self.graph.tensors[name]
+        if t.has_data or t.dtype != DType.INT32 or t.role is not Role.GRADIENT:
+            raise UnsupportedModelError(f"codegen: {name} ({t.dtype.value} {t.role.value}) used as an int32 gradient")
+        return self._pointer(name, "tt_i32a", "g")
+
     def bits(self, name: str) -> str:
         """A packed clamp mask (uint8, ops/clamp_mask_packed.py) in the arena."""
         t = self.graph.tensors[name]
@@ -224,7 +232,8 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
             t = graph.tensors[name]
             off = ctx.offsets[name]
             comment = f"{cformat.shape(t.shape)} {t.dtype.value} {t.role.value} {cformat.comment(name)}"
-        init = f"tt_arena + {off // 4}" if ctype == "float" else f"({ctype} *)tt_arena + {off}"
+        init = (f"tt_arena + {off // 4}" if ctype == "float" else f"({ctype} *)(tt_arena + {off // 4})"
+                if ctype == "tt_i32a" else f"({ctype} *)tt_arena + {off}")
         decls.append({"decl": f"{ctype} *const {var} = {init};", "comment": comment})
     width = max((len(d["decl"]) for d in decls), default=0)
     for d in decls:
@@ -235,12 +244,10 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
 def _checked_layout(graph: Graph) -> list:
     """The state layout of a training graph the C can run (inputs, outputs, proven-finite gradients, optimizer state
     starting at zero); UnsupportedModelError otherwise."""
-    if TARGET in graph.inputs:
-        raise UnsupportedModelError("codegen: the C training step reconstructs its input (--loss mse without y); "
-                                    "float targets y train on --engine sim")
-    if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT)) or graph.outputs != (LOSS,):
-        raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {STEP_INPUT}]) and "
-                                    f"output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
+    if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT), (LABEL, TARGET), (LABEL, TARGET, STEP_INPUT)) \
+            or graph.outputs != (LOSS,):
+        raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {TARGET}][, "
+                                    f"{STEP_INPUT}]) and output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
     gradient_bounds(graph)  # the C guard checks the loss only: a finite one must imply finite gradients
     layout = state_layout(graph)
     for e in layout:
@@ -276,7 +283,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
     layout = _checked_layout(graph)
     env = environment()
     offsets = arena_offsets(graph, plan)
-    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step"},
+    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step", TARGET: "tt_target"},
                         {b.use.tensor: b for b in plan.scratch}, plan.target)
     loss_node = _loss_node(graph)
     logits = loss_node.inputs[0]
@@ -313,6 +320,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
         "state_version": VERSION,
         "state_fingerprint": f"0x{fingerprint(layout):08X}u",
         "stochastic": STEP_INPUT in graph.inputs,
+        "target_floats": graph.tensors[TARGET].size if TARGET in graph.inputs else 0,
         "trainable_bytes": sum(a.values.nbytes for a in ctx.sram.values()),
     }
     files = {
@@ -322,7 +330,8 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
             constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,
             fwd_steps=fwd_steps, train_steps=train_steps, guard_after=guard_after,
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),
-            n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
+            n_steps=len(graph.nodes), n_forward=len(forward), const_bytes=sum(c.values.nbytes for c in ctx.constants.values()),
+            integer_step="tt_i32a" in ctx.ctypes.values()),
     }
     files.update(runtime_files(TRAIN_RUNTIME_FILES))
     if choices is not None:

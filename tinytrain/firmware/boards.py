@@ -114,13 +114,15 @@ RISCV_VIRT = Qemu("virt", (1, 1), ("-bios", "none", "-serial", "none", "-monitor
 
 
 
-def _stm32(gpio_en: tuple[int, int], usart_en: tuple[int, int], gpio: int, pins: tuple[int, int], af: int, usart: int,
-           clock_hz: int) -> tuple[tuple[str, str], ...]:
-    """tt_board.h's defines of firmware/c/tt_uart_stm32.c: RCC enable registers and bits, GPIO port, TX / RX pins,
-    alternate function, USART base and clock."""
-    return (("TT_STM32_GPIO_EN", f"0x{gpio_en[0]:08X}u"), ("TT_STM32_GPIO_EN_BIT", str(gpio_en[1])),
+def _stm32(gpio_en: tuple[int, tuple[int, ...]], usart_en: tuple[int, int], tx: tuple[int, int],
+           rx: tuple[int, int], af: int, usart: int, clock_hz: int) -> tuple[tuple[str, str], ...]:
+    """tt_board.h's defines of firmware/c/tt_uart_stm32.c: the RCC register and bits that clock the GPIO ports, the
+    USART's RCC register and bit, the TX and RX pins as (GPIO port, pin), alternate function, USART base and clock."""
+    mask = sum(1 << bit for bit in gpio_en[1])
+    return (("TT_STM32_GPIO_EN", f"0x{gpio_en[0]:08X}u"), ("TT_STM32_GPIO_EN_MASK", f"0x{mask:X}u"),
             ("TT_STM32_USART_EN", f"0x{usart_en[0]:08X}u"), ("TT_STM32_USART_EN_BIT", str(usart_en[1])),
-            ("TT_STM32_GPIO", f"0x{gpio:08X}u"), ("TT_STM32_TX", str(pins[0])), ("TT_STM32_RX", str(pins[1])),
+            ("TT_STM32_TX_GPIO", f"0x{tx[0]:08X}u"), ("TT_STM32_TX", str(tx[1])),
+            ("TT_STM32_RX_GPIO", f"0x{rx[0]:08X}u"), ("TT_STM32_RX", str(rx[1])),
             ("TT_STM32_AF", str(af)), ("TT_STM32_USART", f"0x{usart:08X}u"), ("TT_STM32_CLOCK_HZ", f"{clock_hz}u"))
 
 
@@ -156,11 +158,15 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
           note="RISC-V rv32imafc: portable C, the F extension's hard float; QEMU virt (qemu-system-riscv32)"),
     Board("disco_f746ng", "cortex-m7", M7_SP, 0x08000000, 1 * MB, 0x20000000, 320 * 1024, 98,
           pio=PlatformIO("ststm32", "disco_f746ng", "stlink", "ST-LINK/V2-1 on the board's USB"),
-          uart_driver="tt_uart_stm32f7.c", uart="USART1, PA9 TX / PB7 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "1"),),
+          uart_driver="tt_uart_stm32.c", uart="USART1, PA9 TX / PB7 RX: the ST-LINK virtual COM port",
+          defines=_stm32(gpio_en=(0x40023830, (0, 1)), usart_en=(0x40023844, 4), tx=(0x40020000, 9),
+                         rx=(0x40020400, 7), af=7, usart=0x40011000, clock_hz=16_000_000),  # RM0385: HSI 16 MHz
           flash=Flash("tt_flash_stm32f7.c", 256 * 1024, 4, last_sector=7)),  # sectors 5-7: 256 KB (RM0385 3.3.1)
     Board("nucleo_f767zi", "cortex-m7", M7_DP, 0x08000000, 2 * MB, 0x20000000, 512 * 1024, 110,
           pio=PlatformIO("ststm32", "nucleo_f767zi", "stlink", "ST-LINK/V2-1 on the board's USB"),
-          uart_driver="tt_uart_stm32f7.c", uart="USART3, PD8 TX / PD9 RX: the ST-LINK virtual COM port", defines=(("TT_STM32_USART", "3"),),
+          uart_driver="tt_uart_stm32.c", uart="USART3, PD8 TX / PD9 RX: the ST-LINK virtual COM port",
+          defines=_stm32(gpio_en=(0x40023830, (3,)), usart_en=(0x40023840, 18), tx=(0x40020C00, 8),
+                         rx=(0x40020C00, 9), af=7, usart=0x40004800, clock_hz=16_000_000),  # RM0410: HSI 16 MHz
           flash=Flash("tt_flash_stm32f7.c", 256 * 1024, 4, last_sector=11)),  # single bank: 5-11 256 KB (RM0410 3.3.1)
     # The Arduino bootloader keeps the first 64 KB of flash; the application starts at 0x10000.
     Board("nano33ble", "cortex-m4", M4F, 0x00010000, 1 * MB - 0x10000, 0x20000000, 256 * 1024, 48,
@@ -189,16 +195,16 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     Board("nucleo_u575zi_q", "cortex-m33", M33F, 0x08000000, 2 * MB, 0x20000000, 768 * 1024, 141,
           pio=PlatformIO("ststm32", "nucleo_u575zi_q", "stlink", "ST-LINK/V3 on the board's USB"),
           uart_driver="tt_uart_stm32.c", uart="USART1, PA9 TX / PA10 RX (AF7): the ST-LINK virtual COM port",
-          defines=_stm32(gpio_en=(0x46020C8C, 0), usart_en=(0x46020CA4, 14), gpio=0x42020000, pins=(9, 10), af=7,
-                         usart=0x40013800, clock_hz=4_000_000),
+          defines=_stm32(gpio_en=(0x46020C8C, (0,)), usart_en=(0x46020CA4, 14), tx=(0x42020000, 9),
+                         rx=(0x42020000, 10), af=7, usart=0x40013800, clock_hz=4_000_000),
           note="Cortex-M33 board: STM32U575, DSP and FPv5-SP"),
     # NUCLEO-G071RB (STM32G071RB, Cortex-M0+): 128 KB of flash, 36 KB of SRAM (RM0444 2.2): a 36 KB budget at most;
     # USART2 on the ST-LINK virtual COM port; HSI16 after reset.
     Board("nucleo_g071rb", "cortex-m0plus", M0PLUS, 0x08000000, 128 * 1024, 0x20000000, 36 * 1024, 32,
           pio=PlatformIO("ststm32", "nucleo_g071rb", "stlink", "ST-LINK/V2-1 on the board's USB"),
           uart_driver="tt_uart_stm32.c", uart="USART2, PA2 TX / PA3 RX (AF1): the ST-LINK virtual COM port",
-          defines=_stm32(gpio_en=(0x40021034, 0), usart_en=(0x4002103C, 17), gpio=0x50000000, pins=(2, 3), af=1,
-                         usart=0x40004400, clock_hz=16_000_000),
+          defines=_stm32(gpio_en=(0x40021034, (0,)), usart_en=(0x4002103C, 17), tx=(0x50000000, 2),
+                         rx=(0x50000000, 3), af=1, usart=0x40004400, clock_hz=16_000_000),
           note="Cortex-M0+ board: STM32G071, 36 KB of SRAM (small models only)"),
     # Sipeed Longan Nano (GD32VF103CBT6, RISC-V rv32imac Bumblebee core): 128 KB of flash at 0x08000000 (where the core
     # starts), 32 KB of SRAM; USART0 on the header's T0 / R0 pins; IRC8M 8 MHz after reset. Built with the Debian

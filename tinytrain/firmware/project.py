@@ -23,7 +23,7 @@ from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
-from tinytrain.memory.report import STACK_BYTES
+from tinytrain.memory.report import stack_reserve
 from tinytrain.sizes import format_size
 
 # Common to every board, with its toolchain's reset code and tick counter (Toolchain.startup); the harness and UART
@@ -36,7 +36,7 @@ PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
 # Minimum heap in the RAM region (bytes): newlib's stdio buffers on QEMU. The stack reserved is the one the memory
-# report counts (memory/report.py STACK_BYTES, measured: benchmarks/results/stack.md).
+# report counts for the board's core (memory/report.py stack_reserve, measured: benchmarks/results/stack.md, cores.md).
 HEAP_BYTES = {True: 2048, False: 0}  # keyed by "is a QEMU board"
 
 _TRAINING_API = re.compile(r"\btt_train_step\s*\(")
@@ -95,12 +95,13 @@ def _persist(b: Board, header: str, training: bool, save_every: int) -> dict | N
 
 
 def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = DEFAULT_BAUD,
-                    stack_bytes: int = STACK_BYTES, heap_bytes: int | None = None,
+                    stack_bytes: int | None = None, heap_bytes: int | None = None,
                     save_every: int = 0) -> dict[str, bytes]:
     """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes). ``save_every`` > 0:
     the training state is saved to the board's flash every that many samples and loaded at boot
-    (firmware/c/tt_persist.h)."""
+    (firmware/c/tt_persist.h). ``stack_bytes``: the reserve of the board's core (memory/report.py) unless given."""
     b = board if isinstance(board, Board) else get_board(board)
+    stack_bytes = stack_reserve(b.core) if stack_bytes is None else stack_bytes
     report, sources = read_compile_dir(Path(compile_dir))
     sram, flash_budget = report["sram_budget_bytes"], report["flash_budget_bytes"]
     if sram > b.ram_max:

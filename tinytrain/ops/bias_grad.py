@@ -1,6 +1,6 @@
 """Bias gradient (backward, fp32): g_b[c] = sum over every position of g[..., c] (channels last).
 
-Shared by conv2d and fully_connected. The gradient is with respect to the real bias
+Shared by conv2d and fully_connected. ``bias_grad_int``: the same sums of an int32 gradient, in integers. The gradient is with respect to the real bias
 b = s_x * s_w[c] * b_int32. The simulator sums in float64 and rounds once to float32.
 """
 
@@ -35,4 +35,13 @@ def bound(a: BiasGradAttrs, ins, bounds) -> list[float]:
     return [bounds[0] * (ins[0].size // ins[0].shape[-1])]
 
 
+def int_reference(a: BiasGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """The integer form (plan "backward": "int"): int32 g -> int32 sums in exact integers (the bound rule proves
+    they fit: P |g|max < 2^31)."""
+    g = arrays[0].astype(np.int64)
+    return [g.reshape(-1, g.shape[-1]).sum(axis=0).astype(np.int32)]
+
+
 OP = OpDef("bias_grad", BiasGradAttrs, infer_shapes, reference, macs, bound=bound)
+INT = OpDef("bias_grad_int", BiasGradAttrs, infer_shapes, int_reference, macs, bound=bound)
+OPS = (OP, INT)

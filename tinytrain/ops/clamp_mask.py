@@ -3,7 +3,7 @@
 g_in = g_out where act_min < y < act_max, else 0. Rounding is straight-through; an output sitting on
 a bound counts as clamped (the int8 value cannot tell "exactly on the bound" from "beyond it").
 Every op whose int8 output can saturate (conv2d, fully_connected, add, mean, requantize) masks its
-output gradient with this before its own backward math.
+output gradient with this before its own backward math. ``clamp_mask_int``: the same on an int32 gradient.
 """
 
 from __future__ import annotations
@@ -39,5 +39,14 @@ def masked_grad(b, g: str, y: str, act_min: int, act_max: int, name: str) -> str
     return b.emit("clamp_mask", [g, y], ClampMaskAttrs(act_min, act_max), name)[0]
 
 
+def int_reference(a: ClampMaskAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """The integer form (plan "backward": "int"): the same mask on an int32 gradient."""
+    g, y = arrays
+    return [np.where((y > a.act_min) & (y < a.act_max), g, 0).astype(np.int32)]
+
+
 OP = OpDef("clamp_mask", ClampMaskAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read,
            bound=same_bound)
+INT = OpDef("clamp_mask_int", ClampMaskAttrs, infer_shapes, int_reference, no_macs, min_read=elementwise_min_read,
+            bound=same_bound)
+OPS = (OP, INT)

@@ -403,4 +403,36 @@ GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes,
                    bound=grad_input_bound)
 GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
                     grad_weight_macs, bound=grad_weight_bound)
-OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)
+
+
+# ---- integer weight gradient of a pointwise convolution (plan "backward": "int", training/integer_step.py) ----
+
+def pointwise(a: Conv2dGradWeightAttrs) -> bool:
+    """A 1x1, stride-1, unpadded, ungrouped convolution's weight gradient (a classifier head as a convolution)."""
+    return a.kernel == (1, 1) and a.stride == (1, 1) and a.padding == (0, 0, 0, 0) and a.groups == 1
+
+
+def grad_weight_int_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
+    if not pointwise(a):
+        raise ValueError("conv2d_grad_weight_int: only a pointwise convolution's weight gradient has an integer form")
+    return grad_weight_shapes(a, ins)
+
+
+def grad_weight_int_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """g_w (C_sel,1,1,C_in) int32 = sum over pixels of g_z[p, c] (x[p] - zx), exact (the bound rule proves it fits)."""
+    g = arrays[0].astype(np.int64).reshape(-1, arrays[0].shape[-1])
+    if a.channels is not None:
+        g = g[:, np.asarray(a.channels)]
+    x = arrays[1].astype(np.int64).reshape(-1, arrays[1].shape[-1]) - ins[1].quant.zp
+    return [(g.T @ x).astype(np.int32).reshape(len(g.T), 1, 1, -1)]
+
+
+def grad_weight_int_bound(a: Conv2dGradWeightAttrs, ins, bounds) -> list[float]:
+    """Pixels x |g_z|max x max|x - zx| (integers)."""
+    zx = ins[1].quant.zp
+    return [bounds[0] * ins[0].shape[0] * ins[0].shape[1] * ins[0].shape[2] * max(abs(-128 - zx), abs(127 - zx))]
+
+
+GRAD_WEIGHT_INT = OpDef("conv2d_grad_weight_int", Conv2dGradWeightAttrs, grad_weight_int_shapes,
+                        grad_weight_int_reference, grad_weight_macs, bound=grad_weight_int_bound)
+OPS = (OP, GRAD_INPUT, GRAD_WEIGHT, GRAD_WEIGHT_INT)

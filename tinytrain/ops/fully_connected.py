@@ -135,9 +135,29 @@ def backward(b, node, out_grads) -> list[str | None]:
     return result
 
 
+# ---- integer weight gradient (plan "backward": "int", training/integer_step.py) ----------------------------
+
+def grad_weight_int_reference(a: FullyConnectedGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """g_w (C_sel,K) int32 = g_z[:, channels]^T @ (x - zx), exact integers (g_z int32 of scale s_g: g_w has scale
+    s_g s_x). Its overflow proof is the bound rule (training/finite.py)."""
+    g = arrays[0].astype(np.int64)
+    if a.channels is not None:
+        g = g[:, np.asarray(a.channels)]
+    x = arrays[1].astype(np.int64) - ins[1].quant.zp
+    return [(g.T @ x).astype(np.int32)]
+
+
+def grad_weight_int_bound(a: FullyConnectedGradWeightAttrs, ins, bounds) -> list[float]:
+    """N |g_z|max max|x - zx| (integers; N the batch, 1 on a device)."""
+    zx = ins[1].quant.zp
+    return [bounds[0] * ins[0].shape[0] * max(abs(-128 - zx), abs(127 - zx))]
+
+
 OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward)
 GRAD_INPUT = OpDef("fully_connected_grad_input", FullyConnectedGradInputAttrs, grad_input_shapes,
                    grad_input_reference, grad_input_macs, bound=grad_input_bound)
 GRAD_WEIGHT = OpDef("fully_connected_grad_weight", FullyConnectedGradWeightAttrs, grad_weight_shapes,
                     grad_weight_reference, grad_weight_macs, bound=grad_weight_bound)
-OPS = (OP, GRAD_INPUT, GRAD_WEIGHT)
+GRAD_WEIGHT_INT = OpDef("fully_connected_grad_weight_int", FullyConnectedGradWeightAttrs, grad_weight_shapes,
+                        grad_weight_int_reference, grad_weight_macs, bound=grad_weight_int_bound)
+OPS = (OP, GRAD_INPUT, GRAD_WEIGHT, GRAD_WEIGHT_INT)

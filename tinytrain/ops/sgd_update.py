@@ -131,14 +131,18 @@ def mix32(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint32(16))
 
 
-def uniform(seed: int, step: int, stream: int, n: int) -> np.ndarray:
-    """The n float32 draws u_i in [0, 1) of one update node at one step."""
+def draws(seed: int, step: int, stream: int, n: int) -> np.ndarray:
+    """The n uint32 hashes h_i of one update node at one step."""
     key = mix32(np.array([(seed ^ GOLDEN) & MASK32], np.uint32))
     key = mix32(key ^ np.uint32(step & MASK32))
     key = mix32(key ^ np.uint32(stream & MASK32))
     i = np.arange(n, dtype=np.uint32)
-    h = mix32(key + i * np.uint32(GOLDEN))
-    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    return mix32(key + i * np.uint32(GOLDEN))
+
+
+def uniform(seed: int, step: int, stream: int, n: int) -> np.ndarray:
+    """The n float32 draws u_i in [0, 1) of one update node at one step."""
+    return (draws(seed, step, stream, n) >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
 
 
 def integer_step(v: np.ndarray, rounding: Rounding, seed: int, step: int, stream: int) -> np.ndarray:

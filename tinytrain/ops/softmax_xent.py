@@ -73,4 +73,56 @@ def grad_bound(a: SoftmaxXentAttrs, ins, bounds) -> list[float]:
 
 
 GRAD = OpDef("softmax_xent_grad", SoftmaxXentAttrs, grad_shapes, grad_reference, no_macs, bound=grad_bound)
-OPS = (LOSS, GRAD)
+
+
+# ---- the integer loss gradient (plan "backward": "int", training/integer_step.py) ----------------------------
+
+GRAD_FRAC_BITS = 14  # the integer gradient's scale: 2^-14, so p - onehot lies in [-2^14, 2^14]
+EXP_FRAC_BITS = 15   # the exp table's values: Q15, exp(0) = 2^15
+
+
+@dataclass(frozen=True)
+class SoftmaxXentGradIntAttrs:
+    """grad = round(2^14 p) - 2^14 onehot(label), int32; p from the exp table, in integers only."""
+
+
+def exp_table(logits_scale: float) -> np.ndarray:
+    """e[j] = round(2^15 exp(-s j)), j = 0..255 (int32): exp of a logit j LSBs below the largest, s its float32
+    scale; computed once on the host (the only float arithmetic of the integer loss gradient)."""
+    j = np.arange(256, dtype=np.float64)
+    return np.round(np.exp(-np.float64(np.float32(logits_scale)) * j) * (1 << EXP_FRAC_BITS)).astype(np.int32)
+
+
+def grad_int_shapes(a: SoftmaxXentGradIntAttrs, ins) -> list[tuple[int, ...]]:
+    if _check(ins[:2]) >= 1 << 16:
+        raise ValueError("softmax_xent_grad_int: more than 65535 classes")
+    if ins[2].shape != (256,):
+        raise ValueError(f"softmax_xent_grad_int: exp table {ins[2].shape} is not (256,)")
+    return [ins[0].shape]
+
+
+def grad_int_reference(a: SoftmaxXentGradIntAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """Per sample: m = max q; e_d = table[m - q_d]; S = sum e_d (int64, exact); p_d = (e_d 2^14 + S / 2) / S
+    (integer division, floor); grad_d = p_d, minus 2^14 at the label."""
+    q, labels, table = arrays
+    n, c = q.shape[0], ins[0].shape[-1]
+    labels = np.asarray(labels).astype(np.int64)
+    if labels.min() < 0 or labels.max() >= c:
+        raise ValueError(f"labels must be in [0, {c}); got {labels.min()}..{labels.max()}")
+    q = q.reshape(n, c).astype(np.int64)
+    e = np.asarray(table, np.int64)[q.max(axis=1, keepdims=True) - q]
+    s = e.sum(axis=1, keepdims=True)
+    g = ((e << GRAD_FRAC_BITS) + s // 2) // s
+    g[np.arange(n), labels] -= 1 << GRAD_FRAC_BITS
+    return [g.astype(np.int32).reshape(arrays[0].shape)]
+
+
+def grad_int_bound(a: SoftmaxXentGradIntAttrs, ins, bounds) -> list[float]:
+    """|grad| <= 2^14 (p in [0, 2^14]). Integer intermediates: e_d <= 2^15, e_d 2^14 <= 2^29, and S <= D 2^15 < 2^31
+    (the shape rule takes D < 2^16 classes), so every value fits a uint32."""
+    return [float(1 << GRAD_FRAC_BITS)]
+
+
+GRAD_INT = OpDef("softmax_xent_grad_int", SoftmaxXentGradIntAttrs, grad_int_shapes, grad_int_reference, no_macs,
+                 bound=grad_int_bound)
+OPS = (LOSS, GRAD, GRAD_INT)

@@ -1,4 +1,6 @@
 """Contribution analysis: the accuracy gain of each update option, by short fine-tunes on the host C engine.
+(An autoencoder, ``FineTune.loss`` "mse": the score is minus the validation reconstruction error instead of the
+accuracy, and the model is never cut: its loss reads its own input.)
 
 Each option (the biases of the last k layers; the weights of layer i at ratio r) is fine-tuned alone on top
 of the classifier-only baseline (space.py) with the device arithmetic — the emitted C training step of
@@ -47,6 +49,8 @@ class FineTune:
     rounding: str = "stochastic"
     momentum: float = 0.0
     seed: int = 0
+    loss: str = "xent"  # "mse": an autoencoder, scored by its validation reconstruction error (``score``)
+    anomaly: bool = False  # mse with anomaly labels: scored by the ROC AUC of the error on the validation rows
 
 
 def suffix_model(graph: Graph, plan: Plan) -> tuple[Graph, Plan, str | None]:
@@ -176,7 +180,8 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     job = _JOB
     ft: FineTune = job["finetune"]
     plan = parse_plan(plan_json)
-    g, p, cut = suffix_model(job["graph"], plan)
+    # the mse loss reconstructs the model's own input: a model cut below the plan would reconstruct the cut tensor
+    g, p, cut = suffix_model(job["graph"], plan) if ft.loss == "xent" else (job["graph"], plan, None)
     x = job["features"][cut] if cut is not None else job["x"]  # rows: train rows then val rows
     seed = ft.seed if seed is None else seed
     n_train = len(job["train_rows"])
@@ -188,8 +193,24 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
     trainer = CTrainer(build_training_graph(g, p, config))
     trainer.train(x[:n_train], job["y_train"], order)
-    correct = trainer.predict(x[n_train:]).argmax(axis=1) == job["y_val"]
+    out = trainer.predict(x[n_train:])
+    if ft.loss == "mse":
+        anomalous = job["y_val"] if ft.anomaly else None
+        return {**reconstruction_score(g, x[n_train:], out, anomalous), "seconds": round(time.time() - t0, 3)}
+    correct = out.argmax(axis=1) == job["y_val"]
     return {"accuracy": float(correct.mean()), "correct": pack_correct(correct), "seconds": round(time.time() - t0, 3)}
+
+
+def reconstruction_score(graph: Graph, x: np.ndarray, out: np.ndarray, anomalous: np.ndarray | None = None) -> dict:
+    """An autoencoder's score on the validation rows ``x`` (higher is better, as an accuracy): minus the mean
+    reconstruction error (metrics.py), ``scores`` each row's for paired comparisons of finalists; or with the rows'
+    0/1 ``anomalous`` labels the ROC AUC of the error as an anomaly score (no per-row scores)."""
+    from tinytrain.metrics import reconstruction_errors, roc_auc
+
+    errors = reconstruction_errors(graph, x, out).astype(np.float64)
+    if anomalous is not None:
+        return {"accuracy": roc_auc(errors, anomalous)}
+    return {"accuracy": -float(errors.mean()), "scores": [-round(float(e), 7) for e in errors]}
 
 
 def pack_correct(correct: np.ndarray) -> str:

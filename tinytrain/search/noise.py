@@ -62,10 +62,11 @@ class NoiseFloor:
                 "threshold": round(self.threshold, 6), "binomial_se": round(self.binomial_se, 6), "n_val": self.n_val}
 
 
-def paired_se(a: list[bool], b: list[bool]) -> float:
-    """Standard error of mean(a) - mean(b) for per-row results on the same rows: sd(a_i - b_i) / sqrt(n)."""
+def paired_se(a: list[bool] | list[float], b: list[bool] | list[float]) -> float:
+    """Standard error of mean(a) - mean(b) for per-row results on the same rows: sd(a_i - b_i) / sqrt(n). Rows
+    right / wrong (a classifier) or each row's score (an autoencoder: minus its reconstruction error)."""
     if len(a) != len(b) or len(a) < 2:
         raise ValueError("paired results need the same rows, at least two")
-    d = [int(x) - int(y) for x, y in zip(a, b)]
+    d = [float(x) - float(y) for x, y in zip(a, b)]
     m = sum(d) / len(d)
     return math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d))

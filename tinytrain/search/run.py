@@ -79,6 +79,8 @@ class SearchOptions:
     cache: str | None = None
     use_cache: bool = True
     progress: bool = False
+    loss: str = "xent"               # "mse": an autoencoder, scored by minus its validation reconstruction error
+    anomaly: bool = False            # mse, y the 0/1 anomaly labels: fit on the normal rows, scored by the ROC AUC
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ class _Run:
     cache: Any
 
     def plan_of(self, choice) -> Plan:
-        return self.space.plan(choice, self.ft.lr, self.ft.bias_lr, self.ft.head_lr)
+        return replace(self.space.plan(choice, self.ft.lr, self.ft.bias_lr, self.ft.head_lr), loss=self.ft.loss)
 
     def fits_plan(self, plan) -> bool:
         return self.mem(plan) <= self.opts.sram_bytes
@@ -194,9 +196,11 @@ def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     rows = parts[0] if parts is not None else np.arange(len(y))
     fit_idx, val_idx = stratified_split(y[rows], opts.val, opts.split_seed)
     train_rows, val_rows = rows[fit_idx], rows[val_idx]
+    if opts.anomaly:  # an autoencoder learns the normal: the anomalous rows are only scored
+        train_rows = train_rows[y[train_rows] == 0]
     ft = FineTune(lr=opts.lr, bias_lr=opts.bias_lr, head_lr=opts.head_lr, lr_schedule=opts.lr_schedule or "cosine",
                   warmup=opts.warmup, steps=opts.ft_steps or opts.ft_epochs * len(train_rows), qas=opts.qas,
-                  rounding=opts.rounding, seed=opts.seed)
+                  rounding=opts.rounding, seed=opts.seed, loss=opts.loss, anomaly=opts.anomaly)
     config = UpdateConfig(rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
     cache_root = None if not opts.use_cache else Path(opts.cache) if opts.cache else default_cache_dir() / "contrib"
     head = f"head{opts.new_head}" if opts.new_head else "nohead"
@@ -361,6 +365,8 @@ def _margin(run: _Run, noise, results: dict, decision: dict, candidate: str, pre
     a, b = results[candidate], results[preset]
     if "correct" in a and "correct" in b:
         se = paired_se(unpack_correct(a["correct"], n_val), unpack_correct(b["correct"], n_val))
+    elif "scores" in a and "scores" in b:  # an autoencoder's per-row scores
+        se = paired_se(a["scores"], b["scores"])
     else:
         se = float(np.sqrt(sum(r["accuracy"] * (1 - r["accuracy"]) for r in (a, b)) / n_val))
     decision.update({"candidate": candidate, "best_preset": preset,
@@ -517,7 +523,8 @@ def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact:
         "new_head": opts.new_head, "data": run.source["data"], "sram_budget_bytes": opts.sram_bytes,
         "plan": chosen.to_json(), "peak_sram_bytes": run.mem(chosen), "chosen": winner,
         "preset_chosen": final.by_name[winner].preset, "validation_accuracy": acc,
-        "validation_se": round(float(np.sqrt(acc * (1 - acc) / val)), 6),
+        "score": "accuracy" if opts.loss == "xent" else "roc_auc" if opts.anomaly else "-reconstruction_error",
+        "validation_se": round(float(np.sqrt(acc * (1 - acc) / val)), 6) if opts.loss == "xent" else None,
         "finalists": [_finalist_json(run, c, contrib, final) for c in final.cands],
         "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in final.rungs],
         "rank_check": _rank_check_json(final),

@@ -19,6 +19,12 @@ fit, the step is refused with one line naming the gradient wherever a step is ma
 VWW models' presets that fit 256 KB are proven; near-full updates of the deepest models (megabytes of SRAM) are
 not. The step factor lr / s (training/qas.py) is not a gradient: a finite gradient times it is finite or ±Inf,
 never NaN, and the rounding clamps it to ±2^30 (ops/sgd_update.py), identically in every engine.
+
+The integer step (plan "backward": "int", training/integer_step.py) makes the same walk an overflow proof: its int32
+gradients' bound rules give exact integer bounds (the loss gradient's 2^14, times max |x - zx| and the positions
+summed), each of which must be at most INT32_MAX; the update's product g M then stays below 2^62 and its rounding
+below 2^63 (ops/sgd_update_int.py), so no integer operation of the step wraps. Integer bounds hold whatever the
+loss is: the run-time check has nothing to guard there (the C still skips a step whose float loss is not finite).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from tinytrain.ops.conv2d import input_magnitude, weight_magnitude
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 MARGIN = 2.0 ** 10
 LIMIT = FLOAT32_MAX / MARGIN
+INT32_LIMIT = float(2 ** 31 - 1)  # an integer gradient's bound (the integer step): at most INT32_MAX
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,16 @@ class GradientProof:
         return self.bounds[self.largest]
 
     def to_json(self) -> dict:
+        if self.limit == INT32_LIMIT:
+            return {"runtime_check": "loss", "proof": "no int32 gradient overflows (training/finite.py)",
+                    "largest_gradient_bound": self.largest_bound, "largest_gradient": self.largest, "limit": self.limit}
         return {"runtime_check": "loss", "proof": "every gradient finite when the loss is (training/finite.py)",
                 "largest_gradient_bound": self.largest_bound, "largest_gradient": self.largest, "limit": self.limit}
+
+
+def _proven(t: Tensor) -> bool:
+    """A tensor the proof bounds: an fp32 one, or an integer gradient (the integer step)."""
+    return t.dtype is DType.FLOAT32 or (t.dtype is DType.INT32 and t.role is Role.GRADIENT)
 
 
 def _worst_case(t: Tensor) -> Tensor:
@@ -76,7 +91,7 @@ def gradient_bounds(graph: Graph) -> GradientProof:
     bounds: dict[str, float] = {}
     for node in graph.nodes:
         op = get_op(node.op)
-        computes = [o for o in node.outputs if graph.tensors[o].dtype is DType.FLOAT32 and o != LOSS]
+        computes = [o for o in node.outputs if _proven(graph.tensors[o]) and o != LOSS]
         if not computes and not op.writes:
             continue  # the int8 forward, the loss (checked at run time)
         if op.bound is None:
@@ -98,6 +113,11 @@ def gradient_bounds(graph: Graph) -> GradientProof:
     if not bounds:
         raise PlanError("the training graph computes no gradient")
     largest = max(bounds, key=bounds.__getitem__)
+    if any(_proven(t) and t.dtype is DType.INT32 for t in graph.tensors.values()):
+        if not bounds[largest] <= INT32_LIMIT:
+            raise PlanError(f"the integer backward's {largest} may reach {bounds[largest]:.3g}, beyond int32: "
+                            'update fewer layers or use "backward": "fp32"')
+        return GradientProof(bounds, largest, INT32_LIMIT)
     if not bounds[largest] < LIMIT:
         raise PlanError(f"the backward's {largest} may reach {bounds[largest]:.3g} with a finite loss (float32 "
                         f"overflows at {FLOAT32_MAX:.3g}): the model's scales let it overflow; update fewer layers")

@@ -15,6 +15,18 @@ runtime/tt_schedule.h) give the same bits (C built with -ffp-contract=off):
                               f = floor + (1 - floor) * c
 
 Counts stay below 2^24, so every int -> float conversion is exact.
+
+The integer-only step (plan "backward": "int", ops/sgd_update_int.py) takes the same schedule as a Q15 factor
+computed in integers only (``factor_q15``; ``tt_lr_factor_q15`` in runtime/tt_float_draws.h, bit for bit), within
+2^-14 of ``factor``:
+
+    step < warmup:            f = ((step + 1) 2^15) / warmup                              (integer division)
+    step >= steps:            f = round(floor 2^15)
+    otherwise:                t = ((step - warmup) 2^30) / (steps - warmup)               Q30 in [0, 2^30)
+                              u = 2 t - 2^30;  u2 = (u u) >> 30                           Q30
+                              p = POLY_Q30[4]; p = ((p u2) >> 30) + POLY_Q30[k], k = 3 .. 0
+                              c = (2^30 - ((u p) >> 30)) >> 1, clamped to [0, 2^30];  c15 = c >> 15
+                              f = floor15 + (((2^15 - floor15) c15) >> 15)
 """
 
 from __future__ import annotations
@@ -30,6 +42,8 @@ MAX_STEPS = 1 << 24  # int -> float32 conversions of counts below it are exact
 # sin(pi/2 u) ~ u * (C1 + u2 * (C3 + u2 * (C5 + u2 * (C7 + u2 * C9)))), Taylor coefficients as float32
 _HALF_PI = math.pi / 2
 POLY = tuple(np.float32((-1) ** k * _HALF_PI ** (2 * k + 1) / math.factorial(2 * k + 1)) for k in range(5))
+POLY_Q30 = tuple(round((-1) ** k * _HALF_PI ** (2 * k + 1) / math.factorial(2 * k + 1) * (1 << 30)) for k in range(5))
+Q15 = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,25 @@ class Schedule:
             p = p * u2 + c
         c = f32(0.5) - f32(0.5) * (u * p)
         return f32(self.floor) + (f32(1.0) - f32(self.floor)) * c
+
+    @property
+    def floor_q15(self) -> int:
+        return round(self.floor * Q15)
+
+    def factor_q15(self, step: int) -> int:
+        """``factor`` in Q15 (0 .. 2^15) computed in integers only: the integer step's (module docstring)."""
+        if step < self.warmup:
+            return ((step + 1) << 15) // self.warmup
+        if step >= self.steps:
+            return self.floor_q15
+        t = ((step - self.warmup) << 30) // (self.steps - self.warmup)
+        u = 2 * t - (1 << 30)
+        u2 = (u * u) >> 30
+        p = POLY_Q30[4]
+        for c in POLY_Q30[3::-1]:
+            p = ((p * u2) >> 30) + c
+        c15 = min(max(((1 << 30) - ((u * p) >> 30)) >> 1, 0), 1 << 30) >> 15
+        return self.floor_q15 + (((Q15 - self.floor_q15) * c15) >> 15)
 
     def to_json(self) -> dict:
         d = {"kind": "cosine", "warmup": self.warmup, "steps": self.steps}

@@ -26,11 +26,13 @@ CHANNEL_RULES = ("first",)
 LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
 FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule", "loss",
-          "remainder_bits")
+          "remainder_bits", "backward")
 LOSSES = ("xent", "mse")  # softmax cross-entropy on the logits; mean squared error reconstructing the input
 # Fraction bits each trained int8 weight keeps below its LSB (ops/sgd_update.py); 0 keeps int8 weights only.
 REMAINDER_BITS = (0, 4, 8)
 DEFAULT_REMAINDER_BITS = 4
+# The arithmetic from the loss to the update: float32, or integers only (training/integer_step.py)
+BACKWARDS = ("fp32", "int")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class Plan:
     cross-entropy, the default) or "mse" (reconstruction of the input, ops/mse.py). ``remainder_bits``: the
     fraction bits every trained int8 weight keeps between steps (a byte beside each, or half of one for 4 bits:
     ops/sgd_update.py); absent from a file, the default (``DEFAULT_REMAINDER_BITS``, chosen by
-    benchmarks/remainder_study.py)."""
+    benchmarks/remainder_study.py). ``backward``: "fp32" (the default) or "int", the integer-only step
+    (training/integer_step.py); absent from a file, "fp32"."""
 
     bias_last_k: int = 0
     weights: tuple[WeightUpdate, ...] = ()
@@ -59,6 +62,7 @@ class Plan:
     lr_schedule: Schedule | None = None
     loss: str = "xent"
     remainder_bits: int = DEFAULT_REMAINDER_BITS
+    backward: str = "fp32"
 
     @property
     def effective_bias_lr(self) -> float:
@@ -77,6 +81,8 @@ class Plan:
         if self.loss != "xent":
             d["loss"] = self.loss
         d["remainder_bits"] = self.remainder_bits
+        if self.backward != "fp32":
+            d["backward"] = self.backward
         return d
 
 
@@ -165,8 +171,11 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     if isinstance(bits, bool) or bits not in REMAINDER_BITS:
         raise PlanError(f'{source}: "remainder_bits" must be one of {", ".join(map(str, REMAINDER_BITS))}, '
                         f"got {json.dumps(bits)}")
+    backward = obj.get("backward", "fp32")
+    if backward not in BACKWARDS:
+        raise PlanError(f'{source}: "backward" must be one of {", ".join(BACKWARDS)}, got {json.dumps(backward)}')
     return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule,
-                loss=loss, remainder_bits=bits)
+                loss=loss, remainder_bits=bits, backward=backward)
 
 
 def load_plan(path: str | Path) -> Plan:

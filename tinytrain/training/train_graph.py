@@ -2,6 +2,7 @@
 
     differentiate (loss + full backward)  ->  apply_plan (which gradients, which channels)
       ->  add_updates (QAS-scaled SGD, in place)  ->  prune (drop what no update needs)
+      [->  integer_backward (plan "backward": "int": the backward and updates in integers, training/integer_step.py)]
 
 (docs/design.md §2 lists QAS before the plan; here the plan is applied first so that QAS scales only the
 gradients that are kept — the composition is the same.) The result runs in the simulator
@@ -28,4 +29,8 @@ def build_training_graph(graph: Graph, plan: Plan, config: UpdateConfig = Update
     g = differentiate(graph, loss=plan.loss, targets=targets)
     g = apply_plan(g, plan)
     g = add_updates(g, plan, config)
+    if plan.backward == "int":
+        from tinytrain.training.integer_step import integer_backward
+
+        g = integer_backward(prune(g))
     return prune(g)

@@ -69,6 +69,20 @@ def fully_connected_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: 
                   dict(variant="weight", has_wzp=False, split=False))
 
 
+def fully_connected_grad_weight_int(node: Node, ctx) -> Call:
+    """The integer step's weight gradient (ops/fully_connected.py fully_connected_grad_weight_int), batch 1."""
+    g, x = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    cout, depth = g.shape[1], x.shape[1]
+    c0, cs = channel_range(node.attrs.channels, cout, node)
+    s = Signature()
+    s.add("tt_i32a *gw", ctx.ints(node.outputs[0]), "(Cs,K)")
+    s.add("const tt_i32a *gz", ctx.ints(g.name), "(Co,)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(K,)")
+    s.ints(K=depth, c0=c0, Cs=cs)
+    s.int32s(in_zp=x.quant.zp)
+    return s.call("fully_connected_grad_weight_int", "tt_fully_connected_grad_weight_int", {})
+
+
 def fully_connected_grad_weight_sgd_update(node: Node, ctx) -> Call:
     return fused_call(node, ctx, fully_connected_grad_weight_into)
 
@@ -77,5 +91,6 @@ BINDINGS: dict[str, Binding] = {
     "fully_connected": fully_connected,
     "fully_connected_grad_input": fully_connected_grad_input,
     "fully_connected_grad_weight": fully_connected_grad_weight,
+    "fully_connected_grad_weight_int": fully_connected_grad_weight_int,
     "fully_connected_grad_weight_sgd_update": fully_connected_grad_weight_sgd_update,
 }

@@ -1,5 +1,5 @@
 """The C bindings of the loss ``mse`` and its gradient (ops/mse.py): an int8 output against an int8 target (the
-model's input, for reconstruction)."""
+model's input, for reconstruction) or a float32 one (the sample's target, ``tt_set_target``: names.TARGET)."""
 
 from __future__ import annotations
 
@@ -15,21 +15,26 @@ def mse(node: Node, ctx, grad: bool = False) -> Call:
     out = ctx.tensor(node.outputs[0])
     if q.shape[0] != 1:
         raise UnsupportedModelError("codegen: a training step takes one sample (batch 1)")
-    if t.dtype is not DType.INT8:
-        raise UnsupportedModelError("codegen: the C training step takes an int8 target (reconstruction of the input); "
-                                    "float targets train on --engine sim")
+    floats = t.dtype is DType.FLOAT32
+    if not floats and t.dtype is not DType.INT8:
+        raise UnsupportedModelError(f"codegen: the mse target {t.name} is {t.dtype.value}, not int8 or float32")
     d = q.size
     s = Signature()
     s.add("float *grad" if grad else "float *loss", ctx.fp(out.name), "(D,)" if grad else "(1,)")
     s.add("const int8_t *out", ctx.act(q.name), "(D,)")
-    s.add("const int8_t *target", ctx.act(t.name), "(D,)")
+    if floats:  # the sample's float target, in the caller's memory (tt_set_target)
+        s.add("const float *target", ctx.scalar(t.name), "(D,)")
+    else:
+        s.add("const int8_t *target", ctx.act(t.name), "(D,)")
     s.ints(D=d)
-    s.int32s(zp=q.quant.zp, zt=t.quant.zp)
+    s.int32s(zp=q.quant.zp, **({} if floats else {"zt": t.quant.zp}))
     s.add("float scale", float_literal(q.quant.s))
-    s.add("float t_scale", float_literal(t.quant.s))
+    if not floats:
+        s.add("float t_scale", float_literal(t.quant.s))
     if grad:
         s.add("float c", float_literal(float(grad_scale(d))), "2 / D")
-    return s.call("mse", "tt_mse_grad_f32" if grad else "tt_mse_loss_f32", dict(grad=grad))
+    name = "tt_mse_grad_f32" if grad else "tt_mse_loss_f32"
+    return s.call("mse", name + ("_ft" if floats else ""), dict(grad=grad, float_target=floats))
 
 
 def mse_grad(node: Node, ctx) -> Call:

@@ -6,8 +6,8 @@ update (``grad.py``)."""
 from tinytrain.codegen.bindings.conv2d.depthwise import planar_safe
 from tinytrain.codegen.bindings.conv2d.forward import conv2d
 from tinytrain.codegen.bindings.conv2d.grad import (PLANE_GZ_REGS, PLANE_TAPS_REGS, conv2d_grad_input,
-                                                    conv2d_grad_weight, conv2d_grad_weight_sgd_update,
-                                                    pointwise_tile_range)
+                                                    conv2d_grad_weight, conv2d_grad_weight_int,
+                                                    conv2d_grad_weight_sgd_update, pointwise_tile_range)
 from tinytrain.codegen.context import Binding
 
 __all__ = ["BINDINGS", "PLANE_GZ_REGS", "PLANE_TAPS_REGS", "planar_safe", "pointwise_tile_range"]
@@ -16,5 +16,6 @@ BINDINGS: dict[str, Binding] = {
     "conv2d": conv2d,
     "conv2d_grad_input": conv2d_grad_input,
     "conv2d_grad_weight": conv2d_grad_weight,
+    "conv2d_grad_weight_int": conv2d_grad_weight_int,
     "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,
 }

@@ -177,3 +177,16 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | Non
 
 def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:
     return fused_call(node, ctx, conv2d_grad_weight_into)
+
+
+def conv2d_grad_weight_int(node: Node, ctx) -> Call:
+    """The integer step's pointwise weight gradient (ops/conv2d.py conv2d_grad_weight_int)."""
+    g, x = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    c0, cs = channel_range(node.attrs.channels, g.shape[-1], node)
+    s = Signature()
+    s.add("tt_i32a *gw", ctx.ints(node.outputs[0]), "(Cs,K)")
+    s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)")
+    s.add("const int8_t *inp", ctx.act(x.name), "(P,K)")
+    s.ints(P=g.size // g.shape[-1], K=x.shape[-1], Co=g.shape[-1], c0=c0, Cs=cs)
+    s.int32s(in_zp=x.quant.zp)
+    return s.call("conv2d_grad_weight_int", "tt_conv2d_grad_weight_int", {})

@@ -1,0 +1,240 @@
+"""The integer-only training step (plan "backward": "int", training/integer_step.py): the plan field, the integer
+ops' arithmetic against the float step they replace, the overflow proof, no float operation from the loss to the
+update, and the C bit-identical to the simulator on the host and on QEMU cores (M0+ code, M3, M4, rv32imac): the
+state bit for bit everywhere, the reported float32 loss bit for bit between C builds (simulator: fp32 tolerance)."""
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_codegen_train import train_ops_model
+from tinytrain.errors import PlanError
+from tinytrain.ir import DType, QuantParams, Role, Tensor
+from tinytrain.ops import get_op
+from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs
+from tinytrain.ops.sgd_update_int import fixed_point
+from tinytrain.ops.softmax_xent import SoftmaxXentAttrs, SoftmaxXentGradIntAttrs, exp_table
+from tinytrain.simulator import init_state, train
+from tinytrain.training.finite import INT32_LIMIT, gradient_bounds
+from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.schedule import Schedule
+from tinytrain.training.sparse import Plan, WeightUpdate, parse_plan, preset
+from tinytrain.training.train_graph import build_training_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = 5  # train_ops_model's classifier: its layer index
+CLASSIFIER = Plan(bias_last_k=1, weights=(WeightUpdate(HEAD, 1.0),), lr=0.05, backward="int")
+
+
+def conv_head_model():
+    """A classifier whose head is a 1x1 convolution on the pooled features, then a reshape (MobileNetV1 TFLite's)."""
+    from ir_builders import ModelBuilder
+
+    mb = ModelBuilder("conv_head", 0)
+    h = mb.conv(mb.input((8, 8, 3)), 8, 3, 2)
+    h = mb.conv(mb.mean(h), 5, 1, act=None)
+    return mb.build(mb.reshape(h, (5,)))
+
+
+@pytest.fixture(scope="module")
+def model():
+    g, _ = train_ops_model()
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (10, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
+    return g, x, rng.integers(0, 5, 10)
+
+
+def test_the_plan_field_is_optional_and_checked():
+    assert parse_plan({"version": 1, "bias_last_k": 1}).backward == "fp32"
+    plan = parse_plan({"version": 1, "bias_last_k": 1, "backward": "int"})
+    assert plan.backward == "int" and plan.to_json()["backward"] == "int"
+    assert "backward" not in Plan(bias_last_k=1).to_json()  # old plans are written as before
+    with pytest.raises(PlanError, match='"backward" must be one of fp32, int'):
+        parse_plan({"version": 1, "bias_last_k": 1, "backward": "int8"})
+
+
+def test_compile_and_train_select_it_by_argument(model, tmp_path):
+    from tinytrain.api import compile, train
+    from tinytrain.errors import UsageError
+
+    g, x, y = model
+    compiled = compile(g, update="last-k:1", backward="int")
+    assert compiled.plan.backward == "int" and compiled.to_json()["plan"]["backward"] == "int"
+    assert "sgd_update_int" in {n.op for n in compiled.step.nodes} and compiled.files
+    given = compile(g, plan=CLASSIFIER, backward="fp32")  # the argument overrides the plan's own
+    assert given.plan.backward == "fp32" and "sgd_update" in {n.op for n in given.step.nodes}
+    assert compile(g, plan=CLASSIFIER).plan.backward == "int"
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    result = train(g, tmp_path / "d.npz", update="last-k:1", backward="int", steps=4)
+    assert result.plan.backward == "int" and np.all(np.isfinite(result.losses))
+    with pytest.raises(UsageError, match="--backward sets the training step"):
+        compile(g, backward="int")
+    with pytest.raises(UsageError, match="choose one of fp32, int"):
+        compile(g, update="last-k:1", backward="int16")
+
+
+@pytest.mark.slow
+def test_the_command_line_carries_it_into_the_plan(tmp_path, capsys):
+    from tinytrain.cli import main
+
+    model = ROOT / "models" / "mbv1-0.25-vww.onnx"
+    out = tmp_path / "build"
+    assert main(["compile", str(model), "--new-head", "10", "--update", "last-k:1", "--backward", "int",
+                 "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["plan"]["backward"] == "int" and any("sgd_update_int" in s for s in report["schedule"])
+    assert main(["compile", str(model), "--update", "last-k:3", "--backward", "int", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and '"backward": "int"' in err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("k", [3e-9, 1.7e-5, 0.37, 1.0, 5.5, 123456.7])
+def test_the_fixed_point_step_factor_keeps_31_bits(k):
+    m, n = fixed_point(k, "w")
+    assert 1 << 30 <= m < 1 << 31 and 0 <= n <= 62
+    assert abs(m * 2.0 ** -n - k) <= k * 2.0 ** -31
+
+
+def test_a_step_factor_without_an_integer_form_is_refused():
+    with pytest.raises(PlanError, match="too large for the integer step"):
+        fixed_point(2.0 ** 32, "w")
+
+
+def test_the_integer_loss_gradient_is_the_float_one_to_its_resolution():
+    rng = np.random.default_rng(0)
+    q = Tensor("q", (1, 10), DType.INT8, Role.ACTIVATION, QuantParams((0.17,), (-3,)))
+    label = Tensor("y", (1,), DType.INT32, Role.INPUT)
+    table = Tensor("t", (256,), DType.INT32, Role.CONSTANT)
+    for _ in range(20):
+        logits = rng.integers(-128, 128, (1, 10)).astype(np.int8)
+        y = rng.integers(0, 10, (1,)).astype(np.int32)
+        (g,) = get_op("softmax_xent_grad_int").reference(SoftmaxXentGradIntAttrs(), [logits, y, exp_table(0.17)],
+                                                         [q, label, table], [])
+        (f,) = get_op("softmax_xent_grad").reference(SoftmaxXentAttrs(), [logits, y], [q, label], [])
+        assert g.dtype == np.int32 and np.abs(g).max() <= 1 << 14
+        assert np.abs(g * 2.0 ** -14 - f).max() < 2.0 ** -12  # 2^-14 rounding + the Q15 table's
+
+
+def test_the_integer_update_rounds_stochastically_without_bias():
+    p = Tensor("w", (1, 4000), DType.INT32, Role.BIAS)
+    g = Tensor("g", (1, 4000), DType.INT32, Role.GRADIENT)
+    k = Tensor("k", (1, 2), DType.INT32, Role.CONSTANT)
+    step = Tensor("step", (1,), DType.INT32, Role.INPUT)
+    m, n = fixed_point(0.013, "w")
+    grads = np.full((1, 4000), 77, np.int32)  # each step 77 * 0.013 = 1.001 LSB
+    op = get_op("sgd_update_int")
+    out, _, _ = op.reference(SgdUpdateAttrs(), [np.zeros((1, 4000), np.int32), grads, np.array([[m, n]], np.int32),
+                                                None, np.array([5], np.int32)], [p, g, k, None, step], [])
+    assert set(np.unique(-out)) == {1, 2} and abs(float(-out.mean()) - 77 * 0.013) < 0.02
+
+
+def test_no_float_operation_from_the_loss_to_the_update(model):
+    g, _, _ = model
+    tg = build_training_graph(g, CLASSIFIER)
+    loss_at = next(k for k, n in enumerate(tg.nodes) if n.op == "softmax_xent")
+    after = tg.nodes[loss_at + 1:]
+    assert {n.op for n in after} == {"softmax_xent_grad_int", "clamp_mask_int", "fully_connected_grad_weight_int",
+                                     "bias_grad_int", "sgd_update_int"}
+    for n in after:
+        assert all(tg.tensors[t].dtype is not DType.FLOAT32 for t in (*n.inputs, *n.outputs) if t), n.name
+    proof = gradient_bounds(tg)  # the overflow proof: every int32 gradient's exact bound fits int32
+    assert proof.limit == INT32_LIMIT and proof.largest_bound <= INT32_LIMIT
+    assert proof.bounds[f"{tg.nodes[-1].inputs[0]}.grad"] > 0 and "int32" in proof.to_json()["proof"]
+
+
+def test_a_pointwise_convolution_head_trains_in_integers():
+    g = conv_head_model()
+    tg = build_training_graph(g, replace(CLASSIFIER, weights=(WeightUpdate(1, 1.0),)))
+    assert "conv2d_grad_weight_int" in {n.op for n in tg.nodes}
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (6, 8, 8, 3)).astype(np.int8)
+    state = init_state(tg)
+    before = {k: v.copy() for k, v in state.tensors.items()}
+    losses = train(tg, state, x, rng.integers(0, 5, 6))
+    assert np.all(np.isfinite(losses)) and any(not np.array_equal(before[k], v) for k, v in state.tensors.items())
+
+
+def test_what_the_integer_step_does_not_cover_is_refused(model):
+    g, _, _ = model
+    with pytest.raises(PlanError, match="no integer form"):
+        build_training_graph(g, replace(preset("last-k:2", g), backward="int"))
+    with pytest.raises(PlanError, match="no momentum"):
+        build_training_graph(g, CLASSIFIER, UpdateConfig(momentum=0.9))
+
+
+def test_an_lr_schedule_scales_the_integer_step_by_its_q15_factor(model):
+    g, x, y = model
+    tg = build_training_graph(g, replace(CLASSIFIER, lr_schedule=Schedule(1, 3)))
+    assert all(n.attrs.schedule is not None for n in tg.nodes if n.op == "sgd_update_int")
+    state = init_state(tg)
+    before = {k: v.copy() for k, v in state.tensors.items()}
+    train(tg, state, x[:3], y[:3])
+    after = {k: v.copy() for k, v in state.tensors.items()}
+    train(tg, state, x[3:6], y[3:6])  # steps 3..5: past the schedule, whose floor is 0: no parameter moves
+    assert any(not np.array_equal(before[k], v) for k, v in after.items())
+    assert all(np.array_equal(after[k], v) for k, v in state.tensors.items())
+
+
+def test_the_integer_step_learns_like_the_float_step(model):
+    g, x, y = model
+    losses = {}
+    for backward in ("fp32", "int"):
+        tg = build_training_graph(g, replace(CLASSIFIER, backward=backward))
+        state = init_state(tg)
+        train(tg, state, np.repeat(x, 3, axis=0), np.tile(y, 3))
+        losses[backward] = train(tg, state, x, y)
+    assert np.abs(losses["int"] - losses["fp32"]).max() < 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan,config", [
+    (CLASSIFIER, UpdateConfig()),
+    (replace(CLASSIFIER, remainder_bits=8), UpdateConfig(rounding=Rounding.NEAREST)),
+    (replace(CLASSIFIER, remainder_bits=0, weights=()), UpdateConfig(seed=7)),  # bias-only:1
+    (replace(CLASSIFIER, weights=(WeightUpdate(1, 1.0),)), UpdateConfig()),  # conv_head_model's classifier
+    (replace(CLASSIFIER, lr_schedule=Schedule(2, 7, 0.25)), UpdateConfig()),
+    (replace(CLASSIFIER, lr_schedule=Schedule(3, 8)), UpdateConfig(rounding=Rounding.NEAREST)),
+], ids=["classifier-rem4", "classifier-rem8-nearest", "bias-only-1", "pointwise-conv-head", "cosine",
+        "cosine-nearest"])
+def test_the_host_c_is_bit_identical_to_the_simulator(model, plan, config, tmp_path):
+    from tinytrain.engine_c import CTrainer
+
+    g, x, y = model
+    if plan.weights and plan.weights[0].conv == 1:
+        g, x = conv_head_model(), np.random.default_rng(4).integers(-128, 128, (10, 8, 8, 3)).astype(np.int8)
+    tg = build_training_graph(g, plan, config)
+    c, sim = CTrainer(tg, tmp_path), init_state(tg)
+    # the state bit for bit; the reported float32 loss (read by nothing in the step) within its fp32 tolerance
+    np.testing.assert_allclose(c.train(x, y), train(tg, sim, x, y), rtol=1e-6)
+    assert all(np.array_equal(c.state().tensors[k], v) for k, v in sim.tensors.items())
+
+
+QEMU_BOARDS = ["qemu-m0plus", "qemu-m3", "qemu-m4", "qemu-riscv32"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-riscv32") is None,
+                    reason="needs arm-none-eabi-gcc, qemu-system-arm and qemu-system-riscv32 (scripts/setup.sh)")
+@pytest.mark.parametrize("board,plan", [(b, CLASSIFIER) for b in QEMU_BOARDS]
+                         + [(b, replace(CLASSIFIER, lr_schedule=Schedule(1, 5, 0.25))) for b in QEMU_BOARDS[::3]],
+                         ids=QEMU_BOARDS + [f"{b}-cosine" for b in QEMU_BOARDS[::3]])
+def test_the_integer_step_is_bit_identical_on_the_cores(model, board, plan, tmp_path):
+    from tinytrain import engine_qemu
+    from tinytrain.engine_c import CTrainer
+    from tinytrain.firmware import BOARDS
+
+    g, x, y = model
+    tg = build_training_graph(g, plan)
+    engine_qemu.emit_compile_dir(tg, tmp_path / "compile", 96 * 1024, 256 * 1024, target=BOARDS[board].core)
+    fw = engine_qemu.build(tmp_path / "compile", board, tmp_path / "project")
+    r = engine_qemu.run(fw, board, train=(x[:6], y[:6]), test=(x[6:], y[6:]))
+    host, sim = CTrainer(tg, tmp_path / "host"), init_state(tg)
+    losses = host.train(x[:6], y[:6])
+    assert np.array_equal(r.losses.view(np.uint32), losses.view(np.uint32)) and r.state == host.state_bytes()
+    np.testing.assert_allclose(train(tg, sim, x[:6], y[:6]), losses, rtol=1e-6)
+    assert all(np.array_equal(host.state().tensors[k], v) for k, v in sim.tensors.items())
+    assert np.array_equal(r.logits, host.predict(x[6:]))

@@ -1,0 +1,53 @@
+"""The C binding of ``sgd_update_int`` (ops/sgd_update_int.py): the integer step's update of an int8 weight or int32
+bias in place, from an int32 gradient and a fixed-point step factor per channel.
+"""
+
+from __future__ import annotations
+
+from tinytrain.codegen.bindings.common import channel_range
+from tinytrain.codegen.context import Binding, Call, Signature
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ir import DType, Node
+from tinytrain.ops.sgd_update import GRAD, PARAM, REMAINDER, SCALE, STEP, Rounding, packed
+
+
+def sgd_update_int(node: Node, ctx) -> Call:
+    a = node.attrs
+    names = list(node.inputs) + [""] * (REMAINDER + 1 - len(node.inputs))
+    p = ctx.tensor(names[PARAM])
+    ptype = {DType.INT8: "int8_t", DType.INT32: "int32_t"}.get(p.dtype)
+    if ptype is None:
+        raise UnsupportedModelError(f"codegen: cannot update {p.dtype.value} parameter {p.name}")
+    cout = p.shape[0]
+    _, cs = channel_range(a.channels, cout, node)
+    stochastic = a.rounding is Rounding.STOCHASTIC
+    remainder = names[REMAINDER]
+    s = Signature()
+    s.add(f"{ptype} *param", ctx.state(p.name), "(Cs,E)")
+    s.add("const tt_i32a *grad", ctx.ints(names[GRAD]), "(Cs,E)")
+    s.add("const int32_t *fixed", ctx.const(names[SCALE]), "(Cs,2): the step factor M 2^-sh as (M, sh)")
+    if remainder:
+        s.add("int8_t *remainder", ctx.state(remainder),
+              "(Cs,(E+1)/2): the weights' sub-LSB parts, two to a byte" if packed(a.remainder_bits)
+              else "(Cs,E): the weights' sub-LSB parts")
+    s.ints(Cs=cs, E=p.size // cout)
+    if stochastic:
+        s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
+        s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
+    if a.reads_step:
+        s.add("uint32_t step", f"(uint32_t){ctx.scalar(names[STEP])}")
+    scheduled = a.schedule is not None
+    if scheduled:
+        s.add("uint32_t warmup", f"{a.schedule.warmup}u")
+        s.add("uint32_t steps", f"{a.schedule.steps}u")
+        s.add("int32_t floor_q15", str(a.schedule.floor_q15))
+    bits = "s8" if ptype == "int8_t" else "s32"
+    name = (f"tt_sgd_update_int_{bits}_{'stochastic' if stochastic else 'nearest'}"
+            + (f"_rem{a.remainder_bits}" if remainder else "") + ("_cosine" if scheduled else ""))
+    return s.call("sgd_update_int", name, dict(ptype=ptype, stochastic=stochastic, scheduled=scheduled,
+                                               remainder_bits=a.remainder_bits if remainder else 0))
+
+
+BINDINGS: dict[str, Binding] = {
+    "sgd_update_int": sgd_update_int,
+}

@@ -1,0 +1,107 @@
+"""The integer SGD update (plan "backward": "int", training/integer_step.py): ``sgd_update``'s landing with the step
+computed in integers from an int32 gradient — the spec C replicates bit for bit.
+
+Inputs as ``sgd_update``'s (ops/sgd_update.py): param (int8 weight or int32 bias, written in place), grad int32
+(C_sel,...) (the integer gradient, of real scale s_g), scale int32 (C_sel, 2): per selected channel the fixed-point
+step factor (M, n) with k = M 2^-n (``fixed_point``; k = 2^F lr s_g / s[c], QAS folded in by the pass), momentum ""
+(none: the integer step keeps no momentum), step int32 (1,) (stochastic rounding or an lr schedule), remainder
+(F > 0).
+
+With an lr schedule, each channel's M first becomes (M f) >> 15, f = schedule.factor_q15(step) the schedule's Q15
+factor in integers (training/schedule.py); 0 <= f <= 2^15, so it stays below 2^31. Then per element i of channel c,
+integers only:
+    t = g * M                                        (int64, exact: |g| < 2^31, 0 <= M < 2^31, so |t| < 2^62)
+    d = h_i >> (32 - n) if n <= 32 else h_i << (n - 32)   (STOCHASTIC: h_i the uint32 hash of ops/sgd_update.py)
+    d = 2^(n-1) if n > 0 else 0                      (NEAREST: ties up)
+    r = (t + d) >> n                                 (arithmetic shift = floor; 0 <= d < 2^n <= 2^62: no overflow)
+    r = min(max(r, -2^30), 2^30)
+then r lands exactly as in ``sgd_update`` (remainder of F bits, or the clamp). E[r] = t 2^-n up to the draw's 2^-32
+granularity: unbiased like the float step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tinytrain.errors import PlanError
+from tinytrain.ops import OpDef
+from tinytrain.ops import sgd_update as sgd
+from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, REMAINDER, SCALE, STEP, Rounding, SgdUpdateAttrs
+from tinytrain.quant import INT32_MAX, INT32_MIN
+
+MAX_SHIFT = 62
+
+
+def fixed_point(k: float, what: str) -> tuple[int, int]:
+    """(M, n) with M 2^-n = k to 31 significant bits, M in [2^30, 2^31) and 0 <= n <= 62 (a k below 2^-32 loses
+    bits of M: M 2^-62); PlanError when k >= 2^31 (steps that large have no integer form)."""
+    if not (math.isfinite(k) and k >= 0):
+        raise PlanError(f"the step factor of {what} is {k!r}; the integer step needs a finite positive one")
+    if k == 0:
+        return 0, 0
+    m, e = math.frexp(k)
+    mult, n = int(round(m * (1 << 31))), 31 - e
+    if mult == 1 << 31:
+        mult, n = mult >> 1, n - 1
+    if n < 0:
+        raise PlanError(f"the step factor of {what} ({k:.3g} LSB per gradient unit) is too large for the integer "
+                        "step; use a smaller lr")
+    if n > MAX_SHIFT:
+        mult, n = mult >> (n - MAX_SHIFT), MAX_SHIFT
+    return mult, n
+
+
+def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
+    p, g, k = ins[PARAM], ins[GRAD], ins[SCALE]
+    n_sel = p.shape[0] if a.channels is None else len(a.channels)
+    if g.shape != (n_sel,) + p.shape[1:] or k.shape != (n_sel, 2):
+        raise ValueError(f"sgd_update_int: gradient {g.shape} / scale {k.shape} do not fit {n_sel} channels of "
+                         f"{p.shape}")
+    if a.momentum or (len(ins) > MOMENTUM and ins[MOMENTUM] is not None):
+        raise ValueError("sgd_update_int: the integer step has no momentum")
+    if (len(ins) > STEP and ins[STEP] is not None) != a.reads_step:
+        raise ValueError("sgd_update_int: the step counter is an input exactly when rounding is stochastic or an lr "
+                         "schedule reads it")
+    sgd.check_remainder(a, p, g, ins[REMAINDER] if len(ins) > REMAINDER else None)
+    return []
+
+
+def integer_step(g: np.ndarray, k: np.ndarray, a: SgdUpdateAttrs, step: int) -> np.ndarray:
+    """r (int64, the gradient's shape): each element's step in LSBs (2^-F LSBs with a remainder)."""
+    shape = (-1,) + (1,) * (g.ndim - 1)
+    mult, n = k[:, 0].astype(np.int64).reshape(shape), k[:, 1].astype(np.int64).reshape(shape)
+    if a.schedule is not None:
+        mult = (mult * a.schedule.factor_q15(step)) >> 15
+    t = g.astype(np.int64) * mult
+    if a.rounding is Rounding.NEAREST:
+        d = np.where(n > 0, np.left_shift(np.int64(1), np.maximum(n - 1, 0)), 0)
+    else:
+        h = sgd.draws(a.seed, step, a.stream, g.size).reshape(g.shape).astype(np.int64)
+        d = np.where(n <= 32, h >> np.minimum(32 - n, 32), h << np.maximum(n - 32, 0))
+    r = (t + d) >> n
+    return np.clip(r, -(1 << 30), 1 << 30)
+
+
+def reference(a: SgdUpdateAttrs, arrays, ins, outs) -> list[np.ndarray | None]:
+    p, g, k = arrays[PARAM], np.asarray(arrays[GRAD]), np.asarray(arrays[SCALE])
+    step = int(np.asarray(arrays[STEP]).reshape(-1)[0]) if len(arrays) > STEP and arrays[STEP] is not None else 0
+    r = integer_step(g, k, a, step)
+    rows = slice(None) if a.channels is None else np.asarray(a.channels)
+    out = p.copy()
+    if a.remainder_bits:
+        out[rows], new_rem = sgd.land_remainder(p[rows], arrays[REMAINDER], r, a.remainder_bits)
+        return [out, None, new_rem]
+    lo, hi = (-127, 127) if p.dtype == np.int8 else (INT32_MIN, INT32_MAX)
+    out[rows] = np.clip(p[rows].astype(np.int64) - r, lo, hi).astype(p.dtype)
+    return [out, None, None]
+
+
+def bound(a: SgdUpdateAttrs, ins, bounds) -> list[float]:
+    """The gradient it applies fits int32 (training/finite.py checks it); then |g M| < 2^62 and r is exact."""
+    return [bounds[GRAD], 0.0]
+
+
+OP = OpDef("sgd_update_int", SgdUpdateAttrs, infer_shapes, reference, sgd.macs, writes=(PARAM, MOMENTUM, REMAINDER),
+           bound=bound)
