@@ -1,30 +1,43 @@
 """Transfer study on a shifted domain: Fashion-MNIST on ImageNet MobileNetV1-0.25, searched plans against presets.
 
-    .venv/bin/python benchmarks/transfer_study.py --fresh [--workers 2] [--train-images 5000]
+    .venv/bin/python benchmarks/transfer_study.py --fresh [--workers 2] [--train-images 5000] [--choose-recipe]
 
-(53 min on 2 cores shared with other jobs; ``--test-images N`` and a small ``--train-images`` make a quick check,
-not the study.)
+(Not re-run since the search's rank check and the remainder recipe; estimated wall time below. ``--test-images N``
+and a small ``--train-images`` make a quick check, not the study.)
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head
 (``--new-head 10 --seed 0``) on Fashion-MNIST (Debian package ``dataset-fashion-mnist``, read in place): a
 stratified subset of ``--train-images`` of the 60,000 training images (``fashion-mnist:N``; the whole set does
 not fit the time), the official 10,000 test images (``fashion-mnist:test``) for every reported number. Nothing is
-chosen on the test images: the recipe, the learning rates and the plans are chosen on a validation split (30 %,
-stratified, split seed 0) of the training subset. Stages:
+chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) are chosen on a validation split
+(30 %, stratified, split seed 0) of the training subset. Stages:
 
-1. recipe (validation split): the lr schedule first (constant, cosine, warm-up + cosine: the plan's lr_schedule,
-   computed by the device from its step count), then under it the head's lr (on classifier-only), on last-k:5 one
-   lr for all against a separate backbone lr, a separate bias lr, and the number of epochs, each measured before
-   it is kept (when it beats the simpler choice by more than one standard error of the difference;
-   ``choose_recipe``); then classifier-only's own best lr with that recipe (its row is trained at it: the fair
-   baseline);
-2. ``tinytrain plan`` at 256 KB and at 128 KB with that recipe (contributions, gain model, finalists trained);
+1. recipe: the 4-bit remainder default (``DEFAULT_RECIPE``: lr 0.003 for backbone weights and biases, head lr 0.01,
+   cosine, 6 epochs, batch-1 SGD, QAS; benchmarks/results/remainder_study.md). With ``--choose-recipe``, chosen on
+   the validation split instead: the lr schedule first (constant, cosine, warm-up + cosine), then under it the
+   head's lr (on classifier-only), on last-k:5 one lr for all against a separate backbone lr, a separate bias lr,
+   and 1-3 epochs, each kept when it beats the simpler choice by more than one standard error of the difference
+   (``choose_recipe``), and classifier-only's own best lr (its row is trained at it: the fair baseline);
+2. ``tinytrain plan`` at 256 KB and at 128 KB with that recipe: contributions, gain model, finalists (remainder
+   bits 0 / 4 / 8 traded) ranked by successive halving, every rung under the recipe's cosine over its own steps,
+   then every finalist trained at full length (the rank check: each rung's Spearman with it, the noise floor at
+   full length; the 128 KB search re-uses every finalist run of the 256 KB one from the shared cache);
 3. every row trained on the whole training subset with ``tinytrain train --engine c`` (the emitted C: the device's
    arithmetic), scored on the test set by the emitted C forward; peak SRAM from ``tinytrain compile``'s
    report.json. Rows: classifier-only, bias-only (the biases of the deepest last k that fits), every last-k:N that
-   fits 256 KB, the searched plans, the searched 256 KB plan without QAS (at its own best lr on the validation
-   split) and fp32 full fine-tuning in PyTorch (an fp32 twin of the graph, vww_study.torch_twin; every parameter,
-   Adam on batches of 32, cosine, 10 epochs, lr chosen on the validation split; fp32_finetune.py): the upper bound.
+   fits 256 KB (4-bit remainders), the searched plans, the searched 256 KB plan without QAS (at its own best lr on
+   the validation split), and three fp32 rows (an fp32 twin of the graph, vww_study.torch_twin; fp32_finetune.py):
+   the twin trained the device's way (batch-1 SGD, the recipe's lrs, schedule and epochs) on classifier-only and on
+   the deepest last-k:N that fits 256 KB, each paired against its device row (device = fp32), and full
+   fine-tuning (every parameter, Adam on batches of 32, cosine, 10 epochs, lr chosen on the validation split):
+   the ceiling.
+
+Wall time, estimated (2 cores, 2 workers): the last measured run took 53 min, about 10 of them choosing the recipe
+(29 validation runs, now skipped by default) and about 10 the fp32 full fine-tuning; the 6-epoch rows train 3x the
+steps of the 2-epoch ones (~16 rows x 30,000 host C steps at 1-2 ms: 8-16 min on 2 workers); each search trains
+~20 finalists for half the recipe, half of them for all of it, and the dropped half again for all of it (about
+1.5 x 20 x 21,000 steps at ~1.5 ms over 2 workers: ~8 min; the 128 KB search mostly from the cache); the two
+twin rows ~5 min (batch-1 torch steps). About 45-55 min: within the hour, not measured.
 
 Accuracies come with 95 % intervals; differences are paired per test image (mean of d_i in {-1, 0, 1} +- 1.96
 standard errors). Writes benchmarks/results/transfer_study.json and .md; work files in build/transfer_study.
@@ -88,8 +101,19 @@ class Recipe:
                 *self.schedule_flags()]
 
     def schedule_flags(self) -> list[str]:
-        kind, warmup = self.schedule
-        return [] if kind == "constant" else ["--lr-schedule", kind] + (["--warmup", f"{warmup:g}"] if warmup else [])
+        kind, warmup = self.schedule  # always given: plan's default is cosine, train's the plan file's own
+        return ["--lr-schedule", kind] + (["--warmup", f"{warmup:g}"] if warmup else [])
+
+
+# the 4-bit remainder default recipe (benchmarks/results/remainder_study.md: last-k:14 +3.0 over classifier-only)
+DEFAULT_RECIPE = Recipe(0.003, 0.003, 0.01, 6, ("cosine", 0.0))
+
+
+def default_recipe() -> tuple[Recipe, dict]:
+    r = DEFAULT_RECIPE
+    return r, {"source": "the 4-bit remainder default recipe (benchmarks/results/remainder_study.md), not re-chosen",
+               "chosen": {"lr": r.lr, "bias_lr": r.bias_lr, "head_lr": r.head_lr, "epochs": r.epochs,
+                          "schedule": r.schedule[0], "warmup": r.schedule[1], "classifier_only_lr": r.head_lr}}
 
 
 # ---- running tinytrain commands ---------------------------------------------------------------------------------
@@ -335,6 +359,18 @@ def fp32_full_finetune(task: Task, study: Study, log: list) -> dict:
             "correct": pred == task.y_test, "seconds": round(time.time() - t0, 1)}
 
 
+def fp32_twin(task: Task, recipe: Recipe, last_k: int, study: Study, log: list) -> dict:
+    """The fp32 twin trained the device's way: batch-1 SGD on the last ``last_k`` layers (weights and biases), the
+    recipe's lrs, schedule and epochs, on the whole training subset; scored on the test set."""
+    from fp32_finetune import Fp32Recipe, fit_predict
+
+    r = Fp32Recipe(last_k, "sgd", recipe.epochs, recipe.lr, recipe.head_lr, recipe.schedule[0])
+    t0 = time.time()
+    pred = fit_predict(task.graph, task.x, task.y, np.arange(len(task.y)), task.x_test, r, study.seed)
+    log.append({"fp32": f"twin last-k:{last_k}", "seconds": round(time.time() - t0, 1)})
+    return {"recipe": r.describe(), "correct": pred == task.y_test, "seconds": round(time.time() - t0, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
@@ -344,6 +380,9 @@ def main() -> None:
     ap.add_argument("--test-images", type=int, default=0,
                     help="a stratified subset of the test set, for a quick check only (default 0: all 10,000)")
     ap.add_argument("--fresh", action="store_true", help="start from an empty build/transfer_study")
+    ap.add_argument("--choose-recipe", action="store_true",
+                    help="choose the recipe on the validation split (choose_recipe: schedule, lrs, 1-3 epochs) "
+                         "instead of the 4-bit remainder default (6 epochs, lr 0.003, head lr 0.01, cosine)")
     args = ap.parse_args()
     from tinytrain.data import FASHION_MNIST_DIR
 
@@ -361,7 +400,7 @@ def main() -> None:
     print(f"data: {len(task.y)} training images ({len(task.fit)} fit / {len(task.val)} validation), "
           f"{len(task.y_test)} test images", flush=True)
 
-    recipe, recipe_record = choose_recipe(task, study, log)
+    recipe, recipe_record = choose_recipe(task, study, log) if args.choose_recipe else default_recipe()
     print(f"recipe: {recipe} ({time.time() - t_start:.0f} s)", flush=True)
     searches = {b: search(study, recipe, b, log) for b in ("256k", "128k")}
     print(f"searches done ({time.time() - t_start:.0f} s)", flush=True)
@@ -370,7 +409,7 @@ def main() -> None:
     rows: dict[str, dict] = {}
     for s in searches.values():
         for f in s["finalists"]:
-            if f["preset"]:
+            if f["preset"] and " @r" not in f["name"]:  # the default remainder bits' presets (others: searched)
                 rows.setdefault(f["name"], {"plan": f["plan"]})
     # classifier-only at its own best lr (the recipe's sweep): the baseline every row is compared with
     lr = recipe_record["chosen"]["classifier_only_lr"]
@@ -398,8 +437,15 @@ def main() -> None:
 
     with ThreadPoolExecutor(study.workers) as pool:
         list(pool.map(one, rows.items()))
-    fp32 = fp32_full_finetune(task, study, log)
-    print(f"  fp32: {100 * fp32['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
+    fp32 = {"fp32 full fine-tuning (PyTorch)": fp32_full_finetune(task, study, log)}
+    # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
+    deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:")), default=None)
+    for k in [1] + ([deepest] if deepest else []):
+        twin = fp32_twin(task, recipe, k, study, log)
+        device = "classifier-only" if k == 1 else f"last-k:{k}"
+        fp32[f"fp32 twin, {device} (device recipe)"] = {**twin, "device_row": device}
+    for name, row in fp32.items():
+        print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
 
     result = report(study, task, recipe, recipe_record, searches, rows, fp32, log, time.time() - t_start)
     out = ROOT / "benchmarks" / "results"
@@ -411,11 +457,14 @@ def main() -> None:
 def report(study, task, recipe, recipe_record, searches, rows, fp32, log, seconds) -> dict:
     ref = rows["classifier-only"]["correct"]
     table = {}
-    for name, row in [*rows.items(), ("fp32 full fine-tuning (PyTorch)", fp32)]:
+    for name, row in [*rows.items(), *fp32.items()]:
         acc, half = ci(row["correct"])
         d, dhalf = paired(row["correct"], ref)
         table[name] = {"accuracy": acc, "ci95": half, "vs_classifier_only": d, "vs_classifier_only_ci95": dhalf,
                        **{k: v for k, v in row.items() if k not in ("correct",)}}
+        if "device_row" in row:  # device = fp32: the device's row minus its twin, paired per test image
+            d, dhalf = paired(rows[row["device_row"]]["correct"], row["correct"])
+            table[name].update(device_minus_twin=d, device_minus_twin_ci95=dhalf)
     budgets = {}
     for b, limit in (("256k", 256 * 1024), ("128k", 128 * 1024)):
         fitting = [n for n, row in rows.items() if not n.startswith("searched") and row["peak_sram_bytes"] <= limit]
@@ -451,9 +500,10 @@ def markdown(r: dict) -> str:
         + ("the official 10,000 test images, all of them" if r["n_test"] == 10000 else
            f"a stratified subset of {r['n_test']} of the official test images: a quick check, not the study")
         + ", looked at only for this table). "
-        f"Recipe, lrs and plans were chosen on a 30 % validation split of the training subset.",
+        "Nothing was chosen on the test images: the plans (and with `--choose-recipe` the recipe) on a 30 % "
+        "validation split of the training subset.",
         "",
-        f"Recipe (chosen on the validation split, see below): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
+        f"Recipe ({r['recipe'].get('source', 'chosen on the validation split, see below')}): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
         f"{rec['head_lr']:g}, {rec['epochs']} epochs, "
         + ("constant lrs" if rec["schedule"] == "constant" else
            f"{rec['schedule']} lr schedule ({100 * rec['warmup']:g} % warm-up)")
@@ -470,21 +520,34 @@ def markdown(r: dict) -> str:
     fp32 = r["rows"]["fp32 full fine-tuning (PyTorch)"]
     lines += ["", f"fp32 full fine-tuning: {fp32['recipe']} (Adam's lr chosen on the validation split: "
               + ", ".join(f"lr {lr} {_pct(a)} %" for lr, a in fp32["validation"].items()) + ")."]
+    lines += [f"Device = fp32: `{row['device_row']}` on the device minus its twin ({row['recipe']}): "
+              f"{100 * row['device_minus_twin']:+.1f} ± {_pct(row['device_minus_twin_ci95'])} points (paired)."
+              for row in r["rows"].values() if "device_row" in row]
     lines += ["", "Searched plan against the best preset that fits the same budget (test set, paired):", ""]
     for b, v in r["budgets"].items():
         lines.append(f"- {b}: searched (chose `{v['chosen']}`, {v['searched_peak_sram_bytes'] / 1024:.1f} KB) "
                      f"minus {v['best_preset']}: {100 * v['searched_minus_best_preset']:+.1f} ± {_pct(v['ci95'])} "
                      "points")
     lines += ["", "Finalists of each search (validation split; predicted = the additive gain model's sum of "
-              "single-option gains, measured = trained, at the last rung they reached):", ""]
+              "single-option gains, measured = trained, at full length (the rank check; without it: at the last "
+              "rung they reached)):", ""]
     for b, s in r["searches"].items():
         lines.append(f"**{b}** (noise floor: {s['noise_floor']['repeats']} baseline runs, sd "
                      f"{_pct(s['noise_floor']['run_sd'])} points; validation SE {_pct(s['noise_floor']['binomial_se'])}"
                      f"; {s['seconds']:.0f} s)")
+        check = s.get("rank_check")
+        if check:
+            lines += ["", "Rank check (every finalist trained at full length, the reference ranking): Spearman "
+                      + ", ".join(f"{g['steps']} steps {'n/a' if g['spearman'] is None else format(g['spearman'], '.2f')}"
+                                  for g in check["rungs"])
+                      + f"; noise floor at full length sd {_pct(check['noise_floor']['run_sd'])} points, "
+                      f"{check['gains_above_noise']} of {check['finalists']} gains above "
+                      f"{check['noise_floor']['z']:g} x {_pct(check['noise_floor']['gain_sd'])}."]
         lines += ["", "| finalist | peak SRAM | predicted gain | measured gain | validation accuracy | steps |",
                   "|---|---|---|---|---|---|"]
         for f in s["finalists"]:
-            m = f["measured"][-1]
+            m = {**f["full_length"], "steps": s["measurement"]["finalist_steps"]} if f.get("full_length") else \
+                f["measured"][-1]
             pred = "n/a" if f["predicted_gain"] is None else f"{100 * f['predicted_gain']:+.1f}"
             lines.append(f"| {f['name']}{' (chosen)' if f['name'] == s['chosen'] else ''} | "
                          f"{f['peak_sram_bytes'] / 1024:.1f} KB | {pred} | {100 * m['gain']:+.1f} | "

@@ -309,9 +309,14 @@ def test_plan_cli_writes_a_plan_compile_and_train_accept_and_a_second_budget_reu
     # the presets that fit are finalists, and the plan written is the best measured finalist
     names = [f["name"] for f in first["finalists"]]
     assert names[0] == "classifier-only" and "last-k:2" in names and any(n.startswith("bias-only") for n in names)
-    last = {f["name"]: f["measured"][-1]["accuracy"] for f in first["finalists"] if f["last_rung"]}
+    # (the rank check trained every finalist at full length: the best of them; rank_check: each rung's Spearman)
+    last = {f["name"]: f["full_length"]["accuracy"] for f in first["finalists"]}
     assert first["validation_accuracy"] == max(last.values()) == last[first["chosen"]]
-    assert first["plan"] == next(f["plan"] for f in first["finalists"] if f["name"] == first["chosen"])
+    assert [r["steps"] for r in first["rank_check"]["rungs"]] == [r["steps"] for r in first["rungs"]]
+    # the plan is the chosen finalist's with the recipe's schedule (cosine by default) over --epochs of the data
+    assert {k: v for k, v in first["plan"].items() if k != "lr_schedule"} == next(
+        f["plan"] for f in first["finalists"] if f["name"] == first["chosen"])
+    assert first["plan"]["lr_schedule"]["kind"] == "cosine"
     assert first["noise_floor"]["repeats"] == 3 and len(first["noise_floor"]["accuracies"]) == 3
     # another (smaller) budget: every contribution it needs was measured: no contribution fine-tune at all
     second = _plan_cli(files, capsys, "6k")

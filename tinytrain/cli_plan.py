@@ -44,6 +44,26 @@ def _ks(spec: str | None) -> tuple[int, ...] | None:
         raise UsageError(f"--bias-k {spec}: give comma-separated integers, e.g. 1,2,4,8") from None
 
 
+def _bits(spec: str) -> tuple[int, ...]:
+    try:
+        return tuple(sorted({int(b) for b in spec.split(",") if b.strip()}))
+    except ValueError:
+        raise UsageError(f"--other-remainder-bits {spec}: give comma-separated bits, e.g. 0,8 (or '' for none)") \
+            from None
+
+
+def _print_rank_check(report: dict) -> None:
+    check = report["rank_check"]
+    if check is None:
+        return
+    noise = check["noise_floor"]
+    rho = ", ".join(f"{r['steps']} steps {'n/a' if r['spearman'] is None else format(r['spearman'], '.2f')}"
+                    for r in check["rungs"])
+    print(f"rank check: every finalist at {check['steps']} steps; Spearman of each rung with it: {rho}; noise floor "
+          f"there: sd {100 * noise['run_sd']:.2f} points per run, {check['gains_above_noise']} of "
+          f"{check['finalists']} gains above {noise['z']:g} x {100 * noise['gain_sd']:.2f}")
+
+
 def _gain(g: float, pct: bool) -> str:
     """A gain in accuracy points, or (an autoencoder) in score: the reconstruction error it removed."""
     return f"{100 * g:+6.1f}" if pct else f"{g:+8.4f}"
@@ -63,6 +83,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                   ft_epochs=args.ft_epochs, ft_steps=args.ft_steps, qas=not args.no_qas, rounding=args.rounding,
                   bias_k=_ks(args.bias_k), noise_floor=args.noise_floor, repeats=args.repeats,
                   proposals=args.proposals, max_rungs=args.max_rungs, workers=args.workers,
+                  other_bits=_bits(args.other_remainder_bits), rank_check=not args.no_rank_check,
                   executor=args.executor, address=args.address,
                   time_limit=args.time_limit, search_seconds_min=args.search_seconds_min,
                   population=args.population, generations=args.generations, cache=args.cache,
@@ -98,11 +119,13 @@ def _print_report(result, out: Path, details: Path) -> None:
     pct = report["score"] == "accuracy"
     for f in report["finalists"]:
         pred = "   n/a" if f["predicted_gain"] is None else _gain(f["predicted_gain"], pct)
-        last = f["measured"][-1]
+        last = f["measured"][-1] if f["full_length"] is None else {**f["full_length"], "steps": report[
+            "measurement"]["finalist_steps"]}
         at = f"{100 * last['accuracy']:.1f} %" if pct else f"score {last['accuracy']:.4f}"
         print(f"  {f['name']:22s} {format_size(f['peak_sram_bytes']):>9s}  predicted {pred}  measured "
               f"{_gain(last['gain'], pct)} ({at} at {last['steps']} steps)"
               + ("  <- chosen" if f["name"] == report["chosen"] else ""))
+    _print_rank_check(report)
     chosen = result.plan
     print(f"wrote {out} ({report['chosen']}: bias_last_k {chosen.bias_last_k}, {len(chosen.weights)} weight layers, "
           f"{format_size(report['peak_sram_bytes'])}) and {details}")
@@ -134,7 +157,8 @@ def add_plan_command(sub) -> None:
     n = s.add_mutually_exclusive_group()
     n.add_argument("--ft-epochs", type=int, default=1, help="epochs of each contribution fine-tune (default 1)")
     n.add_argument("--ft-steps", type=int, help="steps of each contribution fine-tune")
-    add_schedule_arguments(s, "each fine-tune's steps (the written plan: over --epochs of the data)")
+    add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data)",
+                           "cosine")
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     s.add_argument("--bias-k", help="comma-separated k values of the bias option (default: 1-6, even k to 16, "
@@ -150,6 +174,12 @@ def add_plan_command(sub) -> None:
     s.add_argument("--max-rungs", type=int, default=2,
                    help="successive-halving rungs at most (default 2: half the recipe, then the whole; deep plans "
                         "can start slowly, shorter rungs drop them before they recover)")
+    s.add_argument("--other-remainder-bits", default="0,8", metavar="BITS",
+                   help="remainder bits besides the default 4 the finalists may keep (the deepest last-k:N and the "
+                        "exact search's plan with them; default 0,8; '' for none)")
+    s.add_argument("--no-rank-check", action="store_true",
+                   help="skip the last phase: every finalist trained at full length (the reference ranking each "
+                        "rung's Spearman correlation is measured against; the winner is then the best of them)")
     s.add_argument("--workers", type=int, default=1,
                    help="fine-tune processes (default 1); --executor ray: the CPUs of the local Ray instance it "
                         "starts (default: every core)")

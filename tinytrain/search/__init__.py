@@ -11,7 +11,10 @@ As in MCUNetV3 ("On-Device Training Under 256KB Memory", Lin et al. 2022, sectio
    of its training step (training.device_step.device_step -> plan_memory, what
    ``tinytrain compile --plan`` reports; memory.py caches it) being within the budget;
 3. (not in the paper: gains do not add up) train the finalists — every preset that fits (candidates.py) and the
-   searches' proposals — with the recipe and keep the best measured one (halving.py).
+   searches' proposals, and plans keeping other remainder bits — with the recipe (every rung under the recipe's lr
+   schedule over its own steps) and keep the best measured one (halving.py);
+4. (not in the paper) train every finalist at full length: the reference ranking each rung's Spearman correlation
+   is reported against, with the noise floor at that length (rank.py).
 
 run.py puts the stages together (``tinytrain plan``, ``tinytrain.plan``); executors.py runs the fine-tunes of
 stages 1 and 3 in this process, in forked workers or as Ray tasks, with the same results.

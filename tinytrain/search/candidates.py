@@ -4,7 +4,8 @@ Presets (always candidates, so the search is never worse than the obvious plan i
 ``classifier-only`` (the last layer), ``bias-only`` (the classifier + the biases of every layer, or of the
 deepest last k that fits), ``last-k:N`` (weights and biases of the last N layers) for every N that fits.
 Proposals: the exact search's plan and the best distinct plans of the evolutionary search's last population.
-Memory is monotone in k and N (memory.py), so the deepest fitting preset is found by bisection.
+Memory is monotone in k and N (memory.py), so the deepest fitting preset is found by bisection. Remainder bits
+other than the default add the deepest last-k:N that fits with them (0 bits: deeper plans fit; 8: finer steps).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tinytrain.search.space import Choice, Space
+from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS
 
 
 @dataclass(frozen=True)
@@ -29,15 +31,17 @@ def _deepest(fits, lo: int, hi: int) -> int:
     return lo
 
 
-def presets(space: Space, fits) -> list[Candidate]:
-    """The presets that fit (``fits(choice)``; the classifier alone must fit), shallow to deep."""
-    n = space.n_layers
-    out = [Candidate("classifier-only", space.last_k(1), True)]
-    k = _deepest(lambda k: fits(Choice(k)), 1, n)
+def presets(space: Space, fits, bits: int = DEFAULT_REMAINDER_BITS) -> list[Candidate]:
+    """The presets that fit (``fits(choice)``; the classifier alone must fit), shallow to deep, their weights
+    keeping ``bits`` remainder bits (other than the default: named with " @rBITS")."""
+    n, tag = space.n_layers, "" if bits == DEFAULT_REMAINDER_BITS else f" @r{bits}"
+    out = [Candidate("classifier-only" + tag, space.last_k(1, bits), True)]
+    k = _deepest(lambda k: fits(Choice(k, bits=bits)), 1, n)
     if k > 1:
-        out.append(Candidate("bias-only" if k == n else f"bias-only (last {k})", Choice(k), True))
-    deepest = _deepest(lambda m: fits(space.last_k(m)), 1, n)
-    out += [Candidate(f"last-k:{m}", space.last_k(m), True) for m in range(2, deepest + 1) if fits(space.last_k(m))]
+        out.append(Candidate(("bias-only" if k == n else f"bias-only (last {k})") + tag, Choice(k, bits=bits), True))
+    deepest = _deepest(lambda m: fits(space.last_k(m, bits)), 1, n)
+    out += [Candidate(f"last-k:{m}{tag}", space.last_k(m, bits), True)
+            for m in range(2, deepest + 1) if fits(space.last_k(m, bits))]
     return out
 
 

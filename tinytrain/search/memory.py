@@ -3,7 +3,8 @@
 A plan's memory is the real thing, not a formula: ``training.device_step.device_step`` (the step compile
 plans) -> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's
 defaults), and its ``peak_sram_bytes`` (arena + trainable SRAM copies + optimizer state + runtime + stack
-estimate). One evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results
+estimate; the optimizer state includes the trained weights' remainders, ``remainder_bytes``, so a plan's
+remainder bits are part of its figure and of its key). One evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results
 are kept in memory and, with ``path``, in a JSON file shared by every ``tinytrain plan`` run on the same model
 (keyed by the model's sha256, head and update configuration; budget independent), valid for the sources that
 decide the figure (``MEMORY_SOURCES``): a file written by another memory model is not reused.
@@ -25,7 +26,10 @@ UNTRAINABLE = 1 << 62  # the "peak" of a plan no engine runs: over every budget
 
 
 def plan_key(plan: Plan) -> str:
-    return f"b{plan.bias_last_k}" + "".join(f"|w{w.conv}:{w.ratio:g}" for w in plan.weights)
+    """What decides a plan's memory: its updates and its remainder bits (their bytes: memory/report.py
+    ``remainder_bytes``, part of the optimizer state the peak counts)."""
+    return f"b{plan.bias_last_k}" + "".join(f"|w{w.conv}:{w.ratio:g}" for w in plan.weights) + \
+        f"|r{plan.remainder_bits}"
 
 
 def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), planner: str = "greedy") -> int:
@@ -104,9 +108,9 @@ class MonotoneFits:
 
     @staticmethod
     def _le(a, b) -> bool:
-        """a updates no more than b."""
+        """a updates no more than b (and keeps no more remainder bits)."""
         rb = dict(b.weights)
-        return a.k <= b.k and all(r <= rb.get(i, 0.0) for i, r in a.weights)
+        return a.k <= b.k and a.bits <= b.bits and all(r <= rb.get(i, 0.0) for i, r in a.weights)
 
     def __call__(self, choice) -> bool:
         if any(self._le(choice, f) for f in self.fitting):

@@ -8,13 +8,19 @@ training decides.
    each plan checked with the true peak SRAM of its training step (memory.py, what ``tinytrain compile --plan``
    reports).
 3. Finalists: every preset that fits (classifier-only, bias-only, every last-k:N; candidates.py), the exact
-   search's plan and the best of the evolution's population, ranked by training them with the recipe (``epochs``
-   over the fit rows, the plan's learning rates) by successive halving (halving.py). The best measured finalist is
-   the plan, so the result is never a plan that measured worse than a preset, and a searched plan must lead the
-   best preset by more than the noise (noise.py: run-to-run and paired validation-row noise); the report records
-   every finalist's predicted (additive) and measured gain, the noise floor, every contribution and the timings. With
-   ``held_out`` the held-out part of the data (the same split as ``train(held_out=...)``) is never seen:
-   everything is measured on a validation part (``val``) of the rest.
+   search's plan and the best of the evolution's population, and for each of the ``other_bits`` remainder bits
+   (a whole-plan choice; its bytes are in the memory check) the deepest last-k:N and the exact search's plan with
+   them, ranked by training them with the recipe (``epochs`` over the fit rows, the plan's learning rates) by
+   successive halving (halving.py). Every fine-tune and rung follows the recipe's lr schedule compressed to its
+   own steps (cosine by default), so a short run is a small copy of the full one.
+4. With ``rank_check`` (default), every finalist is trained for the whole recipe: the reference ranking. The
+   report gives each rung's Spearman correlation with it (rank.py) and the noise floor at full length (the
+   baseline repeated with other seeds) beside the gains; the winner is the best of them all at full length.
+The best measured finalist is the plan, so the result is never a plan that measured worse than a preset, and a
+searched plan must lead the best preset by more than the noise (noise.py: run-to-run and paired validation-row
+noise); the report records every finalist's predicted (additive) and measured gain, the noise floor, every
+contribution and the timings. With ``held_out`` the held-out part of the data (the same split as
+``train(held_out=...)``) is never seen: everything is measured on a validation part (``val``) of the rest.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import numpy as np
 
 from tinytrain.errors import BudgetError, UsageError
 from tinytrain.ir import Graph
-from tinytrain.training.sparse import Plan
+from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, REMAINDER_BITS, Plan
 
 DEFAULT_LR = 0.01
 
@@ -50,8 +56,8 @@ class SearchOptions:
     bias_lr: float | None = None
     head_lr: float | None = None
     epochs: int = 2                  # the finalists' recipe
-    lr_schedule: str | None = None   # "cosine": every fine-tune's lrs follow a cosine over its steps, and the plan's
-    warmup: float = 0.0              # over --epochs of the data (the warm-up fraction); None / "constant": none
+    lr_schedule: str | None = "cosine"  # (None too) every fine-tune's and rung's lrs follow a cosine over its own
+    warmup: float = 0.0              # steps, the plan's over --epochs of the data (the warm-up fraction); "constant"
     ft_epochs: int = 1
     ft_steps: int | None = None
     qas: bool = True
@@ -61,6 +67,8 @@ class SearchOptions:
     repeats: int = 3
     proposals: int = 4
     max_rungs: int = 2
+    other_bits: tuple[int, ...] = (0, 8)  # remainder bits besides the default the finalists may keep
+    rank_check: bool = True          # train every finalist at full length: the reference ranking of the rungs
     workers: int = 1                 # local: fine-tune processes; ray: CPUs of a local Ray instance
     executor: str = "local"          # "local" or "ray" (search/executors.py)
     address: str | None = None       # ray: the cluster to connect to (default: this process's or a local one)
@@ -162,6 +170,9 @@ def _check_options(opts: SearchOptions) -> None:
     if opts.epochs < 1:
         raise UsageError(f"--epochs {opts.epochs}: give a positive number of epochs")
     check_schedule(opts.lr_schedule, opts.warmup)
+    if not set(opts.other_bits) <= set(REMAINDER_BITS):
+        raise UsageError(f"--other-remainder-bits {','.join(map(str, opts.other_bits))}: give some of "
+                         f"{', '.join(map(str, REMAINDER_BITS))}")
 
 
 def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> _Run:
@@ -187,7 +198,7 @@ def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     train_rows, val_rows = rows[fit_idx], rows[val_idx]
     if opts.anomaly:  # an autoencoder learns the normal: the anomalous rows are only scored
         train_rows = train_rows[y[train_rows] == 0]
-    ft = FineTune(lr=opts.lr, bias_lr=opts.bias_lr, head_lr=opts.head_lr, lr_schedule=opts.lr_schedule or "constant",
+    ft = FineTune(lr=opts.lr, bias_lr=opts.bias_lr, head_lr=opts.head_lr, lr_schedule=opts.lr_schedule or "cosine",
                   warmup=opts.warmup, steps=opts.ft_steps or opts.ft_epochs * len(train_rows), qas=opts.qas,
                   rounding=opts.rounding, seed=opts.seed, loss=opts.loss, anomaly=opts.anomaly)
     config = UpdateConfig(rounding=Rounding(ft.rounding), qas=ft.qas, seed=ft.seed)
@@ -290,7 +301,7 @@ def _contributions(run: _Run) -> _Contributions:
 
 def _propose(run: _Run, gains) -> tuple[dict, float, dict, float, Any]:
     """Phase 2: the gain model proposes, by evolution and an exact branch and bound (each with half the time
-    left); their results and seconds, and the memory check they shared."""
+    left), at the default remainder bits; their results and seconds, and the memory check they shared."""
     from tinytrain.search.evolution import evolve
     from tinytrain.search.exact import branch_and_bound
     from tinytrain.search.memory import MonotoneFits
@@ -312,27 +323,46 @@ def _propose(run: _Run, gains) -> tuple[dict, float, dict, float, Any]:
     return evo, evo_seconds, exact, time.time() - t0, fits
 
 
+def _propose_bits(run: _Run, gains) -> dict[int, dict]:
+    """The exact search's plan for each of the other remainder bits (the same gains, the memory of the plan with
+    those bits: fewer bits leave room for more trained rows)."""
+    from tinytrain.search.exact import branch_and_bound
+    from tinytrain.search.memory import MonotoneFits
+
+    out = {}
+    for bits in sorted(set(run.opts.other_bits) - {DEFAULT_REMAINDER_BITS}):
+        fits = MonotoneFits(run.mem, run.opts.sram_bytes, lambda c, b=bits: run.plan_of(replace(c, bits=b)))
+        t0 = time.time()
+        share = None if run.deadline is None else max(run.opts.search_seconds_min / 2, run.deadline - t0)
+        res = branch_and_bound(gains, fits, deadline=None if share is None else t0 + share)
+        out[bits] = {**res, "choice": replace(res["choice"], bits=bits), "seconds": round(time.time() - t0, 2)}
+    return out
+
+
 @dataclass(frozen=True)
 class _Final:
-    """Phase 3's results: the finalists, the winner, the rungs and the decision against the best preset."""
+    """Phase 3's results: the finalists, the winner, the rungs, the decision against the best preset and the
+    reference ranking (every finalist at full length; None without ``rank_check``)."""
 
     cands: list
     by_name: dict
     winner: str
+    accuracy: float  # the winner's, at full length
     rungs: list
     decision: dict
     finalists_run: list
     full_steps: int
+    reference: dict | None
 
 
-def _margin(run: _Run, noise, last_results: dict, decision: dict, candidate: str, preset: str) -> float:
+def _margin(run: _Run, noise, results: dict, decision: dict, candidate: str, preset: str) -> float:
     """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise and the paired standard error of
     the two on the validation rows (unpaired, from the accuracies, for a cached result without rows)."""
     from tinytrain.search.measure import unpack_correct
     from tinytrain.search.noise import paired_se
 
     n_val = len(run.val_rows)
-    a, b = last_results[candidate], last_results[preset]
+    a, b = results[candidate], results[preset]
     if "correct" in a and "correct" in b:
         se = paired_se(unpack_correct(a["correct"], n_val), unpack_correct(b["correct"], n_val))
     elif "scores" in a and "scores" in b:  # an autoencoder's per-row scores
@@ -345,53 +375,115 @@ def _margin(run: _Run, noise, last_results: dict, decision: dict, candidate: str
     return noise.margin(se)
 
 
-def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict) -> _Final:
-    """Phase 3: the presets that fit and the model's proposals, ranked by training them (successive halving)."""
-    from tinytrain.search.candidates import Candidate, finalists, presets
-    from tinytrain.search.halving import successive_halving
+def _measure(run: _Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], steps: int, ran: list) -> dict:
+    """{(name, seed): fine-tune result} of the finalists ``wanted`` trained ``steps`` steps with those seeds
+    (sample order, rounding; cached under the option key, @steps and #seedS when not the run's seed): the lrs
+    follow the recipe's schedule compressed to ``steps`` (measure.finetune_accuracy)."""
     from tinytrain.search.measure import add_features
     from tinytrain.training.sparse import parse_plan
 
+    keys = {(n, s): f"{by_name[n].choice.key()}@{steps}" + ("" if s == run.ft.seed else f"#seed{s}")
+            for n, s in wanted}
+    todo = [(keys[w], run.plan_of(by_name[w[0]].choice).to_json(), steps, w[1])
+            for w in wanted if run.cache.get(keys[w]) is None]
+    add_features(job, [parse_plan(t[1]) for t in todo])
+    bar = _bar(len(todo), f"finalists ({steps} steps each)", run.opts.progress)
+
+    def on_result(key, result):
+        run.cache.put(key, result)
+        ran.append(key)
+
+    run.executor.run(job, todo, on_result, None, bar)
+    bar.close()
+    return {w: run.cache.get(keys[w]) for w in wanted}
+
+
+def _reference(run: _Run, job: dict, by_name: dict, rungs: list, full_steps: int, ran: list) -> dict:
+    """The last phase: every finalist trained for the whole recipe (the reference ranking; the last rung's are
+    cached), the baseline repeated with other seeds at that length (the noise floor of the gains ranked), and
+    each rung's Spearman correlation with the reference (rank.py)."""
+    from tinytrain.search.noise import NoiseFloor
+    from tinytrain.search.rank import rung_agreement
+
+    seed, base = run.ft.seed, "classifier-only"
+    seeds = [seed + j for j in range(run.opts.repeats)]
+    got = _measure(run, job, by_name, [(n, seed) for n in by_name] + [(base, s) for s in seeds[1:]], full_steps,
+                   ran)
+    results = {n: got[(n, seed)] for n in by_name}
+    acc = {n: r["accuracy"] for n, r in results.items()}
+    noise = NoiseFloor(tuple(got[(base, s)]["accuracy"] for s in seeds), len(run.val_rows), run.opts.noise_floor)
+    gains = {n: acc[n] - acc[base] for n in acc}
+    return {"steps": full_steps, "results": results, "accuracy": acc, "noise": noise,
+            "rungs": rung_agreement([(r.steps, r.accuracy) for r in rungs], acc),
+            "gains_above_noise": sum(g > noise.threshold for n, g in gains.items() if n != base)}
+
+
+def _candidates(run: _Run, evo: dict, exact: dict, others: dict[int, dict]) -> list:
+    """The finalists: the presets that fit and the proposals at the default remainder bits, then for each other
+    bits the deepest last-k:N that fits with them and the exact search's plan (candidates.py)."""
+    from tinytrain.search.candidates import Candidate, finalists, presets
+
+    def fits(c) -> bool:
+        return run.fits_plan(run.plan_of(c))
+
     proposals = [Candidate("exact", exact["choice"], False)]
     proposals += [Candidate(f"evolution #{j + 1}", c, False)
-                  for j, c in enumerate(evo["population"][: run.opts.proposals]) if run.fits_plan(run.plan_of(c))]
-    cands = finalists(presets(run.space, lambda c: run.fits_plan(run.plan_of(c))), proposals)
+                  for j, c in enumerate(evo["population"][: run.opts.proposals]) if fits(c)]
+    for bits, res in others.items():
+        deepest = presets(run.space, fits, bits)[-1]
+        proposals += [deepest] if deepest.name.startswith("last-k:") else []
+        proposals += [Candidate(f"exact @r{bits}", res["choice"], False)] if fits(res["choice"]) else []
+    return finalists(presets(run.space, fits), proposals)
+
+
+def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict, others: dict[int, dict]) -> _Final:
+    """Phase 3: the finalists ranked by training them (successive halving), then, with ``rank_check``, every one
+    at full length: the winner is then the best of them all at full length (halving.py's rule against the
+    presets)."""
+    from tinytrain.search.halving import successive_halving
+
+    cands = _candidates(run, evo, exact, others)
     by_name = {c.name: c for c in cands}
     full_steps = run.opts.epochs * len(run.train_rows)
-    last_results: dict[str, dict] = {}  # the last rung's fine-tunes
+    last: dict[str, dict] = {}  # the latest rung's fine-tunes
     decision: dict = {}
-    finalists_run: list = []
+    ran: list = []
 
     def measure(names: list[str], steps: int) -> dict[str, float]:
-        keys = {n: f"{by_name[n].choice.key()}@{steps}" for n in names}
-        todo_ = [(keys[n], run.plan_of(by_name[n].choice).to_json(), steps, run.ft.seed)
-                 for n in names if run.cache.get(keys[n]) is None]
-        add_features(contrib.job, [parse_plan(t[1]) for t in todo_])
-        bar_ = _bar(len(todo_), f"finalists ({steps} steps each)", run.opts.progress)
+        got = _measure(run, contrib.job, by_name, [(n, run.ft.seed) for n in names], steps, ran)
+        last.clear()
+        last.update({n: got[(n, run.ft.seed)] for n in names})
+        return {n: last[n]["accuracy"] for n in names}
 
-        def on_result_(key, result):
-            run.cache.put(key, result)
-            finalists_run.append(key)
+    def rank(max_rungs: int, measure_, noise) -> tuple[str, list]:
+        return successive_halving(
+            [c.name for c in cands], "classifier-only", measure_, full_steps,
+            lambda n: run.mem(run.plan_of(by_name[n].choice)), max_rungs,
+            presets=frozenset(c.name for c in cands if c.preset),
+            margin=lambda cand, preset: _margin(run, noise, last, decision, cand, preset))
 
-        run.executor.run(contrib.job, todo_, on_result_, None, bar_)
-        bar_.close()
-        last_results.clear()
-        last_results.update({n: run.cache.get(keys[n]) for n in names})
-        return {n: last_results[n]["accuracy"] for n in names}
-
-    winner, rungs = successive_halving(
-        [c.name for c in cands], "classifier-only", measure, full_steps,
-        lambda n: run.mem(run.plan_of(by_name[n].choice)), run.opts.max_rungs,
-        presets=frozenset(c.name for c in cands if c.preset),
-        margin=lambda cand, preset: _margin(run, contrib.noise, last_results, decision, cand, preset))
+    winner, rungs = rank(run.opts.max_rungs, measure, contrib.noise)
+    accuracy, ref = rungs[-1].accuracy[winner], None
+    if run.opts.rank_check:
+        ref = _reference(run, contrib.job, by_name, rungs, full_steps, ran)
+        last.clear()
+        last.update(ref["results"])
+        decision.clear()
+        # the noise of the full-length runs (the baseline's other seeds at that length) decides the margin
+        winner = rank(1, lambda names, steps: {n: ref["accuracy"][n] for n in names}, ref["noise"])[0]
+        accuracy = ref["accuracy"][winner]
     run.mem.save()
-    return _Final(cands, by_name, winner, rungs, decision, finalists_run, full_steps)
+    return _Final(cands, by_name, winner, accuracy, rungs, decision, ran, full_steps, ref)
 
 
-def _finalist_json(run: _Run, c, contrib: _Contributions, rungs: list) -> dict:
+def _finalist_json(run: _Run, c, contrib: _Contributions, final: _Final) -> dict:
+    rungs = final.rungs
     measured = [{"steps": r.steps, "accuracy": r.accuracy[c.name],
                  "gain": round(r.accuracy[c.name] - r.accuracy["classifier-only"], 6)}
                 for r in rungs if c.name in r.accuracy]
+    ref = final.reference
+    full = None if ref is None else {"accuracy": ref["accuracy"][c.name], "gain": round(
+        ref["accuracy"][c.name] - ref["accuracy"]["classifier-only"], 6)}
     pred = _predicted(c.choice, contrib.bias, contrib.weight)
     gains = contrib.gains
     return {"name": c.name, "preset": c.preset, "plan": run.plan_of(c.choice).to_json(),
@@ -399,7 +491,18 @@ def _finalist_json(run: _Run, c, contrib: _Contributions, rungs: list) -> dict:
             "predicted_gain": None if pred is None else round(pred, 6),
             "model_score": round(gains.score(c.choice), 6) if c.choice.k in gains.bias and all(
                 o in gains.weight for o in c.choice.weights) else None,
-            "measured": measured, "last_rung": len(measured) == len(rungs)}
+            "measured": measured, "last_rung": len(measured) == len(rungs), "full_length": full}
+
+
+def _rank_check_json(final: _Final) -> dict | None:
+    """PLAN.search.json's "rank_check": each rung's Spearman correlation with the full-length ranking of the
+    finalists, and the noise floor at full length beside the gains it ranks."""
+    ref = final.reference
+    if ref is None:
+        return None
+    return {"steps": ref["steps"], "rungs": ref["rungs"], "noise_floor": ref["noise"].to_json(),
+            "gains_above_noise": ref["gains_above_noise"], "finalists": len(ref["accuracy"]) - 1,
+            "chosen_at_full_length": True}
 
 
 def _proposal_json(run: _Run, res: dict) -> dict:
@@ -408,12 +511,13 @@ def _proposal_json(run: _Run, res: dict) -> dict:
             "fits": run.mem(plan) <= run.opts.sram_bytes}
 
 
-def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact: tuple, fits, final: _Final) -> dict:
+def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact: tuple, fits, final: _Final,
+            others: dict) -> dict:
     """PLAN.search.json."""
     from tinytrain.version import __version__
 
     opts, winner, val = run.opts, final.winner, len(run.val_rows)
-    acc = final.rungs[-1].accuracy[winner]
+    acc = final.accuracy
     return {
         "tinytrain_version": __version__, "model": run.source["model"], "model_sha256": run.graph.source_sha256,
         "new_head": opts.new_head, "data": run.source["data"], "sram_budget_bytes": opts.sram_bytes,
@@ -421,13 +525,16 @@ def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact:
         "preset_chosen": final.by_name[winner].preset, "validation_accuracy": acc,
         "score": "accuracy" if opts.loss == "xent" else "roc_auc" if opts.anomaly else "-reconstruction_error",
         "validation_se": round(float(np.sqrt(acc * (1 - acc) / val)), 6) if opts.loss == "xent" else None,
-        "finalists": [_finalist_json(run, c, contrib, final.rungs) for c in final.cands],
+        "finalists": [_finalist_json(run, c, contrib, final) for c in final.cands],
         "rungs": [{"steps": r.steps, "kept": list(r.kept)} for r in final.rungs],
+        "rank_check": _rank_check_json(final),
         "searched_vs_best_preset": final.decision or None,
         "evolution": {**_proposal_json(run, evo[0]), "generations": evo[0]["generations"],
                       "seconds": round(evo[1], 2)},
         "exact": {**_proposal_json(run, exact[0]), "proven_optimal": exact[0]["proven_optimal"],
                   "nodes": exact[0]["nodes"], "seconds": round(exact[1], 2)},
+        "exact_other_bits": {str(b): {**_proposal_json(run, r), "proven_optimal": r["proven_optimal"],
+                                      "seconds": r["seconds"]} for b, r in others.items()},
         "baseline": {"plan": contrib.base.to_json(), "accuracy": contrib.base_acc,
                      "peak_sram_bytes": run.mem(contrib.base)},
         "measurement": {"finetune": asdict(run.ft), "finalist_steps": final.full_steps,
@@ -456,9 +563,11 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     run = _setup(graph, x, y, opts, source)
     contrib = _contributions(run)                                                   # 1. contributions, noise floor
     evo, evo_seconds, exact, exact_seconds, fits = _propose(run, contrib.gains)     # 2. evolution, exact search
-    final = _finalists(run, contrib, evo, exact)                                    # 3. finalists, halving
+    others = _propose_bits(run, contrib.gains)                                      #    other remainder bits
+    final = _finalists(run, contrib, evo, exact, others)                            # 3. finalists, halving,
+    #                                                                                    4. full-length reference
     # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
-    chosen = with_lr_schedule(run.plan_of(final.by_name[final.winner].choice), opts.lr_schedule, opts.warmup,
+    chosen = with_lr_schedule(run.plan_of(final.by_name[final.winner].choice), run.ft.lr_schedule, opts.warmup,
                               opts.epochs * len(run.rows))
-    report = _report(run, chosen, contrib, (evo, evo_seconds), (exact, exact_seconds), fits, final)
+    report = _report(run, chosen, contrib, (evo, evo_seconds), (exact, exact_seconds), fits, final, others)
     return SearchResult(chosen, report)

@@ -1,8 +1,10 @@
 """The search space of ``tinytrain plan`` and the separable gain model over it.
 
 A point (``Choice``) is: the biases of the last ``k`` layers (k >= 1: the classifier's bias is always
-updated) and a ratio r_i in {0, 1/8, 1/4, 1/2, 1} of output channels for each layer i below the classifier,
-whose weights are always updated in full. Its plan is a version-1 plan (training/sparse.py); which channels
+updated), a ratio r_i in {0, 1/8, 1/4, 1/2, 1} of output channels for each layer i below the classifier,
+whose weights are always updated in full, and the remainder bits every trained int8 weight keeps (0, 4 or 8: a
+whole-plan choice, its bytes counted by the memory check; the gain model does not see it, the finalists' training
+does). Its plan is a version-1 plan (training/sparse.py); which channels
 a ratio selects is ``sparse.select_channels``, the function the simulator and the code generator use.
 
 The gain model (MCUNetV3 eq. 2): gain(choice) = Δb[k] + Σ_i Δw[i, r_i] with Δb[1] = 0 and Δw[i, 0] = 0,
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinytrain.training.sparse import RATIOS, Plan, WeightUpdate, layers
+from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, RATIOS, Plan, WeightUpdate, layers
 
 WEIGHT_RATIOS = tuple(sorted(RATIOS))  # 1/8, 1/4, 1/2, 1
 
@@ -30,9 +32,11 @@ def default_bias_ks(n: int) -> tuple[int, ...]:
 class Choice:
     k: int = 1
     weights: tuple[tuple[int, float], ...] = ()  # (layer, ratio), sorted by layer, ratio > 0, no classifier
+    bits: int = DEFAULT_REMAINDER_BITS  # the plan's remainder_bits
 
     def key(self) -> str:
-        return f"b{self.k}" + "".join(f"|w{i}:{r:g}" for i, r in self.weights)
+        bits = "" if self.bits == DEFAULT_REMAINDER_BITS else f"|r{self.bits}"
+        return f"b{self.k}" + "".join(f"|w{i}:{r:g}" for i, r in self.weights) + bits
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,12 @@ class Space:
 
     def plan(self, choice: Choice, lr: float, bias_lr: float | None = None, head_lr: float | None = None) -> Plan:
         weights = tuple(WeightUpdate(i, float(r)) for i, r in choice.weights) + (WeightUpdate(self.classifier, 1.0),)
-        return Plan(choice.k, tuple(sorted(weights, key=lambda w: w.conv)), "first", lr, bias_lr, head_lr)
+        return Plan(choice.k, tuple(sorted(weights, key=lambda w: w.conv)), "first", lr, bias_lr, head_lr,
+                    remainder_bits=choice.bits)
 
-    def last_k(self, n: int) -> Choice:
+    def last_k(self, n: int, bits: int = DEFAULT_REMAINDER_BITS) -> Choice:
         """The ``last-k:N`` preset: weights and biases of the last n layers (n = 1: the classifier alone)."""
-        return Choice(n, tuple((i, 1.0) for i in range(self.n_layers - n, self.classifier)))
+        return Choice(n, tuple((i, 1.0) for i in range(self.n_layers - n, self.classifier)), bits)
 
     # the single-option plans the contributions are measured with
     def bias_option(self, k: int) -> Choice:
