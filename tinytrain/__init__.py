@@ -1,6 +1,6 @@
 """tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers.
 
-The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate``; errors are the
+The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate``, ``fleet``; errors are the
 classes of tinytrain/errors.py (``TinyTrainError`` and its subclasses).
 """
 
@@ -8,7 +8,7 @@ from tinytrain.errors import (BudgetError, ModelError, PlanError, TinyTrainError
                               UsageError)
 from tinytrain.version import __version__
 
-API = ("load_model", "compile", "plan", "train", "evaluate")
+API = ("load_model", "compile", "plan", "train", "evaluate", "fleet")
 __all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError", "UnsupportedModelError",
            "UsageError"]
 

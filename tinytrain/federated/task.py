@@ -45,7 +45,7 @@ class Built:
 
     def __init__(self, task: FleetTask) -> None:
         from tinytrain.api import _graph, load_data
-        from tinytrain.fleet.shards import make_shards
+        from tinytrain.federated.shards import make_shards
         from tinytrain.training.qas import UpdateConfig
         from tinytrain.training.train_graph import build_training_graph
 

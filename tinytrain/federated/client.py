@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.fleet.task import FleetTask, local
+from tinytrain.federated.task import FleetTask, local
 
 FAULTS = ("drop", "corrupt", "nan", "foreign")
 

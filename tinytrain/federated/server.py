@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Callable
 
 from tinytrain.codegen.state import pack
-from tinytrain.fleet import checkpoint
-from tinytrain.fleet.aggregate import aggregate
-from tinytrain.fleet.client import Reply, run_device
-from tinytrain.fleet.screen import VERDICTS, screen
-from tinytrain.fleet.task import FleetTask, local
+from tinytrain.federated import checkpoint
+from tinytrain.federated.aggregate import aggregate
+from tinytrain.federated.client import Reply, run_device
+from tinytrain.federated.screen import VERDICTS, screen
+from tinytrain.federated.task import FleetTask, local
 from tinytrain.simulator import TrainState, init_state
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.codegen.state import HEADER_BYTES, MAGIC, unpack
-from tinytrain.fleet.client import Reply
+from tinytrain.federated.client import Reply
 from tinytrain.simulator import TrainState
 
 VERDICTS = ("ok", "refused", "corrupt", "nonfinite")
