@@ -23,7 +23,7 @@ def cmd_fleet(args: argparse.Namespace) -> None:
                    devices=args.devices, per_device=args.per_device,
                    classes_per_device=args.classes_per_device or None, local_epochs=args.local_epochs,
                    new_head=args.new_head, seed=args.seed, remainder_bits=args.remainder_bits,
-                   input_size=args.input_size)
+                   input_size=args.input_size, lr_schedule=args.lr_schedule, warmup=args.warmup)
     if args.state_out:
         write_atomic(args.state_out, result.state)
     if args.json:
@@ -42,7 +42,7 @@ def cmd_fleet(args: argparse.Namespace) -> None:
 
 
 def add_fleet_command(sub) -> None:
-    from tinytrain.cli_train import add_input_size_argument, add_remainder_argument
+    from tinytrain.cli_train import add_input_size_argument, add_remainder_argument, add_schedule_arguments
 
     s = sub.add_parser("fleet", help="federated fine-tuning of the compiled training step over simulated devices "
                                      "(Flower)")
@@ -59,6 +59,7 @@ def add_fleet_command(sub) -> None:
                    help="non-IID shards: K classes per device (default 2; 0: IID, every class)")
     s.add_argument("--rounds", type=int, default=10, help="federated rounds (default 10)")
     s.add_argument("--local-epochs", type=int, default=1, help="epochs over its shard each device trains per round")
+    add_schedule_arguments(s, "the fleet's rounds (each device's step counter is the global state's)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     add_remainder_argument(s)

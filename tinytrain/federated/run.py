@@ -35,17 +35,23 @@ class FleetResult:
 def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: float | None = None,
                devices: int = 20, per_device: int = 200, classes_per_device: int | None = 2, local_epochs: int = 1,
                new_head: int | None = None, seed: int = 0, input_size: str | None = None,
-               remainder_bits: int | None = None) -> FleetTask:
+               remainder_bits: int | None = None, lr_schedule: str | None = None, warmup: float = 0.0,
+               rounds: int = 10) -> FleetTask:
     """The task every process of the run rebuilds: the model path, a DATA spec, the plan (default classifier-only:
-    the last layer, ``last-k:1``), the devices' shards."""
+    the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run: a device's step
+    counter is the global state's, which advances by local_epochs x per_device steps a round."""
     from tinytrain.api import _graph, _plan
+    from tinytrain.training.schedule import check_schedule
+    from tinytrain.training.sparse import with_lr_schedule
 
     if not isinstance(model, (str, Path)) or not isinstance(data, str):
         raise UsageError("fleet: give the model as a path and the data as a DATA spec (every device reloads them)")
     if local_epochs < 1:
         raise UsageError(f"--local-epochs {local_epochs} must be positive")
     graph = _graph(str(model), new_head, seed, input_size)
+    check_schedule(lr_schedule, warmup)
     chosen = _plan(graph, plan, update, lr, None, None, "last-k:1", remainder_bits)
+    chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * local_epochs * per_device)
     if chosen.loss != "xent":
         raise UsageError("fleet trains classifiers (loss xent): its shards are split by class")
     return FleetTask(str(model), data, json.dumps(chosen.to_json(), sort_keys=True), devices, per_device,
@@ -63,7 +69,7 @@ def fleet(model, data: str, *, rounds: int = 10, test: str | None = None, state_
         raise UsageError(f"fleet engine {engine!r}: choose one of {', '.join(FLEET_ENGINES)}")
     if rounds < 1:
         raise UsageError(f"--rounds {rounds} must be positive")
-    task = fleet_task(model, data, **options)
+    task = fleet_task(model, data, rounds=rounds, **options)
     server = FleetServer(task, rounds, state_dir, _scorer(task, test) if test else None)
     t0 = time.time()
     if engine == "local":
