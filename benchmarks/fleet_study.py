@@ -1,11 +1,13 @@
 """Fleet study: federated fine-tuning of the compiled training step across non-IID devices, on Flower.
 
-    .venv/bin/python benchmarks/fleet_study.py [--devices 20 --per-device 200 --classes 2 --rounds 10]
+    .venv/bin/python benchmarks/fleet_study.py [--devices 20 --per-device 100 --classes 2 --rounds 20]
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head (seed 0),
-the plan classifier-only (``last-k:1``: the new head's weights with 4-bit remainders and its bias) at lr 0.01
-(the transfer study's best lr for that row) with a cosine lr schedule spanning each run (``--lr-schedule``; the
-fleet's devices count their steps on the global state's counter, so the schedule spans the fleet's rounds), batch-1 SGD, QAS, stochastic rounding. Data: Fashion-MNIST (Debian
+the plan classifier-only (``last-k:1``: the new head's weights with 4-bit remainders and its bias) at lr 0.03
+(as good as 0.01 in the transfer study's sweep, 85.5 % against 85.6 %, and 3x the progress per round) with a
+cosine lr schedule spanning each run (``--lr-schedule``; the fleet's devices count their steps on the global
+state's counter, so the schedule spans the fleet's rounds), batch-1 SGD, QAS, stochastic rounding. Data:
+Fashion-MNIST (Debian
 ``dataset-fashion-mnist``); ``--devices`` simulated devices each hold ``--per-device`` images of ``--classes``
 classes only (non-IID shards from the stratified pool ``--pool``, no image on two devices). Every device trains
 on the host C engine (the emitted training step, ``tinytrain train --engine c``'s code). Rows, all scored on the
@@ -48,11 +50,11 @@ MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--devices", type=int, default=20)
-    p.add_argument("--per-device", type=int, default=200)
+    p.add_argument("--per-device", type=int, default=100)
     p.add_argument("--classes", type=int, default=2, help="classes per device (non-IID)")
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--local-epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--local-epochs", type=int, default=2)
+    p.add_argument("--lr", type=float, default=0.03)
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine")
     p.add_argument("--pool", default="fashion-mnist:12000")
     p.add_argument("--test", default="fashion-mnist:test")

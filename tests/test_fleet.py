@@ -129,6 +129,7 @@ def test_server_killed_mid_run_resumes_to_the_same_state(pool, tmp_path):
 
 @pytest.mark.slow
 def test_flower_simulation_equals_the_in_process_rounds(pool):
+    pytest.importorskip("flwr", reason="flwr is not installed (pip install -e '.[fleet]')")
     faults = {(1, 2): "corrupt", (2, 1): "drop"}
     sim = fleet(MODEL, pool, rounds=2, engine="flower", faults=faults, **OPTIONS)
     assert sim.state == _final(pool, faults).state

@@ -75,11 +75,19 @@ def fleet(model, data: str, *, rounds: int = 10, test: str | None = None, state_
     if engine == "local":
         drive_local(server, faults)
     else:
+        _check_flower()
         from tinytrain.federated.strategy import simulate
 
         simulate(server, faults, cpus)
     return FleetResult(task, server.round, server.state, list(server.progress.history), dict(server.progress.counts),
                        round(time.time() - t0, 3), server.resumed_from)
+
+
+def _check_flower() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("flwr") is None or importlib.util.find_spec("ray") is None:
+        raise UsageError("--engine flower needs Flower and Ray: pip install 'tinytrain[fleet]' (or --engine local)")
 
 
 def _scorer(task: FleetTask, test: str):
