@@ -1,6 +1,6 @@
 """``tinytrain fleet`` (tinytrain/federated/): a device's round is ``tinytrain train --engine c`` byte for byte;
 faults are counted and never averaged; a killed server resumes to the same global state; Flower's simulation
-engine gives the in-process rounds' state."""
+engine gives the in-process rounds' state. Every test builds or runs the C training step of a zoo model: slow."""
 
 import json
 import os
@@ -43,6 +43,7 @@ def pool(tmp_path_factory):
         os.environ["TINYTRAIN_CACHE"] = old
 
 
+@pytest.mark.slow
 def test_device_round_is_tinytrain_train_engine_c_byte_for_byte(pool, tmp_path, capsys):
     task = fleet_task(MODEL, pool, **OPTIONS)
     built = local(task)
@@ -64,6 +65,7 @@ def _final(pool, faults, rounds=2, **kw):
     return server
 
 
+@pytest.mark.slow
 def test_faults_are_counted_and_never_averaged(pool, capsys):
     dropped = _final(pool, {(1, 1): "drop", (2, 0): "drop"})
     assert dropped.progress.counts == {"ok": 4, "refused": 0, "corrupt": 0, "nonfinite": 0, "dropped": 2}
@@ -78,6 +80,7 @@ def test_faults_are_counted_and_never_averaged(pool, capsys):
     assert clean.progress.counts["ok"] == 6 and clean.state != dropped.state
 
 
+@pytest.mark.slow
 def test_resume_after_a_stop_gives_the_uninterrupted_state(pool, tmp_path):
     whole = _final(pool, {(2, 2): "drop"}, rounds=3)
     first = FleetServer(fleet_task(MODEL, pool, **OPTIONS), 3, tmp_path / "run")
@@ -90,6 +93,7 @@ def test_resume_after_a_stop_gives_the_uninterrupted_state(pool, tmp_path):
     assert (tmp_path / "run" / "global-r3.tts").read_bytes() == whole.state
 
 
+@pytest.mark.slow
 def test_cli_fleet_writes_the_state_and_refuses_another_runs_folder(pool, tmp_path, capsys):
     out = tmp_path / "g.tts"
     args = ["fleet", MODEL, "--data", pool, "--devices", "3", "--per-device", "6", "--new-head", "4", "--rounds", "1",
