@@ -28,13 +28,19 @@ class Reply:
     loss: float
 
 
-def local_train(task: FleetTask, device: int, global_state: bytes, round_: int) -> Reply:
+def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, board: str | None = None) -> Reply:
+    """``board``: a QEMU board name (engine_qemu: the same step as firmware, loaded with the global state through
+    the harness's state file) instead of the host C engine."""
     from tinytrain.api import sample_order
 
     built = local(task)
-    trainer = built.trainer
-    trainer.reset()
-    trainer.load_state_bytes(global_state)
+    if board is None:
+        trainer = built.trainer
+        trainer.reset()
+        trainer.load_state_bytes(global_state)
+    else:
+        trainer = built.board(board)
+        trainer.load_state_bytes(global_state)
     x, y = built.device_data(device)
     order = sample_order(np.arange(len(y)), task.local_epochs * len(y), task.order_seed(round_))
     losses = trainer.train(x, y, order)
@@ -60,10 +66,11 @@ def inject(reply: Reply, fault: str) -> Reply:
     raise ValueError(f"fault {fault!r}: choose one of {', '.join(FAULTS)}")
 
 
-def run_device(task: FleetTask, device: int, global_state: bytes, round_: int, faults: dict) -> Reply:
+def run_device(task: FleetTask, device: int, global_state: bytes, round_: int, faults: dict,
+               board: str | None = None) -> Reply:
     """local_train with the fault ``faults[(round, device)]`` (if any) applied; ``drop`` raises (the device is gone)."""
     fault = faults.get((round_, device))
     if fault == "drop":
         raise ConnectionError(f"device {device} dropped out of round {round_}")
-    reply = local_train(task, device, global_state, round_)
+    reply = local_train(task, device, global_state, round_, board)
     return inject(reply, fault) if fault else reply

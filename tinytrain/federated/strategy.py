@@ -54,13 +54,15 @@ class FleetStrategy(Strategy):
 
 
 class FleetDevice(Client):
-    """One device (or a gateway's board): ``client.run_device`` on the global state it is sent."""
+    """One device (or a gateway's board, ``board``: a QEMU board name): ``client.run_device`` on the global state
+    it is sent."""
 
-    def __init__(self, task: FleetTask, device: int, faults: dict) -> None:
-        self.task, self.device, self.faults = task, device, faults
+    def __init__(self, task: FleetTask, device: int, faults: dict, board: str | None = None) -> None:
+        self.task, self.device, self.faults, self.board = task, device, faults, board
 
     def fit(self, ins: FitIns) -> FitRes:
-        reply = run_device(self.task, self.device, ins.parameters.tensors[0], int(ins.config["round"]), self.faults)
+        reply = run_device(self.task, self.device, ins.parameters.tensors[0], int(ins.config["round"]), self.faults,
+                           self.board)
         return FitRes(Status(Code.OK, ""), to_parameters(reply.state), reply.samples,
                       {"device": reply.device, "sha256": reply.sha256, "loss": reply.loss})
 

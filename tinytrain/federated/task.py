@@ -57,6 +57,7 @@ class Built:
         self.dataset = load_data(task.data)
         self.shards = make_shards(self.dataset.y, task.devices, task.per_device, task.classes_per_device, task.seed)
         self._inputs: dict[int, np.ndarray] = {}
+        self._boards: dict[str, object] = {}
 
     @cached_property
     def trainer(self):
@@ -64,6 +65,14 @@ class Built:
         from tinytrain.engine_c import CTrainer
 
         return CTrainer(self.step_graph)
+
+    def board(self, name: str):
+        """The training step as firmware on the QEMU board ``name`` (engine_qemu.QemuTrainer), built once."""
+        from tinytrain.engine_qemu import QemuTrainer
+
+        if name not in self._boards:
+            self._boards[name] = QemuTrainer(self.step_graph, board=name)
+        return self._boards[name]
 
     def device_data(self, device: int) -> tuple[np.ndarray, np.ndarray]:
         """(int8 model inputs, labels) of a device's shard."""
