@@ -644,13 +644,3 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
         result.write(output)
     return result
 
-
-# ---- fleet -----------------------------------------------------------------------------------------------
-
-def fleet(model: str | Path, data: str, **options):
-    """A federated run of the compiled training step over simulated devices on Flower (tinytrain/federated/run.py
-    ``fleet``: rounds, test, state_dir, engine, faults, devices, per_device, classes_per_device, local_epochs,
-    plan / update / lr, new_head, seed, ...). Returns a ``federated.FleetResult``."""
-    from tinytrain.federated import fleet as run
-
-    return run(model, data, **options)

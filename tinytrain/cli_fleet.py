@@ -13,7 +13,7 @@ from tinytrain.errors import UsageError
 
 
 def cmd_fleet(args: argparse.Namespace) -> None:
-    from tinytrain.api import fleet
+    from tinytrain.federated import fleet
     from tinytrain.outputs import write_atomic
 
     if args.state_out and not Path(args.state_out).resolve().parent.is_dir():

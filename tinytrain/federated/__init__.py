@@ -3,7 +3,7 @@
 task.py (what every process rebuilds), shards.py (the devices' data), client.py (a device's round: the host C
 step), aggregate.py (the rule), screen.py (what the server refuses), checkpoint.py (persist / resume),
 server.py (a round without transport), strategy.py (Flower: strategy, client, simulation), score.py (test
-accuracy), run.py (``tinytrain.fleet``, re-exported by api.py).
+accuracy), run.py (``tinytrain.fleet``).
 """
 
 from tinytrain.federated.run import FLEET_ENGINES, FleetResult, fleet, fleet_task

@@ -1,4 +1,4 @@
-"""``tinytrain.fleet`` (api.py re-exports it): a federated run of the compiled training step (docs/guide/fleet.md)."""
+"""``tinytrain.fleet``: a federated run of the compiled training step (docs/guide/fleet.md)."""
 
 from __future__ import annotations
 
