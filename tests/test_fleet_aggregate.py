@@ -13,7 +13,7 @@ from tinytrain.simulator import TrainState
 
 def test_round_half_even_exact():
     num = np.array([5, 7, -5, -7, 3, -3, 4, 1 << 61], np.int64)
-    assert round_half_even(num, 2).tolist() == [2, 4, -2, -4, 2, -2, 2, 1 << 60]
+    assert round_half_even(num, 2).tolist() == [2, 4, -2, -4, 2, -2, 2, 1 << 60]  # 2.5 -> 2, 3.5 -> 4, ...
     assert round_half_even(np.array([10, -10, 11]), 4).tolist() == [2, -2, 3]  # 2.5 -> 2, -2.5 -> -2, 2.75 -> 3
 
 
@@ -21,6 +21,8 @@ def test_weighted_mean_by_samples():
     assert weighted_mean([np.array([0, 10]), np.array([3, -10])], [1, 2]).tolist() == [2, -3]  # 6/3, -10/3
     with pytest.raises(ValueError):
         weighted_mean([np.array([1])], [0])
+    with pytest.raises(ValueError):
+        weighted_mean([np.array([1]), np.array([1])], [1 << 30, 1 << 30])
 
 
 def test_fixed_point_round_trip_on_the_kernels_grid():

@@ -27,8 +27,7 @@ REMAINDER = ".remainder"
 
 def round_half_even(num: np.ndarray, den: int) -> np.ndarray:
     """num / den (den > 0) rounded to the nearest integer, ties to even, in exact integer arithmetic."""
-    num = np.asarray(num, dtype=object) if np.max(np.abs(num), initial=0) >= 1 << 62 else np.asarray(num, np.int64)
-    q, r = np.divmod(num, den)  # floor division: 0 <= r < den
+    q, r = np.divmod(np.asarray(num, np.int64), den)  # floor division: 0 <= r < den
     twice = 2 * r
     up = (twice > den) | ((twice == den) & (q % 2 == 1))
     return (q + up).astype(np.int64)
@@ -37,8 +36,8 @@ def round_half_even(num: np.ndarray, den: int) -> np.ndarray:
 def weighted_mean(values: Sequence[np.ndarray], weights: Sequence[int]) -> np.ndarray:
     """round_half_even(sum w_i v_i / sum w_i) of integer arrays (int64 sums; weights positive)."""
     den = int(sum(weights))
-    if den <= 0 or any(w <= 0 for w in weights):
-        raise ValueError(f"aggregation weights must be positive, got {list(weights)}")
+    if any(w <= 0 for w in weights) or den >= 1 << 31:  # |v| < 2^31 and sum w < 2^31: no int64 sum overflows
+        raise ValueError(f"aggregation weights must be positive and sum below 2^31, got {list(weights)}")
     num = sum(np.asarray(v, np.int64) * int(w) for v, w in zip(values, weights, strict=True))
     return round_half_even(num, den)
 
@@ -58,15 +57,10 @@ def split_fixed_point(q: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]
     return p.astype(np.int8), pack_nibbles(parts) if packed(bits) else parts
 
 
-def remainder_bits(weight_rows: tuple[int, ...], rem_shape: tuple[int, ...]) -> int:
-    """F of a weight's remainder from the shapes: packed nibbles (F = 4) or one byte per element (F = 8)."""
-    return 8 if tuple(rem_shape) == tuple(weight_rows) else 4
-
-
 def aggregate(layout: list[StateEntry], states: Sequence[TrainState], weights: Sequence[int], step: int,
-              base: TrainState, bits: int | None = None) -> TrainState:
+              base: TrainState, bits: int) -> TrainState:
     """The aggregated state (see the module docstring). ``base`` gives the tensors' rows outside the layout's
-    (never trained: equal on every device); ``bits``: the plan's remainder_bits (None: inferred from the shapes)."""
+    (never trained: equal on every device); ``bits``: the plan's remainder_bits F."""
     if not states:
         raise ValueError("nothing to aggregate")
     names = {e.name for e in layout}
@@ -79,10 +73,8 @@ def aggregate(layout: list[StateEntry], states: Sequence[TrainState], weights: S
         values = [np.asarray(s.tensors[e.name])[rows] for s in states]
         rem_name = e.name + REMAINDER
         if rem_name in names:
-            rem_shape = next(r.shape for r in layout if r.name == rem_name)
-            f = bits if bits else remainder_bits(e.shape, rem_shape)
-            q = weighted_mean([fixed_point(v, s.tensors[rem_name], f) for v, s in zip(values, states)], weights)
-            out.tensors[e.name][rows], out.tensors[rem_name] = split_fixed_point(q, f)
+            q = weighted_mean([fixed_point(v, s.tensors[rem_name], bits) for v, s in zip(values, states)], weights)
+            out.tensors[e.name][rows], out.tensors[rem_name] = split_fixed_point(q, bits)
         elif e.kind == "f32":
             acc = sum(np.asarray(v, np.float64) * int(w) for v, w in zip(values, weights))
             out.tensors[e.name][rows] = (acc / float(sum(weights))).astype(np.float32)
