@@ -171,6 +171,7 @@ def write(rec: dict, out: Path) -> None:
         "|---|" + "---|" * len(rec["history"]),
         "| global test accuracy | " + " | ".join(f"{100 * h['accuracy']:.1f}" for h in rec["history"]) + " |",
         "| states averaged | " + " | ".join(str(h["ok"]) for h in rec["history"]) + " |", "",
+        *rec.get("notes", []),
     ]
     out.with_suffix(".md").write_text("\n".join(lines))
 
