@@ -643,4 +643,3 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     if output is not None:
         result.write(output)
     return result
-
