@@ -1,6 +1,7 @@
 """tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers.
 
-The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate``; errors are the
+The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate`` and
+``fleet`` (tinytrain/federated/run.py); errors are the
 classes of tinytrain/errors.py (``TinyTrainError`` and its subclasses).
 """
 
@@ -8,13 +9,17 @@ from tinytrain.errors import (BudgetError, ModelError, PlanError, TinyTrainError
                               UsageError)
 from tinytrain.version import __version__
 
-API = ("load_model", "compile", "plan", "train", "evaluate")
+API = ("load_model", "compile", "plan", "train", "evaluate", "fleet")
 __all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError", "UnsupportedModelError",
            "UsageError"]
 
 
 def __getattr__(name: str):
     # The API loads on first use, so `import tinytrain` stays light.
+    if name == "fleet":  # federated/run.py: it builds on api.py, so api.py does not import it
+        from tinytrain.federated import fleet
+
+        return fleet
     if name in API:
         from tinytrain import api
 

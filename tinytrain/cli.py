@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_plan import add_plan_command
 
     add_plan_command(sub)
+
+    from tinytrain.cli_fleet import add_fleet_command
+
+    add_fleet_command(sub)
     return p
 
 

@@ -309,7 +309,10 @@ class CTrainer:
     def load_state(self, state) -> None:
         from tinytrain.codegen.state import pack
 
-        data = pack(self.graph, state)
+        self.load_state_bytes(pack(self.graph, state))
+
+    def load_state_bytes(self, data: bytes) -> None:
+        """``tt_state_load`` of a state in the byte layout of ``codegen.state`` (what a device receives)."""
         if self._lib.tt_state_load(data) != 0:
             raise ValueError("the library refused the state (magic, version or layout differ)")
 

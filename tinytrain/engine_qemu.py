@@ -289,6 +289,10 @@ class QemuTrainer:
         xs = np.ascontiguousarray(xs)
         return self._run(test=(xs, np.zeros(len(xs), np.int32))).logits
 
+    def load_state_bytes(self, data: bytes) -> None:
+        """The next run starts from this state (``tt_state_load`` by the harness, which checks its header)."""
+        self._state = bytes(data)
+
     def state_bytes(self) -> bytes:
         if self._state is None:
             self._state = self._run().state

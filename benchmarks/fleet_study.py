@@ -1,0 +1,182 @@
+"""Fleet study: federated fine-tuning of the compiled training step across non-IID devices, on Flower.
+
+    .venv/bin/python benchmarks/fleet_study.py [--devices 20 --per-device 100 --classes 2 --rounds 20]
+
+ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head (seed 0),
+the plan classifier-only (``last-k:1``: the new head's weights with 4-bit remainders and its bias) at lr 0.03
+(as good as 0.01 in the transfer study's sweep, 85.5 % against 85.6 %, and 3x the progress per round) with a
+cosine lr schedule spanning each run (``--lr-schedule``; the fleet's devices count their steps on the global
+state's counter, so the schedule spans the fleet's rounds), batch-1 SGD, QAS, stochastic rounding. Data:
+Fashion-MNIST (Debian
+``dataset-fashion-mnist``); ``--devices`` simulated devices each hold ``--per-device`` images of ``--classes``
+classes only (non-IID shards from the stratified pool ``--pool``, no image on two devices). Every device trains
+on the host C engine (the emitted training step, ``tinytrain train --engine c``'s code). Rows, all scored on the
+official 10,000 test images (``--test``):
+
+- global: ``--rounds`` rounds of ``tinytrain fleet`` on Flower's simulation engine (Ray, ``--cpus`` devices at a
+  time), ``--local-epochs`` local epochs per round; the test accuracy of the global state after every round;
+- best single device: each device trains alone on its own shard for rounds x local-epochs epochs (the same
+  passes over its data as in the fleet); the best of the devices, and their mean;
+- centralized: the same plan and engine trained on the union of the shards for rounds x local-epochs epochs.
+
+Bytes per device per round: the state sent down plus the state sent back (tt_state_load bytes; Flower's framing
+not counted). Writes benchmarks/results/fleet_study.{md,json}; work files in build/fleet_study.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shlex  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--devices", type=int, default=20)
+    p.add_argument("--per-device", type=int, default=100)
+    p.add_argument("--classes", type=int, default=2, help="classes per device (non-IID)")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--local-epochs", type=int, default=2)
+    p.add_argument("--lr", type=float, default=0.03)
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine")
+    p.add_argument("--pool", default="fashion-mnist:12000")
+    p.add_argument("--test", default="fashion-mnist:test")
+    p.add_argument("--engine", choices=("flower", "local"), default="flower")
+    p.add_argument("--cpus", type=int, default=2)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fleet_study"))
+    return p.parse_args(argv)
+
+
+def alone(built, device_rows, epochs: int, schedule: str, plan, seed: int):
+    """The test-ready state of the plan trained by the host C engine on ``device_rows`` of the pool alone."""
+    from tinytrain.api import train
+
+    ds = built.dataset
+    result = train(built.graph, (ds.x[device_rows], ds.y[device_rows]), plan=plan, epochs=epochs, engine="c",
+                   seed=seed, lr_schedule=schedule)
+    return result.state
+
+
+def run_fleet(args, task, scorer):
+    from tinytrain.federated.server import FleetServer, drive_local
+    from tinytrain.federated.strategy import simulate
+
+    state_dir = ROOT / "build" / "fleet_study" / "state"
+    shutil.rmtree(state_dir, ignore_errors=True)
+    server = FleetServer(task, args.rounds, state_dir, scorer)
+    t0 = time.time()
+    if args.engine == "flower":
+        simulate(server, cpus=args.cpus)
+    else:
+        drive_local(server)
+    return server, time.time() - t0
+
+
+def baselines(args, built, scorer, plan):
+    """(centralized accuracy, per-device accuracies alone, seconds): trained two at a time (threads: the C step
+    runs without the GIL)."""
+    epochs = args.rounds * args.local_epochs
+    union = np.sort(np.concatenate(built.shards))
+    jobs = [union] + list(built.shards)
+    t0 = time.time()
+    with ThreadPoolExecutor(args.cpus) as pool:
+        states = list(pool.map(lambda rows: alone(built, rows, epochs, args.lr_schedule, plan, built.task.seed), jobs))
+    accs = [scorer(s) for s in states]
+    return accs[0], accs[1:], time.time() - t0
+
+
+def main(argv=None) -> dict:
+    from tinytrain.api import load_data
+    from tinytrain.federated import fleet_task
+    from tinytrain.federated.score import Scorer
+    from tinytrain.federated.task import local
+
+    args = parse_args(argv)
+    t_all = time.time()
+    task = fleet_task(str(MODEL), args.pool, update="last-k:1", lr=args.lr, devices=args.devices,
+                      per_device=args.per_device, classes_per_device=args.classes, local_epochs=args.local_epochs,
+                      new_head=10, seed=0, lr_schedule=args.lr_schedule, rounds=args.rounds)
+    built = local(task)
+    t0 = time.time()
+    test = load_data(args.test)
+    scorer = Scorer(built.graph, built.step_graph, test.x, test.y)
+    t_features = time.time() - t0
+    server, t_fleet = run_fleet(args, task, scorer)
+    central, single, t_base = baselines(args, built, scorer, task.plan)
+    history = server.progress.history
+    final = history[-1]["accuracy"]
+    record = {
+        "command": shlex.join(["python", "benchmarks/fleet_study.py", *(sys.argv[1:] if argv is None else argv)]),
+        "model": "mobilenet_v1_0.25_128_quant.tflite + new 10-class head (seed 0)", "plan": json.loads(task.plan_json),
+        "pool": args.pool, "test": args.test, "n_test": int(len(test.y)), "devices": args.devices,
+        "per_device": args.per_device, "classes_per_device": args.classes, "rounds": args.rounds,
+        "local_epochs": args.local_epochs, "lr_schedule": args.lr_schedule, "engine": args.engine, "cpus": args.cpus,
+        "device_classes": [sorted(set(built.dataset.y[r].tolist())) for r in built.shards],
+        "global_accuracy_per_round": [h["accuracy"] for h in history], "global_accuracy": final,
+        "centralized_accuracy": central, "single_device_accuracy": single,
+        "best_single_device_accuracy": max(single), "mean_single_device_accuracy": float(np.mean(single)),
+        "global_minus_best_single_points": 100 * (final - max(single)),
+        "global_minus_centralized_points": 100 * (final - central),
+        "state_bytes": len(server.state), "bytes_per_device_per_round": 2 * len(server.state),
+        "counts": server.progress.counts, "history": history,
+        "seconds": {"test_features": round(t_features, 1), "fleet": round(t_fleet, 1),
+                    "baselines": round(t_base, 1), "total": round(time.time() - t_all, 1)},
+    }
+    write(record, Path(args.out))
+    return record
+
+
+def write(rec: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
+    s = rec["seconds"]
+    lines = [
+        "# Fleet study: federated fine-tuning on non-IID devices (Flower, host C devices)", "",
+        f"`{rec['command']}` ({s['total'] / 60:.1f} min on 2 shared cores: fleet {s['fleet']:.0f} s, baselines "
+        f"{s['baselines']:.0f} s, test features {s['test_features']:.0f} s).", "",
+        f"Model: {rec['model']}; plan: classifier-only (`last-k:1`, lr {rec['plan'].get('lr', '')}, 4-bit remainders, "
+        f"{rec['lr_schedule']} lr schedule over each run's steps); "
+        f"{rec['devices']} devices x {rec['per_device']} images of {rec['classes_per_device']} classes each, from "
+        f"`{rec['pool']}`; {rec['rounds']} rounds x {rec['local_epochs']} local epoch(s), engine {rec['engine']}; "
+        f"every accuracy on `{rec['test']}` ({rec['n_test']} images).", "",
+        "| row | test accuracy |", "|---|---|",
+        f"| global model after {rec['rounds']} rounds | {100 * rec['global_accuracy']:.1f} |",
+        f"| centralized on the union (same plan, engine, epochs) | {100 * rec['centralized_accuracy']:.1f} |",
+        f"| best single device alone | {100 * rec['best_single_device_accuracy']:.1f} |",
+        f"| mean single device alone | {100 * rec['mean_single_device_accuracy']:.1f} |", "",
+        f"Global minus best single device: {rec['global_minus_best_single_points']:+.1f} points (the issue asks for "
+        f"at least +5: {'met' if rec['global_minus_best_single_points'] >= 5 else 'NOT met'}); global minus "
+        f"centralized: {rec['global_minus_centralized_points']:+.1f} points (the issue asks for at most 2 below: "
+        f"{'met' if rec['global_minus_centralized_points'] >= -2 else 'NOT met'}).", "",
+        f"Bytes per device per round: {rec['bytes_per_device_per_round']} ({rec['state_bytes']} down, the same up: "
+        "the tt_state_load state; Flower's framing not counted).", "",
+        "| round | " + " | ".join(str(h["round"]) for h in rec["history"]) + " |",
+        "|---|" + "---|" * len(rec["history"]),
+        "| global test accuracy | " + " | ".join(f"{100 * h['accuracy']:.1f}" for h in rec["history"]) + " |",
+        "| states averaged | " + " | ".join(str(h["ok"]) for h in rec["history"]) + " |", "",
+        *rec.get("notes", []),
+    ]
+    out.with_suffix(".md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    r = main()
+    print(json.dumps({k: r[k] for k in ("global_accuracy", "centralized_accuracy", "best_single_device_accuracy",
+                                         "seconds")}))

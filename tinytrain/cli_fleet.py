@@ -1,0 +1,76 @@
+"""``tinytrain fleet`` (docs/guide/fleet.md): a federated run of the compiled training step over simulated devices.
+
+The work is ``tinytrain.fleet`` (federated/run.py); this module parses, prints and writes the global state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tinytrain.errors import UsageError
+
+
+def cmd_fleet(args: argparse.Namespace) -> None:
+    from tinytrain.federated import fleet
+    from tinytrain.outputs import write_atomic
+
+    if args.state_out and not Path(args.state_out).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.state_out}: its folder does not exist")
+    result = fleet(args.model, args.data, rounds=args.rounds, test=args.test, state_dir=args.state_dir,
+                   engine=args.engine, cpus=args.cpus, plan=args.plan, update=args.update, lr=args.lr,
+                   devices=args.devices, per_device=args.per_device,
+                   classes_per_device=args.classes_per_device or None, local_epochs=args.local_epochs,
+                   new_head=args.new_head, seed=args.seed, remainder_bits=args.remainder_bits,
+                   input_size=args.input_size, lr_schedule=args.lr_schedule, warmup=args.warmup)
+    if args.state_out:
+        write_atomic(args.state_out, result.state)
+    if args.json:
+        print(json.dumps({**result.to_json(), "state_out": args.state_out}))
+        return
+    if result.resumed_from is not None:
+        print(f"resumed after round {result.resumed_from} from {args.state_dir}")
+    for h in result.history:
+        acc = f", test accuracy {h['accuracy']:.4f}" if "accuracy" in h else ""
+        print(f"round {h['round']}: {h['ok']} states averaged ({h['dropped']} dropped, {h['corrupt']} corrupt, "
+              f"{h['nonfinite']} non-finite, {h['refused']} refused){acc}")
+    print(f"{result.rounds} rounds of {args.devices} devices in {result.seconds:.1f} s; {len(result.state)} bytes "
+          "per device per round each way")
+    if args.state_out:
+        print(f"wrote {args.state_out} (the global state, tt_state_load format)")
+
+
+def add_fleet_command(sub) -> None:
+    from tinytrain.cli_train import add_input_size_argument, add_remainder_argument, add_schedule_arguments
+
+    s = sub.add_parser("fleet", help="federated fine-tuning of the compiled training step over simulated devices "
+                                     "(Flower)")
+    s.add_argument("model")
+    s.add_argument("--data", required=True, help="DATA spec of the training pool the devices' shards come from "
+                                                 "(e.g. fashion-mnist:20000)")
+    s.add_argument("--test", help="DATA spec the global model is scored on after every round")
+    s.add_argument("--plan", help="sparse-update plan file (version 1)")
+    s.add_argument("--update", help="full | bias-only | last-k:N (default last-k:1: the last layer)")
+    s.add_argument("--lr", type=float, help="learning rate of an --update preset (default 0.01)")
+    s.add_argument("--devices", type=int, default=20, help="simulated devices (default 20)")
+    s.add_argument("--per-device", type=int, default=200, help="training samples on each device (default 200)")
+    s.add_argument("--classes-per-device", type=int, default=2, metavar="K",
+                   help="non-IID shards: K classes per device (default 2; 0: IID, every class)")
+    s.add_argument("--rounds", type=int, default=10, help="federated rounds (default 10)")
+    s.add_argument("--local-epochs", type=int, default=1, help="epochs over its shard each device trains per round")
+    add_schedule_arguments(s, "the fleet's rounds (each device's step counter is the global state's)")
+    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    add_input_size_argument(s)
+    add_remainder_argument(s)
+    s.add_argument("--seed", type=int, default=0, help="new-head init, rounding stream, shards and sample order")
+    s.add_argument("--engine", choices=("flower", "local"), default="flower",
+                   help="flower: Flower's simulation engine (Ray), one SuperNode per device; local: the same rounds "
+                        "in this process")
+    s.add_argument("--cpus", type=int, default=2, help="--engine flower: devices training at a time (default 2)")
+    s.add_argument("--state-dir", help="persist the global state every round here; resume from it when it holds "
+                                       "this run's progress")
+    s.add_argument("--state-out", metavar="STATE.tts",
+                   help="write the final global state in the tt_state_load format (what a device loads)")
+    s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    s.set_defaults(func=cmd_fleet)
