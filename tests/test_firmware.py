@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -270,6 +271,54 @@ def test_platformio_project_is_valid_offline_and_its_sources_build(board, tiny, 
     env = dict(config[f"env:{board}"])
     assert env["platform"] == b.pio.platform and env["board"] == b.pio.board
     assert env["board_build.ldscript"] == "tinytrain.ld" and "-ffp-contract=off" in " ".join(env["build_flags"])
+
+
+def test_stream_command_trains_an_autoencoder_like_train_engine_c(tmp_path, capsys):
+    """`tinytrain stream` of an autoencoder (float features, no y, --loss mse by default) against the board's C over a
+    pty: the train steps send each sample with a dummy label (the loss reads the input), the reconstruction errors
+    come from the output bytes of the P replies. Same losses, state, held-out errors and ROC AUC as `train --engine c`
+    and `eval`; float targets are refused in one line."""
+    pytest.importorskip("serial")
+    from codegen_graphs import GraphBuilder
+    from tinytrain.codegen.state import unpack
+    from tinytrain.export_onnx import graph_to_onnx, save_onnx
+    from tinytrain.frontends import load_model
+    from tinytrain.training.qas import UpdateConfig
+    from tinytrain.training.sparse import parse_plan, preset
+
+    b = GraphBuilder(3, "fc_ae")
+    save_onnx(graph_to_onnx(b.build(b.fully_connected(b.fully_connected(b.input((1, 16)), 8), 16))),
+              tmp_path / "ae.onnx")
+    g = load_model(tmp_path / "ae.onnx")
+    rng = np.random.default_rng(0)
+    anomaly = np.arange(10) % 2
+    x = np.clip(rng.normal(0, 0.3, (10, 16)) * (1 + 3 * anomaly[:, None]), -2, 2.4).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x, anomaly=anomaly)
+    plan = replace(preset("full", g, lr=0.02), loss="mse").to_json()
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    tg = build_training_graph(g, parse_plan(plan), UpdateConfig(seed=0))  # train's defaults
+    emit_compile_dir(tg, tmp_path / "compile", 64 * 1024, 256 * 1024)
+    exe = _host_board(tmp_path / "compile", tmp_path / "board")
+    common = [str(tmp_path / "ae.onnx"), "--data", str(tmp_path / "d.npz"), "--steps", "14", "--held-out", "0.4"]
+    with _pty_board(exe) as pty:
+        assert main(["stream", *common, "--json", "--port", pty.port, "--state-out", str(tmp_path / "s.bin")]) == 0
+    streamed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["train", *common, "--json", "--plan", str(tmp_path / "plan.json"), "--engine", "c",
+                 "--state-out", str(tmp_path / "s.npz")]) == 0
+    host = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["eval", *common[:-4], "--held-out", "0.4", "--state", str(tmp_path / "s.npz"), "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert streamed["loss"] == "mse" and streamed["steps"] == 14 and streamed["final_loss"] == host["final_loss"]
+    assert streamed["reconstruction_error"] == host["error_after"] == evaluated["reconstruction_error"]
+    assert streamed["errors"] == evaluated["errors"] and streamed["n"] == host["n_held_out"] == 4
+    assert streamed["roc_auc"] == evaluated["roc_auc"] and streamed["n_anomalous"] == evaluated["n_anomalous"]
+    state = unpack(tg, (tmp_path / "s.bin").read_bytes())
+    with np.load(tmp_path / "s.npz") as trained:
+        assert state.step == 14 and all(np.array_equal(v, trained[k]) for k, v in state.tensors.items())
+    np.savez(tmp_path / "t.npz", x=x, y=x)  # float targets: not over serial
+    assert main(["stream", common[0], "--data", str(tmp_path / "t.npz"), "--loss", "mse", "--port", "/dev/null"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "float targets y do not go over the serial protocol" in err[0]
 
 
 @pytest.mark.slow

@@ -585,7 +585,15 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
         anomaly = None if anomaly is None else anomaly[parts[1]]
         targets = None if targets is None else targets[parts[1]]
     out = _forward_outputs(graph, x, engine)
-    split = dict(held_out=held_out, split_seed=split_seed if parts else None)
+    return score_outputs(graph, loss, x, out, y, targets, anomaly, held_out=held_out,
+                         split_seed=split_seed if parts else None)
+
+
+def score_outputs(graph: Graph, loss: str, x: np.ndarray, out: np.ndarray, y: np.ndarray,
+                  targets: np.ndarray | None = None, anomaly: np.ndarray | None = None, **split) -> EvalResult:
+    """eval's result of the int8 outputs ``out`` of the samples ``x`` (any engine's, or a board's over serial): the
+    accuracy of argmax against ``y`` (xent), or (mse) the reconstruction error per sample (against ``targets`` when
+    given) and its ROC AUC against ``anomaly``; ``split``: the EvalResult's held_out / split_seed."""
     if loss == "mse":
         from tinytrain.metrics import reconstruction_errors, roc_auc
 

@@ -2,7 +2,8 @@
 
 firmware: a `tinytrain compile` output folder -> a firmware project for a board (tinytrain/firmware/).
 stream: the host side of the real boards' serial protocol (tinytrain/firmware/protocol.py): send labelled
-images to train on, then images to evaluate, and fetch the trained state.
+images (or an autoencoder's samples, with a label its loss does not read) to train on, then samples to evaluate
+(accuracy, or the reconstruction error of the outputs the board returns), and fetch the trained state.
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tinytrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from tinytrain.ir import Graph
 
 
 def cmd_firmware(args: argparse.Namespace) -> None:
@@ -47,7 +53,7 @@ def cmd_firmware(args: argparse.Namespace) -> None:
 
 
 def cmd_stream(args: argparse.Namespace) -> None:
-    from tinytrain.api import load_model, model_data, sample_order
+    from tinytrain.api import load_model, sample_order
     from tinytrain.data import held_out_split
     from tinytrain.firmware.protocol import Board
 
@@ -56,9 +62,9 @@ def cmd_stream(args: argparse.Namespace) -> None:
     except ImportError:
         raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
     graph = load_model(args.model)
-    x, y = model_data(graph, args.data)
-    parts = held_out_split(y, args.held_out, args.split_seed)
-    rows = parts[0] if parts else np.arange(len(y))
+    data = _stream_data(graph, args)
+    parts = held_out_split(data.y, args.held_out, args.split_seed)
+    rows = parts[0] if parts else np.arange(len(data.y))
     test_rows = parts[1] if parts else rows
     steps = args.steps if args.steps is not None else args.epochs * len(rows)
     if steps < 0:
@@ -70,19 +76,54 @@ def cmd_stream(args: argparse.Namespace) -> None:
         raise UsageError(f"cannot open {args.port}: {e}") from None
     try:
         with port:
-            result = _stream(args, Board(port), x, y, rows, test_rows, order, steps)
+            result = _stream(args, Board(port), data, rows, test_rows, order, steps)
     except serial.SerialException as e:
         raise UsageError(f"{args.port}: {e}") from None
     if args.json:
         print(json.dumps(result))
+        return
+    if data.loss == "mse":
+        auc = f", anomaly ROC AUC {result['roc_auc']:.4f}" if "roc_auc" in result else ""
+        print(f"reconstruction error (mean squared, dequantized) {result['reconstruction_error']:.4f}{auc} on "
+              f"{len(test_rows)} samples after {steps} steps on {result['board']}")
     else:
         print(f"accuracy {result['accuracy']:.4f} on {len(test_rows)} samples after {steps} steps on {result['board']}")
-        if args.state_out:
-            print(f"wrote {args.state_out}")
+    if args.state_out:
+        print(f"wrote {args.state_out}")
 
 
-def _stream(args, board, x, y, rows, test_rows, order, steps) -> dict:
-    """Train on x[order] and evaluate x[test_rows] on the board; the result JSON of `stream`."""
+@dataclass(frozen=True)
+class _StreamData:
+    """What `stream` sends: the int8 inputs, their labels (an autoencoder's: zeros, which its loss does not read),
+    the loss, the anomaly labels (an autoencoder's ROC AUC) or None."""
+
+    graph: Graph
+    x: np.ndarray
+    y: np.ndarray
+    loss: str
+    anomaly: np.ndarray | None
+
+
+def _stream_data(graph: Graph, args: argparse.Namespace) -> _StreamData:
+    """DATA as `train` and `eval` read it; float targets are refused (the protocol carries a sample and a label)."""
+    from tinytrain.api import _anomaly, _prepared, default_loss, load_data
+
+    ds = load_data(args.data)
+    loss = args.loss or default_loss(graph, ds)
+    if loss == "mse" and ds.y is not None and not ds.labelled:
+        raise UsageError(f"{ds.source}: float targets y do not go over the serial protocol (a sample and a class "
+                         "label); train them with `tinytrain train --engine c` or `qemu`, or drop y to reconstruct")
+    x, y, ds = _prepared(graph, ds, loss)
+    anomaly = _anomaly(ds, args.anomaly_labels, loss)
+    return _StreamData(graph, x, np.zeros(len(x), np.int64) if loss == "mse" else y, loss, anomaly)
+
+
+def _stream(args, board, data: _StreamData, rows, test_rows, order, steps) -> dict:
+    """Train on x[order] and evaluate x[test_rows] on the board; the result JSON of `stream` (eval's keys: accuracy,
+    or an autoencoder's reconstruction errors and their ROC AUC)."""
+    from tinytrain.api import score_outputs
+
+    x, y = data.x, data.y
     if board.input_bytes != x[0].nbytes:
         raise UsageError(f"the board's model takes {board.input_bytes}-byte inputs, {args.model} "
                          f"{x[0].nbytes}: flash the firmware of this model")
@@ -93,16 +134,19 @@ def _stream(args, board, x, y, rows, test_rows, order, steps) -> dict:
         losses.append(loss)
         cycles.append(ticks)
         if not args.json:
-            print(f"step {k} label {int(y[i])} loss {loss:.6f} cycles {ticks}", flush=True)
-    correct, predict_cycles = 0, []
+            label = f" label {int(y[i])}" if data.loss == "xent" else ""
+            print(f"step {k}{label} loss {loss:.6f} cycles {ticks}", flush=True)
+    outs, predict_cycles = [], []
     for i in test_rows:
-        cls, ticks, _ = board.predict(x[i], int(y[i]))
-        correct += cls == int(y[i])
+        _, ticks, out = board.predict(x[i], int(y[i]) if data.loss == "xent" else -1)
+        outs.append(np.frombuffer(out, np.int8))
         predict_cycles.append(ticks)
+    anomaly = None if data.anomaly is None else data.anomaly[test_rows]
+    scored = score_outputs(data.graph, data.loss, x[test_rows], np.stack(outs), y[test_rows], anomaly=anomaly)
     losses = np.array(losses, np.float32)  # the board's float32 losses, averaged as `train` does
     tail = losses[-min(len(losses), len(rows)):]
-    result = {"steps": int(steps), "final_loss": float(tail.mean()) if steps else None,
-              "accuracy": correct / len(test_rows), "n": int(len(test_rows)), "board": board.info.get("board"),
+    result = {"steps": int(steps), "final_loss": float(tail.mean()) if steps else None, **scored.to_json(),
+              "board": board.info.get("board"),
               "seconds": round(time.time() - t0, 3),
               "cycles_per_step": float(np.mean(cycles)) if cycles else None,
               "cycles_per_inference": float(np.mean(predict_cycles))}
@@ -141,6 +185,13 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("--held-out", type=float, help="evaluate on this stratified fraction, train on the rest")
     s.add_argument("--split-seed", type=int, default=0)
     s.add_argument("--seed", type=int, default=0, help="sample order")
+    s.add_argument("--loss", choices=("xent", "mse"),
+                   help="the firmware's loss: xent (classifier) or mse (an autoencoder's reconstruction of its input; "
+                        "reports the reconstruction error; default for DATA without y on a model whose output has its "
+                        "input's shape)")
+    s.add_argument("--anomaly-labels", metavar="FILE.npy",
+                   help="--loss mse: 0 (normal) / 1 (anomalous) per sample; reports the ROC AUC of the reconstruction "
+                        "error (default: the DATA .npz's 'anomaly' array, if any)")
     s.add_argument("--baud", type=int, default=DEFAULT_BAUD)
     s.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
     s.add_argument("--state-out", help="write the board's trained state (tt_state_save bytes) here")
