@@ -177,7 +177,8 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("model", help="the model the board's firmware was built from (for the input pipeline)")
     s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0) or a pyserial URL")
     s.add_argument("--data", required=True,
-                   help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels), a "
+                   help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels, or none "
+                        "for an autoencoder), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
     n = s.add_mutually_exclusive_group()
     n.add_argument("--epochs", type=int, default=1)

@@ -10,7 +10,8 @@ Request (host -> board)::
     0        2     magic b"Tt"
     2        1     command: b"I" info, b"T" train on the sample, b"P" predict the sample, b"S" send the state
     3        4     length L of the image, uint32 (TT_INPUT_BYTES for T and P, 0 for I and S)
-    7        2     label, int16 (the class for T and P; -1 for I, S and an unlabelled P)
+    7        2     label, int16 (the class for T and P; an autoencoder's T: 0, unread; -1 for I, S and an
+                   unlabelled P)
     9        L     image: int8 NHWC, the model's input form
     9 + L    4     CRC-32 of bytes 2 .. 9 + L - 1
 
