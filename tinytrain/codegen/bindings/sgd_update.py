@@ -19,6 +19,22 @@ def sgd_update(node: Node, ctx) -> Call:
                        names[STEP], names[REMAINDER], block=False)
 
 
+def add_remainder(s: Signature, ctx, remainder: str, bits: int) -> None:
+    """The remainder state argument of an update kernel (plain and integer)."""
+    s.add("int8_t *remainder", ctx.state(remainder),
+          "(Cs,(E+1)/2): the weights' sub-LSB parts, two to a byte" if packed(bits)
+          else "(Cs,E): the weights' sub-LSB parts")
+
+
+def add_draws(s: Signature, ctx, a, stochastic: bool, step: str) -> None:
+    """The arguments of an update kernel's stochastic-rounding draws and of its step counter (plain and integer)."""
+    if stochastic:
+        s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
+        s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
+    if a.reads_step:
+        s.add("uint32_t step", f"(uint32_t){ctx.scalar(step)}")
+
+
 def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum: str, step: str, remainder: str,
                 block: bool) -> Call:
     """The update of ``param`` by the gradient at ``grad`` (a C pointer expression), keeping ``remainder`` (a state
@@ -41,17 +57,11 @@ def update_call(node: Node, ctx, a, param: str, grad: str, scale: str, momentum:
     if momentum:
         s.add("float *momentum", ctx.state(momentum), "(Cs,E)")
     if remainder:
-        s.add("int8_t *remainder", ctx.state(remainder),
-              "(Cs,(E+1)/2): the weights' sub-LSB parts, two to a byte" if packed(a.remainder_bits)
-              else "(Cs,E): the weights' sub-LSB parts")
+        add_remainder(s, ctx, remainder, a.remainder_bits)
     s.ints(Cs=cs, E=p.size // cout)
     if momentum:
         s.add("float mu", float_literal(a.momentum))
-    if stochastic:
-        s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
-        s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
-    if a.reads_step:
-        s.add("uint32_t step", f"(uint32_t){ctx.scalar(step)}")
+    add_draws(s, ctx, a, stochastic, step)
     scheduled = a.schedule is not None
     if scheduled:
         s.add("uint32_t warmup", f"{a.schedule.warmup}u")

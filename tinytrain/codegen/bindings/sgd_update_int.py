@@ -5,10 +5,11 @@ bias in place, from an int32 gradient and a fixed-point step factor per channel.
 from __future__ import annotations
 
 from tinytrain.codegen.bindings.common import channel_range
+from tinytrain.codegen.bindings.sgd_update import add_draws, add_remainder
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node
-from tinytrain.ops.sgd_update import GRAD, PARAM, REMAINDER, SCALE, STEP, Rounding, packed
+from tinytrain.ops.sgd_update import GRAD, PARAM, REMAINDER, SCALE, STEP, Rounding
 
 
 def sgd_update_int(node: Node, ctx) -> Call:
@@ -27,15 +28,9 @@ def sgd_update_int(node: Node, ctx) -> Call:
     s.add("const tt_i32a *grad", ctx.ints(names[GRAD]), "(Cs,E)")
     s.add("const int32_t *fixed", ctx.const(names[SCALE]), "(Cs,2): the step factor M 2^-sh as (M, sh)")
     if remainder:
-        s.add("int8_t *remainder", ctx.state(remainder),
-              "(Cs,(E+1)/2): the weights' sub-LSB parts, two to a byte" if packed(a.remainder_bits)
-              else "(Cs,E): the weights' sub-LSB parts")
+        add_remainder(s, ctx, remainder, a.remainder_bits)
     s.ints(Cs=cs, E=p.size // cout)
-    if stochastic:
-        s.add("uint32_t seed", f"{a.seed & 0xFFFFFFFF}u")
-        s.add("uint32_t stream", f"{a.stream & 0xFFFFFFFF}u")
-    if a.reads_step:
-        s.add("uint32_t step", f"(uint32_t){ctx.scalar(names[STEP])}")
+    add_draws(s, ctx, a, stochastic, names[STEP])
     scheduled = a.schedule is not None
     if scheduled:
         s.add("uint32_t warmup", f"{a.schedule.warmup}u")
