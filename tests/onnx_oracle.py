@@ -11,19 +11,24 @@ def ir_layout(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
 
 
-def run_onnxruntime(path, xs: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
-    """onnxruntime's values of the named (integer) tensors for each sample of xs (batch-1 model), unoptimized."""
+def unoptimized_session(model: onnx.ModelProto):
+    """An onnxruntime CPU session of ``model`` with every graph optimization off (``ORT_DISABLE_ALL``)."""
     import onnxruntime as ort
 
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(path, xs: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+    """onnxruntime's values of the named (integer) tensors for each sample of xs (batch-1 model), unoptimized."""
     model = onnx.load(str(path))
     existing = {o.name for o in model.graph.output}
     for name in names:
         if name not in existing:
             model.graph.output.append(onnx.ValueInfoProto(name=name))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = unoptimized_session(model)
     input_name = session.get_inputs()[0].name
     runs = [session.run(names, {input_name: xs[i : i + 1]}) for i in range(len(xs))]
     return {name: np.concatenate([r[k] for r in runs]) for k, name in enumerate(names)}

@@ -34,7 +34,7 @@ import onnx
 import pytest
 
 import onnx_models
-from onnx_oracle import ir_layout, quantize_input, run_onnxruntime
+from onnx_oracle import ir_layout, quantize_input, run_onnxruntime, unoptimized_session
 from oracles import skip_unless_ort_int8_exact
 from tinytrain.frontends import load_model
 from tinytrain.frontends.onnx import convert_onnx, graph_from_onnx
@@ -273,10 +273,7 @@ def default_session_observer(path, tmp_path):
     names = [out_name] + [t for _, t, _ in picks.values()]
     for name in names[1:]:
         model.graph.output.append(onnx.ValueInfoProto(name=name))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = unoptimized_session(model)
     input_name = session.get_inputs()[0].name
 
     def run(xs):
