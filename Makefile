@@ -17,7 +17,7 @@ demo: setup
 	.venv/bin/tinytrain compile $(MODEL) --sram 256k $(if $(wildcard $(PLAN)),--plan $(PLAN)) -o $(DEMO_OUT)
 
 test: setup
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q --durations=30
 
 test-fast: setup
 	$(PY) -m pytest -n 2 -q -m "not slow"
