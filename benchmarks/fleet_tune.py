@@ -1,7 +1,7 @@
 """Choosing the fleet study's settings on a validation split (never the test set): federated rounds and the
-centralized baseline of the classifier-only plan, run through the simulator (the spec, bit-identical to the host C
-step, docs/design.md §4) on features computed once (``simulator.split_frozen``: the frozen layers run once per
-image).
+centralized baseline of the classifier-only plan, run by the host C engine on features computed once: the frozen
+layers run once per image (host C forward, ``simulator.split_frozen``), the C training step of the rest every step
+(bit-identical to the whole step, docs/design.md §4; checked against the simulator's state bytes).
 
     .venv/bin/python benchmarks/fleet_tune.py [--grid fleet|central|all] [--workers 2]
 
@@ -62,7 +62,7 @@ def setup(args) -> dict:
     val = np.sort(np.concatenate([rng.permutation(free[b.dataset.y[free] == c])[: args.val_per_class]
                                   for c in range(10)]))
     prefix, _ = split_frozen(b.step_graph)
-    feats = _prefix(prefix, model_inputs(b.graph, b.dataset.x[used]))
+    feats = _prefix(prefix, model_inputs(b.graph, b.dataset.x[used]))[prefix.outputs[0]]
     scorer = Scorer(b.graph, b.step_graph, b.dataset.x[val], b.dataset.y[val])
     pos = {int(r): i for i, r in enumerate(used)}
     devices = [(np.array([pos[int(r)] for r in rows]), b.dataset.y[rows].astype(np.int64)) for rows in b.shards]
@@ -82,23 +82,31 @@ def step_graph(lr: float, steps: int):
     return build_training_graph(b.graph, plan, UpdateConfig(seed=b.task.seed))
 
 
+def trainer(lr: float, steps: int):
+    """(step graph, host C trainer of its suffix: the training step after the frozen layers, fed the features)."""
+    from tinytrain.engine_c import CTrainer
+    from tinytrain.simulator import split_frozen
+
+    g = step_graph(lr, steps)
+    return g, CTrainer(split_frozen(g)[1])
+
+
 def fleet_run(cfg) -> dict:
     from tinytrain.api import sample_order
-    from tinytrain.codegen.state import state_layout
+    from tinytrain.codegen.state import pack, state_layout, unpack
     from tinytrain.federated.aggregate import aggregate
-    from tinytrain.simulator import init_state, train
+    from tinytrain.simulator import init_state
 
     lr, rounds, k, rate = cfg
-    g = step_graph(lr, rounds * k)
+    g, c = trainer(lr, rounds * k)
     layout, feats, bits = state_layout(g), _CTX["feats"], _CTX["built"].task.plan.remainder_bits
     state, curve = init_state(g), []
     for rnd in range(1, rounds + 1):
-        states = []
+        states, sent = [], pack(g, state)
         for idx, y in _CTX["devices"]:
-            s = state.copy()
-            order = sample_order(np.arange(len(y)), k, rnd - 1)
-            train(g, s, y, y, order, features={n: v[idx] for n, v in feats.items()})
-            states.append(s)
+            c.load_state_bytes(sent)
+            c.train(feats[idx], y, sample_order(np.arange(len(y)), k, rnd - 1))
+            states.append(unpack(g, c.state_bytes()))
         state = aggregate(layout, states, [len(y) for _, y in _CTX["devices"]], max(s.step for s in states), state,
                           bits, Fraction(rate))
         if rnd % max(1, rounds // 10) == 0 or rnd == rounds:
@@ -109,14 +117,13 @@ def fleet_run(cfg) -> dict:
 
 def central_run(cfg) -> dict:
     from tinytrain.api import sample_order
-    from tinytrain.simulator import init_state, train
+    from tinytrain.codegen.state import unpack
 
     lr, epochs = cfg
     y = np.asarray(_CTX["union_y"], np.int64)
-    g = step_graph(lr, epochs * len(y))
-    state = init_state(g)
-    train(g, state, y, y, sample_order(np.arange(len(y)), epochs * len(y), 0), features=_CTX["feats"])
-    return {"kind": "central", "lr": lr, "epochs": epochs, "val_accuracy": _CTX["scorer"](state)}
+    g, c = trainer(lr, epochs * len(y))
+    c.train(_CTX["feats"], y, sample_order(np.arange(len(y)), epochs * len(y), 0))
+    return {"kind": "central", "lr": lr, "epochs": epochs, "val_accuracy": _CTX["scorer"](unpack(g, c.state_bytes()))}
 
 
 def run(job):
@@ -141,11 +148,14 @@ def main(argv=None) -> None:
     p.add_argument("--val-per-class", type=int, default=200)
     p.add_argument("--fleet", nargs="*", metavar="LR,ROUNDS,STEPS,SERVER_LR",
                    help="fleet configurations to run instead of the built-in grid")
+    p.add_argument("--central", nargs="*", metavar="LR,EPOCHS",
+                   help="centralized configurations to run instead of the built-in grid")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fleet_tune"))
     args = p.parse_args(argv)
     t0 = time.time()
     _CTX.update(setup(args))
-    jobs = ([("central", c) for c in CENTRAL_GRID] if args.grid != "fleet" else []) + \
+    central = [(float(lr), int(e)) for lr, e in (c.split(",") for c in args.central)] if args.central else CENTRAL_GRID
+    jobs = ([("central", c) for c in central] if args.grid != "fleet" else []) + \
            ([("fleet", c) for c in fleet_grid(args.fleet)] if args.grid != "central" else [])
     with get_context("fork").Pool(args.workers) as pool:
         rows = pool.map(run, jobs, chunksize=1)

@@ -13,6 +13,7 @@ the simulation, so a deployed run ends with the state the in-process rounds give
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -24,6 +25,7 @@ from tinytrain.federated.run import fleet_task
 from tinytrain.federated.server import FleetServer
 from tinytrain.federated.task import FleetTask
 
+APP_DIR = Path(__file__).resolve().parent / "flower_app"  # the Flower App's folder: `flwr run APP_DIR ...`
 GLOBAL = "global"
 TRAIN = "train"
 
