@@ -158,8 +158,21 @@ def main(argv=None) -> dict:
         "seconds": {"test_features": round(t_features, 1), "fleet": round(t_fleet, 1),
                     "baselines": round(t_base, 1), "total": round(time.time() - t_all, 1)},
     }
+    record["notes"] = notes(record)
     write(record, Path(args.out))
     return record
+
+
+def notes(rec: dict) -> list[str]:
+    """Where the settings come from (never the test set), and what is short if anything is."""
+    out = ["**Settings.** Chosen on a validation split (2,000 images of the pool that no device holds, never the test "
+           "images) by `benchmarks/fleet_tune.py` (`benchmarks/results/fleet_tune.md`): for the fleet the local "
+           "steps per round, rounds, lr and server lr; for the centralized baseline its own lr and epochs. The "
+           "cosine lr schedule spans the fleet's rounds (each device's step counter is the global state's)."]
+    if rec["global_minus_centralized_points"] < -2:
+        out += ["", f"**Shortfall.** The global model ends {-rec['global_minus_centralized_points']:.1f} points below "
+                "centralized training, not within 2."]
+    return out
 
 
 def write(rec: dict, out: Path) -> None:

@@ -113,3 +113,19 @@ def test_server_lr_scales_the_step_from_the_previous_global_state_exactly():
         -127 * 16, 127 * 16))
     assert twice.tensors["b"].tolist() == [3, 5, 15]  # 0 + 2 * (1.5, 2.5, 7.5)
     assert q1[1, 0] != q2[1, 0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "65", "1/65", "fast"])
+def test_cli_refuses_a_bad_server_lr_in_one_line(value, capsys):
+    from tinytrain.cli import main
+
+    assert main(["fleet", "model.onnx", "--data", "fashion-mnist:100", "--server-lr", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--server-lr {value}" in err[0]
+
+
+def test_cli_refuses_a_non_positive_local_steps(capsys):
+    from tinytrain.cli import main
+
+    assert main(["fleet", "model.onnx", "--data", "fashion-mnist:100", "--local-steps", "0"]) == 2
+    assert "--local-steps 0" in capsys.readouterr().err
