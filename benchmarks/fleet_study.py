@@ -1,23 +1,28 @@
 """Fleet study: federated fine-tuning of the compiled training step across non-IID devices, on Flower.
 
-    .venv/bin/python benchmarks/fleet_study.py [--devices 20 --per-device 100 --classes 2 --rounds 20]
+    .venv/bin/python benchmarks/fleet_study.py [--devices 20 --per-device 100 --classes 2 --rounds 200]
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head (seed 0),
 the plan classifier-only (``last-k:1``: the new head's weights with 4-bit remainders and its bias) at lr 0.03
 (as good as 0.01 in the transfer study's sweep, 85.5 % against 85.6 %, and 3x the progress per round) with a
 cosine lr schedule spanning each run (``--lr-schedule``; the fleet's devices count their steps on the global
-state's counter, so the schedule spans the fleet's rounds), batch-1 SGD, QAS, stochastic rounding. Data:
+state's counter, so the schedule spans the fleet's rounds), batch-1 SGD, QAS, stochastic rounding. The defaults
+(``--local-steps 10`` a round, ``--server-lr 3``; centralized ``--central-lr 0.03 --central-epochs 10``) were
+chosen on a validation split by ``benchmarks/fleet_tune.py`` (benchmarks/results/fleet_tune.md). Data:
 Fashion-MNIST (Debian
 ``dataset-fashion-mnist``); ``--devices`` simulated devices each hold ``--per-device`` images of ``--classes``
 classes only (non-IID shards from the stratified pool ``--pool``, no image on two devices). Every device trains
 on the host C engine (the emitted training step, ``tinytrain train --engine c``'s code). Rows, all scored on the
 official 10,000 test images (``--test``):
 
-- global: ``--rounds`` rounds of ``tinytrain fleet`` on Flower's simulation engine (Ray, ``--cpus`` devices at a
-  time), ``--local-epochs`` local epochs per round; the test accuracy of the global state after every round;
-- best single device: each device trains alone on its own shard for rounds x local-epochs epochs (the same
-  passes over its data as in the fleet); the best of the devices, and their mean;
-- centralized: the same plan and engine trained on the union of the shards for rounds x local-epochs epochs.
+- global: ``--rounds`` rounds of ``tinytrain fleet`` (``--engine local``: in this process, the bytes of Flower's
+  simulation engine, tests/test_fleet.py; ``flower``: on Flower's simulation engine, Ray, ``--cpus`` devices at a
+  time), ``--local-steps`` steps (or ``--local-epochs`` epochs) per device per round; the test accuracy of the
+  global state after every round;
+- best single device: each device trains alone on its own shard for the fleet's passes over its data (rounds x
+  local steps / per-device epochs); the best of the devices, and their mean;
+- centralized: the same plan and engine trained on the union of the shards, ``--central-epochs`` epochs at
+  ``--central-lr``.
 
 Bytes per device per round: the state sent down plus the state sent back (tt_state_load bytes; Flower's framing
 not counted). Writes benchmarks/results/fleet_study.{md,json}; work files in build/fleet_study.
@@ -45,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
+ENGINES = {"flower": "flower (Flower's simulation engine)",
+           "local": "local (in-process rounds: the bytes Flower's simulation engine gives, tests/test_fleet.py)"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,18 +59,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--devices", type=int, default=20)
     p.add_argument("--per-device", type=int, default=100)
     p.add_argument("--classes", type=int, default=2, help="classes per device (non-IID)")
-    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--local-epochs", type=int, default=2)
-    p.add_argument("--local-steps", type=int, help="steps per device per round instead of --local-epochs")
-    p.add_argument("--server-lr", default="1", help="the aggregation's server lr, a fraction a/b")
+    p.add_argument("--local-steps", type=int, default=10,
+                   help="steps per device per round (0: --local-epochs epochs)")
+    p.add_argument("--server-lr", default="3", help="the aggregation's server lr, a fraction a/b")
     p.add_argument("--lr", type=float, default=0.03)
-    p.add_argument("--central-lr", type=float, help="the centralized baseline's lr (default --lr)")
-    p.add_argument("--central-epochs", type=int,
-                   help="the centralized baseline's epochs (default: the fleet's passes over each shard)")
+    p.add_argument("--central-lr", type=float, default=0.03, help="the centralized baseline's lr (0: --lr)")
+    p.add_argument("--central-epochs", type=int, default=10,
+                   help="the centralized baseline's epochs (0: the fleet's passes over each shard)")
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="cosine")
     p.add_argument("--pool", default="fashion-mnist:12000")
     p.add_argument("--test", default="fashion-mnist:test")
-    p.add_argument("--engine", choices=("flower", "local"), default="flower")
+    p.add_argument("--engine", choices=("flower", "local"), default="local")
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fleet_study"))
     return p.parse_args(argv)
@@ -129,7 +137,7 @@ def main(argv=None) -> dict:
     task = fleet_task(str(MODEL), args.pool, update="last-k:1", lr=args.lr, devices=args.devices,
                       per_device=args.per_device, classes_per_device=args.classes, local_epochs=args.local_epochs,
                       new_head=10, seed=0, lr_schedule=args.lr_schedule, rounds=args.rounds,
-                      local_steps=args.local_steps, server_lr=args.server_lr)
+                      local_steps=args.local_steps or None, server_lr=args.server_lr)
     built = local(task)
     t0 = time.time()
     test = load_data(args.test)
@@ -180,14 +188,14 @@ def write(rec: dict, out: Path) -> None:
     out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
     s = rec["seconds"]
     lines = [
-        "# Fleet study: federated fine-tuning on non-IID devices (Flower, host C devices)", "",
+        "# Fleet study: federated fine-tuning on non-IID devices (host C devices)", "",
         f"`{rec['command']}` ({s['total'] / 60:.1f} min on 2 shared cores: fleet {s['fleet']:.0f} s, baselines "
         f"{s['baselines']:.0f} s, test features {s['test_features']:.0f} s).", "",
         f"Model: {rec['model']}; plan: classifier-only (`last-k:1`, lr {rec['plan'].get('lr', '')}, 4-bit remainders, "
         f"{rec['lr_schedule']} lr schedule over each run's steps); "
         f"{rec['devices']} devices x {rec['per_device']} images of {rec['classes_per_device']} classes each, from "
         f"`{rec['pool']}`; {rec['rounds']} rounds x {rec['local_steps']} local steps per device, server lr "
-        f"{rec['server_lr']}, engine {rec['engine']}; centralized: lr {rec['central_lr']}, {rec['central_epochs']} "
+        f"{rec['server_lr']}, engine {ENGINES[rec['engine']]}; centralized: lr {rec['central_lr']}, {rec['central_epochs']} "
         f"epochs; each device alone: {rec['single_device_epochs']} epochs (the fleet's passes over its shard); every "
         f"accuracy on `{rec['test']}` ({rec['n_test']} images).", "",
         "| row | test accuracy |", "|---|---|",
