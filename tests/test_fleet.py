@@ -138,3 +138,24 @@ def test_flower_simulation_equals_the_in_process_rounds(pool):
     sim = fleet(MODEL, pool, rounds=2, engine="flower", faults=faults, **OPTIONS)
     assert sim.state == _final(pool, faults).state
     assert sim.counts == {"ok": 4, "refused": 0, "corrupt": 1, "nonfinite": 0, "dropped": 1}
+
+
+@pytest.mark.slow
+def test_local_steps_and_server_lr(pool):
+    """``local_steps`` K: every round advances the global step by K; ``server_lr`` 1 is the plain mean (the default
+    task's bytes), another rate lands elsewhere, deterministically."""
+    from tinytrain.federated.client import local_train
+
+    task = fleet_task(MODEL, pool, local_steps=4, **OPTIONS)
+    built = local(task)
+    first = local_train(task, 0, FleetServer(task, 2).state, 1)
+    assert unpack(built.step_graph, first.state).step == 4
+    plain = FleetServer(task, 2)
+    drive_local(plain)
+    assert unpack(built.step_graph, plain.state).step == 8
+    same = FleetServer(fleet_task(MODEL, pool, local_steps=4, server_lr="1/1", **OPTIONS), 2)
+    drive_local(same)
+    faster = [FleetServer(fleet_task(MODEL, pool, local_steps=4, server_lr="3/2", **OPTIONS), 2) for _ in range(2)]
+    for s in faster:
+        drive_local(s)
+    assert same.state == plain.state and faster[0].state == faster[1].state != plain.state

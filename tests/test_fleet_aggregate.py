@@ -87,3 +87,45 @@ def test_non_iid_shards():
     assert [s.tolist() for s in make_shards(y, 20, 30, 2, seed=1)] == [s.tolist() for s in shards]
     iid = make_shards(y, 4, 50, None)
     assert all(len(set(y[s])) == 10 for s in iid)
+
+
+def test_server_lr_scales_the_step_from_the_previous_global_state_exactly():
+    from fractions import Fraction
+
+    base = np.array([10, -4, 0, 100], np.int64)
+    values = [np.array([13, -4, 1, 90]), np.array([14, 0, 2, 95])]
+    assert np.array_equal(weighted_mean(values, [1, 1], base, Fraction(1)), weighted_mean(values, [1, 1]))
+    # steps from base: 3.5, 2, 1.5, -7.5; x 3/2: 5.25, 3, 2.25, -11.25 -> 5, 3, 2, -11
+    assert weighted_mean(values, [1, 1], base, Fraction(3, 2)).tolist() == [15, -1, 2, 89]
+    with pytest.raises(ValueError):
+        weighted_mean(values, [1, 1], base, Fraction(65))
+    a = _state([[1, 0, -3], [100, 2, 0]], [[-8, 7, 0], [7, 0, 1]], [1, 2, 7])
+    b = _state([[1, 2, -3], [127, 3, 0]], [[7, 7, 1], [-8, 0, 0]], [2, 3, 8])
+    prev = _state([[0, 0, 0], [120, 0, 0]], [[0] * 3] * 2, [0, 0, 0])
+    plain = aggregate(_layout(), [a, b], [1, 1], 40, prev, 4)
+    assert all(np.array_equal(plain.tensors[k], aggregate(_layout(), [a, b], [1, 1], 40, prev, 4,
+                                                          Fraction(1)).tensors[k]) for k in plain.tensors)
+    twice = aggregate(_layout(), [a, b], [1, 1], 40, prev, 4, Fraction(2))
+    q0, q1, q2 = (fixed_point(s.tensors["w"][1:], s.tensors["w.remainder"], 4) for s in (prev, plain, twice))
+    # with rate 2 the fixed-point step doubles (before the clip to the int8 grid: 127 x 16)
+    assert np.array_equal(q2, np.clip(q0 + round_half_even(2 * (fixed_point(a.tensors["w"][1:], a.tensors[
+        "w.remainder"], 4) + fixed_point(b.tensors["w"][1:], b.tensors["w.remainder"], 4) - 2 * q0), 2),
+        -127 * 16, 127 * 16))
+    assert twice.tensors["b"].tolist() == [3, 5, 15]  # 0 + 2 * (1.5, 2.5, 7.5)
+    assert q1[1, 0] != q2[1, 0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "65", "1/65", "fast"])
+def test_cli_refuses_a_bad_server_lr_in_one_line(value, capsys):
+    from tinytrain.cli import main
+
+    assert main(["fleet", "model.onnx", "--data", "fashion-mnist:100", "--server-lr", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--server-lr {value}" in err[0]
+
+
+def test_cli_refuses_a_non_positive_local_steps(capsys):
+    from tinytrain.cli import main
+
+    assert main(["fleet", "model.onnx", "--data", "fashion-mnist:100", "--local-steps", "0"]) == 2
+    assert "--local-steps 0" in capsys.readouterr().err

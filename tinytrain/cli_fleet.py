@@ -22,6 +22,7 @@ def cmd_fleet(args: argparse.Namespace) -> None:
                    engine=args.engine, cpus=args.cpus, plan=args.plan, update=args.update, lr=args.lr,
                    devices=args.devices, per_device=args.per_device,
                    classes_per_device=args.classes_per_device or None, local_epochs=args.local_epochs,
+                   local_steps=args.local_steps, server_lr=args.server_lr,
                    new_head=args.new_head, seed=args.seed, remainder_bits=args.remainder_bits,
                    input_size=args.input_size, lr_schedule=args.lr_schedule, warmup=args.warmup)
     if args.state_out:
@@ -59,6 +60,12 @@ def add_fleet_command(sub) -> None:
                    help="non-IID shards: K classes per device (default 2; 0: IID, every class)")
     s.add_argument("--rounds", type=int, default=10, help="federated rounds (default 10)")
     s.add_argument("--local-epochs", type=int, default=1, help="epochs over its shard each device trains per round")
+    s.add_argument("--local-steps", type=int, metavar="K",
+                   help="steps each device trains per round instead of --local-epochs (the first K of a new "
+                        "permutation of its shard each round)")
+    s.add_argument("--server-lr", default="1", metavar="A/B",
+                   help="server lr on the averaged step from the previous global state, a fraction a/b or a "
+                        "decimal (default 1: the plain sample-weighted mean)")
     add_schedule_arguments(s, "the fleet's rounds (each device's step counter is the global state's)")
     s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)

@@ -42,7 +42,7 @@ def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, 
         trainer = built.board(board)
         trainer.load_state_bytes(global_state)
     x, y = built.device_data(device)
-    order = sample_order(np.arange(len(y)), task.local_epochs * len(y), task.order_seed(round_))
+    order = sample_order(np.arange(len(y)), task.steps_per_round, task.order_seed(round_))
     losses = trainer.train(x, y, order)
     finite = losses[np.isfinite(losses)]
     state = trainer.state_bytes()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from fractions import Fraction
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class FleetResult:
     def to_json(self) -> dict:
         return {"rounds": self.rounds, "devices": self.task.devices, "per_device": self.task.per_device,
                 "classes_per_device": self.task.classes_per_device, "local_epochs": self.task.local_epochs,
+                "local_steps": self.task.steps_per_round, "server_lr": self.task.server_lr,
                 "state_bytes": len(self.state), "counts": self.counts, "history": self.history,
                 "seconds": self.seconds, "resumed_from": self.resumed_from}
 
@@ -36,26 +38,42 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
                devices: int = 20, per_device: int = 200, classes_per_device: int | None = 2, local_epochs: int = 1,
                new_head: int | None = None, seed: int = 0, input_size: str | None = None,
                remainder_bits: int | None = None, lr_schedule: str | None = None, warmup: float = 0.0,
-               rounds: int = 10) -> FleetTask:
+               rounds: int = 10, local_steps: int | None = None, server_lr: str = "1") -> FleetTask:
     """The task every process of the run rebuilds: the model path, a DATA spec, the plan (default classifier-only:
     the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run: a device's step
-    counter is the global state's, which advances by local_epochs x per_device steps a round."""
+    counter is the global state's, which advances by the steps of a round (``local_steps``, or local_epochs x
+    per_device). ``server_lr``: a fraction "a/b" scaling the averaged step (aggregate.py)."""
     from tinytrain.api import _graph, _plan
     from tinytrain.training.schedule import check_schedule
     from tinytrain.training.sparse import with_lr_schedule
 
     if not isinstance(model, (str, Path)) or not isinstance(data, str):
         raise UsageError("fleet: give the model as a path and the data as a DATA spec (every device reloads them)")
-    if local_epochs < 1:
-        raise UsageError(f"--local-epochs {local_epochs} must be positive")
+    if local_epochs < 1 or (local_steps is not None and local_steps < 1):
+        raise UsageError(f"--local-epochs {local_epochs} and --local-steps {local_steps} must be positive")
+    rate = _server_lr(server_lr)
     graph = _graph(str(model), new_head, seed, input_size)
     check_schedule(lr_schedule, warmup)
     chosen = _plan(graph, plan, update, lr, None, None, "last-k:1", remainder_bits)
-    chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * local_epochs * per_device)
+    steps = local_steps if local_steps is not None else local_epochs * per_device
+    chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * steps)
     if chosen.loss != "xent":
         raise UsageError("fleet trains classifiers (loss xent): its shards are split by class")
     return FleetTask(str(model), data, json.dumps(chosen.to_json(), sort_keys=True), devices, per_device,
-                     classes_per_device, local_epochs, new_head, seed, input_size)
+                     classes_per_device, local_epochs, new_head, seed, input_size, local_steps, str(rate))
+
+
+def _server_lr(text) -> Fraction:
+    """The server lr as a fraction a/b (a decimal or "a/b" text), within aggregate.check_rate's bounds."""
+    from tinytrain.federated.aggregate import MAX_RATE_TERM, check_rate
+
+    try:
+        rate = Fraction(str(text))
+        check_rate(rate)
+    except (ValueError, ZeroDivisionError):
+        raise UsageError(f"--server-lr {text}: give a positive fraction a/b (or a decimal) with a, b <= "
+                         f"{MAX_RATE_TERM}, e.g. 1 or 10 or 3/2") from None
+    return rate
 
 
 def fleet(model, data: str, *, rounds: int = 10, test: str | None = None, state_dir: str | Path | None = None,

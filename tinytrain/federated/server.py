@@ -55,7 +55,7 @@ class FleetServer:
         if accepted:
             states = [s for _, s in accepted]
             new = aggregate(self.built.layout, states, [r.samples for r, _ in accepted], max(s.step for s in states),
-                            unpack(self.built.step_graph, self.state), self.task.plan.remainder_bits)
+                            unpack(self.built.step_graph, self.state), self.task.plan.remainder_bits, self.task.rate)
             self.progress.state = pack(self.built.step_graph, new)
         record = {"round": self.round + 1, **counts, "bytes_per_device": len(self.state),
                   "mean_loss": _mean([r.loss for r, _ in accepted]), "aggregate_seconds": round(time.time() - t0, 3)}

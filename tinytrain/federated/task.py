@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -30,6 +31,16 @@ class FleetTask:
     new_head: int | None = None
     seed: int = 0               # new-head init, stochastic rounding, shards, sample order
     input_size: str | None = None
+    local_steps: int | None = None  # steps per round (None: local_epochs x per_device)
+    server_lr: str = "1"        # the aggregation's server lr, a fraction "a/b" (aggregate.py)
+
+    @property
+    def steps_per_round(self) -> int:
+        return self.local_steps if self.local_steps is not None else self.local_epochs * self.per_device
+
+    @property
+    def rate(self) -> Fraction:
+        return Fraction(self.server_lr)
 
     @property
     def plan(self) -> Plan:
