@@ -69,7 +69,7 @@ def _proven(t: Tensor) -> bool:
     return t.dtype is DType.FLOAT32 or (t.dtype is DType.INT32 and t.role is Role.GRADIENT)
 
 
-def _worst_case(t: Tensor) -> Tensor:
+def worst_case(t: Tensor) -> Tensor:
     """A trainable int8 weight as the proof sees it: every element as far from its zero point as int8 allows (-128
     before the first update, [-127, 127] after)."""
     zp = np.asarray(t.quant.zero_point).reshape((-1,) + (1,) * (len(t.shape) - 1))
@@ -86,7 +86,7 @@ def gradient_bounds(graph: Graph) -> GradientProof:
     from tinytrain.names import LOSS, grad_name
 
     written = set(written_tensors(graph))
-    tensors = {k: _worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}
+    tensors = {k: worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}
     at_run_time = {i for n in graph.nodes if LOSS in n.outputs for i in n.inputs}  # finite when the loss is
     bounds: dict[str, float] = {}
     for node in graph.nodes:

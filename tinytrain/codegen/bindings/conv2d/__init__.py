@@ -6,6 +6,7 @@ update (``grad.py``)."""
 from tinytrain.codegen.bindings.conv2d.depthwise import planar_safe
 from tinytrain.codegen.bindings.conv2d.forward import conv2d
 from tinytrain.codegen.bindings.conv2d.grad import (PLANE_GZ_REGS, PLANE_TAPS_REGS, conv2d_grad_input,
+                                                    conv2d_grad_input_int,
                                                     conv2d_grad_weight, conv2d_grad_weight_int,
                                                     conv2d_grad_weight_sgd_update, pointwise_tile_range)
 from tinytrain.codegen.context import Binding
@@ -15,6 +16,7 @@ __all__ = ["BINDINGS", "PLANE_GZ_REGS", "PLANE_TAPS_REGS", "planar_safe", "point
 BINDINGS: dict[str, Binding] = {
     "conv2d": conv2d,
     "conv2d_grad_input": conv2d_grad_input,
+    "conv2d_grad_input_int": conv2d_grad_input_int,
     "conv2d_grad_weight": conv2d_grad_weight,
     "conv2d_grad_weight_int": conv2d_grad_weight_int,
     "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.codegen.bindings.common import channel_range, input_dequant, weight_dequant, weight_param, window_name
+from tinytrain.codegen.bindings.common import (channel_range, input_dequant, weight_dequant, weight_param,
+                                              weight_zero_points, window_name)
 from tinytrain.codegen.bindings.conv2d.host import HOST_WEIGHT_MAX
 from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call
 from tinytrain.codegen.context import Call, Signature
@@ -180,13 +181,49 @@ def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:
 
 
 def conv2d_grad_weight_int(node: Node, ctx) -> Call:
-    """The integer step's pointwise weight gradient (ops/conv2d.py conv2d_grad_weight_int)."""
+    """The integer step's weight gradient (ops/conv2d.py conv2d_grad_weight_int): pointwise, regular or depthwise."""
+    a = node.attrs
     g, x = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
-    c0, cs = channel_range(node.attrs.channels, g.shape[-1], node)
+    _, ho, wo, cout = g.shape
+    _, h, wd, cin = x.shape
+    c0, cs = channel_range(a.channels, cout, node)
+    tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     s = Signature()
-    s.add("tt_i32a *gw", ctx.ints(node.outputs[0]), "(Cs,K)")
-    s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)")
-    s.add("const int8_t *inp", ctx.act(x.name), "(P,K)")
-    s.ints(P=g.size // g.shape[-1], K=x.shape[-1], Co=g.shape[-1], c0=c0, Cs=cs)
+    if k["variant"] == "pointwise":
+        s.add("tt_i32a *gw", ctx.ints(node.outputs[0]), "(Cs,K)")
+        s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(P,K)")
+        s.ints(P=ho * wo, K=cin, Co=cout, c0=c0, Cs=cs)
+    else:
+        s.add("tt_i32a *gw", ctx.ints(node.outputs[0]), "(Cs,KH,KW,Cg)")
+        s.add("const tt_i32a *gz", ctx.ints(g.name), "(Ho,Wo,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
+        s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout, c0=c0, Cs=cs)
     s.int32s(in_zp=x.quant.zp)
-    return s.call("conv2d_grad_weight_int", "tt_conv2d_grad_weight_int", {})
+    return s.call("conv2d_grad_weight_int", f"tt_conv_{tag}_grad_weight_int", k)
+
+
+def conv2d_grad_input_int(node: Node, ctx) -> Call:
+    """The integer step's input gradient (ops/conv2d_int.py): pointwise or depthwise (multiplier 1)."""
+    a = node.attrs
+    g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    _, ho, wo, cout = g.shape
+    _, h, wd, cin = gx.shape
+    tag, k = _conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
+    pointwise = k["variant"] == "pointwise"
+    s = Signature()
+    s.add("tt_i32a *gx", ctx.ints(gx.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
+    s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
+    k["split"] = weight_param(s, ctx, w, "(Co,Ci)" if pointwise else f"(Co,{k['kh']},{k['kw']})")
+    s.add("const int32_t *fold", ctx.const(node.inputs[2]), "(Co,): M[o], s_w[o] / max s_w in Q15")
+    wzp = weight_zero_points(w, cout)
+    k["has_wzp"] = bool(np.any(wzp))
+    if k["has_wzp"]:
+        s.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
+    if pointwise:
+        s.ints(P=h * wd, Ci=cin, Co=cout)
+    else:
+        s.ints(H=h, W=wd, C=cin, Ho=ho, Wo=wo)
+    s.ints(R=a.pre_shift, T=a.shift)
+    return s.call("conv2d_grad_input_int", f"tt_conv_{tag}_grad_input_int" + ("_wzp" if k["has_wzp"] else "")
+                  + ("_split" if k["split"] else ""), k)
