@@ -319,15 +319,23 @@ def test_mobilenet_last_k_3_is_integer_only():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", ["last-k:2", "last-k:3", "last-k:4"])
-def test_deeper_integer_steps_on_the_host_c_are_the_simulator(k, tmp_path):
+@pytest.mark.parametrize("k,scratch", [("last-k:2", None), ("last-k:3", None), ("last-k:4", None), ("last-k:4", 64)],
+                         ids=["last-k:2", "last-k:3", "last-k:4", "last-k:4-blocks"])
+def test_deeper_integer_steps_on_the_host_c_are_the_simulator(k, scratch, tmp_path):
+    """The C (weight gradients fused with their updates, in blocks of rows: 64 B of scratch makes several) against
+    the simulator's unfused graph."""
     from tinytrain.engine_c import CTrainer
+    from tinytrain.training.fuse import fuse_updates
 
     g = tail_model()
     rng = np.random.default_rng(4)
     x, y = rng.integers(-128, 128, (10, 8, 8, 3)).astype(np.int8), rng.integers(0, 5, 10)
     tg = build_training_graph(g, replace(preset(k, g, lr=0.05), backward="int"))
-    c, sim = CTrainer(tg, tmp_path), init_state(tg)
+    fused = fuse_updates(tg, scratch_bytes=scratch) if scratch else tg
+    blocks = [(n.attrs.block, fused.tensors[n.inputs[0]].shape[0]) for n in fused.nodes
+              if n.op == "conv2d_grad_weight_int_sgd_update_int"]
+    assert not scratch or any(b < rows for b, rows in blocks)  # several blocks of rows
+    c, sim = CTrainer(fused, tmp_path), init_state(tg)
     np.testing.assert_allclose(c.train(x, y), train(tg, sim, x, y), rtol=1e-6)
     assert all(np.array_equal(c.state().tensors[n], v) for n, v in sim.tensors.items())
 
