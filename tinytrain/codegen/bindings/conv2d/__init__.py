@@ -6,7 +6,6 @@ update (``grad.py``)."""
 from tinytrain.codegen.bindings.conv2d.depthwise import planar_safe
 from tinytrain.codegen.bindings.conv2d.forward import conv2d
 from tinytrain.codegen.bindings.conv2d.grad import (PLANE_GZ_REGS, PLANE_TAPS_REGS, conv2d_grad_input,
-                                                    conv2d_grad_input_int,
                                                     conv2d_grad_weight, conv2d_grad_weight_int,
                                                     conv2d_grad_weight_int_sgd_update_int,
                                                     conv2d_grad_weight_sgd_update, pointwise_tile_range)
@@ -17,7 +16,6 @@ __all__ = ["BINDINGS", "PLANE_GZ_REGS", "PLANE_TAPS_REGS", "planar_safe", "point
 BINDINGS: dict[str, Binding] = {
     "conv2d": conv2d,
     "conv2d_grad_input": conv2d_grad_input,
-    "conv2d_grad_input_int": conv2d_grad_input_int,
     "conv2d_grad_weight": conv2d_grad_weight,
     "conv2d_grad_weight_int": conv2d_grad_weight_int,
     "conv2d_grad_weight_int_sgd_update_int": conv2d_grad_weight_int_sgd_update_int,

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.codegen.bindings.common import (channel_range, input_dequant, weight_dequant, weight_param,
-                                              weight_zero_points, window_name)
+from tinytrain.codegen.bindings.common import channel_range, input_dequant, weight_dequant, weight_param, window_name
 from tinytrain.codegen.bindings.conv2d.host import HOST_WEIGHT_MAX
 from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call, fused_int_call
 from tinytrain.codegen.context import Call, Signature
@@ -15,7 +14,7 @@ from tinytrain.ir import Node
 from tinytrain.ops.conv2d import grad_input_block
 
 
-def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
+def conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
     _, kh, kw, _ = w_shape
     (sh, sw), (dh, dw), (pt, pl) = a.stride, a.dilation, padding[:2]
     padded = any(padding)
@@ -92,7 +91,7 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     _, ho, wo, cout = g.shape
     _, h, wd, cin = gx.shape
-    tag, k = _conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
+    tag, k = conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
     s = Signature()
     pointwise = k["variant"] == "pointwise"
     s.add("float *gx", ctx.fp(gx.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
@@ -152,7 +151,7 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | Non
     _, ho, wo, cout = g.shape
     _, h, wd, cin = x.shape
     c0, cs = channel_range(a.channels, cout, node)
-    tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
+    tag, k = conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     pointwise = k["variant"] == "pointwise"
     k["host"] = ctx.host and pointwise  # conv2d_grad_weight.c.j2: the input dequantized once per pixel
     s = Signature()
@@ -195,7 +194,7 @@ def conv2d_grad_weight_int_into(node: Node, ctx, a, inputs, gw: str) -> Call:
     _, ho, wo, cout = g.shape
     _, h, wd, cin = x.shape
     c0, cs = channel_range(a.channels, cout, node)
-    tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
+    tag, k = conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     s = Signature()
     if k["variant"] == "pointwise":
         s.add("tt_i32a *gw", gw, "(Cs,K)")
@@ -209,29 +208,3 @@ def conv2d_grad_weight_int_into(node: Node, ctx, a, inputs, gw: str) -> Call:
         s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout, c0=c0, Cs=cs)
     s.int32s(in_zp=x.quant.zp)
     return s.call("conv2d_grad_weight_int", f"tt_conv_{tag}_grad_weight_int", k)
-
-
-def conv2d_grad_input_int(node: Node, ctx) -> Call:
-    """The integer step's input gradient (ops/conv2d_int.py): pointwise or depthwise (multiplier 1)."""
-    a = node.attrs
-    g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
-    _, ho, wo, cout = g.shape
-    _, h, wd, cin = gx.shape
-    tag, k = _conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
-    pointwise = k["variant"] == "pointwise"
-    s = Signature()
-    s.add("tt_i32a *gx", ctx.ints(gx.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
-    s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)" if pointwise else "(Ho,Wo,Co)")
-    k["split"] = weight_param(s, ctx, w, "(Co,Ci)" if pointwise else f"(Co,{k['kh']},{k['kw']})")
-    s.add("const int32_t *fold", ctx.const(node.inputs[2]), "(Co,): M[o], s_w[o] / max s_w in Q15")
-    wzp = weight_zero_points(w, cout)
-    k["has_wzp"] = bool(np.any(wzp))
-    if k["has_wzp"]:
-        s.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
-    if pointwise:
-        s.ints(P=h * wd, Ci=cin, Co=cout)
-    else:
-        s.ints(H=h, W=wd, C=cin, Ho=ho, Wo=wo)
-    s.ints(R=a.pre_shift, T=a.shift)
-    return s.call("conv2d_grad_input_int", f"tt_conv_{tag}_grad_input_int" + ("_wzp" if k["has_wzp"] else "")
-                  + ("_split" if k["split"] else ""), k)
