@@ -54,6 +54,7 @@ HEAD, SEED, LR = 10, 0, 0.01
 BACKWARDS = ("fp32", "int")
 BOARDS = "qemu-m0plus,qemu-m3,qemu-m4,qemu-riscv32"
 DEEP_BOARDS = "qemu-m0plus,qemu-m3,qemu-m4"
+BUILD_TIMEOUT = 3600  # s: a MobileNetV1 128 firmware on a busy machine
 _DATA: dict = {}  # set before the worker processes fork
 
 
@@ -90,7 +91,7 @@ def predictions(name: str, backward: str, epochs: int) -> np.ndarray:
 def start_accuracy(args):
     """The training runs, started in ``args.workers`` processes (forked before anything else runs); None without
     ../shared."""
-    if not MODEL.is_file():
+    if not MODEL.is_file() or not args.plans:
         return None
     load_data(args.train_images, args.test_images)
     pool = mp.get_context("fork").Pool(args.workers)
@@ -101,7 +102,7 @@ def start_accuracy(args):
 def accuracy(args, started) -> dict:
     """Their test accuracies and the paired differences, when the runs ``start_accuracy`` started end."""
     if started is None:
-        return {"skipped": f"{MODEL} not found (../shared is not beside the project)"}
+        return {"skipped": "no --plans" if not args.plans else f"{MODEL} not found (../shared is not beside the project)"}
     pool, jobs = started
     with pool:
         correct = {key: job.get() == _DATA["y_test"] for key, job in jobs.items()}
@@ -134,7 +135,7 @@ def instructions(board: str, model: Path, name: str, backward: str, work: Path) 
     x = rng.integers(-128, 128, (6, *graph.tensors[graph.inputs[0]].shape[1:])).astype(np.int8)
     y = rng.integers(0, HEAD, 6)
     engine_qemu.emit_compile_dir(tg, work / "compile", 256 * 1024, 1024 * 1024, target=ALL[board].core)
-    fw = engine_qemu.build(work / "compile", board, work / "project")
+    fw = engine_qemu.build(work / "compile", board, work / "project", timeout=BUILD_TIMEOUT)
     r = engine_qemu.run(fw, board, train=(x[:4], y[:4]), test=(x[4:], y[4:]))
     host = CTrainer(tg, work / "host")
     losses = host.train(x[:4], y[:4])

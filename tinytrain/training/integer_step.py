@@ -10,6 +10,7 @@ the update.
     conv2d_grad_input            -> conv2d_grad_input_int   (pointwise or depthwise: int32 sums of g_z (w - zw), the
                                                              per-channel weight scale folded in Q15, then shifted
                                                              into int16's range; shifts from the proof's bounds)
+    fully_connected_grad_input   -> fully_connected_grad_input_int (the same arithmetic)
     avg_pool2d_grad, mean_grad   -> avg_pool2d_grad_int, mean_grad_int (a global pool: g broadcast, scale / (H W))
     fully_connected_grad_weight  -> fully_connected_grad_weight_int (int32 g_z (x - zx), scale s_g s_x)
     bias_grad                    -> bias_grad_int           (int32 sums, the input's scale)
@@ -19,9 +20,9 @@ the update.
 Each integer gradient carries its real scale s_g as a per-tensor quantization (zero point 0); the scales are powers
 of two times the activations' scales, known at compile time, so they need no run-time work: they are folded into
 the update's multiplier. The reported loss (``softmax_xent``) stays the float32 value nothing downstream reads.
-Covered: a fully-connected or convolution classifier and, behind a pointwise-convolution head, global pools,
-pointwise and depthwise (multiplier 1) convolutions: the last-k plans of MobileNetV1 TFLite models up to the
-depthwise layers' input gradients (last-k:2, last-k:3, ...); any other backward op raises PlanError naming it. Momentum has no integer
+Covered: a fully-connected or convolution classifier and, behind it, global pools (and means), pointwise and
+depthwise (multiplier 1) convolutions: the last-k plans of MobileNetV1 models (last-k:2, last-k:3, ... until an
+update's step factor passes 2^31); any other backward op raises PlanError naming it. Momentum has no integer
 form (PlanError); an lr schedule scales each update's multiplier by its Q15 factor (ops/sgd_update_int.py).
 Invariant: forward nodes, the loss and the update order are kept; the step's int8 forward is unchanged; the
 integer gradients' overflow proof is training/finite.py's (bounds below 2^31).
@@ -38,6 +39,7 @@ from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
 from tinytrain.ops import get_op, written_tensors
 from tinytrain.ops.avg_pool2d import is_global
 from tinytrain.ops.conv2d_int import FOLD_BITS, Conv2dGradInputIntAttrs, covered, fold, shifts, tap_sums
+from tinytrain.ops.fully_connected import FullyConnectedGradInputIntAttrs
 from tinytrain.ops.softmax_xent import GRAD_FRAC_BITS, SoftmaxXentGradIntAttrs, exp_table
 from tinytrain.ops.sgd_update import SCALE
 from tinytrain.ops.sgd_update_int import fixed_point
@@ -48,7 +50,8 @@ INTEGER_FORMS = {"softmax_xent_grad": "softmax_xent_grad_int", "clamp_mask": "cl
                  "fully_connected_grad_weight": "fully_connected_grad_weight_int",
                  "conv2d_grad_weight": "conv2d_grad_weight_int", "bias_grad": "bias_grad_int",
                  "sgd_update": "sgd_update_int", "conv2d_grad_input": "conv2d_grad_input_int",
-                 "avg_pool2d_grad": "avg_pool2d_grad_int", "mean_grad": "mean_grad_int"}
+                 "avg_pool2d_grad": "avg_pool2d_grad_int", "mean_grad": "mean_grad_int",
+                 "fully_connected_grad_input": "fully_connected_grad_input_int"}
 WEIGHT_GRADIENTS = ("fully_connected_grad_weight", "conv2d_grad_weight")  # their output's scale: s_g s_x
 SHARES = ("avg_pool2d_grad", "mean_grad")  # their output's scale: s_g / (H W)
 KEPT = ("softmax_xent",)  # the loss value: reported, read by nothing in the step
@@ -110,7 +113,7 @@ def _rewrite(node: Node, state: _Rewrite) -> Node:
     g = node.inputs[0]
     if g not in scales:
         raise PlanError(f"{node.name}: its gradient {g} has no integer form")
-    if node.op == "conv2d_grad_input":
+    if node.op in ("conv2d_grad_input", "fully_connected_grad_input"):
         return _input_gradient(node, state)
     if node.op in SHARES:
         if node.op == "avg_pool2d_grad" and not is_global(node.attrs):
@@ -125,21 +128,25 @@ def _rewrite(node: Node, state: _Rewrite) -> Node:
 
 
 def _input_gradient(node: Node, state: _Rewrite) -> Node:
-    """conv2d_grad_input -> conv2d_grad_input_int: the weight's per-channel scale folded (Q15), the shifts the
-    smallest the proof allows (ops/conv2d_int.py), the output's scale s_g max(s_w) 2^(r - 15 + t)."""
-    a, (g, w) = node.attrs, node.inputs
-    wt = state.tensors[w]
-    if not covered(a, wt.shape):
+    """conv2d_grad_input / fully_connected_grad_input -> their integer forms: the weight's per-channel scale folded
+    (Q15), the shifts the smallest the proof allows (ops/conv2d_int.py), the output's scale s_g max(s_w) 2^(r-15+t)."""
+    (g, w), wt = node.inputs, state.tensors[node.inputs[1]]
+    conv = node.op == "conv2d_grad_input"
+    if conv and not covered(node.attrs, wt.shape):
         raise PlanError(f'"backward": "int": {node.name} is the input gradient of a convolution neither pointwise nor '
                         'depthwise (multiplier 1); use "backward": "fp32"')
+    proven = state.proven(w).data
+    proven = proven if conv else proven.reshape(proven.shape[0], 1, 1, -1)
     m = fold(wt.quant.scale, wt.shape[0])
-    proven = state.proven(w)
-    r, t = shifts(int(state.bounds[g]), int(m.max()), int(tap_sums(proven.data, wt.quant.zero_point, a.groups).max()))
-    attrs = Conv2dGradInputIntAttrs(a.stride, a.padding, a.input_hw, a.dilation, a.groups, r, t)
+    r, t = shifts(int(state.bounds[g]), int(m.max()),
+                  int(tap_sums(proven, wt.quant.zero_point, node.attrs.groups if conv else 1).max()))
+    a = node.attrs
+    attrs = (Conv2dGradInputIntAttrs(a.stride, a.padding, a.input_hw, a.dilation, a.groups, r, t) if conv
+             else FullyConnectedGradInputIntAttrs(r, t))
     fold_name = _constant(state.tensors, f"{node.name}.fold", m)
     s_w = float(np.max(np.asarray(wt.quant.scale, np.float32)))
     _int_output(state.tensors, state.scales, node.outputs[0], state.scales[g] * s_w * 2.0 ** (r - FOLD_BITS + t))
-    return replace(node, op="conv2d_grad_input_int", inputs=(g, w, fold_name), attrs=attrs)
+    return replace(node, op=INTEGER_FORMS[node.op], inputs=(g, w, fold_name), attrs=attrs)
 
 
 def _update_inputs(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -> tuple[str, ...]:
