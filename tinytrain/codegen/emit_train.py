@@ -112,6 +112,10 @@ class _TrainContext(Context):
         """The fp32 scratch the memory plan reserved for ``node``'s kernel (``OpDef.scratch``)."""
         return self._pointer(scratch_name(node.name), "float", "f")
 
+    def int_scratch(self, node: Node) -> str:
+        """The same scratch as int32 (``tt_i32a``): an integer-step kernel's (the fused integer weight gradient)."""
+        return self._pointer(scratch_name(node.name), "tt_i32a", "g")
+
     def const(self, name: str) -> str:
         if name in self.sram:  # a trainable weight or bias: kernels read the SRAM copy
             return self.sram[name].name
@@ -227,7 +231,8 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
         ctype = ctx.ctypes[var]
         if name in ctx.scratch_buffers:
             b = ctx.scratch_buffers[name]
-            off, comment = b.offset, f"({b.use.size // 4},) float32 {b.use.role} {cformat.comment(name)}"
+            kind = "float32" if ctype == "float" else "int32"
+            off, comment = b.offset, f"({b.use.size // 4},) {kind} {b.use.role} {cformat.comment(name)}"
         else:
             t = graph.tensors[name]
             off = ctx.offsets[name]

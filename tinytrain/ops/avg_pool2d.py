@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tinytrain.ops import OpDef
+from tinytrain.ops import OpDef, same_bound
 from tinytrain.quant import Requant, multiply_by_quantized_multiplier
 
 
@@ -152,4 +152,25 @@ def grad_bound(a: AvgPool2dGradAttrs, ins, bounds) -> list[float]:
 
 
 GRAD = OpDef("avg_pool2d_grad", AvgPool2dGradAttrs, grad_shapes, grad_reference, macs, bound=grad_bound)
-OPS = (OP, GRAD)
+
+
+def is_global(a: AvgPool2dGradAttrs) -> bool:
+    """One unpadded window over the whole input (a global average pool)."""
+    return tuple(a.kernel) == tuple(a.input_hw) and not any(a.padding)
+
+
+def grad_int_shapes(a: AvgPool2dGradAttrs, ins) -> list[tuple[int, ...]]:
+    if not is_global(a):
+        raise ValueError("avg_pool2d_grad_int: only a global average pool's gradient has an integer form")
+    return grad_shapes(a, ins)
+
+
+def grad_int_reference(a: AvgPool2dGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """The integer form (plan "backward": "int"): a global pool's g / (H W) is the same integer g broadcast to every
+    cell, its real scale divided by H W (training/integer_step.py): an exact share, no rounding."""
+    return [np.broadcast_to(arrays[0], outs[0].shape).astype(np.int32)]
+
+
+GRAD_INT = OpDef("avg_pool2d_grad_int", AvgPool2dGradAttrs, grad_int_shapes, grad_int_reference, macs,
+                 bound=same_bound)
+OPS = (OP, GRAD, GRAD_INT)

@@ -405,26 +405,32 @@ GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_sha
                     grad_weight_macs, bound=grad_weight_bound)
 
 
-# ---- integer weight gradient of a pointwise convolution (plan "backward": "int", training/integer_step.py) ----
-
-def pointwise(a: Conv2dGradWeightAttrs) -> bool:
-    """A 1x1, stride-1, unpadded, ungrouped convolution's weight gradient (a classifier head as a convolution)."""
-    return a.kernel == (1, 1) and a.stride == (1, 1) and a.padding == (0, 0, 0, 0) and a.groups == 1
-
+# ---- integer weight gradient (plan "backward": "int", training/integer_step.py) ----
 
 def grad_weight_int_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
-    if not pointwise(a):
-        raise ValueError("conv2d_grad_weight_int: only a pointwise convolution's weight gradient has an integer form")
+    if a.groups != 1 and ins[0].shape[3] != ins[1].shape[3]:
+        raise ValueError("conv2d_grad_weight_int: a depthwise convolution's only with channel multiplier 1")
     return grad_weight_shapes(a, ins)
 
 
 def grad_weight_int_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    """g_w (C_sel,1,1,C_in) int32 = sum over pixels of g_z[p, c] (x[p] - zx), exact (the bound rule proves it fits)."""
-    g = arrays[0].astype(np.int64).reshape(-1, arrays[0].shape[-1])
-    if a.channels is not None:
-        g = g[:, np.asarray(a.channels)]
-    x = arrays[1].astype(np.int64).reshape(-1, arrays[1].shape[-1]) - ins[1].quant.zp
-    return [(g.T @ x).astype(np.int32).reshape(len(g.T), 1, 1, -1)]
+    """g_w (C_sel,KH,KW,C_in/groups) int32 = sum over output pixels of g_z[.., o] (x[window tap] - zx), exact (the
+    bound rule proves it fits); padding holds zx, so it adds nothing."""
+    g = arrays[0].astype(np.int64)
+    sel = np.arange(g.shape[3]) if a.channels is None else np.asarray(a.channels)
+    g = g[..., sel]
+    pt, pl, pb, pr = a.padding
+    xp = np.pad(arrays[1].astype(np.int64) - ins[1].quant.zp, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    n, ho, wo, _ = g.shape
+    kh, kw = a.kernel
+    gw = np.zeros(outs[0].shape, np.int64)
+    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
+        patch = xp[:, rows, cols, :]
+        if a.groups == 1:
+            gw[:, i, j, :] = g.reshape(-1, len(sel)).T @ patch.reshape(-1, patch.shape[3])
+        else:
+            gw[:, i, j, 0] = (g * patch[..., sel]).sum(axis=(0, 1, 2))
+    return [gw.astype(np.int32)]
 
 
 def grad_weight_int_bound(a: Conv2dGradWeightAttrs, ins, bounds) -> list[float]:

@@ -6,7 +6,7 @@ output channels), g_b = sum g_z.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -153,6 +153,42 @@ def grad_weight_int_bound(a: FullyConnectedGradWeightAttrs, ins, bounds) -> list
     return [bounds[0] * ins[0].shape[0] * max(abs(-128 - zx), abs(127 - zx))]
 
 
+# ---- integer input gradient (plan "backward": "int"): ops/conv2d_int.py's arithmetic on a (C_out, K) weight ----
+
+@dataclass(frozen=True)
+class FullyConnectedGradInputIntAttrs:
+    pre_shift: int = 0  # r
+    shift: int = 0  # t
+
+
+def _as_pointwise(w: np.ndarray) -> np.ndarray:
+    return w.reshape(w.shape[0], 1, 1, w.shape[1])
+
+
+def grad_input_int_shapes(a: FullyConnectedGradInputIntAttrs, ins) -> list[tuple[int, ...]]:
+    return grad_input_shapes(FullyConnectedGradInputAttrs(), ins[:2])
+
+
+def grad_input_int_reference(a: FullyConnectedGradInputIntAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """g_x (N,K): gs = (g_z M + half(r)) >> r, acc = gs @ (w - zw) (int32, exact), (acc + half(t)) >> t within int16's
+    range (ops/conv2d_int.py, whose bound rule and shifts it shares)."""
+    from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs, reference as conv_reference
+
+    g, w, m = arrays
+    conv = Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=a.pre_shift, shift=a.shift)
+    out = replace(outs[0], shape=(g.shape[0], 1, 1, w.shape[1]))
+    (gx,) = conv_reference(conv, [g.reshape(g.shape[0], 1, 1, -1), _as_pointwise(w), m], ins, [out])
+    return [gx.reshape(outs[0].shape)]
+
+
+def grad_input_int_bound(a: FullyConnectedGradInputIntAttrs, ins, bounds) -> list[float]:
+    from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs, bound as conv_bound
+
+    conv = Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=a.pre_shift, shift=a.shift)
+    w = replace(ins[1], shape=(ins[1].shape[0], 1, 1, ins[1].shape[1]), data=_as_pointwise(ins[1].data))
+    return conv_bound(conv, [ins[0], w, ins[2]], bounds)
+
+
 OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward)
 GRAD_INPUT = OpDef("fully_connected_grad_input", FullyConnectedGradInputAttrs, grad_input_shapes,
                    grad_input_reference, grad_input_macs, bound=grad_input_bound)
@@ -160,4 +196,6 @@ GRAD_WEIGHT = OpDef("fully_connected_grad_weight", FullyConnectedGradWeightAttrs
                     grad_weight_reference, grad_weight_macs, bound=grad_weight_bound)
 GRAD_WEIGHT_INT = OpDef("fully_connected_grad_weight_int", FullyConnectedGradWeightAttrs, grad_weight_shapes,
                         grad_weight_int_reference, grad_weight_macs, bound=grad_weight_int_bound)
-OPS = (OP, GRAD_INPUT, GRAD_WEIGHT, GRAD_WEIGHT_INT)
+GRAD_INPUT_INT = OpDef("fully_connected_grad_input_int", FullyConnectedGradInputIntAttrs, grad_input_int_shapes,
+                       grad_input_int_reference, grad_input_macs, bound=grad_input_int_bound)
+OPS = (OP, GRAD_INPUT, GRAD_WEIGHT, GRAD_WEIGHT_INT, GRAD_INPUT_INT)

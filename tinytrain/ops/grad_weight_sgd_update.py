@@ -1,5 +1,6 @@
 """A weight gradient fused with its SGD update: ``conv2d_grad_weight_sgd_update`` and
-``fully_connected_grad_weight_sgd_update`` (the pass that creates them: training/fuse.py).
+``fully_connected_grad_weight_sgd_update`` (the pass that creates them: training/fuse.py), and the integer step's
+``conv2d_grad_weight_int_sgd_update_int`` (an int32 gradient a block of rows at a time, the same blocks).
 
 Inputs: param (the weight, written in place), g_z, x (the grad-weight op's inputs), scale, momentum or "",
 step or "", remainder (``sgd_update``'s other inputs); no outputs. Attributes: the grad-weight op's attrs, the
@@ -28,6 +29,7 @@ from typing import Any, Sequence
 from tinytrain.ir import DType, Role, Tensor
 from tinytrain.ops import OpDef, conv2d, fully_connected
 from tinytrain.ops import sgd_update as sgd
+from tinytrain.ops import sgd_update_int
 from tinytrain.ops.conv2d import Conv2dGradWeightAttrs
 from tinytrain.ops.fully_connected import FullyConnectedGradWeightAttrs
 from tinytrain.ops.sgd_update import SgdUpdateAttrs
@@ -69,7 +71,7 @@ class GradWeightSgdUpdateAttrs:
 def _grad_tensor(grad: OpDef, a: GradWeightSgdUpdateAttrs, ins) -> Tensor:
     """The gradient the unfused grad-weight node would output (it exists only a block at a time)."""
     (shape,) = grad.infer_shapes(a.grad, [ins[G_Z], ins[X]])
-    return Tensor("grad", shape, DType.FLOAT32, Role.GRADIENT)
+    return Tensor("grad", shape, DType.INT32 if grad.name.endswith("_int") else DType.FLOAT32, Role.GRADIENT)
 
 
 def _update_inputs(values: Sequence[Any], grad: Any) -> list[Any]:
@@ -77,8 +79,8 @@ def _update_inputs(values: Sequence[Any], grad: Any) -> list[Any]:
     return [values[PARAM], grad, values[SCALE], *values[MOMENTUM:]]
 
 
-def _fused(grad: OpDef) -> OpDef:
-    name = f"{grad.name}_{sgd.OP.name}"
+def _fused(grad: OpDef, update: OpDef = sgd.OP) -> OpDef:
+    name = f"{grad.name}_{update.name}"
 
     def infer_shapes(a: GradWeightSgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
         if not isinstance(a.grad, grad.attrs_type):
@@ -86,7 +88,7 @@ def _fused(grad: OpDef) -> OpDef:
         if a.grad.channels != a.update.channels:
             raise ValueError(f"{name}: gradient channels {a.grad.channels} != updated channels {a.update.channels}")
         g = _grad_tensor(grad, a, ins)
-        sgd.OP.infer_shapes(a.update, _update_inputs(ins, g))
+        update.infer_shapes(a.update, _update_inputs(ins, g))
         if not 1 <= a.block <= g.shape[0]:
             raise ValueError(f"{name}: block {a.block} is not 1..{g.shape[0]} rows")
         return []
@@ -94,23 +96,24 @@ def _fused(grad: OpDef) -> OpDef:
     def reference(a: GradWeightSgdUpdateAttrs, arrays, ins, outs) -> list:
         g = _grad_tensor(grad, a, ins)
         (value,) = grad.reference(a.grad, [arrays[G_Z], arrays[X]], [ins[G_Z], ins[X]], [g])
-        return sgd.OP.reference(a.update, _update_inputs(arrays, value), _update_inputs(ins, g), [])
+        return update.reference(a.update, _update_inputs(arrays, value), _update_inputs(ins, g), [])
 
     def macs(a: GradWeightSgdUpdateAttrs, ins, outs) -> int:
         g = _grad_tensor(grad, a, ins)
-        return grad.macs(a.grad, [ins[G_Z], ins[X]], [g]) + sgd.OP.macs(a.update, _update_inputs(ins, g), [])
+        return grad.macs(a.grad, [ins[G_Z], ins[X]], [g]) + update.macs(a.update, _update_inputs(ins, g), [])
 
     def scratch(a: GradWeightSgdUpdateAttrs, ins, outs) -> int:
         return a.block * row_elements(ins[PARAM]) * FLOAT_BYTES
 
     def bound(a: GradWeightSgdUpdateAttrs, ins, bounds) -> list[float]:
         (g,) = grad.bound(a.grad, [ins[G_Z], ins[X]], [bounds[G_Z], None])
-        return sgd.update_bound(a.update, g)
+        return sgd.update_bound(a.update, g) if update is sgd.OP else [g, 0.0]
 
     return OpDef(name, GradWeightSgdUpdateAttrs, infer_shapes, reference, macs,
                  writes=(PARAM, MOMENTUM, REMAINDER), scratch=scratch, bound=bound)
 
 
-# grad-weight op -> the op fusing it with sgd_update
+# grad-weight op -> the op fusing it with its update (sgd_update, or the integer step's sgd_update_int)
 FUSED = {grad.name: _fused(grad) for grad in (conv2d.GRAD_WEIGHT, fully_connected.GRAD_WEIGHT)}
+FUSED[conv2d.GRAD_WEIGHT_INT.name] = _fused(conv2d.GRAD_WEIGHT_INT, sgd_update_int.OP)
 OPS = tuple(FUSED.values())

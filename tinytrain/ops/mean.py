@@ -122,4 +122,14 @@ OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs, backward=backward)
 GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs, bound=same_bound)  # g / (H*W) <= g
 GRAD_MASKED = OpDef("mean_grad_masked", MeanGradMaskedAttrs, grad_masked_shapes, grad_masked_reference, macs,
                     bound=same_bound)
-OPS = (OP, GRAD, GRAD_MASKED)
+
+
+def grad_int_reference(a: MeanGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """The integer form (plan "backward": "int"): g / (H W) is the same integer g broadcast, its real scale divided
+    by H W (training/integer_step.py): an exact share, no rounding."""
+    g = arrays[0].reshape(arrays[0].shape[0], 1, 1, -1)
+    return [np.broadcast_to(g, outs[0].shape).astype(np.int32)]
+
+
+GRAD_INT = OpDef("mean_grad_int", MeanGradAttrs, grad_shapes, grad_int_reference, macs, bound=same_bound)
+OPS = (OP, GRAD, GRAD_MASKED, GRAD_INT)

@@ -47,7 +47,7 @@ def fixed_point(k: float, what: str) -> tuple[int, int]:
         mult, n = mult >> 1, n - 1
     if n < 0:
         raise PlanError(f"the step factor of {what} ({k:.3g} LSB per gradient unit) is too large for the integer "
-                        "step; use a smaller lr")
+                        'step; use a smaller lr or "backward": "fp32"')
     if n > MAX_SHIFT:
         mult, n = mult >> (n - MAX_SHIFT), MAX_SHIFT
     return mult, n

@@ -22,7 +22,8 @@ never NaN, and the rounding clamps it to ±2^30 (ops/sgd_update.py), identically
 
 The integer step (plan "backward": "int", training/integer_step.py) makes the same walk an overflow proof: its int32
 gradients' bound rules give exact integer bounds (the loss gradient's 2^14, times max |x - zx| and the positions
-summed), each of which must be at most INT32_MAX; the update's product g M then stays below 2^62 and its rounding
+summed; an input gradient's int32 intermediates and its int16-range result, ops/conv2d_int.py), each of which must
+be at most INT32_MAX; the update's product g M then stays below 2^62 and its rounding
 below 2^63 (ops/sgd_update_int.py), so no integer operation of the step wraps. Integer bounds hold whatever the
 loss is: the run-time check has nothing to guard there (the C still skips a step whose float loss is not finite).
 """
@@ -69,7 +70,7 @@ def _proven(t: Tensor) -> bool:
     return t.dtype is DType.FLOAT32 or (t.dtype is DType.INT32 and t.role is Role.GRADIENT)
 
 
-def _worst_case(t: Tensor) -> Tensor:
+def worst_case(t: Tensor) -> Tensor:
     """A trainable int8 weight as the proof sees it: every element as far from its zero point as int8 allows (-128
     before the first update, [-127, 127] after)."""
     zp = np.asarray(t.quant.zero_point).reshape((-1,) + (1,) * (len(t.shape) - 1))
@@ -86,7 +87,7 @@ def gradient_bounds(graph: Graph) -> GradientProof:
     from tinytrain.names import LOSS, grad_name
 
     written = set(written_tensors(graph))
-    tensors = {k: _worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}
+    tensors = {k: worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}
     at_run_time = {i for n in graph.nodes if LOSS in n.outputs for i in n.inputs}  # finite when the loss is
     bounds: dict[str, float] = {}
     for node in graph.nodes:

@@ -6,6 +6,8 @@ search's memory model, ``train``). Each pair grad-weight node -> ``sgd_update`` 
 (ops/grad_weight_sgd_update.py), whose kernel computes and applies the gradient a block of output-channel rows
 at a time in a small scratch buffer the memory plan reserves (``OpDef.scratch``).
 
+The integer step's pairs (conv2d_grad_weight_int -> sgd_update_int) are fused the same way.
+
 Invariant: a pair is fused exactly when the update's gradient is the output of a grad-weight op with a fused
 form and nothing else reads it (not summed by ``grad_accumulate`` with another gradient of the same weight, not
 a graph output); the fused node takes the update's name and place, its inputs are (param, g_z, x, scale[,
@@ -22,6 +24,8 @@ from tinytrain.ir import Graph, Node
 from tinytrain.ops import sgd_update as sgd
 from tinytrain.ops.grad_weight_sgd_update import FUSED, SCRATCH_BYTES, GradWeightSgdUpdateAttrs, block_rows
 
+UPDATES = (sgd.OP.name, "sgd_update_int")  # the integer step's: its int32 gradient fused the same way
+
 
 def fuse_updates(graph: Graph, scratch_bytes: int = SCRATCH_BYTES) -> Graph:
     """Fuse every eligible (grad-weight, sgd_update) pair; blocks sized by ``block_rows(..., scratch_bytes)``."""
@@ -29,12 +33,14 @@ def fuse_updates(graph: Graph, scratch_bytes: int = SCRATCH_BYTES) -> Graph:
     fused: dict[str, Node] = {}  # update node name -> the fused node replacing it
     absorbed: set[str] = set()   # grad-weight nodes and gradient tensors that disappear
     for node in graph.nodes:
-        if node.op != sgd.OP.name:
+        if node.op not in UPDATES:
             continue
         g = node.inputs[sgd.GRAD]
         grad = producers.get(g)
         readers = consumers[g]
         if grad is None or grad.op not in FUSED or g in graph.outputs or len(readers) != 1 or readers[0] is not node:
+            continue
+        if FUSED[grad.op].name != f"{grad.op}_{node.op}":
             continue
         param = node.inputs[sgd.PARAM]
         attrs = GradWeightSgdUpdateAttrs(grad.attrs, node.attrs,

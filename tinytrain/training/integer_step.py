@@ -5,7 +5,13 @@ the update.
     softmax_xent_grad            -> softmax_xent_grad_int   (int32 in [-2^14, 2^14], scale 2^-14; exp by a table)
     clamp_mask                   -> clamp_mask_int          (the same mask, the same scale)
     reshape                      -> reshape                 (a view: the int32 gradient under another shape)
-    conv2d_grad_weight           -> conv2d_grad_weight_int  (a pointwise convolution's: sum over pixels of g_z (x - zx))
+    conv2d_grad_weight           -> conv2d_grad_weight_int  (sum over output pixels of g_z (x[tap] - zx); regular or
+                                                             depthwise)
+    conv2d_grad_input            -> conv2d_grad_input_int   (pointwise or depthwise: int32 sums of g_z (w - zw), the
+                                                             per-channel weight scale folded in Q15, then shifted
+                                                             into int16's range; shifts from the proof's bounds)
+    fully_connected_grad_input   -> fully_connected_grad_input_int (the same arithmetic)
+    avg_pool2d_grad, mean_grad   -> avg_pool2d_grad_int, mean_grad_int (a global pool: g broadcast, scale / (H W))
     fully_connected_grad_weight  -> fully_connected_grad_weight_int (int32 g_z (x - zx), scale s_g s_x)
     bias_grad                    -> bias_grad_int           (int32 sums, the input's scale)
     sgd_update                   -> sgd_update_int          (the float32 factor k times the gradient's scale, as a
@@ -14,9 +20,9 @@ the update.
 Each integer gradient carries its real scale s_g as a per-tensor quantization (zero point 0); the scales are powers
 of two times the activations' scales, known at compile time, so they need no run-time work: they are folded into
 the update's multiplier. The reported loss (``softmax_xent``) stays the float32 value nothing downstream reads.
-Covered: what a plan updating the last layer needs when it is a fully-connected or pointwise-convolution classifier
-(its weights and bias: a classifier-only or bias-only:1 plan of the zoo models and of MobileNetV1 TFLite models,
-whose head is a 1x1 convolution); any other backward op raises PlanError naming it. Momentum has no integer
+Covered: a fully-connected or convolution classifier and, behind it, global pools (and means), pointwise and
+depthwise (multiplier 1) convolutions: the last-k plans of MobileNetV1 models (last-k:2, last-k:3, ... until an
+update's step factor passes 2^31); any other backward op raises PlanError naming it. Momentum has no integer
 form (PlanError); an lr schedule scales each update's multiplier by its Q15 factor (ops/sgd_update_int.py).
 Invariant: forward nodes, the loss and the update order are kept; the step's int8 forward is unchanged; the
 integer gradients' overflow proof is training/finite.py's (bounds below 2^31).
@@ -24,47 +30,79 @@ integer gradients' overflow proof is training/finite.py's (bounds below 2^31).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tinytrain.errors import PlanError
 from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
-from tinytrain.ops.conv2d import pointwise
+from tinytrain.ops import get_op, written_tensors
+from tinytrain.ops.avg_pool2d import is_global
+from tinytrain.ops.conv2d_int import FOLD_BITS, Conv2dGradInputIntAttrs, covered, fold, shifts, tap_sums
+from tinytrain.ops.fully_connected import FullyConnectedGradInputIntAttrs
 from tinytrain.ops.softmax_xent import GRAD_FRAC_BITS, SoftmaxXentGradIntAttrs, exp_table
 from tinytrain.ops.sgd_update import SCALE
 from tinytrain.ops.sgd_update_int import fixed_point
 from tinytrain.training.autodiff import is_forward
+from tinytrain.training.finite import worst_case
 
 INTEGER_FORMS = {"softmax_xent_grad": "softmax_xent_grad_int", "clamp_mask": "clamp_mask_int", "reshape": "reshape",
                  "fully_connected_grad_weight": "fully_connected_grad_weight_int",
                  "conv2d_grad_weight": "conv2d_grad_weight_int", "bias_grad": "bias_grad_int",
-                 "sgd_update": "sgd_update_int"}
+                 "sgd_update": "sgd_update_int", "conv2d_grad_input": "conv2d_grad_input_int",
+                 "avg_pool2d_grad": "avg_pool2d_grad_int", "mean_grad": "mean_grad_int",
+                 "fully_connected_grad_input": "fully_connected_grad_input_int"}
 WEIGHT_GRADIENTS = ("fully_connected_grad_weight", "conv2d_grad_weight")  # their output's scale: s_g s_x
+SHARES = ("avg_pool2d_grad", "mean_grad")  # their output's scale: s_g / (H W)
 KEPT = ("softmax_xent",)  # the loss value: reported, read by nothing in the step
+
+
+@dataclass
+class _Rewrite:
+    """The pass's state: the graph's tensors as rewritten, each integer gradient's real scale and its bound (the
+    overflow proof's, with trainable weights at their worst case: training/finite.py)."""
+
+    tensors: dict[str, Tensor]
+    written: set[str]
+    scales: dict[str, float] = field(default_factory=dict)
+    bounds: dict[str, float] = field(default_factory=dict)
+
+    def proven(self, name: str) -> Tensor:
+        t = self.tensors[name]
+        return worst_case(t) if name in self.written and t.role is Role.WEIGHT else t
+
+    def bound(self, node: Node) -> None:
+        op = get_op(node.op)
+        if op.writes:
+            return
+        ins = [self.proven(i) if i else None for i in node.inputs]
+        for name, b in zip(node.outputs, op.bound(node.attrs, ins, [self.bounds.get(i) for i in node.inputs])):
+            self.bounds[name] = b
 
 
 def integer_backward(graph: Graph) -> Graph:
     """The training graph with every backward and update node in its integer form (module docstring)."""
-    tensors = dict(graph.tensors)
-    scales: dict[str, float] = {}  # integer gradient -> its real scale
+    state = _Rewrite(dict(graph.tensors), set(written_tensors(graph)))
     nodes = []
     for node in graph.nodes:
         if is_forward(graph, node) or node.op in KEPT:
             nodes.append(node)
             continue
         if node.op not in INTEGER_FORMS:
-            raise PlanError(f'"backward": "int" covers the classifier layer (classifier-only, bias-only:1) '
-                            f"and {node.name} is a {node.op} with no integer form; use \"backward\": \"fp32\"")
-        nodes.append(_rewrite(node, tensors, scales))
+            raise PlanError(f'"backward": "int" covers classifiers, global pools, pointwise and depthwise '
+                            f"convolutions (e.g. last-k:3 of MobileNetV1) and {node.name} is a {node.op} with no "
+                            'integer form; use "backward": "fp32"')
+        nodes.append(_rewrite(node, state))
+        state.bound(nodes[-1])
+    tensors = state.tensors
     used = {i for n in nodes for i in n.inputs if i} | {o for n in nodes for o in n.outputs}
     used |= set(graph.inputs) | set(graph.outputs)
     return replace(graph, nodes=tuple(nodes), tensors={k: t for k, t in tensors.items() if k in used})
 
 
-def _rewrite(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -> Node:
+def _rewrite(node: Node, state: _Rewrite) -> Node:
     """``node``'s integer form; new constants and retyped outputs go into ``tensors``, output scales into ``scales``."""
-    op = INTEGER_FORMS[node.op]
+    op, tensors, scales = INTEGER_FORMS[node.op], state.tensors, state.scales
     if node.op == "softmax_xent_grad":
         logits = tensors[node.inputs[0]]
         table = _constant(tensors, f"{node.name}.exp_table", exp_table(logits.quant.s))
@@ -75,12 +113,40 @@ def _rewrite(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -
     g = node.inputs[0]
     if g not in scales:
         raise PlanError(f"{node.name}: its gradient {g} has no integer form")
-    if node.op == "conv2d_grad_weight" and not pointwise(node.attrs):
-        raise PlanError(f'"backward": "int": {node.name} is the weight gradient of a convolution that is not pointwise; '
-                        'use "backward": "fp32"')
+    if node.op in ("conv2d_grad_input", "fully_connected_grad_input"):
+        return _input_gradient(node, state)
+    if node.op in SHARES:
+        if node.op == "avg_pool2d_grad" and not is_global(node.attrs):
+            raise PlanError(f'"backward": "int": {node.name} is the gradient of an average pool that is not global; '
+                            'use "backward": "fp32"')
+        hw = node.attrs.input_hw
+        _int_output(tensors, scales, node.outputs[0], scales[g] / (hw[0] * hw[1]))
+        return replace(node, op=op)
     s = scales[g] * (float(np.float32(tensors[node.inputs[1]].quant.s)) if node.op in WEIGHT_GRADIENTS else 1.0)
     _int_output(tensors, scales, node.outputs[0], s)
     return replace(node, op=op)
+
+
+def _input_gradient(node: Node, state: _Rewrite) -> Node:
+    """conv2d_grad_input / fully_connected_grad_input -> their integer forms: the weight's per-channel scale folded
+    (Q15), the shifts the smallest the proof allows (ops/conv2d_int.py), the output's scale s_g max(s_w) 2^(r-15+t)."""
+    (g, w), wt = node.inputs, state.tensors[node.inputs[1]]
+    conv = node.op == "conv2d_grad_input"
+    if conv and not covered(node.attrs, wt.shape):
+        raise PlanError(f'"backward": "int": {node.name} is the input gradient of a convolution neither pointwise nor '
+                        'depthwise (multiplier 1); use "backward": "fp32"')
+    proven = state.proven(w).data
+    proven = proven if conv else proven.reshape(proven.shape[0], 1, 1, -1)
+    m = fold(wt.quant.scale, wt.shape[0])
+    r, t = shifts(int(state.bounds[g]), int(m.max()),
+                  int(tap_sums(proven, wt.quant.zero_point, node.attrs.groups if conv else 1).max()))
+    a = node.attrs
+    attrs = (Conv2dGradInputIntAttrs(a.stride, a.padding, a.input_hw, a.dilation, a.groups, r, t) if conv
+             else FullyConnectedGradInputIntAttrs(r, t))
+    fold_name = _constant(state.tensors, f"{node.name}.fold", m)
+    s_w = float(np.max(np.asarray(wt.quant.scale, np.float32)))
+    _int_output(state.tensors, state.scales, node.outputs[0], state.scales[g] * s_w * 2.0 ** (r - FOLD_BITS + t))
+    return replace(node, op=INTEGER_FORMS[node.op], inputs=(g, w, fold_name), attrs=attrs)
 
 
 def _update_inputs(node: Node, tensors: dict[str, Tensor], scales: dict[str, float]) -> tuple[str, ...]:

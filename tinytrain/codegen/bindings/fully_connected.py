@@ -49,6 +49,25 @@ def fully_connected_grad_input(node: Node, ctx) -> Call:
                   + ("_split" if split else ""), dict(variant="input", has_wzp=has_wzp, split=split))
 
 
+def fully_connected_grad_input_int(node: Node, ctx) -> Call:
+    """The integer step's input gradient (ops/fully_connected.py fully_connected_grad_input_int): the pointwise
+    convolution's kernel (kernels/conv2d_grad_input_int.c.j2) on N pixels of C_out inputs."""
+    g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
+    cout, depth = w.shape
+    s = Signature()
+    s.add("tt_i32a *gx", ctx.ints(gx.name), "(P,Ci)")
+    s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)")
+    split = weight_param(s, ctx, w, "(Co,Ci)")
+    s.add("const int32_t *fold", ctx.const(node.inputs[2]), "(Co,): M[o], s_w[o] / max s_w in Q15")
+    wzp = weight_zero_points(w, cout)
+    has_wzp = bool(np.any(wzp))
+    if has_wzp:
+        s.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
+    s.ints(P=g.shape[0], Ci=depth, Co=cout, R=node.attrs.pre_shift, T=node.attrs.shift)
+    return s.call("conv2d_grad_input_int", "tt_fully_connected_grad_input_int" + ("_wzp" if has_wzp else "")
+                  + ("_split" if split else ""), dict(variant="pointwise", split=split, has_wzp=has_wzp))
+
+
 def fully_connected_grad_weight(node: Node, ctx) -> Call:
     return fully_connected_grad_weight_into(node, ctx, node.attrs, node.inputs, ctx.fp(node.outputs[0]))
 
@@ -88,6 +107,7 @@ def fully_connected_grad_weight_sgd_update(node: Node, ctx) -> Call:
 
 
 BINDINGS: dict[str, Binding] = {
+    "fully_connected_grad_input_int": fully_connected_grad_input_int,
     "fully_connected": fully_connected,
     "fully_connected_grad_input": fully_connected_grad_input,
     "fully_connected_grad_weight": fully_connected_grad_weight,

@@ -22,6 +22,7 @@ _BLOCK_GRAD_ARGS = {"gw": "scratch", "c0": "c0 + r0", "Cs": "rows"}
 _BLOCK_UPDATE_ARGS = {"param": "param + r0 * E", "grad": "scratch", "scale": "scale + r0",
                       "momentum": "momentum + r0 * E", "remainder": "remainder + r0 * E", "Cs": "rows", "i0": "r0 * E"}
 _BLOCK_ONLY = ("gw", "grad", "i0")
+_BLOCK_INT_UPDATE_ARGS = dict(_BLOCK_UPDATE_ARGS, fixed="fixed + 2 * r0")  # sgd_update_int's (M, sh) per row
 # A host build's pointwise gradient sums four rows at a time (conv2d_grad_weight.c.j2, host): its fused kernel gives it
 # blocks of four rows in a stack array, whatever the plan's block (the scratch a device's arena has room for).
 HOST_BLOCK_ROWS = 4
@@ -93,5 +94,30 @@ def fused_call(node: Node, ctx, grad_weight) -> Call:
                   grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
                   update_args=tuple(block_args.get(n, n) for n in map(_param_name, update.kernel.params)),
                   host_rows=host_rows)
+    return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
+                  (grad.kernel, update.kernel))
+
+
+def fused_int_call(node: Node, ctx, grad_weight_int) -> Call:
+    """The integer step's fused node (ops/grad_weight_sgd_update.py): ``grad_weight_int`` (an integer grad-weight
+    binding body) and ``sgd_update_int``'s kernel per block of ``attrs.block`` rows, the block's int32 gradient in the
+    node's scratch; the same kernel as the float blocks' (grad_weight_sgd_update.c.j2)."""
+    from tinytrain.codegen.bindings.sgd_update_int import update_int_call
+
+    a = node.attrs
+    names = list(node.inputs) + [""] * (fused.REMAINDER + 1 - len(node.inputs))
+    scratch = ctx.int_scratch(node)
+    update = update_int_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.STEP],
+                             names[fused.REMAINDER], block=True)
+    grad = grad_weight_int(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch)
+    block_args = dict(_BLOCK_INT_UPDATE_ARGS, remainder="remainder + r0 * ((E + 1) / 2)") \
+        if packed(a.update.remainder_bits) else _BLOCK_INT_UPDATE_ARGS
+    s = _merged(node, (update, grad))
+    s.add("tt_i32a *scratch", scratch, "(B,E)")
+    s.ints(B=a.block)
+    consts = dict(grad_kernel=grad.kernel.name, update_kernel=update.kernel.name,
+                  grad_args=tuple(_BLOCK_GRAD_ARGS.get(n, n) for n in map(_param_name, grad.kernel.params)),
+                  update_args=tuple(block_args.get(n, n) for n in map(_param_name, update.kernel.params)),
+                  host_rows=0)
     return s.call("grad_weight_sgd_update", f"{grad.kernel.name}_{update.kernel.name.removeprefix('tt_')}", consts,
                   (grad.kernel, update.kernel))

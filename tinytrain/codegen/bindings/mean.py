@@ -49,7 +49,19 @@ def mean_grad_masked(node: Node, ctx) -> Call:
     return s.call("mean_grad_masked", "tt_mean_grad_masked_f32" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
+def mean_grad_int(node: Node, ctx) -> Call:
+    """The integer step's gradient of the mean's (ops/mean.py mean_grad_int): the int32 gradient broadcast."""
+    g, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
+    _, h, wd, c = gx.shape
+    s = Signature()
+    s.add("tt_i32a *gx", ctx.ints(gx.name), "(P,C)")
+    s.add("const tt_i32a *g", ctx.ints(g.name), "(C,)")
+    s.ints(P=h * wd, C=c)
+    return s.call("broadcast_grad_int", "tt_broadcast_grad_int", {})
+
+
 BINDINGS: dict[str, Binding] = {
+    "mean_grad_int": mean_grad_int,
     "mean": mean,
     "mean_grad": mean_grad,
     "mean_grad_masked": mean_grad_masked,

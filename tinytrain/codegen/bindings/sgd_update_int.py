@@ -13,33 +13,44 @@ from tinytrain.ops.sgd_update import GRAD, PARAM, REMAINDER, SCALE, STEP, Roundi
 
 
 def sgd_update_int(node: Node, ctx) -> Call:
-    a = node.attrs
     names = list(node.inputs) + [""] * (REMAINDER + 1 - len(node.inputs))
-    p = ctx.tensor(names[PARAM])
+    return update_int_call(node, ctx, node.attrs, names[PARAM], ctx.ints(names[GRAD]), names[SCALE], names[STEP],
+                           names[REMAINDER], block=False)
+
+
+def update_int_call(node: Node, ctx, a, param: str, grad: str, fixed: str, step: str, remainder: str,
+                    block: bool) -> Call:
+    """The integer update of ``param`` by the int32 gradient at ``grad`` (a C pointer expression); ``block``: a
+    kernel updating a block of rows of the selection, given the index i0 of its first element (0 here; the fused
+    weight gradient's, ops/grad_weight_sgd_update.py)."""
+    p = ctx.tensor(param)
     ptype = {DType.INT8: "int8_t", DType.INT32: "int32_t"}.get(p.dtype)
     if ptype is None:
         raise UnsupportedModelError(f"codegen: cannot update {p.dtype.value} parameter {p.name}")
     cout = p.shape[0]
     _, cs = channel_range(a.channels, cout, node)
     stochastic = a.rounding is Rounding.STOCHASTIC
-    remainder = names[REMAINDER]
+    block = block and stochastic  # only the draws depend on the element's index in the selection
     s = Signature()
     s.add(f"{ptype} *param", ctx.state(p.name), "(Cs,E)")
-    s.add("const tt_i32a *grad", ctx.ints(names[GRAD]), "(Cs,E)")
-    s.add("const int32_t *fixed", ctx.const(names[SCALE]), "(Cs,2): the step factor M 2^-sh as (M, sh)")
+    s.add("const tt_i32a *grad", grad, "(Cs,E)")
+    s.add("const int32_t *fixed", ctx.const(fixed), "(Cs,2): the step factor M 2^-sh as (M, sh)")
     if remainder:
         add_remainder(s, ctx, remainder, a.remainder_bits)
     s.ints(Cs=cs, E=p.size // cout)
-    add_draws(s, ctx, a, stochastic, names[STEP])
+    add_draws(s, ctx, a, stochastic, step)
     scheduled = a.schedule is not None
     if scheduled:
         s.add("uint32_t warmup", f"{a.schedule.warmup}u")
         s.add("uint32_t steps", f"{a.schedule.steps}u")
         s.add("int32_t floor_q15", str(a.schedule.floor_q15))
+    if block:
+        s.ints(i0=0)
     bits = "s8" if ptype == "int8_t" else "s32"
     name = (f"tt_sgd_update_int_{bits}_{'stochastic' if stochastic else 'nearest'}"
-            + (f"_rem{a.remainder_bits}" if remainder else "") + ("_cosine" if scheduled else ""))
-    return s.call("sgd_update_int", name, dict(ptype=ptype, stochastic=stochastic, scheduled=scheduled,
+            + (f"_rem{a.remainder_bits}" if remainder else "") + ("_cosine" if scheduled else "")
+            + ("_block" if block else ""))
+    return s.call("sgd_update_int", name, dict(ptype=ptype, stochastic=stochastic, scheduled=scheduled, block=block,
                                                remainder_bits=a.remainder_bits if remainder else 0))
 
 

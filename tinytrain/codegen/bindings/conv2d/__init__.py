@@ -7,6 +7,7 @@ from tinytrain.codegen.bindings.conv2d.depthwise import planar_safe
 from tinytrain.codegen.bindings.conv2d.forward import conv2d
 from tinytrain.codegen.bindings.conv2d.grad import (PLANE_GZ_REGS, PLANE_TAPS_REGS, conv2d_grad_input,
                                                     conv2d_grad_weight, conv2d_grad_weight_int,
+                                                    conv2d_grad_weight_int_sgd_update_int,
                                                     conv2d_grad_weight_sgd_update, pointwise_tile_range)
 from tinytrain.codegen.context import Binding
 
@@ -17,5 +18,6 @@ BINDINGS: dict[str, Binding] = {
     "conv2d_grad_input": conv2d_grad_input,
     "conv2d_grad_weight": conv2d_grad_weight,
     "conv2d_grad_weight_int": conv2d_grad_weight_int,
+    "conv2d_grad_weight_int_sgd_update_int": conv2d_grad_weight_int_sgd_update_int,
     "conv2d_grad_weight_sgd_update": conv2d_grad_weight_sgd_update,
 }

@@ -8,13 +8,13 @@ import numpy as np
 
 from tinytrain.codegen.bindings.common import channel_range, input_dequant, weight_dequant, weight_param, window_name
 from tinytrain.codegen.bindings.conv2d.host import HOST_WEIGHT_MAX
-from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call
+from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call, fused_int_call
 from tinytrain.codegen.context import Call, Signature
 from tinytrain.ir import Node
 from tinytrain.ops.conv2d import grad_input_block
 
 
-def _conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
+def conv_geometry(a, w_shape, padding, groups, cin, cout) -> tuple[str, dict]:
     _, kh, kw, _ = w_shape
     (sh, sw), (dh, dw), (pt, pl) = a.stride, a.dilation, padding[:2]
     padded = any(padding)
@@ -91,7 +91,7 @@ def conv2d_grad_input(node: Node, ctx) -> Call:
     g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     _, ho, wo, cout = g.shape
     _, h, wd, cin = gx.shape
-    tag, k = _conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
+    tag, k = conv_geometry(a, w.shape, a.padding, a.groups, cin, cout)
     s = Signature()
     pointwise = k["variant"] == "pointwise"
     s.add("float *gx", ctx.fp(gx.name), "(P,Ci)" if pointwise else "(H,W,Ci)")
@@ -151,7 +151,7 @@ def conv2d_grad_weight_into(node: Node, ctx, a, inputs, gw: str, rows: int | Non
     _, ho, wo, cout = g.shape
     _, h, wd, cin = x.shape
     c0, cs = channel_range(a.channels, cout, node)
-    tag, k = _conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
+    tag, k = conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     pointwise = k["variant"] == "pointwise"
     k["host"] = ctx.host and pointwise  # conv2d_grad_weight.c.j2: the input dequantized once per pixel
     s = Signature()
@@ -180,13 +180,31 @@ def conv2d_grad_weight_sgd_update(node: Node, ctx) -> Call:
 
 
 def conv2d_grad_weight_int(node: Node, ctx) -> Call:
-    """The integer step's pointwise weight gradient (ops/conv2d.py conv2d_grad_weight_int)."""
-    g, x = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
-    c0, cs = channel_range(node.attrs.channels, g.shape[-1], node)
+    """The integer step's weight gradient (ops/conv2d.py conv2d_grad_weight_int): pointwise, regular or depthwise."""
+    return conv2d_grad_weight_int_into(node, ctx, node.attrs, node.inputs, ctx.ints(node.outputs[0]))
+
+
+def conv2d_grad_weight_int_sgd_update_int(node: Node, ctx) -> Call:
+    return fused_int_call(node, ctx, conv2d_grad_weight_int_into)
+
+
+def conv2d_grad_weight_int_into(node: Node, ctx, a, inputs, gw: str) -> Call:
+    """The integer weight gradient of ``inputs`` (g_z, x) written to ``gw`` (a C pointer expression)."""
+    g, x = ctx.tensor(inputs[0]), ctx.tensor(inputs[1])
+    _, ho, wo, cout = g.shape
+    _, h, wd, cin = x.shape
+    c0, cs = channel_range(a.channels, cout, node)
+    tag, k = conv_geometry(a, (cout,) + tuple(a.kernel) + (0,), a.padding, a.groups, cin, cout)
     s = Signature()
-    s.add("tt_i32a *gw", ctx.ints(node.outputs[0]), "(Cs,K)")
-    s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)")
-    s.add("const int8_t *inp", ctx.act(x.name), "(P,K)")
-    s.ints(P=g.size // g.shape[-1], K=x.shape[-1], Co=g.shape[-1], c0=c0, Cs=cs)
+    if k["variant"] == "pointwise":
+        s.add("tt_i32a *gw", gw, "(Cs,K)")
+        s.add("const tt_i32a *gz", ctx.ints(g.name), "(P,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(P,K)")
+        s.ints(P=ho * wo, K=cin, Co=cout, c0=c0, Cs=cs)
+    else:
+        s.add("tt_i32a *gw", gw, "(Cs,KH,KW,Cg)")
+        s.add("const tt_i32a *gz", ctx.ints(g.name), "(Ho,Wo,Co)")
+        s.add("const int8_t *inp", ctx.act(x.name), "(H,W,Ci)")
+        s.ints(H=h, W=wd, Ci=cin, Ho=ho, Wo=wo, Co=cout, c0=c0, Cs=cs)
     s.int32s(in_zp=x.quant.zp)
-    return s.call("conv2d_grad_weight_int", "tt_conv2d_grad_weight_int", {})
+    return s.call("conv2d_grad_weight_int", f"tt_conv_{tag}_grad_weight_int", k)
