@@ -103,8 +103,10 @@ def test_fmaf_equals_the_c(c_float):
 
 
 def test_fmaf_broadcasts_and_sums_in_order():
-    acc = f32.fma_sum([np.float32(3.0), np.float32(-1.0)], [np.ones(4, np.float32), np.full(4, 2.0, np.float32)], (4,))
+    acc = f32.fmaf(np.float32(-1.0), np.full(4, 2.0, np.float32), f32.fmaf(np.float32(3.0), np.ones(4, np.float32), 0))
     assert acc.dtype == np.float32 and np.array_equal(acc, np.full(4, 1.0, np.float32))
+    p = np.float64(np.float32(0.1)) * np.float64(np.float32(3.0))  # exact
+    assert f32.fma_product(np.array([p]), np.float32(1.0))[0] == np.float32(1.3)
     x = np.array([[1e8], [1.0], [-1e8]], np.float32)
     assert f32.ordered_sum(x)[0] == np.float32(0.0)  # (1e8 + 1) - 1e8 in float32: the 1 is lost, in order
 

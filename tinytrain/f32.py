@@ -12,41 +12,41 @@ from __future__ import annotations
 import numpy as np
 
 F32, F64 = np.float32, np.float64
-_LOW28 = np.int64((1 << 28) - 1)  # the float64 significand bits below a 25-bit number's
+_LOW29, _HALF = np.uint64((1 << 29) - 1), np.uint64(1 << 28)  # a float64's significand bits below a float32's; half
+_TINY = np.uint64((1023 - 126) << 53) - np.uint64(1)  # (bits << 1) - 1 below it: 0 < |s| < 2^-126 (float32 subnormal)
 
 
 def fmaf(a, b, c) -> np.ndarray:
-    """float32 a * b + c rounded once (C fmaf; broadcasting like numpy). a * b of two float32 is exact in float64;
-    p + c rounded to float64 and then to float32 is the correctly rounded result unless the float64 sum lands exactly
-    half-way between two float32 numbers (the only place a second rounding can go wrong). Such a sum has at most 25
-    significant bits; those few elements are rounded to odd instead (Boldo & Melquiond: TwoSum's error decides the
-    last bit), as tt_fmaf's software form does."""
-    p = np.asarray(a, F32).astype(F64) * np.asarray(b, F32).astype(F64)
-    c64 = np.asarray(c, F32).astype(F64)
-    s = np.atleast_1d(p + c64)
-    tied = np.nonzero((s.view(np.int64) & _LOW28) == 0)
+    """float32 a * b + c rounded once (C fmaf; broadcasting like numpy)."""
+    return fma_product(np.asarray(a, F32).astype(F64) * np.asarray(b, F32).astype(F64), c)
+
+
+def fma_product(p: np.ndarray, c) -> np.ndarray:
+    """float32 p + c rounded once, p the exact float64 product of two float32 numbers (a * b of two float32 is exact in
+    float64: the callers convert the factors once and multiply in float64). p + c rounded to float64 and then to
+    float32 is the correctly rounded sum unless the float64 sum lands exactly half-way between two float32 numbers
+    (the only place a second rounding can go wrong; in the float32 subnormal range, where the half-way bits are
+    elsewhere, every nonzero sum is checked); those few elements are rounded to odd instead (Boldo & Melquiond:
+    TwoSum's error decides the last bit), as tt_fmaf's software form does (codegen/runtime/tt_float_round.h)."""
+    s = np.atleast_1d(p + c)
+    bits = s.view(np.uint64)
+    tied = np.nonzero(((bits & _LOW29) == _HALF) | (((bits << np.uint64(1)) - np.uint64(1)) < _TINY))
     if tied[0].size:
-        _to_odd(s, np.broadcast_to(p, s.shape)[tied], np.broadcast_to(c64, s.shape)[tied], tied)
+        s[tied] = _to_odd(s[tied], _at(p, s.shape, tied), _at(np.asarray(c, F32), s.shape, tied).astype(F64))
     return s.astype(F32)
 
 
-def _to_odd(s: np.ndarray, p: np.ndarray, c: np.ndarray, at: tuple) -> None:
-    """s[at] = p + c rounded to odd in float64 (in place; s holds that sum rounded to nearest)."""
-    ss = s[at]
-    bp = ss - c
-    e = (p - bp) + (c - (ss - bp))  # ss + e == p + c exactly (TwoSum)
-    bits = ss.view(np.int64)
-    fix = (e != 0) & ((bits & 1) == 0) & np.isfinite(ss)
-    bits[fix] += np.where((e > 0) == (ss > 0), 1, -1)[fix]
-    s[at] = ss
+def _at(x: np.ndarray, shape: tuple[int, ...], at: tuple) -> np.ndarray:
+    return (x if x.shape == shape else np.broadcast_to(x, shape))[at]
 
 
-def fma_sum(terms_a, terms_b, shape) -> np.ndarray:
-    """sum_k a_k * b_k from +0 in order k, each term fused with its addition: acc = fmaf(a_k, b_k, acc)."""
-    acc = np.zeros(shape, F32)
-    for a, b in zip(terms_a, terms_b):
-        acc = fmaf(a, b, acc)
-    return acc
+def _to_odd(s: np.ndarray, p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """p + c rounded to odd in float64, s that sum rounded to nearest."""
+    bp = s - c
+    e = (p - bp) + (c - (s - bp))  # s + e == p + c exactly (TwoSum)
+    bits = s.view(np.int64)
+    fix = (e != 0) & ((bits & 1) == 0) & np.isfinite(s)
+    return np.where(fix, bits + np.where((e > 0) == (s > 0), 1, -1), bits).view(F64)
 
 
 def ordered_sum(x: np.ndarray, axis: int = 0) -> np.ndarray:

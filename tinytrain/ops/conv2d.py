@@ -202,17 +202,17 @@ def grad_input_reference(a: Conv2dGradInputAttrs, arrays, ins, outs) -> list[np.
     gxp = np.zeros((n, h + pt + pb, w + pl + pr, cin), np.float32)
     taps = list(_taps(kh, kw, ho, wo, a.stride, a.dilation))
     if a.groups == 1:
-        gq, d = weight_factors(g, arrays[1], ins[1])
+        gq, d = (v.astype(np.float64) for v in weight_factors(g, arrays[1], ins[1]))  # float32 values, exact
         for i, j, (rows, cols) in reversed(taps):
             for o in range(cout):
-                gxp[:, rows, cols, :] = f32.fmaf(gq[..., o, None], d[o, i, j], gxp[:, rows, cols, :])
+                gxp[:, rows, cols, :] = f32.fma_product(gq[..., o, None] * d[o, i, j], gxp[:, rows, cols, :])
     else:  # depthwise: output channel o = c * m + r reads input channel c
         m = cout // cin
-        gm = g.astype(np.float32).reshape(n, ho, wo, cin, m)
-        wd = dequantize_weight(arrays[1], ins[1]).reshape(cin, m, kh, kw)
+        gm = g.astype(np.float32).astype(np.float64).reshape(n, ho, wo, cin, m)
+        wd = dequantize_weight(arrays[1], ins[1]).astype(np.float64).reshape(cin, m, kh, kw)
         for r in range(m):
             for i, j, (rows, cols) in taps:
-                gxp[:, rows, cols, :] = f32.fmaf(gm[..., r], wd[:, r, i, j], gxp[:, rows, cols, :])
+                gxp[:, rows, cols, :] = f32.fma_product(gm[..., r] * wd[:, r, i, j], gxp[:, rows, cols, :])
     return [gxp[:, pt : pt + h, pl : pl + w, :]]
 
 
@@ -234,9 +234,9 @@ def grad_weight_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[n
     g = arrays[0]
     n, ho, wo, cout = g.shape
     sel = np.arange(cout) if a.channels is None else np.asarray(a.channels)
-    gq = (g[..., sel].astype(np.float32) * np.float32(ins[1].quant.s)).reshape(-1, len(sel))
+    gq = (g[..., sel].astype(np.float32) * np.float32(ins[1].quant.s)).astype(np.float64).reshape(-1, len(sel))
     pt, pl, pb, pr = a.padding
-    xd = (arrays[1].astype(np.int32) - np.int32(ins[1].quant.zp)).astype(np.float32)
+    xd = (arrays[1].astype(np.int32) - np.int32(ins[1].quant.zp)).astype(np.float64)  # integers, exact
     xp = np.pad(xd, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
     kh, kw = a.kernel
     patches = np.stack([xp[:, rows, cols, :] for _, _, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation)],
@@ -247,7 +247,7 @@ def grad_weight_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[n
         terms = patches[:, :, sel // (cout // xd.shape[3])].transpose(0, 2, 1)  # (positions, C_sel, taps)
     gw = np.zeros((len(sel), terms.shape[2]), np.float32)
     for q in range(len(terms)):
-        gw = f32.fmaf(gq[q, :, None], terms[q], gw)
+        gw = f32.fma_product(gq[q, :, None] * terms[q], gw)
     return [gw.reshape(outs[0].shape)]
 
 

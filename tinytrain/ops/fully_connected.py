@@ -75,8 +75,11 @@ def grad_input_reference(a: FullyConnectedGradInputAttrs, arrays, ins, outs) -> 
     first factor rounded to float32 (docs/design.md §3b)."""
     from tinytrain.ops.conv2d import weight_factors
 
-    gq, d = weight_factors(arrays[0], arrays[1], ins[1])  # (N,Co) float32, (Co,K) float32
-    return [f32.fma_sum((gq[:, o, None] for o in range(d.shape[0])), d, (gq.shape[0], d.shape[1]))]
+    gq, d = (v.astype(np.float64) for v in weight_factors(arrays[0], arrays[1], ins[1]))  # (N,Co), (Co,K): exact
+    gx = np.zeros((gq.shape[0], d.shape[1]), np.float32)
+    for o in range(d.shape[0]):
+        gx = f32.fma_product(gq[:, o, None] * d[o], gx)
+    return [gx]
 
 
 def grad_weight_shapes(a: FullyConnectedGradWeightAttrs, ins) -> list[tuple[int, ...]]:
