@@ -29,13 +29,13 @@ STEPS = 2
 
 
 @pytest.mark.parametrize("plan", PLANS, ids=[p.stem for p in PLANS])
-def test_shipped_plan_trains_bit_for_bit_like_the_c(plan, tmp_path):
+def test_shipped_plan_trains_bit_for_bit_like_the_c(plan):
     g = load_model(ROOT / "models" / (plan.stem.rsplit("-", 1)[0] + ".onnx"))
     tg = build_training_graph(g, load_plan(plan))
     rng = np.random.default_rng(0)
     x = model_inputs(g, rng.integers(0, 256, (STEPS + 1, *g.tensors[g.inputs[0]].shape[1:]), dtype=np.uint8))
     y = rng.integers(0, g.tensors[g.outputs[0]].shape[-1], STEPS + 1)
-    c = CTrainer(tg, tmp_path)
+    c = CTrainer(tg)  # the shared build cache (engine_c): the same C as train --engine c and the exactness benchmark
     losses = c.train(x[:STEPS], y[:STEPS])
     state = simulator.init_state(tg)
     sim_losses = np.asarray(simulator.train(tg, state, x[:STEPS], y[:STEPS]), np.float32)
