@@ -248,7 +248,7 @@ def grad_weight_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[n
     gw = np.zeros((len(sel), terms.shape[2]), np.float32)
     for q in range(len(terms)):
         gw = f32.fma_product(gq[q, :, None] * terms[q], gw)
-    return [gw.reshape(outs[0].shape)]
+    return [gw.reshape(len(sel), kh, kw, -1)]
 
 
 def grad_input_macs(a: Conv2dGradInputAttrs, ins, outs) -> int:
