@@ -6,9 +6,9 @@ y = m*z + stop_grad(ŷ - m*z), where ŷ is the dequantized int8 output of the si
 straight-through clamp mask (1 where act_min < y_int8 < act_max). Forward values thus equal the device's,
 and gradients are autograd's through the real-valued ops.
 
-Tolerance: per parameter, max |g_sim - g_torch| <= 2e-6 * max |g_torch| (+1e-12). The simulator rounds
-each backward output once to float32 (float64 accumulation inside), so errors are a few float32 ulps
-compounded over the layers (worst seen: 2.2e-7 on the whole network); 2e-6 leaves 10x margin and catches any
+Tolerance: per parameter, max |g_sim - g_torch| <= 2e-6 * max |g_torch| (+1e-12). The simulator sums
+in float32 in the C kernels' order (docs/design.md §3b), so errors are a few float32 ulps per sum, compounded
+over the layers (worst seen: 2.2e-7 on the whole network); 2e-6 leaves 10x margin and catches any
 wrong index, missing term or scale (those give errors of order 1).
 """
 

@@ -202,10 +202,11 @@ def test_without_the_proof_a_finite_loss_can_carry_infinite_gradients():
 
 
 def test_an_overflowing_operand_is_refused_even_where_the_gradient_bounds_are_small():
-    """Conv 4's weights 2^-100 smaller shrink every gradient below it, so conv 2's 2^130 larger weights give small
-    gradient bounds; but the kernels compute the real weight s_w (w - zw) first, and that overflows."""
-    tg = build_training_graph(rescaled_model({4: 2.0 ** -100, 2: 2.0 ** 130}), PLAN)
-    with pytest.raises(PlanError, match=r"the backward.s real conv\d\.weight may reach 1\.\d+e\+39"):
+    """Conv 4's weights 2^-100 smaller shrink every gradient below it, so conv 1's (the depthwise) 2^130 larger
+    weights give small gradient bounds; but its input gradient's kernel computes the real tap s_w (w - zw) first (its
+    dequantized table, docs/design.md §3b), and that overflows — in the simulator as in the C."""
+    tg = build_training_graph(rescaled_model({4: 2.0 ** -100, 1: 2.0 ** 130}), PLAN)
+    with pytest.raises(PlanError, match=r"the backward.s real dw\d\.weight may reach 1\.\d+e\+39"):
         gradient_bounds(tg)
     values = run_unguarded(tg)
     assert np.isfinite(values[LOSS]).all()

@@ -1,7 +1,7 @@
 """The integer-only training step (plan "backward": "int", training/integer_step.py): the plan field, the integer
 ops' arithmetic against the float step they replace, the overflow proof, no float operation from the loss to the
 update, and the C bit-identical to the simulator on the host and on QEMU cores (M0+ code, M3, M4, rv32imac): the
-state bit for bit everywhere, the reported float32 loss bit for bit between C builds (simulator: fp32 tolerance)."""
+state bit for bit everywhere, the reported float32 loss bit for bit between C builds and the simulator."""
 
 import json
 import shutil
@@ -224,8 +224,8 @@ def test_the_host_c_is_bit_identical_to_the_simulator(model, plan, config, tmp_p
         g, x = conv_head_model(), np.random.default_rng(4).integers(-128, 128, (10, 8, 8, 3)).astype(np.int8)
     tg = build_training_graph(g, plan, config)
     c, sim = CTrainer(tg, tmp_path), init_state(tg)
-    # the state bit for bit; the reported float32 loss (read by nothing in the step) within its fp32 tolerance
-    np.testing.assert_allclose(c.train(x, y), train(tg, sim, x, y), rtol=1e-6)
+    # the state and the reported float32 loss (read by nothing in the step), bit for bit
+    assert np.array_equal(c.train(x, y).view(np.uint32), np.asarray(train(tg, sim, x, y), np.float32).view(np.uint32))
     assert all(np.array_equal(c.state().tensors[k], v) for k, v in sim.tensors.items())
 
 
@@ -251,7 +251,7 @@ def test_the_integer_step_is_bit_identical_on_the_cores(model, board, plan, tmp_
     host, sim = CTrainer(tg, tmp_path / "host"), init_state(tg)
     losses = host.train(x[:6], y[:6])
     assert np.array_equal(r.losses.view(np.uint32), losses.view(np.uint32)) and r.state == host.state_bytes()
-    np.testing.assert_allclose(train(tg, sim, x[:6], y[:6]), losses, rtol=1e-6)
+    assert np.array_equal(np.asarray(train(tg, sim, x[:6], y[:6]), np.float32).view(np.uint32), losses.view(np.uint32))
     assert all(np.array_equal(host.state().tensors[k], v) for k, v in sim.tensors.items())
     assert np.array_equal(r.logits, host.predict(x[6:]))
 

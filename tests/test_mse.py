@@ -88,9 +88,8 @@ def test_mse_training_step_sim_and_c_bit_identical(make, update, tmp_path):
     from tinytrain.simulator import init_state, train
 
     b, g = make()
-    # int8-only state: the simulator's fp32 gradients (float64 sums) are not the C's bit for bit (design.md §4), and a
-    # 4-bit remainder's finer threshold turns those last-bit differences into different states within a few steps
-    tg = build_training_graph(g, replace(preset(update, g, lr=0.02, remainder_bits=0), loss="mse"))
+    # the simulator's fp32 gradients are the C's bit for bit (design.md §3b): the default 4-bit remainders too
+    tg = build_training_graph(g, replace(preset(update, g, lr=0.02), loss="mse"))
     assert [n.op for n in tg.nodes if n.op.startswith("mse")] == ["mse", "mse_grad"]
     xs, order = b.inputs_batch(g, 5), np.arange(12) % 5
     state = init_state(tg)

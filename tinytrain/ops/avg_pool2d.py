@@ -122,12 +122,13 @@ def grad_reference(a: AvgPool2dGradAttrs, arrays, ins, outs) -> list[np.ndarray]
     (h, w), (pt, pl, pb, pr) = a.input_hw, a.padding
     fwd = AvgPool2dAttrs(a.kernel, a.stride, a.padding)
     counts = _window_sums(np.ones((1, h, w, 1), np.int64), fwd, ho, wo)
-    share = (g / counts.astype(np.float32)).astype(np.float64)
-    gxp = np.zeros((n, h + pt + pb, w + pl + pr, c))
-    for i in range(a.kernel[0]):
-        for j in range(a.kernel[1]):
+    share = g / counts.astype(np.float32)
+    gxp = np.zeros((n, h + pt + pb, w + pl + pr, c), np.float32)
+    # float32 additions in the C's window order (oy, ox): a cell's windows come from its last tap (i, j) to its first
+    for i in reversed(range(a.kernel[0])):
+        for j in reversed(range(a.kernel[1])):
             gxp[:, i : i + (ho - 1) * a.stride[0] + 1 : a.stride[0], j : j + (wo - 1) * a.stride[1] + 1 : a.stride[1]] += share
-    return [gxp[:, pt : pt + h, pl : pl + w].astype(np.float32)]
+    return [gxp[:, pt : pt + h, pl : pl + w]]
 
 
 def backward(b, node, out_grads) -> list[str | None]:

@@ -1,7 +1,8 @@
 """Bias gradient (backward, fp32): g_b[c] = sum over every position of g[..., c] (channels last).
 
 Shared by conv2d and fully_connected. ``bias_grad_int``: the same sums of an int32 gradient, in integers. The gradient is with respect to the real bias
-b = s_x * s_w[c] * b_int32. The simulator sums in float64 and rounds once to float32.
+b = s_x * s_w[c] * b_int32. Each sum is float32 from +0, one addition at a time in position order, as the kernel's
+(kernels/bias_grad.c.j2, docs/design.md §3b).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinytrain import f32
 from tinytrain.ops import OpDef
 
 
@@ -23,8 +25,8 @@ def infer_shapes(a: BiasGradAttrs, ins) -> list[tuple[int, ...]]:
 
 
 def reference(a: BiasGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    g = arrays[0].astype(np.float64)
-    return [g.reshape(-1, g.shape[-1]).sum(axis=0).astype(np.float32)]
+    g = arrays[0]
+    return [f32.ordered_sum(g.reshape(-1, g.shape[-1]), axis=0)]
 
 
 def macs(a: BiasGradAttrs, ins, outs) -> int:

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from tinytrain import f32
 from tinytrain.ir import Tensor
 from tinytrain.ops import OpDef, RowWindow
 from tinytrain.quant import Requant, requantize
@@ -112,8 +113,8 @@ def macs(a: Conv2dAttrs, ins, outs) -> int:
     return ho * wo * cout * kh * kw * cg
 
 
-# ---- backward (fp32; gradients with respect to the real values; the simulator accumulates in float64
-# ---- and rounds each output once to float32) ------------------------------------------------------------
+# ---- backward (fp32; gradients with respect to the real values; each sum in float32 in its kernel's order,
+# ---- every term one fused multiply-add: docs/design.md §3b, tinytrain/f32.py) -----------------------------
 
 @dataclass(frozen=True)
 class Conv2dGradInputAttrs:
@@ -181,20 +182,38 @@ def grad_input_shapes(a: Conv2dGradInputAttrs, ins) -> list[tuple[int, ...]]:
     return [(n, a.input_hw[0], a.input_hw[1], cin)]
 
 
+def weight_factors(g: np.ndarray, w: np.ndarray, wt: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """An input gradient's two factors as the kernels round them: g * s_w[o] (float32, o the last axis of g) and the
+    integer w - zw[o] as float32 (exact; o along axis 0 of w)."""
+    s = np.asarray(wt.quant.scale, np.float32)
+    zw = np.asarray(wt.quant.zero_point, np.int32).reshape((-1,) + (1,) * (w.ndim - 1))
+    return g.astype(np.float32) * s, (w.astype(np.int32) - zw).astype(np.float32)
+
+
 def grad_input_reference(a: Conv2dGradInputAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    g = arrays[0].astype(np.float64)
-    wr = dequantize_weight(arrays[1], ins[1]).astype(np.float64)
+    """Regular: gx = sum of (gz * s_w[o]) * (w - zw) in the C's scatter order (oy, ox, o): per gx element its taps
+    from the last (i, j) to the first, each over o = 0..Co-1. Depthwise: gz * (s_w[o] * (w - zw)) (the dequantized
+    tap rounded first) over (o, i, j) in that order. Each term one fmaf, every sum from +0 (docs/design.md §3b)."""
+    g = arrays[0]
     n, ho, wo, cout = g.shape
-    _, kh, kw, cg = wr.shape
     (h, w), (pt, pl, pb, pr) = a.input_hw, a.padding
+    kh, kw, cg = ins[1].shape[1:]
     cin = cg * a.groups
-    gxp = np.zeros((n, h + pt + pb, w + pl + pr, cin))
-    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
-        if a.groups == 1:
-            gxp[:, rows, cols, :] += g @ wr[:, i, j, :]
-        else:  # depthwise: output channel o reads input channel o // m
-            gxp[:, rows, cols, :] += (g * wr[:, i, j, 0]).reshape(n, ho, wo, cin, cout // cin).sum(axis=-1)
-    return [gxp[:, pt : pt + h, pl : pl + w, :].astype(np.float32)]
+    gxp = np.zeros((n, h + pt + pb, w + pl + pr, cin), np.float32)
+    taps = list(_taps(kh, kw, ho, wo, a.stride, a.dilation))
+    if a.groups == 1:
+        gq, d = (v.astype(np.float64) for v in weight_factors(g, arrays[1], ins[1]))  # float32 values, exact
+        for i, j, (rows, cols) in reversed(taps):
+            for o in range(cout):
+                gxp[:, rows, cols, :] = f32.fma_product(gq[..., o, None] * d[o, i, j], gxp[:, rows, cols, :])
+    else:  # depthwise: output channel o = c * m + r reads input channel c
+        m = cout // cin
+        gm = g.astype(np.float32).astype(np.float64).reshape(n, ho, wo, cin, m)
+        wd = dequantize_weight(arrays[1], ins[1]).astype(np.float64).reshape(cin, m, kh, kw)
+        for r in range(m):
+            for i, j, (rows, cols) in taps:
+                gxp[:, rows, cols, :] = f32.fma_product(gm[..., r] * wd[:, r, i, j], gxp[:, rows, cols, :])
+    return [gxp[:, pt : pt + h, pl : pl + w, :]]
 
 
 def grad_weight_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
@@ -210,24 +229,26 @@ def grad_weight_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
 
 
 def grad_weight_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    g = arrays[0].astype(np.float64)
-    xr = dequantize_input(arrays[1], ins[1]).astype(np.float64)
+    """gw[s,i,j,c] = sum over (n, oy, ox) in order of (gz[..,s] * s_x) * (x[window] - zx), each term one fmaf into a sum
+    from +0 (padding cells add an exact 0: nothing); a depthwise row reads its own input channel (docs/design.md §3b)."""
+    g = arrays[0]
     n, ho, wo, cout = g.shape
-    cin = xr.shape[3]
     sel = np.arange(cout) if a.channels is None else np.asarray(a.channels)
-    g = g[..., sel]
+    gq = (g[..., sel].astype(np.float32) * np.float32(ins[1].quant.s)).astype(np.float64).reshape(-1, len(sel))
     pt, pl, pb, pr = a.padding
-    xp = np.pad(xr, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    xd = (arrays[1].astype(np.int32) - np.int32(ins[1].quant.zp)).astype(np.float64)  # integers, exact
+    xp = np.pad(xd, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
     kh, kw = a.kernel
-    gw = np.zeros((len(sel), kh, kw, cin // a.groups))
-    g2 = g.reshape(-1, len(sel))
-    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
-        patch = xp[:, rows, cols, :]
-        if a.groups == 1:
-            gw[:, i, j, :] = g2.T @ patch.reshape(-1, cin)
-        else:
-            gw[:, i, j, 0] = (g * patch[..., sel // (cout // cin)]).sum(axis=(0, 1, 2))
-    return [gw.astype(np.float32)]
+    patches = np.stack([xp[:, rows, cols, :] for _, _, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation)],
+                       axis=3).reshape(n * ho * wo, kh * kw, -1)  # (positions, taps, C_in)
+    if a.groups == 1:
+        terms = patches.reshape(len(patches), 1, -1)  # (positions, 1, taps * C_in)
+    else:  # row s reads input channel sel[s] // m
+        terms = patches[:, :, sel // (cout // xd.shape[3])].transpose(0, 2, 1)  # (positions, C_sel, taps)
+    gw = np.zeros((len(sel), terms.shape[2]), np.float32)
+    for q in range(len(terms)):
+        gw = f32.fma_product(gq[q, :, None] * terms[q], gw)
+    return [gw.reshape(len(sel), kh, kw, -1)]
 
 
 def grad_input_macs(a: Conv2dGradInputAttrs, ins, outs) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tinytrain import f32
 from tinytrain.ops import OpDef
 from tinytrain.quant import Requant, requantize
 
@@ -48,7 +49,7 @@ def macs(a: FullyConnectedAttrs, ins, outs) -> int:
 
 
 
-# ---- backward (fp32, real values; float64 accumulation rounded once to float32) ----------------------
+# ---- backward (fp32, real values; float32 sums in the kernels' order, kernels/fully_connected_grad.c.j2) ----
 
 @dataclass(frozen=True)
 class FullyConnectedGradInputAttrs:
@@ -70,10 +71,15 @@ def grad_input_shapes(a: FullyConnectedGradInputAttrs, ins) -> list[tuple[int, .
 
 
 def grad_input_reference(a: FullyConnectedGradInputAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    from tinytrain.ops.conv2d import dequantize_weight
+    """gx[n,k] = sum_o (gz[n,o] * s_w[o]) * (w[o,k] - zw[o]) from +0 in order o = 0..Co-1, each term one fmaf, the
+    first factor rounded to float32 (docs/design.md §3b)."""
+    from tinytrain.ops.conv2d import weight_factors
 
-    wr = dequantize_weight(arrays[1], ins[1]).astype(np.float64)
-    return [(arrays[0].astype(np.float64) @ wr).astype(np.float32)]
+    gq, d = (v.astype(np.float64) for v in weight_factors(arrays[0], arrays[1], ins[1]))  # (N,Co), (Co,K): exact
+    gx = np.zeros((gq.shape[0], d.shape[1]), np.float32)
+    for o in range(d.shape[0]):
+        gx = f32.fma_product(gq[:, o, None] * d[o], gx)
+    return [gx]
 
 
 def grad_weight_shapes(a: FullyConnectedGradWeightAttrs, ins) -> list[tuple[int, ...]]:
@@ -86,13 +92,16 @@ def grad_weight_shapes(a: FullyConnectedGradWeightAttrs, ins) -> list[tuple[int,
 
 
 def grad_weight_reference(a: FullyConnectedGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    # The C's order (kernels/fully_connected_grad.c.j2): (gz * s_x) rounded to float32, times (x - zx); batch 1
-    # makes each element one product, so this is its float32 value bit for bit.
-    g = arrays[0] * np.float32(ins[1].quant.s)
+    """gw[s,k] = (gz[s] * s_x) * (x[k] - zx) (kernels/fully_connected_grad.c.j2: batch 1, one float32 product); a
+    batch's further samples are added in order, each with one fmaf."""
+    g = arrays[0].astype(np.float32) * np.float32(ins[1].quant.s)
     if a.channels is not None:
         g = g[:, np.asarray(a.channels)]
-    x = arrays[1].astype(np.int32) - np.int32(ins[1].quant.zp)
-    return [(g.astype(np.float64).T @ x.astype(np.float64)).astype(np.float32)]
+    x = (arrays[1].astype(np.int32) - np.int32(ins[1].quant.zp)).astype(np.float32)
+    gw = g[0][:, None] * x[0][None, :]
+    for n in range(1, len(g)):
+        gw = f32.fmaf(g[n][:, None], x[n][None, :], gw)
+    return [gw]
 
 
 def grad_input_macs(a, ins, outs) -> int:

@@ -1,8 +1,9 @@
 """Softmax cross-entropy on the dequantized int8 logits (docs/design.md §3): the loss and its gradient.
 
 Inputs: logits int8 (N,...,C) (per-tensor quantized; any middle dimensions are 1), labels int32 (N,).
-fp32 in this order: z = s * (q - zp); m = max(z); e = exp(z - m); S = sum(e); p = e / S;
-loss = log(S) + m - z[label]; grad = p - onehot(label). The loss of a batch is the sum of the
+fp32 in this order: z = s * (q - zp); m = max(z); e = exp(z - m); S = sum(e) (in order d = 0..D-1); p = e / S;
+loss = (log(S) + m) - z[label]; grad = p - onehot(label); exp and log are the C's tt_expf / tt_logf (tinytrain/f32.py),
+so every float32 operation is the kernel's (kernels/softmax_xent.c.j2), bit for bit. The loss of a batch is the sum of the
 per-sample losses (training steps are batch 1).
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinytrain import f32
 from tinytrain.ops import OpDef, no_macs
 
 
@@ -48,15 +50,15 @@ def _softmax_parts(arrays, ins):
     qp = ins[0].quant
     z = (q.reshape(n, c).astype(np.int32) - np.int32(qp.zp)).astype(np.float32) * np.float32(qp.s)
     m = z.max(axis=1, keepdims=True)
-    e = np.exp(z - m)
-    s = e.sum(axis=1, keepdims=True, dtype=np.float32)
+    e = f32.expf(z - m)
+    s = f32.ordered_sum(e, axis=1)[:, None]
     return z, m, e, s, labels
 
 
 def loss_reference(a: SoftmaxXentAttrs, arrays, ins, outs) -> list[np.ndarray]:
     z, m, e, s, labels = _softmax_parts(arrays, ins)
     zl = np.take_along_axis(z, labels[:, None], axis=1)
-    return [(np.log(s) + m - zl).reshape(-1).astype(np.float32)]
+    return [((f32.logf(s) + m) - zl).reshape(-1).astype(np.float32)]
 
 
 def grad_reference(a: SoftmaxXentAttrs, arrays, ins, outs) -> list[np.ndarray]:

@@ -8,8 +8,9 @@ gradient is finite: the loss gradient p - onehot is then in [-1, 1], and each ba
 upper bounds of its inputs' |elements| into one of its outputs' (exact arithmetic: sums of |weight| x bound, with
 the weights as stored — trainable int8 weights at their worst case, any int8 value — and every int8 activation
 value possible). A momentum buffer M = mu M + g stays within bound(g) / (1 - mu) over any number of steps. The
-operands the backward dequantizes (s_w (w - zw), s_x (x - zx): the kernels compute them before multiplying) are
-bounded too, so no intermediate value overflows where the bound of a product would not show it.
+operands the backward dequantizes (s_w (w - zw), s_x (x - zx): a depthwise input gradient's kernel computes its real
+taps before multiplying, docs/design.md §3b) are bounded too, so no intermediate value overflows where the bound of
+a product would not show it.
 
 The bounds must stay below float32's largest value by ``MARGIN`` (2^10), which covers float32 rounding: a float32
 sum of n terms exceeds the exact sum of their magnitudes by at most a factor 1 + n 2^-23, and the product of these
