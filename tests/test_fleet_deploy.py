@@ -107,8 +107,7 @@ def test_superlink_and_two_supernodes_on_localhost_one_on_a_serial_qemu_board(tm
     x = np.clip(rng.normal(60 + 100 * y[:, None, None, None], 20, (12, 96, 96, 3)), 0, 255).astype(np.uint8)
     np.savez(tmp_path / "pool.npz", x=x, y=y)
     task = fleet_task(MODEL, str(tmp_path / "pool.npz"), devices=2, per_device=4, classes_per_device=1, seed=0,
-                      rounds=2)
-    project = firmware(task, "mps2-an385", tmp_path / "board")
+                      rounds=2, local_steps=2)  # 2 samples a round: QEMU's UART moves an image in about 4 s
     link, node0, node1, uart = _free_ports(4)
     home = tmp_path / "flwr"
     home.mkdir()
@@ -126,8 +125,9 @@ def test_superlink_and_two_supernodes_on_localhost_one_on_a_serial_qemu_board(tm
         procs.append(subprocess.Popen([str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
                                        "--host", "127.0.0.1", "--port", str(port), "--node-config", config], **kw))
     run_config = (f'model="{MODEL}" data="{tmp_path / "pool.npz"}" devices=2 per-device=4 classes-per-device=1 '
-                  f'rounds=2 nodes=2 wait-seconds=120.0 state-dir="{tmp_path / "run"}"')
+                  f'local-steps=2 rounds=2 nodes=2 wait-seconds=120.0 state-dir="{tmp_path / "run"}"')
     try:
+        project = firmware(task, "mps2-an385", tmp_path / "board")  # while Flower's processes start
         for port, proc in zip((link, node0, node1), procs):
             _wait_for_port(port, proc, 300)
         with _serial_board(project, uart):
