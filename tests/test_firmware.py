@@ -228,6 +228,42 @@ def test_dropped_bytes_time_out_and_the_board_resynchronizes(tiny, host_board):
     assert state == host.state_bytes()
 
 
+def test_load_state_command_streams_a_state_into_the_board_and_refuses_a_foreign_one(tiny, host_board):
+    """L: a state trained on the host engine, loaded into the board, trains on exactly as on the host; a state of
+    another layout (its fingerprint changed) or of another size is refused in one line and changes nothing; a
+    state corrupted on the line (CRC) puts the board back to tt_init's state."""
+    serial = pytest.importorskip("serial")
+    g, tg = tiny
+    x, y = _images(g, 4, seed=5), np.array([1, 2, 3, 4])
+    host = CTrainer(tg)
+    host.train(x[:2], y[:2])
+    trained = host.state_bytes()
+    foreign = bytearray(trained)
+    foreign[8] ^= 0xFF
+    corrupted = bytearray(proto.request(b"L", trained))
+    corrupted[9 + len(trained) // 2] ^= 0x01
+    with _pty_board(host_board) as pty:
+        port = serial.Serial(pty.port, timeout=10)
+        board = proto.Board(port)
+        fresh = board.state()
+        board.load_state(trained)
+        assert board.state() == trained
+        with pytest.raises(proto.ProtocolError, match="fingerprint is not this model's: not loaded"):
+            board.load_state(bytes(foreign))
+        with pytest.raises(proto.ProtocolError, match="state of 3 bytes"):
+            board.load_state(b"abc")
+        assert board.state() == trained
+        losses = [board.train(x[i], int(y[i]))[0] for i in (2, 3)]
+        after = board.state()
+        port.write(bytes(corrupted))
+        with pytest.raises(proto.ProtocolError, match="CRC mismatch: state not loaded"):
+            proto.read_reply(port.read)
+        reset = board.state()
+        port.close()
+    assert np.array_equal(np.array(losses, np.float32).view(np.uint32), host.train(x[2:], y[2:]).view(np.uint32))
+    assert after == host.state_bytes() and reset == fresh == CTrainer(tg).state_bytes()
+
+
 # What readelf -A says of each real board's core: the architecture and the float unit and ABI (None: soft float).
 ATTRIBUTES = {"cortex-m4": ("Tag_CPU_arch: v7E-M", "Tag_FP_arch: VFPv4"),
               "cortex-m7": ("Tag_CPU_arch: v7E-M", "Tag_FP_arch: FPv5"),

@@ -32,7 +32,7 @@ static void tt_put_le32(uint8_t *b, uint32_t v)
 
 int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes)
 {
-    uint8_t head[7], tail[4];
+    uint8_t head[7];
     uint8_t previous = 0, byte;
     for (;;) {  /* resynchronize on the magic "Tt" (commands are upper-case letters, so it is unambiguous) */
         byte = tt_serial_getc();
@@ -47,29 +47,43 @@ int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes)
     const char command = (char)head[0];
     const uint32_t length = tt_get_le32(head + 1);
     const int with_image = command == 'T' || command == 'P';
-    if (!with_image && command != 'I' && command != 'S') {
+    if (!with_image && command != 'I' && command != 'S' && command != 'L') {
         tt_frame_error("unknown command");
         return -1;
+    }
+    req->command = command;
+    req->label = (int)(int16_t)((uint16_t)head[5] | ((uint16_t)head[6] << 8));
+    req->length = length;
+    req->crc = tt_crc32(0, head, sizeof head);
+    if (command == 'L') {  /* the caller streams the payload */
+        return 0;
     }
     if (length != (with_image ? image_bytes : 0u)) {
         tt_frame_error(with_image ? "image length is not this model's input size" : "unexpected payload");
         return -1;
     }
-    uint32_t crc = tt_crc32(0, head, sizeof head);
-    for (uint32_t i = 0; i < length; i++) {
-        image[i] = tt_serial_getc();
-    }
-    crc = tt_crc32(crc, image, length);
-    for (size_t i = 0; i < sizeof tail; i++) {
-        tail[i] = tt_serial_getc();
-    }
-    if (crc != tt_get_le32(tail)) {
+    if (tt_frame_check(tt_frame_read(req->crc, image, length)) != 0) {
         tt_frame_error("CRC mismatch");
         return -1;
     }
-    req->command = command;
-    req->label = (int)(int16_t)((uint16_t)head[5] | ((uint16_t)head[6] << 8));
     return 0;
+}
+
+uint32_t tt_frame_read(uint32_t crc, uint8_t *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bytes[i] = tt_serial_getc();
+    }
+    return tt_crc32(crc, bytes, n);
+}
+
+int tt_frame_check(uint32_t crc)
+{
+    uint8_t tail[4];
+    for (size_t i = 0; i < sizeof tail; i++) {
+        tail[i] = tt_serial_getc();
+    }
+    return crc == tt_get_le32(tail) ? 0 : -1;
 }
 
 uint32_t tt_frame_begin(char command, uint32_t length)

@@ -5,6 +5,8 @@
  *   T  -> one tt_train_step on the image and label: float32 loss, uint64 ticks (CPU cycles)
  *   P  -> tt_predict: int16 class, uint64 ticks, the int8 logits
  *   S  -> the state (tt_state_save_to, streamed chunk by chunk into the reply; training firmware only)
+ *   L  -> load the state of the request's payload (tt_state_load_from, streamed chunk by chunk from the UART; training
+ *         firmware only): an empty L reply, or E when its length, magic, version, fingerprint or CRC is wrong
  * The image is received straight into the model's input bytes (tt_input_buffer()), so the firmware needs
  * no RAM beyond the compile's plan, a stack and these few statics. Cycle counts come from SysTick (tt_ticks.h).
  * With TT_PERSIST_SAVE_EVERY > 0 (tinytrain firmware --save-every) the state in flash is loaded at boot and saved
@@ -141,6 +143,51 @@ static void tt_reply_state(void)
     (void)tt_state_save_to(tt_state_part_out, &crc);
     tt_frame_end(crc);
 }
+
+/* The L request's payload as it arrives: the running CRC and the bytes not read yet. */
+typedef struct {
+    uint32_t crc;
+    uint32_t left;
+} tt_load_line;
+
+/* tt_state_load_from's source: each chunk straight from the UART. */
+static int tt_state_part_in(void *context, uint8_t *bytes, uint32_t n)
+{
+    tt_load_line *line = (tt_load_line *)context;
+    line->crc = tt_frame_read(line->crc, bytes, n);
+    line->left -= n;
+    return 0;
+}
+
+static void tt_reply_load(const tt_request *req)
+{
+    /* Streamed into the model's arrays in TT_STATE_CHUNK_BYTES chunks: no copy of the state in RAM. A state of
+     * another model or plan is refused on its first chunk (nothing changes; the rest is read and dropped); a CRC
+     * that does not match once the whole state is in puts the model back to tt_init()'s state. */
+    if (req->length != tt_state_size()) {
+        tt_frame_error("state length is not this model's state size");  /* the payload is skipped: resync */
+        return;
+    }
+    tt_load_line line = {req->crc, req->length};
+    const int loaded = tt_state_load_from(tt_state_part_in, &line);
+    while (line.left > 0) {
+        uint8_t rest[64];
+        const uint32_t n = line.left < sizeof rest ? line.left : (uint32_t)sizeof rest;
+        (void)tt_state_part_in(&line, rest, n);
+    }
+    if (tt_frame_check(line.crc) != 0) {
+        if (loaded == 0) {
+            tt_init();
+        }
+        tt_frame_error(loaded == 0 ? "CRC mismatch: state not loaded, the model is back at tt_init" : "CRC mismatch");
+        return;
+    }
+    if (loaded != 0) {
+        tt_frame_error("the state's magic, version or fingerprint is not this model's: not loaded");
+        return;
+    }
+    tt_frame_reply('L', NULL, 0, NULL, 0);
+}
 #endif
 
 void tt_serial_fault(int status)
@@ -184,6 +231,9 @@ int main(void)
             break;
         case 'S':
             tt_reply_state();
+            break;
+        case 'L':
+            tt_reply_load(&req);
             break;
 #endif
         default:

@@ -5,7 +5,8 @@ Both apps rebuild the same ``FleetTask`` from the run config (``task_from_config
 ``flower_app/pyproject.toml``, overridden by ``flwr run --run-config``). Each round the ServerApp sends the global
 state (the ``tt_state_load`` bytes) and the round number in one ConfigRecord to every connected SuperNode; a
 SuperNode trains the devices its node config names (``devices="0,1"``; ``board="qemu-m7"`` for the firmware on an
-emulated board, else the host C step) and answers with one ConfigRecord per device (its state, sha256, sample count,
+emulated board through the semihosting harness; ``transport="serial" port="URL[,URL...]"`` for boards over the serial
+protocol, one port per device, gateway.py; else the host C step) and answers with one ConfigRecord per device (its state, sha256, sample count,
 mean loss). The server side is ``FleetServer.finish_round``: the screening, aggregation, persistence and counters of
 the simulation, so a deployed run ends with the state the in-process rounds give.
 """
@@ -84,14 +85,18 @@ def run_round(grid: Grid, server: FleetServer, nodes: list[int], seconds: float)
 
 @clientapp.train()
 def gateway_train(message: Message, context: Context) -> Message:
-    """The devices of this SuperNode (node config ``devices``, ``board``) train on the global state they are sent."""
+    """The devices of this SuperNode (node config ``devices``, ``board``, ``transport``, ``port``) train on the global
+    state they are sent."""
+    from tinytrain.federated.gateway import device_ports
+
     task = task_from_config(context.run_config)
     devices = [int(d) for d in str(context.node_config["devices"]).split(",")]
     board = str(context.node_config.get("board", "")) or None
+    ports = device_ports(context.node_config, devices)
     sent = message.content.config_records[GLOBAL]
     records = {}
     for device in devices:
-        reply = run_device(task, device, bytes(sent["state"]), int(sent["round"]), {}, board)
+        reply = run_device(task, device, bytes(sent["state"]), int(sent["round"]), {}, board, ports.get(device))
         records[f"device-{device}"] = ConfigRecord({"device": reply.device, "state": reply.state,
                                                     "sha256": reply.sha256, "samples": reply.samples,
                                                     "loss": reply.loss})

@@ -4,12 +4,15 @@
 ``tt_state_load`` of the global state bytes, batch-1 SGD over the device's own rows in the order of
 ``api.sample_order`` (seed: ``FleetTask.order_seed``), ``tt_state_save``. The reply carries the state bytes, their
 sha256 (checked by the server: a state corrupted on the way is rejected), the sample count and the mean loss.
-``FlowerDevice`` wraps it as a Flower client; ``faults`` injects the failures the tests and the study exercise.
+The same round runs on a QEMU board through the semihosting harness (``board``) or on a board over the serial
+protocol (``port``: gateway.SerialDevice). ``FlowerDevice`` wraps it as a Flower client; ``faults`` injects the
+failures the tests and the study exercise.
 """
 
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,26 +31,39 @@ class Reply:
     loss: float
 
 
-def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, board: str | None = None) -> Reply:
+def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, board: str | None = None,
+                port: str | None = None) -> Reply:
     """``board``: a QEMU board name (engine_qemu: the same step as firmware, loaded with the global state through
-    the harness's state file) instead of the host C engine."""
+    the harness's state file); ``port``: a board's serial port (pyserial URL; the serial protocol's L, T and S)
+    instead of the host C engine."""
     from tinytrain.api import sample_order
 
     built = local(task)
-    if board is None:
-        trainer = built.trainer
-        trainer.reset()
-        trainer.load_state_bytes(global_state)
-    else:
-        trainer = built.board(board)
-        trainer.load_state_bytes(global_state)
     x, y = built.device_data(device)
     order = sample_order(np.arange(len(y)), task.steps_per_round, task.order_seed(round_))
-    losses = trainer.train(x, y, order)
+    with _engine(built, board, port) as trainer:
+        trainer.load_state_bytes(global_state)
+        losses = trainer.train(x, y, order)
+        state = trainer.state_bytes()
     finite = losses[np.isfinite(losses)]
-    state = trainer.state_bytes()
     return Reply(device, state, hashlib.sha256(state).hexdigest(), int(len(y)),
                  float(finite.mean()) if len(finite) else float("nan"))
+
+
+@contextmanager
+def _engine(built, board: str | None, port: str | None):
+    """The training step a round runs on: a serial board (connected for the round), a QEMU board, the host C."""
+    if port is not None:
+        from tinytrain.federated.gateway import SerialDevice
+
+        with SerialDevice(port) as device:
+            yield device
+        return
+    if board is not None:
+        yield built.board(board)
+        return
+    built.trainer.reset()
+    yield built.trainer
 
 
 def inject(reply: Reply, fault: str) -> Reply:
@@ -67,10 +83,10 @@ def inject(reply: Reply, fault: str) -> Reply:
 
 
 def run_device(task: FleetTask, device: int, global_state: bytes, round_: int, faults: dict,
-               board: str | None = None) -> Reply:
+               board: str | None = None, port: str | None = None) -> Reply:
     """local_train with the fault ``faults[(round, device)]`` (if any) applied; ``drop`` raises (the device is gone)."""
     fault = faults.get((round_, device))
     if fault == "drop":
         raise ConnectionError(f"device {device} dropped out of round {round_}")
-    reply = local_train(task, device, global_state, round_, board)
+    reply = local_train(task, device, global_state, round_, board, port)
     return inject(reply, fault) if fault else reply

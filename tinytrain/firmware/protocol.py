@@ -8,11 +8,14 @@ Request (host -> board)::
 
     offset   size  field
     0        2     magic b"Tt"
-    2        1     command: b"I" info, b"T" train on the sample, b"P" predict the sample, b"S" send the state
-    3        4     length L of the image, uint32 (TT_INPUT_BYTES for T and P, 0 for I and S)
-    7        2     label, int16 (the class for T and P; an autoencoder's T: 0, unread; -1 for I, S and an
+    2        1     command: b"I" info, b"T" train on the sample, b"P" predict the sample, b"S" send the state,
+                   b"L" load the state of the payload
+    3        4     length L of the payload, uint32 (TT_INPUT_BYTES for T and P, the state's bytes for L, 0 for I
+                   and S)
+    7        2     label, int16 (the class for T and P; an autoencoder's T: 0, unread; -1 for I, S, L and an
                    unlabelled P)
-    9        L     image: int8 NHWC, the model's input form
+    9        L     payload: T and P the image (int8 NHWC, the model's input form); L a state in the
+                   tt_state_load format (codegen/state.py)
     9 + L    4     CRC-32 of bytes 2 .. 9 + L - 1
 
 Reply (board -> host)::
@@ -28,8 +31,11 @@ command byte: after stray bytes, the receiver resynchronizes on the first magic 
 
 Payloads: I  ASCII "key=value" pairs separated by spaces (board, protocol, input, output, training, state);
 T  float32 loss + uint64 ticks (CPU cycles of the step); P  int16 class + uint64 ticks + the int8 logits;
-S  the tt_state_save() bytes (codegen/state.py). A request with a bad CRC or length is answered with E
-and changes nothing; the board then resynchronizes on the next magic.
+S  the tt_state_save() bytes (codegen/state.py); L  empty. A request with a bad CRC or length is answered with E
+and changes nothing; the board then resynchronizes on the next magic. L is streamed into tt_state_load_from
+(no copy of the state in the board's RAM): a state of another model or plan (magic, version or fingerprint) is
+refused with E and changes nothing; a CRC mismatch, found once the whole state is in, answers E and puts the
+model back to tt_init()'s state (the host sends it again).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from tinytrain.errors import TinyTrainError
 REQUEST_MAGIC = b"Tt"
 REPLY_MAGIC = b"tT"
 PROTOCOL_VERSION = 1
-COMMANDS = (b"I", b"T", b"P", b"S")
+COMMANDS = (b"I", b"T", b"P", b"S", b"L")
 REPLY_COMMANDS = COMMANDS + (b"E",)
 _REQ_HEAD = struct.Struct("<2scIh")
 _REPLY_HEAD = struct.Struct("<2scI")
@@ -178,3 +184,13 @@ class Board:
 
     def state(self) -> bytes:
         return self._call(b"S").payload
+
+    def load_state(self, data: bytes) -> None:
+        """Load a state (the tt_state_load bytes, e.g. a fleet's global state) into the board's model; a state of
+        another size is refused here, one of another model or plan by the board (ProtocolError, one line)."""
+        if not self.training:
+            raise ProtocolError("this firmware was built without the training API (compile with --plan)")
+        size = int(self.info.get("state", -1))
+        if len(data) != size:
+            raise ProtocolError(f"a state of {len(data)} bytes; the board's model has a state of {size} bytes")
+        self._call(b"L", bytes(data))
