@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from tinytrain.codegen.bindings.common import per_channel, rounding_suffix, rq_helper, window_name
+from tinytrain.codegen.bindings.mean import broadcast_grad_int
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.ir import Node
 
@@ -52,19 +53,8 @@ def avg_pool2d_grad(node: Node, ctx) -> Call:
     return s.call("avg_pool2d_grad", name, dict(kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl))
 
 
-def avg_pool2d_grad_int(node: Node, ctx) -> Call:
-    """The integer step's gradient of a global average pool's (ops/avg_pool2d.py avg_pool2d_grad_int): the int32 gradient broadcast."""
-    g, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
-    _, h, wd, c = gx.shape
-    s = Signature()
-    s.add("tt_i32a *gx", ctx.ints(gx.name), "(P,C)")
-    s.add("const tt_i32a *g", ctx.ints(g.name), "(C,)")
-    s.ints(P=h * wd, C=c)
-    return s.call("broadcast_grad_int", "tt_broadcast_grad_int", {})
-
-
 BINDINGS: dict[str, Binding] = {
-    "avg_pool2d_grad_int": avg_pool2d_grad_int,
+    "avg_pool2d_grad_int": broadcast_grad_int,
     "avg_pool2d": avg_pool2d,
     "avg_pool2d_grad": avg_pool2d_grad,
 }

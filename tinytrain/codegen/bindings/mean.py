@@ -12,7 +12,6 @@ from tinytrain.ops.mean import mean_multiplier
 def mean(node: Node, ctx) -> Call:
     """Mean over H, W: 1/count is in the multiplier (folded as tflite-micro's QuantizedMeanOrSum does, or
     already in the Requant: ops/mean.py's mean_multiplier)."""
-    from tinytrain.ops.mean import mean_multiplier
 
     a = node.attrs
     x, y = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
@@ -49,8 +48,9 @@ def mean_grad_masked(node: Node, ctx) -> Call:
     return s.call("mean_grad_masked", "tt_mean_grad_masked_f32" + ("_host" if ctx.host else ""), {"host": ctx.host})
 
 
-def mean_grad_int(node: Node, ctx) -> Call:
-    """The integer step's gradient of the mean's (ops/mean.py mean_grad_int): the int32 gradient broadcast."""
+def broadcast_grad_int(node: Node, ctx) -> Call:
+    """The integer step's gradient of a mean or a global average pool (ops/mean.py mean_grad_int, ops/avg_pool2d.py
+    avg_pool2d_grad_int): the int32 gradient broadcast to every cell (the scale carries the 1/count)."""
     g, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.outputs[0])
     _, h, wd, c = gx.shape
     s = Signature()
@@ -61,7 +61,7 @@ def mean_grad_int(node: Node, ctx) -> Call:
 
 
 BINDINGS: dict[str, Binding] = {
-    "mean_grad_int": mean_grad_int,
+    "mean_grad_int": broadcast_grad_int,
     "mean": mean,
     "mean_grad": mean_grad,
     "mean_grad_masked": mean_grad_masked,
