@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 ZOO = ROOT / "models" / "mbv1-0.25-vww.onnx"
 OUT = ROOT / "benchmarks" / "results"
-HEAD, SEED, LR = 10, 0, 0.01
+HEAD, SEED = 10, 0
 BACKWARDS = ("fp32", "int")
 BOARDS = "qemu-m0plus,qemu-m3,qemu-m4,qemu-riscv32"
 DEEP_BOARDS = "qemu-m0plus,qemu-m3,qemu-m4"
@@ -58,10 +58,12 @@ BUILD_TIMEOUT = 3600  # s: a MobileNetV1 128 firmware on a busy machine
 _DATA: dict = {}  # set before the worker processes fork
 
 
-def plan(graph, name: str, backward: str):
-    from tinytrain.training.sparse import preset
+def plan(graph, name: str, backward: str, recipe: dict, steps: int = 0):
+    """Preset ``name`` with the recipe's lrs (``head_lr`` on the new head) and, over ``steps``, its lr schedule."""
+    from tinytrain.training.sparse import preset, with_lr_schedule
 
-    return replace(preset(name, graph, lr=LR), backward=backward)
+    p = preset(name, graph, lr=recipe["lr"], bias_lr=recipe["lr"], head_lr=recipe["head_lr"])
+    return replace(with_lr_schedule(p, recipe["schedule"], 0.0, steps) if steps else p, backward=backward)
 
 
 def load_data(train_images: int, test_images: int) -> None:
@@ -75,7 +77,7 @@ def load_data(train_images: int, test_images: int) -> None:
                  x_test=model_inputs(graph, test.x[:test_images]), y_test=test.y[:test_images].astype(np.int64))
 
 
-def predictions(name: str, backward: str, epochs: int) -> np.ndarray:
+def predictions(name: str, backward: str, epochs: int, recipe: dict) -> np.ndarray:
     """Train the emitted C (host build) of plan ``name`` with the fp32 or integer step; its class for every test
     image."""
     from tinytrain.engine_c import CTrainer
@@ -83,8 +85,9 @@ def predictions(name: str, backward: str, epochs: int) -> np.ndarray:
     from tinytrain.training.train_graph import build_training_graph
 
     d = _DATA
-    trainer = CTrainer(build_training_graph(d["graph"], plan(d["graph"], name, backward)))
-    trainer.train(d["x"], d["y"], sample_order(len(d["y"]), epochs * len(d["y"]), SEED))
+    order = sample_order(len(d["y"]), epochs * len(d["y"]), SEED)
+    trainer = CTrainer(build_training_graph(d["graph"], plan(d["graph"], name, backward, recipe, len(order))))
+    trainer.train(d["x"], d["y"], order)
     return trainer.predict(d["x_test"]).argmax(axis=1)
 
 
@@ -95,8 +98,12 @@ def start_accuracy(args):
         return None
     load_data(args.train_images, args.test_images)
     pool = mp.get_context("fork").Pool(args.workers)
-    return pool, {(p, b): pool.apply_async(predictions, (p, b, args.epochs)) for p in args.plans.split(",")
+    return pool, {(p, b): pool.apply_async(predictions, (p, b, args.epochs, recipe(args))) for p in args.plans.split(",")
                   for b in BACKWARDS}
+
+
+def recipe(args) -> dict:
+    return {"lr": args.lr, "head_lr": args.head_lr or args.lr, "schedule": args.schedule}
 
 
 def accuracy(args, started) -> dict:
@@ -117,10 +124,11 @@ def accuracy(args, started) -> dict:
         paired.append({"plan": p, "paired_diff": float(diff.mean()),
                        "paired_ci95": 1.96 * float(diff.std(ddof=1)) / math.sqrt(len(diff))})
     return {"model": os.path.relpath(MODEL, ROOT), "train_images": args.train_images, "epochs": args.epochs,
+            "recipe": recipe(args),
             "test_images": len(_DATA["y_test"]), "rows": rows, "paired": paired}
 
 
-def instructions(board: str, model: Path, name: str, backward: str, work: Path) -> dict:
+def instructions(board: str, model: Path, name: str, backward: str, work: Path, rec: dict) -> dict:
     """Train 4 steps and run 2 inferences of ``model``'s plan ``name`` on ``board``; compare bit for bit."""
     from tinytrain import engine_qemu, simulator
     from tinytrain.engine_c import CTrainer
@@ -130,7 +138,7 @@ def instructions(board: str, model: Path, name: str, backward: str, work: Path) 
     from tinytrain.training.train_graph import build_training_graph
 
     graph = new_head(load_model(model), HEAD, seed=SEED)
-    tg = build_training_graph(graph, plan(graph, name, backward))
+    tg = build_training_graph(graph, plan(graph, name, backward, rec))
     rng = np.random.default_rng(SEED)
     x = rng.integers(-128, 128, (6, *graph.tensors[graph.inputs[0]].shape[1:])).astype(np.int8)
     y = rng.integers(0, HEAD, 6)
@@ -163,6 +171,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--test-images", type=int, default=10000, help="the first N official test images")
     ap.add_argument("--plans", default="last-k:1,last-k:2,last-k:3", help="the accuracy runs' plans")
+    ap.add_argument("--lr", type=float, default=0.01, help="the lr of the backbone's weights and biases")
+    ap.add_argument("--head-lr", type=float, default=0.0, help="the new head's lr (default: --lr)")
+    ap.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                    help="the accuracy runs' lr schedule (cosine: over the whole run)")
     ap.add_argument("--boards", default=BOARDS, help="boards running the VWW model's classifier-only step")
     ap.add_argument("--deep-plans", default="last-k:2,last-k:3")
     ap.add_argument("--deep-boards", default=DEEP_BOARDS, help="boards running --deep-plans of the TFLite model")
@@ -177,7 +189,7 @@ def main() -> None:
     for board, model, name in runs:
         for backward in BACKWARDS:
             with tempfile.TemporaryDirectory(prefix="tt-int-") as tmp:
-                cores.append(instructions(board, model, name, backward, Path(tmp)))
+                cores.append(instructions(board, model, name, backward, Path(tmp), recipe(args)))
             print(cores[-1], flush=True)
     result = {"command": "python benchmarks/integer_step.py " + " ".join(
                   f"--{k.replace('_', '-')} {v if v != '' else chr(34) * 2}" for k, v in vars(args).items()),
@@ -210,9 +222,10 @@ def _accuracy_markdown(a: dict) -> list[str]:
     lines = ["", "## Accuracy (Fashion-MNIST, official test images)", ""]
     if "skipped" in a:
         return lines + [f"Skipped: {a['skipped']}.", ""]
+    rec = a.get("recipe", {"lr": 0.01, "head_lr": 0.01, "schedule": "constant"})
     lines += [f"`{a['model']}` + a new 10-class head, {a['train_images']} training images, {a['epochs']} epochs, "
-              f"the first {a['test_images']:,} test images, "
-              f"batch-1 SGD, constant lr {LR}, 4-bit remainders, stochastic rounding; the emitted C on the host.", "",
+              f"the first {a['test_images']:,} test images, batch-1 SGD, {rec['schedule']} lr {rec['lr']:g} "
+              f"(head {rec['head_lr']:g}), 4-bit remainders, stochastic rounding; the emitted C on the host.", "",
               "| plan | backward | test accuracy (95 % CI) |", "|---|---|---|"]
     lines += [f"| {row['plan']} | {row['backward']} | {100 * row['accuracy']:.2f} ± {100 * row['ci95']:.1f} |"
               for row in a["rows"]]
