@@ -439,7 +439,8 @@ def main() -> None:
         list(pool.map(one, rows.items()))
     fp32 = {"fp32 full fine-tuning (PyTorch)": fp32_full_finetune(task, study, log)}
     # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
-    deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:")), default=None)
+    deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:") and " at " not in n),
+                  default=None)
     for k in [1] + ([deepest] if deepest else []):
         twin = fp32_twin(task, recipe, k, study, log)
         device = "classifier-only" if k == 1 else f"last-k:{k}"

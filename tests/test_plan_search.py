@@ -188,6 +188,21 @@ def test_presets_that_fit_are_always_finalists():
     assert [c.name for c in merged] == [c.name for c in got] + ["evolution #1"]
 
 
+def test_sparse_presets_reach_deeper_than_the_dense_ones():
+    from tinytrain.search.candidates import sparse_presets
+    from tinytrain.search.space import Choice, Space
+
+    space = Space(10, (1, 2, 4, 10), tuple(range(9)))
+
+    def fits(c):  # biases cost 1 per layer, weights 3 per layer (x ratio): dense last-k:4 is the deepest
+        return c.k + 3.0 * sum(r for _, r in c.weights) <= 14
+
+    got = sparse_presets(space, fits)
+    assert [c.name for c in got] == ["last-k:6 at 1/2", "last-k:8 at 1/4", "last-k:10 at 1/8"]
+    assert got[1].choice == Choice(8, tuple((i, 0.25) for i in range(2, 9))) and all(c.preset for c in got)
+    assert sparse_presets(space, lambda c: c.k + 3.0 * sum(r for _, r in c.weights) <= 1000) == []  # all fits
+
+
 def test_successive_halving_keeps_the_reference_and_returns_the_best_measured():
     from tinytrain.search.halving import rung_steps, successive_halving
 

@@ -2,8 +2,10 @@
 
 Presets (always candidates, so the search is never worse than the obvious plan it can measure):
 ``classifier-only`` (the last layer), ``bias-only`` (the classifier + the biases of every layer, or of the
-deepest last k that fits), ``last-k:N`` (weights and biases of the last N layers) for every N that fits.
-Proposals: the exact search's plan and the best distinct plans of the evolutionary search's last population.
+deepest last k that fits), ``last-k:N`` (weights and biases of the last N layers) for every N that fits, and
+for each ratio r < 1 the deepest ``last-k:N at r`` (the biases of the last N layers and the weights of the first
+r of each one's output channels, MCUNetV3's sparse update of many layers: where trained int8 copies and their
+remainders keep the dense last-k:N shallow, a fraction of the channels reaches deeper). Proposals: the exact search's plan and the best distinct plans of the evolutionary search's last population.
 Memory is monotone in k and N (memory.py), so the deepest fitting preset is found by bisection. Remainder bits
 other than the default add the deepest last-k:N that fits with them (0 bits: deeper plans fit; 8: finer steps).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tinytrain.search.space import Choice, Space
+from tinytrain.search.space import WEIGHT_RATIOS
 from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS
 
 
@@ -42,6 +45,18 @@ def presets(space: Space, fits, bits: int = DEFAULT_REMAINDER_BITS) -> list[Cand
     deepest = _deepest(lambda m: fits(space.last_k(m, bits)), 1, n)
     out += [Candidate(f"last-k:{m}{tag}", space.last_k(m, bits), True)
             for m in range(2, deepest + 1) if fits(space.last_k(m, bits))]
+    return out
+
+
+def sparse_presets(space: Space, fits) -> list[Candidate]:
+    """For each ratio r < 1 (largest first), ``last-k:N at r`` for the deepest N that fits, when N is deeper than
+    the deepest dense ``last-k`` that fits (memory is monotone in N at a fixed r)."""
+    dense = _deepest(lambda m: fits(space.last_k(m)), 1, space.n_layers)
+    out = []
+    for r in sorted((r for r in WEIGHT_RATIOS if r < 1), reverse=True):
+        m = _deepest(lambda m: fits(space.last_k(m, ratio=r)), 1, space.n_layers)
+        if m > dense:
+            out.append(Candidate(f"last-k:{m} at 1/{round(1 / r)}", space.last_k(m, ratio=r), True))
     return out
 
 

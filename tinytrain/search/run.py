@@ -419,9 +419,9 @@ def _reference(run: _Run, job: dict, by_name: dict, rungs: list, full_steps: int
 
 
 def _candidates(run: _Run, evo: dict, exact: dict, others: dict[int, dict]) -> list:
-    """The finalists: the presets that fit and the proposals at the default remainder bits, then for each other
-    bits the deepest last-k:N that fits with them and the exact search's plan (candidates.py)."""
-    from tinytrain.search.candidates import Candidate, finalists, presets
+    """The finalists: the presets that fit (dense and sparse) and the proposals at the default remainder bits, then
+    for each other bits the deepest last-k:N that fits with them and the exact search's plan (candidates.py)."""
+    from tinytrain.search.candidates import Candidate, finalists, presets, sparse_presets
 
     def fits(c) -> bool:
         return run.fits_plan(run.plan_of(c))
@@ -433,7 +433,7 @@ def _candidates(run: _Run, evo: dict, exact: dict, others: dict[int, dict]) -> l
         deepest = presets(run.space, fits, bits)[-1]
         proposals += [deepest] if deepest.name.startswith("last-k:") else []
         proposals += [Candidate(f"exact @r{bits}", res["choice"], False)] if fits(res["choice"]) else []
-    return finalists(presets(run.space, fits), proposals)
+    return finalists(presets(run.space, fits) + sparse_presets(run.space, fits), proposals)
 
 
 def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict, others: dict[int, dict]) -> _Final:

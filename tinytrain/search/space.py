@@ -62,9 +62,10 @@ class Space:
         return Plan(choice.k, tuple(sorted(weights, key=lambda w: w.conv)), "first", lr, bias_lr, head_lr,
                     remainder_bits=choice.bits)
 
-    def last_k(self, n: int, bits: int = DEFAULT_REMAINDER_BITS) -> Choice:
-        """The ``last-k:N`` preset: weights and biases of the last n layers (n = 1: the classifier alone)."""
-        return Choice(n, tuple((i, 1.0) for i in range(self.n_layers - n, self.classifier)), bits)
+    def last_k(self, n: int, bits: int = DEFAULT_REMAINDER_BITS, ratio: float = 1.0) -> Choice:
+        """The ``last-k:N`` preset: biases of the last n layers and the weights of ``ratio`` of each one's output
+        channels (n = 1: the classifier alone; its weights are always updated in full)."""
+        return Choice(n, tuple((i, float(ratio)) for i in range(self.n_layers - n, self.classifier)), bits)
 
     # the single-option plans the contributions are measured with
     def bias_option(self, k: int) -> Choice:
