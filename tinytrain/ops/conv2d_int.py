@@ -1,20 +1,30 @@
 """The integer input gradient of a convolution (plan "backward": "int", training/integer_step.py): the gradient
 flowing back through a pointwise (1x1) or depthwise (multiplier 1) convolution, int32 accumulation, then a
-per-tensor power-of-two rescale into int16's range (NITI's static case: the shifts are chosen at compile time from
-the overflow proof's bounds, ``shifts``).
+per-tensor power-of-two rescale chosen at run time (NITI's dynamic shift), so the gradient keeps its bits however
+small it is: a static bound would have to assume the worst case at every layer, and a deep gradient would be
+left with a few bits of its int16 range.
 
-Inputs: g_z (N,Ho,Wo,C_out) int32 (the masked output gradient, real scale s_g), w (C_out,KH,KW,C_in/groups) int8
-(per-channel scales s_w[o], zero points zw[o]), fold (C_out,) int32: M[o] = round(2^15 s_w[o] / max s_w), the
-per-channel weight scale folded into the gradient so that every term of a sum has one scale. Integers only:
+Inputs: g_z (N,Ho,Wo,C_out) int32 (the masked output gradient, real scale s_g 2^-e_z), w (C_out,KH,KW,C_in/groups)
+int8 (per-channel scales s_w[o], zero points zw[o]), fold (C_out,) int32: M[o] = round(2^15 s_w[o] / max s_w), the
+per-channel weight scale folded into the gradient so that every term of a sum has one scale, and e_z (1,) int32 or
+"" (0): the exponent g_z's producer chose. Outputs: g_x and its exponent e_x (1,) int32. Integers only:
     gs[o]  = (g_z[o] M[o] + half(r)) >> r                          (int32: |g_z| M + half(r) < 2^31, ``fits``)
-    acc[c] = sum over (o, tap) reading c of gs[o] (w[o,tap] - zw[o])  (int32, exact: |acc| + half(t) < 2^31)
-    g_x[c] = (acc[c] + half(t)) >> t                               (|g_x| <= 32767: int16's range)
-half(k) = 2^(k-1) (0 when k = 0): rounding half up (the shift is floor). The result has real scale
-s_g max(s_w) 2^(r - 15 + t); it is stored in an int32 tensor (its values within int16's range).
+    acc[c] = sum over (o, tap) reading c of gs[o] (w[o,tap] - zw[o])  (int32, exact)
+    t      = the smallest shift with (max|acc| + half(t)) >> t <= L    (|acc| + half(t) < 2^31, ``fits``)
+    g_x[c] = (acc[c] + half(t)) >> t                               (|g_x| <= L)
+    e_x    = e_z + T - t
+half(k) = 2^(k-1) (0 when k = 0): rounding half up (the shift is floor). r is static: the smallest pre-shift the
+overflow proof allows for |g_z| <= its bound (``shifts``), with t at its largest for that bound; L (``limit``) is
+32767 (int16's range), or less where the weight gradient summing g_x over H x W pixels of an int8 input would leave
+int32 (``limit_for``). g_x has real scale s_g max(s_w) 2^(r - 15 + T) 2^-e_x: the static part is the tensor's
+quantization, T a static offset that keeps it at g_z's (``offset``: T = 15 - r - round(log2 max s_w)), so the
+exponent, of either sign, is what the gradient's magnitude does at run time and the update adds to its shift
+(ops/sgd_update_int.py). g_x is stored in an int32 tensor.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +46,8 @@ class Conv2dGradInputIntAttrs:
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
     pre_shift: int = 0  # r
-    shift: int = 0  # t
+    shift: int = 0  # T: the static offset of the exponent
+    limit: int = 2 ** 15 - 1  # L: |g_x| <= L
 
     def geometry(self) -> Conv2dGradInputAttrs:
         return Conv2dGradInputAttrs(self.stride, self.padding, self.input_hw, self.dilation, self.groups)
@@ -65,6 +76,20 @@ def tap_sums(w: np.ndarray, zw, groups: int) -> np.ndarray:
     return wz.sum(axis=(0, 1, 2)) if groups == 1 else wz.sum(axis=(1, 2, 3))
 
 
+def limit_for(pixels: int) -> int:
+    """L for a gradient of ``pixels`` (H x W) positions: int16's range, or less so that a weight gradient summing it
+    times an int8 input's |x - zx| <= 255 over those positions stays within int32."""
+    return min(INT16_MAX, INT32_MAX // (pixels * 255))
+
+
+def dynamic_shift(amax: int, limit: int) -> int:
+    """The smallest t with (amax + half(t)) >> t <= limit."""
+    t = 0
+    while (amax + _half(t)) >> t > limit:
+        t += 1
+    return t
+
+
 def stage_bounds(g_bound: int, m_max: int, taps: int, r: int, t: int) -> tuple[int, int, int]:
     """Exact bounds of |gs|, |acc| and |g_x| given |g_z| <= g_bound, max M and the largest tap sum."""
     gs = (g_bound * m_max + _half(r)) >> r
@@ -78,19 +103,23 @@ def fits(g_bound: int, m_max: int, taps: int, r: int, t: int) -> bool:
     return g_bound * m_max + _half(r) <= INT32_MAX and acc + _half(t) <= INT32_MAX
 
 
-def shifts(g_bound: int, m_max: int, taps: int) -> tuple[int, int]:
-    """The smallest r, and then t, with every intermediate within int32 (``fits``) and |g_x| within int16."""
+def offset(pre_shift: int, w_scale_max: float) -> int:
+    """T: the exponent's static offset that keeps g_x's static scale s_g max(s_w) 2^(r - 15 + T) near g_z's."""
+    return 15 - pre_shift - round(math.log2(w_scale_max))
+
+
+def shifts(g_bound: int, m_max: int, taps: int, limit: int = INT16_MAX) -> tuple[int, int]:
+    """The smallest r, and the largest run-time t it leads to, with every intermediate within int32 (``fits``) and
+    |g_x| <= limit."""
     for r in range(63):
-        t = 0
-        while stage_bounds(g_bound, m_max, taps, r, t)[2] > INT16_MAX:
-            t += 1
+        t = dynamic_shift(stage_bounds(g_bound, m_max, taps, r, 0)[1], limit)
         if fits(g_bound, m_max, taps, r, t):
             return r, t
     raise PlanError(f"no shifts keep an integer input gradient within int32 (gradient bound {g_bound})")
 
 
 def reference(a: Conv2dGradInputIntAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    g, w, m = arrays
+    g, w, m = arrays[:3]
     zw = np.asarray(ins[1].quant.zero_point, np.int64).reshape(-1, 1, 1, 1)
     wz = w.astype(np.int64) - zw
     gs = (g.astype(np.int64) * m.astype(np.int64) + _half(a.pre_shift)) >> a.pre_shift
@@ -102,24 +131,34 @@ def reference(a: Conv2dGradInputIntAttrs, arrays, ins, outs) -> list[np.ndarray]
     for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
         acc[:, rows, cols, :] += gs @ wz[:, i, j, :] if a.groups == 1 else gs * wz[:, i, j, 0]
     acc = acc[:, pt:pt + h, pl:pl + wd, :]
-    return [((acc + _half(a.shift)) >> a.shift).astype(np.int32)]
+    return rescale(acc, a, arrays[3] if len(arrays) > 3 else None)
+
+
+def rescale(acc: np.ndarray, a, exp_in) -> list[np.ndarray]:
+    """[g_x, e_x]: the sums shifted by the run-time t into +-limit, the exponent e_z + T - t."""
+    t = dynamic_shift(int(np.abs(acc).max(initial=0)), a.limit)
+    e = (0 if exp_in is None else int(np.asarray(exp_in).reshape(-1)[0])) + a.shift - t
+    return [((acc + _half(t)) >> t).astype(np.int32), np.array([e], np.int32)]
 
 
 def shapes(a: Conv2dGradInputIntAttrs, ins) -> list[tuple[int, ...]]:
     if not covered(a, ins[1].shape):
         raise ValueError("conv2d_grad_input_int: only a pointwise or depthwise (multiplier 1) convolution's")
-    return grad_input_shapes(a.geometry(), ins[:2])
+    return grad_input_shapes(a.geometry(), ins[:2]) + [(1,)]
 
 
 def bound(a: Conv2dGradInputIntAttrs, ins, bounds) -> list[float]:
-    """|g_x| from |g_z|'s bound, the fold's largest M and the largest tap sum of the weight as the proof sees it
-    (a trainable one at its worst case); inf when an intermediate sum could leave int32."""
+    """|g_x| <= limit and |e_x| <= |e_z| + |T| + t, given |g_z|'s bound, the fold's largest M and the largest tap
+    sum of the weight as the proof sees it (a trainable one at its worst case), t the largest run-time shift; inf
+    when an intermediate sum could leave int32."""
     w = ins[1]
     taps = int(tap_sums(w.data, w.quant.zero_point, a.groups).max())
     g, m = int(bounds[0]), int(ins[2].data.max())
-    if not fits(g, m, taps, a.pre_shift, a.shift):
-        return [float("inf")]
-    return [float(stage_bounds(g, m, taps, a.pre_shift, a.shift)[2])]
+    t = dynamic_shift(stage_bounds(g, m, taps, a.pre_shift, 0)[1], a.limit)
+    if not fits(g, m, taps, a.pre_shift, t):
+        return [float("inf"), float("inf")]
+    exp = (bounds[3] or 0.0) if len(bounds) > 3 else 0.0
+    return [float(a.limit), exp + abs(a.shift) + t]
 
 
 def macs(a: Conv2dGradInputIntAttrs, ins, outs) -> int:

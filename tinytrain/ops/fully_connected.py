@@ -167,7 +167,15 @@ def grad_weight_int_bound(a: FullyConnectedGradWeightAttrs, ins, bounds) -> list
 @dataclass(frozen=True)
 class FullyConnectedGradInputIntAttrs:
     pre_shift: int = 0  # r
-    shift: int = 0  # t
+    shift: int = 0  # T
+    limit: int = 2 ** 15 - 1  # L
+
+    def as_conv(self):
+        """The same arithmetic as a pointwise convolution's (ops/conv2d_int.py) on N pixels."""
+        from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs
+
+        return Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=self.pre_shift, shift=self.shift,
+                                       limit=self.limit)
 
 
 def _as_pointwise(w: np.ndarray) -> np.ndarray:
@@ -175,27 +183,26 @@ def _as_pointwise(w: np.ndarray) -> np.ndarray:
 
 
 def grad_input_int_shapes(a: FullyConnectedGradInputIntAttrs, ins) -> list[tuple[int, ...]]:
-    return grad_input_shapes(FullyConnectedGradInputAttrs(), ins[:2])
+    return grad_input_shapes(FullyConnectedGradInputAttrs(), ins[:2]) + [(1,)]
 
 
 def grad_input_int_reference(a: FullyConnectedGradInputIntAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    """g_x (N,K): gs = (g_z M + half(r)) >> r, acc = gs @ (w - zw) (int32, exact), (acc + half(t)) >> t within int16's
-    range (ops/conv2d_int.py, whose bound rule and shifts it shares)."""
-    from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs, reference as conv_reference
+    """[g_x (N,K), e_x]: gs = (g_z M + half(r)) >> r, acc = gs @ (w - zw) (int32, exact), (acc + half(t)) >> t
+    within the limit, t chosen at run time (ops/conv2d_int.py, whose bound rule and shifts it shares)."""
+    from tinytrain.ops.conv2d_int import reference as conv_reference
 
-    g, w, m = arrays
-    conv = Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=a.pre_shift, shift=a.shift)
+    g, w, m = arrays[:3]
     out = replace(outs[0], shape=(g.shape[0], 1, 1, w.shape[1]))
-    (gx,) = conv_reference(conv, [g.reshape(g.shape[0], 1, 1, -1), _as_pointwise(w), m], ins, [out])
-    return [gx.reshape(outs[0].shape)]
+    gx, e = conv_reference(a.as_conv(), [g.reshape(g.shape[0], 1, 1, -1), _as_pointwise(w), m, *arrays[3:]], ins,
+                           [out, outs[1]])
+    return [gx.reshape(outs[0].shape), e]
 
 
 def grad_input_int_bound(a: FullyConnectedGradInputIntAttrs, ins, bounds) -> list[float]:
-    from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs, bound as conv_bound
+    from tinytrain.ops.conv2d_int import bound as conv_bound
 
-    conv = Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=a.pre_shift, shift=a.shift)
     w = replace(ins[1], shape=(ins[1].shape[0], 1, 1, ins[1].shape[1]), data=_as_pointwise(ins[1].data))
-    return conv_bound(conv, [ins[0], w, ins[2]], bounds)
+    return conv_bound(a.as_conv(), [ins[0], w, *ins[2:]], bounds)
 
 
 OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward)

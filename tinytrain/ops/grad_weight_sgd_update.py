@@ -3,7 +3,8 @@
 ``conv2d_grad_weight_int_sgd_update_int`` (an int32 gradient a block of rows at a time, the same blocks).
 
 Inputs: param (the weight, written in place), g_z, x (the grad-weight op's inputs), scale, momentum or "",
-step or "", remainder (``sgd_update``'s other inputs); no outputs. Attributes: the grad-weight op's attrs, the
+step or "", remainder (``sgd_update``'s other inputs), and for the integer step the gradient's exponent or ""
+(ops/sgd_update_int.py); no outputs. Attributes: the grad-weight op's attrs, the
 ``sgd_update`` attrs, and ``block``.
 
 The reference is the grad-weight op's reference followed by ``sgd_update``'s — the same result as the two
@@ -36,7 +37,7 @@ from tinytrain.ops.sgd_update import SgdUpdateAttrs
 
 SCRATCH_BYTES = 2048
 FLOAT_BYTES = 4
-PARAM, G_Z, X, SCALE, MOMENTUM, STEP, REMAINDER = range(7)
+PARAM, G_Z, X, SCALE, MOMENTUM, STEP, REMAINDER, EXP = range(8)  # EXP: sgd_update_int's gradient exponent
 
 
 def row_elements(param: Tensor) -> int:

@@ -5,11 +5,13 @@ Inputs as ``sgd_update``'s (ops/sgd_update.py): param (int8 weight or int32 bias
 (C_sel,...) (the integer gradient, of real scale s_g), scale int32 (C_sel, 2): per selected channel the fixed-point
 step factor (M, n) with k = M 2^-n (``fixed_point``; k = 2^F lr s_g / s[c], QAS folded in by the pass), momentum ""
 (none: the integer step keeps no momentum), step int32 (1,) (stochastic rounding or an lr schedule), remainder
-(F > 0).
+(F > 0), and exp int32 (1,) or absent: the gradient's run-time exponent e (its real scale s_g 2^-e; ops/conv2d_int.py:
+the gradients behind an input gradient carry one), so the step factor is M 2^-(n+e).
 
 With an lr schedule, each channel's M first becomes (M f) >> 15, f = schedule.factor_q15(step) the schedule's Q15
 factor in integers (training/schedule.py); 0 <= f <= 2^15, so it stays below 2^31. Then per element i of channel c,
-integers only:
+integers only, with n the channel's shift plus e (when n + e > 62, t is first shifted by the excess, n = 62; when
+n + e < 0, r = t 2^-n exactly, clamped: +-2^30 where |t| > 2^30 >> -n, and nothing else below):
     t = g * M                                        (int64, exact: |g| < 2^31, 0 <= M < 2^31, so |t| < 2^62)
     d = h_i >> (32 - n) if n <= 32 else h_i << (n - 32)   (STOCHASTIC: h_i the uint32 hash of ops/sgd_update.py)
     d = 2^(n-1) if n > 0 else 0                      (NEAREST: ties up)
@@ -32,11 +34,13 @@ from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, REMAINDER, SCALE, ST
 from tinytrain.quant import INT32_MAX, INT32_MIN
 
 MAX_SHIFT = 62
+EXP = REMAINDER + 1  # the gradient's exponent (optional)
 
 
-def fixed_point(k: float, what: str) -> tuple[int, int]:
-    """(M, n) with M 2^-n = k to 31 significant bits, M in [2^30, 2^31) and 0 <= n <= 62 (a k below 2^-32 loses
-    bits of M: M 2^-62); PlanError when k >= 2^31 (steps that large have no integer form)."""
+def fixed_point(k: float, what: str, free: bool = False) -> tuple[int, int]:
+    """(M, n) with M 2^-n = k to 31 significant bits, M in [2^30, 2^31). Without ``free``: 0 <= n <= 62 (a k
+    below 2^-32 loses bits of M: M 2^-62), PlanError when k >= 2^31 (steps that large have no integer form). With
+    ``free`` (a gradient with a run-time exponent, which moves the shift at run time): any n."""
     if not (math.isfinite(k) and k >= 0):
         raise PlanError(f"the step factor of {what} is {k!r}; the integer step needs a finite positive one")
     if k == 0:
@@ -45,6 +49,8 @@ def fixed_point(k: float, what: str) -> tuple[int, int]:
     mult, n = int(round(m * (1 << 31))), 31 - e
     if mult == 1 << 31:
         mult, n = mult >> 1, n - 1
+    if free:
+        return mult, n
     if n < 0:
         raise PlanError(f"the step factor of {what} ({k:.3g} LSB per gradient unit) is too large for the integer "
                         'step; use a smaller lr or "backward": "fp32"')
@@ -65,16 +71,27 @@ def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:
         raise ValueError("sgd_update_int: the step counter is an input exactly when rounding is stochastic or an lr "
                          "schedule reads it")
     sgd.check_remainder(a, p, g, ins[REMAINDER] if len(ins) > REMAINDER else None)
+    if len(ins) > EXP and ins[EXP] is not None and ins[EXP].shape != (1,):
+        raise ValueError(f"sgd_update_int: the gradient's exponent has shape {ins[EXP].shape}, not (1,)")
     return []
 
 
-def integer_step(g: np.ndarray, k: np.ndarray, a: SgdUpdateAttrs, step: int) -> np.ndarray:
-    """r (int64, the gradient's shape): each element's step in LSBs (2^-F LSBs with a remainder)."""
+def integer_step(g: np.ndarray, k: np.ndarray, a: SgdUpdateAttrs, step: int, exp: int = 0) -> np.ndarray:
+    """r (int64, the gradient's shape): each element's step in LSBs (2^-F LSBs with a remainder); ``exp``: the
+    gradient's exponent."""
     shape = (-1,) + (1,) * (g.ndim - 1)
-    mult, n = k[:, 0].astype(np.int64).reshape(shape), k[:, 1].astype(np.int64).reshape(shape)
+    mult, n = k[:, 0].astype(np.int64).reshape(shape), k[:, 1].astype(np.int64).reshape(shape) + exp
     if a.schedule is not None:
         mult = (mult * a.schedule.factor_q15(step)) >> 15
-    t = g.astype(np.int64) * mult
+    excess = np.maximum(n - MAX_SHIFT, 0)
+    n = n - excess
+    t = (g.astype(np.int64) * mult) >> excess
+    neg = n < 0  # only with an exponent: a step of 2^-n >= 1 LSB per unit, exact or clamped to +-2^30
+    if neg.any():
+        up = np.minimum(np.where(neg, -n, 0), 31)
+        big = neg & (np.abs(t) > (np.int64(1 << 30) >> up))
+        t = np.where(big, np.sign(t) << 30, t << np.where(big, 0, up))
+        n = np.maximum(n, 0)
     if a.rounding is Rounding.NEAREST:
         d = np.where(n > 0, np.left_shift(np.int64(1), np.maximum(n - 1, 0)), 0)
     else:
@@ -87,7 +104,8 @@ def integer_step(g: np.ndarray, k: np.ndarray, a: SgdUpdateAttrs, step: int) -> 
 def reference(a: SgdUpdateAttrs, arrays, ins, outs) -> list[np.ndarray | None]:
     p, g, k = arrays[PARAM], np.asarray(arrays[GRAD]), np.asarray(arrays[SCALE])
     step = int(np.asarray(arrays[STEP]).reshape(-1)[0]) if len(arrays) > STEP and arrays[STEP] is not None else 0
-    r = integer_step(g, k, a, step)
+    exp = int(np.asarray(arrays[EXP]).reshape(-1)[0]) if len(arrays) > EXP and arrays[EXP] is not None else 0
+    r = integer_step(g, k, a, step, exp)
     rows = slice(None) if a.channels is None else np.asarray(a.channels)
     out = p.copy()
     if a.remainder_bits:

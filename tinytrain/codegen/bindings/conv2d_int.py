@@ -33,9 +33,19 @@ def conv2d_grad_input_int(node: Node, ctx) -> Call:
         s.ints(P=h * wd, Ci=cin, Co=cout)
     else:
         s.ints(H=h, W=wd, C=cin, Ho=ho, Wo=wo)
-    s.ints(R=a.pre_shift, T=a.shift)
+    add_rescale(s, ctx, node, k)
     return s.call("conv2d_grad_input_int", f"tt_conv_{tag}_grad_input_int" + ("_wzp" if k["has_wzp"] else "")
-                  + ("_split" if k["split"] else ""), k)
+                  + ("_split" if k["split"] else "") + ("_exp" if k["has_exp"] else ""), k)
+
+
+def add_rescale(s: Signature, ctx, node: Node, k: dict) -> None:
+    """The run-time rescale's parameters (ops/conv2d_int.py): g_z's exponent if it has one, g_x's exponent, the shifts
+    R and T and the limit L."""
+    k["has_exp"] = len(node.inputs) > 3 and bool(node.inputs[3])
+    if k["has_exp"]:
+        s.add("const tt_i32a *ez", ctx.ints(node.inputs[3]), "(1,): g_z's exponent")
+    s.add("tt_i32a *ex", ctx.ints(node.outputs[1]), "(1,): g_x's exponent")
+    s.ints(R=node.attrs.pre_shift, T=node.attrs.shift, L=node.attrs.limit)
 
 
 BINDINGS: dict[str, Binding] = {

@@ -9,6 +9,7 @@ import numpy as np
 from tinytrain.codegen.bindings.common import (bias_input, bias_wzp_suffix, channel_range, input_dequant,
                                                requant_tables, rounding_suffix, rq_helper, weight_dequant, weight_param,
                                                weight_zero_points)
+from tinytrain.codegen.bindings.conv2d_int import add_rescale
 from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.ir import Node
@@ -63,9 +64,11 @@ def fully_connected_grad_input_int(node: Node, ctx) -> Call:
     has_wzp = bool(np.any(wzp))
     if has_wzp:
         s.add("const int32_t *w_zp", ctx.table(node, "w_zp", wzp), "(Co,)")
-    s.ints(P=g.shape[0], Ci=depth, Co=cout, R=node.attrs.pre_shift, T=node.attrs.shift)
+    s.ints(P=g.shape[0], Ci=depth, Co=cout)
+    k = dict(variant="pointwise", split=split, has_wzp=has_wzp)
+    add_rescale(s, ctx, node, k)
     return s.call("conv2d_grad_input_int", "tt_fully_connected_grad_input_int" + ("_wzp" if has_wzp else "")
-                  + ("_split" if split else ""), dict(variant="pointwise", split=split, has_wzp=has_wzp))
+                  + ("_split" if split else "") + ("_exp" if k["has_exp"] else ""), k)
 
 
 def fully_connected_grad_weight(node: Node, ctx) -> Call:

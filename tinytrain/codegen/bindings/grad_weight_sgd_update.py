@@ -105,10 +105,10 @@ def fused_int_call(node: Node, ctx, grad_weight_int) -> Call:
     from tinytrain.codegen.bindings.sgd_update_int import update_int_call
 
     a = node.attrs
-    names = list(node.inputs) + [""] * (fused.REMAINDER + 1 - len(node.inputs))
+    names = list(node.inputs) + [""] * (fused.EXP + 1 - len(node.inputs))
     scratch = ctx.int_scratch(node)
     update = update_int_call(node, ctx, a.update, names[fused.PARAM], scratch, names[fused.SCALE], names[fused.STEP],
-                             names[fused.REMAINDER], block=True)
+                             names[fused.REMAINDER], names[fused.EXP], block=True)
     grad = grad_weight_int(node, ctx, a.grad, (names[fused.G_Z], names[fused.X]), scratch)
     block_args = dict(_BLOCK_INT_UPDATE_ARGS, remainder="remainder + r0 * ((E + 1) / 2)") \
         if packed(a.update.remainder_bits) else _BLOCK_INT_UPDATE_ARGS
