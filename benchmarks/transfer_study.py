@@ -2,8 +2,7 @@
 
     .venv/bin/python benchmarks/transfer_study.py --fresh [--workers 2] [--train-images 5000] [--choose-recipe]
 
-(Not re-run since the search's rank check and the remainder recipe; estimated wall time below. ``--test-images N``
-and a small ``--train-images`` make a quick check, not the study.)
+(``--test-images N`` and a small ``--train-images`` make a quick check, not the study.)
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head
 (``--new-head 10 --seed 0``) on Fashion-MNIST (Debian package ``dataset-fashion-mnist``, read in place): a
@@ -32,12 +31,10 @@ chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) a
    fine-tuning (every parameter, Adam on batches of 32, cosine, 10 epochs, lr chosen on the validation split):
    the ceiling.
 
-Wall time, estimated (2 cores, 2 workers): the last measured run took 53 min, about 10 of them choosing the recipe
-(29 validation runs, now skipped by default) and about 10 the fp32 full fine-tuning; the 6-epoch rows train 3x the
-steps of the 2-epoch ones (~16 rows x 30,000 host C steps at 1-2 ms: 8-16 min on 2 workers); each search trains
-~20 finalists for half the recipe, half of them for all of it, and the dropped half again for all of it (about
-1.5 x 20 x 21,000 steps at ~1.5 ms over 2 workers: ~8 min; the 128 KB search mostly from the cache); the two
-twin rows ~5 min (batch-1 torch steps). About 45-55 min: within the hour, not measured.
+Wall time (2 cores, 2 workers), measured: 72 min (2026-11-28, with test runs beside it): the two searches 20.5 min
+(each ~13 finalists trained for half the recipe and all of them for the whole of it, the baseline repeated), the
+20 device rows and the no-QAS lr choice 26 min, the fp32 rows 25 min one at a time; they now run two at a time
+(``fp32_rows``: about 15 min, so about 60 min in all; not measured again).
 
 Accuracies come with 95 % intervals; differences are paired per test image (mean of d_i in {-1, 0, 1} +- 1.96
 standard errors). Writes benchmarks/results/transfer_study.json and .md; work files in build/transfer_study.
@@ -340,35 +337,53 @@ FP32_LRS = (3e-4, 1e-3)  # Adam's lrs tried for fp32 full fine-tuning (PyTorch's
 FP32_EPOCHS = 10
 
 
-def fp32_full_finetune(task: Task, study: Study, log: list) -> dict:
-    """The upper bound: every parameter of the fp32 twin, Adam on batches of 32 with a cosine lr schedule,
-    ``FP32_EPOCHS`` epochs, the lr of ``FP32_LRS`` that scores best on the validation split; then trained on the
-    whole training subset and scored on the test set. (Batch-1 SGD with the device's recipe, 2 epochs, reached only
-    82.3 % here: an upper bound must not be held to the device's optimizer.)"""
-    from fp32_finetune import Fp32Recipe, fit_predict
+_FORKED: dict = {}  # the task, set before the fp32 workers fork: its arrays are shared, not pickled
+
+
+def _fit_predict(rows: str, evaluate: str, recipe, seed: int) -> np.ndarray:
+    """A forked worker's fp32 run: train on the ``rows`` ("fit" or "all") of the task, predict ``evaluate``
+    ("validation" or "test"); one torch thread, seeded (fp32_finetune.fit_predict)."""
+    from fp32_finetune import fit_predict
+
+    t = _FORKED["task"]
+    train_rows = t.fit if rows == "fit" else np.arange(len(t.y))
+    return fit_predict(t.graph, t.x, t.y, train_rows, t.x[t.val] if evaluate == "validation" else t.x_test, recipe,
+                       seed)
+
+
+def fp32_rows(task: Task, recipe: Recipe, twin_ks: list[int], study: Study, log: list) -> dict[str, dict]:
+    """The fp32 rows, ``study.workers`` runs at a time in forked processes (each one torch thread, so each run is
+    the same whatever runs beside it):
+    - the upper bound: every parameter of the fp32 twin, Adam on batches of 32 with a cosine lr schedule,
+      ``FP32_EPOCHS`` epochs, the lr of ``FP32_LRS`` that scores best on the validation split; then trained on the
+      whole training subset and scored on the test set (batch-1 SGD with the device's recipe, 2 epochs, reached
+      only 82.3 % here: an upper bound must not be held to the device's optimizer);
+    - the twins trained the device's way: batch-1 SGD on the last k layers (weights and biases) for each k of
+      ``twin_ks``, the recipe's lrs, schedule and epochs, on the whole training subset; scored on the test set."""
+    import multiprocessing as mp
+
+    from fp32_finetune import Fp32Recipe
 
     n_layers = sum(n.op in ("conv2d", "fully_connected") for n in task.graph.nodes)
-    recipes = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr) for lr in FP32_LRS}
+    full = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr) for lr in FP32_LRS}
+    twins = {k: Fp32Recipe(k, "sgd", recipe.epochs, recipe.lr, recipe.head_lr, recipe.schedule[0]) for k in twin_ks}
     t0 = time.time()
-    val = {lr: float((fit_predict(task.graph, task.x, task.y, task.fit, task.x[task.val], r, study.seed)
-                      == task.y[task.val]).mean()) for lr, r in recipes.items()}
-    best = max(FP32_LRS, key=val.get)
-    pred = fit_predict(task.graph, task.x, task.y, np.arange(len(task.y)), task.x_test, recipes[best], study.seed)
-    log.append({"fp32": "torch", "seconds": round(time.time() - t0, 1)})
-    return {"recipe": recipes[best].describe(), "validation": {f"{lr:g}": a for lr, a in val.items()},
-            "correct": pred == task.y_test, "seconds": round(time.time() - t0, 1)}
-
-
-def fp32_twin(task: Task, recipe: Recipe, last_k: int, study: Study, log: list) -> dict:
-    """The fp32 twin trained the device's way: batch-1 SGD on the last ``last_k`` layers (weights and biases), the
-    recipe's lrs, schedule and epochs, on the whole training subset; scored on the test set."""
-    from fp32_finetune import Fp32Recipe, fit_predict
-
-    r = Fp32Recipe(last_k, "sgd", recipe.epochs, recipe.lr, recipe.head_lr, recipe.schedule[0])
-    t0 = time.time()
-    pred = fit_predict(task.graph, task.x, task.y, np.arange(len(task.y)), task.x_test, r, study.seed)
-    log.append({"fp32": f"twin last-k:{last_k}", "seconds": round(time.time() - t0, 1)})
-    return {"recipe": r.describe(), "correct": pred == task.y_test, "seconds": round(time.time() - t0, 1)}
+    _FORKED["task"] = task
+    with mp.get_context("fork").Pool(study.workers) as pool:
+        val_jobs = {lr: pool.apply_async(_fit_predict, ("fit", "validation", r, study.seed)) for lr, r in full.items()}
+        twin_jobs = {k: pool.apply_async(_fit_predict, ("all", "test", r, study.seed)) for k, r in twins.items()}
+        val = {lr: float((job.get() == task.y[task.val]).mean()) for lr, job in val_jobs.items()}
+        best = max(FP32_LRS, key=val.get)
+        pred = pool.apply_async(_fit_predict, ("all", "test", full[best], study.seed)).get()
+        rows = {"fp32 full fine-tuning (PyTorch)": {
+            "recipe": full[best].describe(), "validation": {f"{lr:g}": a for lr, a in val.items()},
+            "correct": pred == task.y_test}}
+        for k, job in twin_jobs.items():
+            device = "classifier-only" if k == 1 else f"last-k:{k}"
+            rows[f"fp32 twin, {device} (device recipe)"] = {"recipe": twins[k].describe(),
+                                                            "correct": job.get() == task.y_test, "device_row": device}
+    log.append({"fp32": "torch: full fine-tuning and twins", "seconds": round(time.time() - t0, 1)})
+    return rows
 
 
 def main() -> None:
@@ -437,14 +452,10 @@ def main() -> None:
 
     with ThreadPoolExecutor(study.workers) as pool:
         list(pool.map(one, rows.items()))
-    fp32 = {"fp32 full fine-tuning (PyTorch)": fp32_full_finetune(task, study, log)}
     # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
     deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:") and " at " not in n),
                   default=None)
-    for k in [1] + ([deepest] if deepest else []):
-        twin = fp32_twin(task, recipe, k, study, log)
-        device = "classifier-only" if k == 1 else f"last-k:{k}"
-        fp32[f"fp32 twin, {device} (device recipe)"] = {**twin, "device_row": device}
+    fp32 = fp32_rows(task, recipe, [1] + ([deepest] if deepest else []), study, log)
     for name, row in fp32.items():
         print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
 
