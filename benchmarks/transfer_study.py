@@ -18,23 +18,25 @@ chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) a
    and 1-3 epochs, each kept when it beats the simpler choice by more than one standard error of the difference
    (``choose_recipe``), and classifier-only's own best lr (its row is trained at it: the fair baseline);
 2. ``tinytrain plan`` at 256 KB and at 128 KB with that recipe: contributions, gain model, finalists (remainder
-   bits 0 / 4 / 8 traded) ranked by successive halving, every rung under the recipe's cosine over its own steps,
-   then every finalist trained at full length (the rank check: each rung's Spearman with it, the noise floor at
-   full length; the 128 KB search re-uses every finalist run of the 256 KB one from the shared cache);
+   bits 0 / 4 / 8 traded) ranked by successive halving (the first rung at three quarters of the recipe), every
+   rung under the recipe's cosine over its own steps, then every finalist trained at full length (the rank check:
+   each rung's Spearman with it, the noise floor at full length; the 128 KB search re-uses every finalist run of
+   the 256 KB one from the shared cache);
 3. every row trained on the whole training subset with ``tinytrain train --engine c`` (the emitted C: the device's
    arithmetic), scored on the test set by the emitted C forward; peak SRAM from ``tinytrain compile``'s
    report.json. Rows: classifier-only, bias-only (the biases of the deepest last k that fits), every last-k:N that
-   fits 256 KB (4-bit remainders), the searched plans, the searched 256 KB plan without QAS (at its own best lr on
-   the validation split), and three fp32 rows (an fp32 twin of the graph, vww_study.torch_twin; fp32_finetune.py):
-   the twin trained the device's way (batch-1 SGD, the recipe's lrs, schedule and epochs) on classifier-only and on
-   the deepest last-k:N that fits 256 KB, each paired against its device row (device = fp32), and full
-   fine-tuning (every parameter, Adam on batches of 32, cosine, 10 epochs, lr chosen on the validation split):
-   the ceiling.
+   fits 256 KB (4-bit remainders), the sparse presets, the searched plans (a searched plan equal to a preset is
+   that preset's run), the searched 256 KB plan without QAS (at its own best lr on the validation split), the
+   stronger backbone MobileNetV1-0.5 at ``--input-size 128`` on every preset that fits 256 KB (``wide_rows``; not
+   searched), and three fp32 rows (an fp32 twin of the graph, vww_study.torch_twin; fp32_finetune.py), trained
+   beside the device rows (``Fp32Rows``): the twin trained the device's way (batch-1 SGD, the recipe's lrs,
+   schedule and epochs) on classifier-only and on the deepest last-k:N that fits 256 KB, each paired against its
+   device row (device = fp32), and full fine-tuning (every parameter, Adam on batches of 32, cosine, 10 epochs, at
+   the lr earlier runs chose on the validation split, ``--choose-fp32-lr`` to choose again): the ceiling.
 
-Wall time (2 cores, 2 workers), measured: 72 min (2026-11-28, with test runs beside it): the two searches 20.5 min
-(each ~13 finalists trained for half the recipe and all of them for the whole of it, the baseline repeated), the
-20 device rows and the no-QAS lr choice 26 min, the fp32 rows 25 min one at a time; they now run two at a time
-(``fp32_rows``: about 15 min, so about 60 min in all; not measured again).
+Wall time (2 cores, 2 workers): see the results' first line. The 2026-11-28 run took 72 min with half-length first
+rungs, the fp32 rows one at a time after the device rows and ``train --engine c`` running the frozen layers at every
+step; the C engine now computes them once per image (api._training_step, bit-identical).
 
 Accuracies come with 95 % intervals; differences are paired per test image (mean of d_i in {-1, 0, 1} +- 1.96
 standard errors). Writes benchmarks/results/transfer_study.json and .md; work files in build/transfer_study.
@@ -133,15 +135,20 @@ def rel(path: Path) -> str:
 
 
 def write_plan(study: Study, name: str, plan: dict) -> str:
-    path = study.build / "plans" / f"{name.replace(' ', '_').replace(':', '-')}.json"
+    path = study.build / "plans" / f"{file_name(name)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan) + "\n")
     return rel(path)
 
 
-def peak_sram(study: Study, plan_file: str, name: str, log: list) -> int:
-    out = study.build / "compile" / name.replace(" ", "_").replace(":", "-")
-    run(study, ["compile", study.model, "--new-head", str(study.head), "--sram", "4m", "--flash", "4m",
+def file_name(name: str) -> str:
+    return name.replace(" ", "_").replace(":", "-").replace("@", "at")
+
+
+def peak_sram(study: Study, plan_file: str, name: str, log: list, model: list[str]) -> int:
+    """compile's peak of a plan; ``model``: the model argument and its flags (--input-size)."""
+    out = study.build / "compile" / file_name(name)
+    run(study, ["compile", *model, "--new-head", str(study.head), "--sram", "4m", "--flash", "4m",
                 "--plan", plan_file, "-o", rel(out)], log)
     return int(json.loads((out / "report.json").read_text())["peak_sram_bytes"])
 
@@ -149,14 +156,15 @@ def peak_sram(study: Study, plan_file: str, name: str, log: list) -> int:
 # ---- data and graph (in process: validation fine-tunes, test predictions) ---------------------------------------
 
 class Task:
-    """The graph with its new head, the training subset (fit / validation rows) and the test set, as int8 inputs."""
+    """The graph with its new head, the training subset (fit / validation rows) and the test set, as int8 inputs
+    (``model``: the study's, or another model at ``input_size``)."""
 
-    def __init__(self, study: Study) -> None:
+    def __init__(self, study: Study, model: str | None = None, input_size: int | None = None) -> None:
+        import tinytrain
         from tinytrain.data import load_dataset, model_inputs, stratified_split
-        from tinytrain.frontends import load_model
-        from tinytrain.training.head import new_head
 
-        self.graph = new_head(load_model(study.model_path), study.head, seed=study.seed)
+        self.graph = tinytrain.load_model(ROOT / (model or study.model), new_head=study.head, seed=study.seed,
+                                          input_size=input_size)
         train, test = load_dataset(study.train), load_dataset(study.test)
         self.x, self.y = model_inputs(self.graph, train.x), train.y
         self.x_test, self.y_test = model_inputs(self.graph, test.x), test.y
@@ -308,14 +316,46 @@ def search(study: Study, recipe: Recipe, budget: str, log: list) -> dict:
     return {"plan_file": rel(out), **json.loads(out.with_name(out.stem + ".search.json").read_text())}
 
 
+WIDE_MODEL = "../shared/models/mobilenet_v1_0.5_160_quant.tflite"  # the stronger backbone, run at 128x128
+WIDE_SIZE = 128
+
+
+def wide_rows(study: Study, recipe: Recipe, classifier_lr: float, budget: int = 256 * 1024) -> dict[str, dict]:
+    """MobileNetV1-0.5 (ImageNet, 160x160) at ``--input-size 128``: the presets of the plan search that fit
+    ``budget`` (candidates.presets and sparse_presets under compile's peak; the recipe's lrs, classifier-only
+    at ``classifier_lr`` as the study's), as rows (not searched: a second search does not fit the study's hour)."""
+    import tinytrain
+    from tinytrain.search.candidates import presets, sparse_presets
+    from tinytrain.search.memory import MemoryOracle
+    from tinytrain.search.space import Space
+
+    graph = tinytrain.load_model(ROOT / WIDE_MODEL, new_head=study.head, seed=study.seed, input_size=WIDE_SIZE)
+    space, mem = Space.of(graph), MemoryOracle(graph)
+
+    def plan(choice):
+        lrs = (classifier_lr,) * 3 if choice == space.last_k(1) else (recipe.lr, recipe.bias_lr, recipe.head_lr)
+        return space.plan(choice, *lrs)
+
+    found = presets(space, lambda c: mem(plan(c)) <= budget) + sparse_presets(space, lambda c: mem(plan(c)) <= budget)
+    return {f"MobileNetV1-0.5 @{WIDE_SIZE}: {c.name}": {"plan": plan(c.choice).to_json(), "model": WIDE_MODEL,
+                                                        "model_flags": ["--input-size", str(WIDE_SIZE)]}
+            for c in found}
+
+
+def same_plan(a: dict, b: dict) -> bool:
+    """The same plan trained the same way: equal but for the lr schedule (every row gets the recipe's)."""
+    return {k: v for k, v in a.items() if k != "lr_schedule"} == {k: v for k, v in b.items() if k != "lr_schedule"}
+
+
 def scale_lrs(plan: dict, factor: float) -> dict:
     return {**plan, **{k: v * factor for k, v in plan.items() if k in ("lr", "bias_lr", "head_lr")}}
 
 
-def train_row(study: Study, task: Task, name: str, plan_file: str, epochs: int, log: list, *extra: str) -> dict:
-    state = study.build / "states" / f"{name.replace(' ', '_').replace(':', '-')}.npz"
+def train_row(study: Study, task: Task, name: str, plan_file: str, epochs: int, log: list, model: list[str],
+              *extra: str) -> dict:
+    state = study.build / "states" / f"{file_name(name)}.npz"
     state.parent.mkdir(parents=True, exist_ok=True)
-    out = run(study, ["train", study.model, "--data", study.train, "--new-head", str(study.head), "--seed",
+    out = run(study, ["train", *model, "--data", study.train, "--new-head", str(study.head), "--seed",
                       str(study.seed), "--plan", plan_file, "--epochs", str(epochs), "--engine", "c", *extra,
                       "--state-out", rel(state), "--json"], log)
     correct = task.test_correct(rel(state))
@@ -335,6 +375,10 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 FP32_LRS = (3e-4, 1e-3)  # Adam's lrs tried for fp32 full fine-tuning (PyTorch's default 1e-3 and a third of it)
 FP32_EPOCHS = 10
+# Adam's lr for fp32 full fine-tuning without --choose-fp32-lr: chosen on the validation split by the runs of
+# 2026-11-27 and 2026-11-28 (validation accuracy, both runs the same: lr 0.0003 88.3 %, lr 0.001 88.9 %)
+FP32_CHOSEN = {"lr": 1e-3, "validation": {"0.0003": 0.8833, "0.001": 0.8887},
+               "source": "chosen on the validation split by earlier runs (--choose-fp32-lr re-chooses)"}
 
 
 _FORKED: dict = {}  # the task, set before the fp32 workers fork: its arrays are shared, not pickled
@@ -351,39 +395,57 @@ def _fit_predict(rows: str, evaluate: str, recipe, seed: int) -> np.ndarray:
                        seed)
 
 
-def fp32_rows(task: Task, recipe: Recipe, twin_ks: list[int], study: Study, log: list) -> dict[str, dict]:
-    """The fp32 rows, ``study.workers`` runs at a time in forked processes (each one torch thread, so each run is
-    the same whatever runs beside it):
+class Fp32Rows:
+    """The fp32 rows, started in ``study.workers`` forked processes (each one torch thread, so each run is the same
+    whatever runs beside it) that work beside the device rows; ``collect`` waits for them:
     - the upper bound: every parameter of the fp32 twin, Adam on batches of 32 with a cosine lr schedule,
-      ``FP32_EPOCHS`` epochs, the lr of ``FP32_LRS`` that scores best on the validation split; then trained on the
-      whole training subset and scored on the test set (batch-1 SGD with the device's recipe, 2 epochs, reached
-      only 82.3 % here: an upper bound must not be held to the device's optimizer);
+      ``FP32_EPOCHS`` epochs, at ``FP32_CHOSEN``'s lr, or with ``choose_lr`` at the lr of ``FP32_LRS`` that scores
+      best on the validation split; trained on the whole training subset and scored on the test set (batch-1
+      SGD with the device's recipe, 2 epochs, reached only 82.3 % here: an upper bound must not be held to the
+      device's optimizer);
     - the twins trained the device's way: batch-1 SGD on the last k layers (weights and biases) for each k of
       ``twin_ks``, the recipe's lrs, schedule and epochs, on the whole training subset; scored on the test set."""
-    import multiprocessing as mp
 
-    from fp32_finetune import Fp32Recipe
+    def __init__(self, task: Task, recipe: Recipe, twin_ks: list[int], study: Study, choose_lr: bool) -> None:
+        import multiprocessing as mp
 
-    n_layers = sum(n.op in ("conv2d", "fully_connected") for n in task.graph.nodes)
-    full = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr) for lr in FP32_LRS}
-    twins = {k: Fp32Recipe(k, "sgd", recipe.epochs, recipe.lr, recipe.head_lr, recipe.schedule[0]) for k in twin_ks}
-    t0 = time.time()
-    _FORKED["task"] = task
-    with mp.get_context("fork").Pool(study.workers) as pool:
-        val_jobs = {lr: pool.apply_async(_fit_predict, ("fit", "validation", r, study.seed)) for lr, r in full.items()}
-        twin_jobs = {k: pool.apply_async(_fit_predict, ("all", "test", r, study.seed)) for k, r in twins.items()}
-        val = {lr: float((job.get() == task.y[task.val]).mean()) for lr, job in val_jobs.items()}
-        best = max(FP32_LRS, key=val.get)
-        pred = pool.apply_async(_fit_predict, ("all", "test", full[best], study.seed)).get()
-        rows = {"fp32 full fine-tuning (PyTorch)": {
-            "recipe": full[best].describe(), "validation": {f"{lr:g}": a for lr, a in val.items()},
-            "correct": pred == task.y_test}}
-        for k, job in twin_jobs.items():
+        from fp32_finetune import Fp32Recipe
+
+        n_layers = sum(n.op in ("conv2d", "fully_connected") for n in task.graph.nodes)
+        self.full = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr)
+                     for lr in (FP32_LRS if choose_lr else (FP32_CHOSEN["lr"],))}
+        self.twins = {k: Fp32Recipe(k, "sgd", recipe.epochs, recipe.lr, recipe.head_lr, recipe.schedule[0])
+                      for k in twin_ks}
+        self.task, self.seed, self.t0 = task, study.seed, time.time()
+        _FORKED["task"] = task
+        self.pool = mp.get_context("fork").Pool(study.workers)
+        run = self.pool.apply_async
+        self.val_jobs = {lr: run(_fit_predict, ("fit", "validation", r, study.seed))
+                         for lr, r in self.full.items()} if choose_lr else {}
+        self.test_jobs = {lr: run(_fit_predict, ("all", "test", r, study.seed))
+                          for lr, r in self.full.items()} if not choose_lr else {}
+        self.twin_jobs = {k: run(_fit_predict, ("all", "test", r, study.seed)) for k, r in self.twins.items()}
+
+    def collect(self, log: list) -> dict[str, dict]:
+        task = self.task
+        if self.val_jobs:
+            val = {f"{lr:g}": float((job.get() == task.y[task.val]).mean()) for lr, job in self.val_jobs.items()}
+            best = max(self.full, key=lambda lr: val[f"{lr:g}"])
+            pred, source = self.pool.apply_async(_fit_predict, ("all", "test", self.full[best], self.seed)).get(), \
+                "chosen on the validation split by this run"
+        else:
+            best, val, source = FP32_CHOSEN["lr"], FP32_CHOSEN["validation"], FP32_CHOSEN["source"]
+            pred = self.test_jobs[best].get()
+        rows = {"fp32 full fine-tuning (PyTorch)": {"recipe": self.full[best].describe(), "validation": val,
+                                                    "lr_source": source, "correct": pred == task.y_test}}
+        for k, job in self.twin_jobs.items():
             device = "classifier-only" if k == 1 else f"last-k:{k}"
-            rows[f"fp32 twin, {device} (device recipe)"] = {"recipe": twins[k].describe(),
+            rows[f"fp32 twin, {device} (device recipe)"] = {"recipe": self.twins[k].describe(),
                                                             "correct": job.get() == task.y_test, "device_row": device}
-    log.append({"fp32": "torch: full fine-tuning and twins", "seconds": round(time.time() - t0, 1)})
-    return rows
+        self.pool.close()
+        self.pool.join()
+        log.append({"fp32": "torch: full fine-tuning and twins", "seconds": round(time.time() - self.t0, 1)})
+        return rows
 
 
 def main() -> None:
@@ -398,6 +460,9 @@ def main() -> None:
     ap.add_argument("--choose-recipe", action="store_true",
                     help="choose the recipe on the validation split (choose_recipe: schedule, lrs, 1-3 epochs) "
                          "instead of the 4-bit remainder default (6 epochs, lr 0.003, head lr 0.01, cosine)")
+    ap.add_argument("--choose-fp32-lr", action="store_true",
+                    help="choose fp32 full fine-tuning's Adam lr on the validation split (0.0003 or 0.001) instead "
+                         "of the lr earlier runs chose (0.001)")
     args = ap.parse_args()
     from tinytrain.data import FASHION_MNIST_DIR
 
@@ -431,6 +496,12 @@ def main() -> None:
     rows["classifier-only"]["plan"] = {**rows["classifier-only"]["plan"], "lr": lr, "bias_lr": lr, "head_lr": lr}
     for b, s in searches.items():
         rows[f"searched {b}"] = {"plan": s["plan"], "chosen": s["chosen"]}
+        if s["chosen"] in rows and same_plan(rows[s["chosen"]]["plan"], s["plan"]):
+            rows[f"searched {b}"]["same_as"] = s["chosen"]  # trained once: the run is deterministic
+    # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
+    deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:") and " at " not in n),
+                  default=None)
+    fp32_pending = Fp32Rows(task, recipe, [1] + ([deepest] if deepest else []), study, args.choose_fp32_lr)
     # int8 without QAS: the searched 256 KB plan at its own best lr (lr factor chosen on the validation split)
     noqas_factors = (1.0, 1e2, 1e4)
     searched = rows["searched 256k"]["plan"]
@@ -441,21 +512,25 @@ def main() -> None:
     rows["searched 256k, no QAS"] = {"plan": runs[f"x{best:g}"][0], "validation": noqas_val, "lr_factor": best,
                                      "extra": ["--no-qas"]}
 
+    rows.update(wide_rows(study, recipe, lr))
+    tasks = {None: task, WIDE_MODEL: Task(study, WIDE_MODEL, WIDE_SIZE)}
+
     def one(item):
         name, row = item
         plan_file = write_plan(study, name, row["plan"])
-        row["peak_sram_bytes"] = peak_sram(study, plan_file, name, log)
-        row.update(train_row(study, task, name, plan_file, recipe.epochs, log, *recipe.schedule_flags(),
-                             *row.get("extra", [])))
+        model = [row.get("model", study.model), *row.get("model_flags", [])]
+        row["peak_sram_bytes"] = peak_sram(study, plan_file, name, log, model)
+        row.update(train_row(study, tasks[row.get("model")], name, plan_file, recipe.epochs, log, model,
+                             *recipe.schedule_flags(), *row.get("extra", [])))
         print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
         return name
 
     with ThreadPoolExecutor(study.workers) as pool:
-        list(pool.map(one, rows.items()))
-    # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
-    deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:") and " at " not in n),
-                  default=None)
-    fp32 = fp32_rows(task, recipe, [1] + ([deepest] if deepest else []), study, log)
+        list(pool.map(one, [(n, r) for n, r in rows.items() if "same_as" not in r]))
+    for row in rows.values():
+        if "same_as" in row:
+            row.update({k: v for k, v in rows[row["same_as"]].items() if k not in row})
+    fp32 = fp32_pending.collect(log)
     for name, row in fp32.items():
         print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
 
@@ -479,7 +554,8 @@ def report(study, task, recipe, recipe_record, searches, rows, fp32, log, second
             table[name].update(device_minus_twin=d, device_minus_twin_ci95=dhalf)
     budgets = {}
     for b, limit in (("256k", 256 * 1024), ("128k", 128 * 1024)):
-        fitting = [n for n, row in rows.items() if not n.startswith("searched") and row["peak_sram_bytes"] <= limit]
+        fitting = [n for n, row in rows.items()  # the searched model's presets
+                   if not n.startswith("searched") and "model" not in row and row["peak_sram_bytes"] <= limit]
         best = max(fitting, key=lambda n: rows[n]["correct"].mean())
         d, dhalf = paired(rows[f"searched {b}"]["correct"], rows[best]["correct"])
         budgets[b] = {"best_preset": best, "searched_minus_best_preset": d, "ci95": dhalf,
@@ -527,10 +603,15 @@ def markdown(r: dict) -> str:
     ]
     for name, row in r["rows"].items():
         peak = f"{row['peak_sram_bytes'] / 1024:.1f} KB" if "peak_sram_bytes" in row else "n/a (fp32, unlimited)"
-        lines.append(f"| {name} | {_pct(row['accuracy'])} ± {_pct(row['ci95'])} | "
+        same = f" (= {row['same_as']}: the same run)" if "same_as" in row else ""
+        lines.append(f"| {name}{same} | {_pct(row['accuracy'])} ± {_pct(row['ci95'])} | "
                      f"{100 * row['vs_classifier_only']:+.1f} ± {_pct(row['vs_classifier_only_ci95'])} | {peak} |")
+    lines += ["", f"`MobileNetV1-0.5 @{WIDE_SIZE}` rows: `{WIDE_MODEL}` (ImageNet, 160x160) run at `--input-size "
+              f"{WIDE_SIZE}` with a new 10-class head, the plan search's presets that fit 256 KB (not searched), the "
+              "same recipe; paired against the MobileNetV1-0.25 classifier-only row on the same test images."]
     fp32 = r["rows"]["fp32 full fine-tuning (PyTorch)"]
-    lines += ["", f"fp32 full fine-tuning: {fp32['recipe']} (Adam's lr chosen on the validation split: "
+    source = fp32.get("lr_source", "chosen on the validation split")
+    lines += ["", f"fp32 full fine-tuning: {fp32['recipe']} (Adam's lr {source}: "
               + ", ".join(f"lr {lr} {_pct(a)} %" for lr, a in fp32["validation"].items()) + ")."]
     lines += [f"Device = fp32: `{row['device_row']}` on the device minus its twin ({row['recipe']}): "
               f"{100 * row['device_minus_twin']:+.1f} ± {_pct(row['device_minus_twin_ci95'])} points (paired)."

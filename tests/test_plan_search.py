@@ -208,6 +208,7 @@ def test_successive_halving_keeps_the_reference_and_returns_the_best_measured():
 
     assert rung_steps(8, 400, 3) == [100, 200, 400] and rung_steps(2, 400, 3) == [400]
     assert rung_steps(3, 400, 3) == [200, 400] and rung_steps(8, 400) == [200, 400]
+    assert rung_steps(8, 400, fraction=0.75) == [300, 400] and rung_steps(8, 400, 3, fraction=0.75) == [225, 300, 400]
     # accuracy grows with steps; "deep" is slow at first and best at the end; "ref" is measured at every rung
     final = {"ref": 0.70, "a": 0.75, "b": 0.74, "c": 0.60, "d": 0.50, "deep": 0.80, "e": 0.55, "f": 0.76}
     calls = []
@@ -360,6 +361,9 @@ def test_plan_cli_refuses_a_budget_below_the_classifier(files, capsys):
             "--sram", "1k", "--no-cache", "--no-progress", "-o", str(files / "none.json")]
     assert main(argv) == 2
     assert "classifier alone" in capsys.readouterr().err
+    assert main([*argv[:-2], "--sram", "64k", "--rung-fraction", "1", "-o", str(files / "none.json")]) == 2
+    assert "--rung-fraction 1.0: give a fraction between 0 and 1" in capsys.readouterr().err
+    assert not (files / "none.json").exists()
 
 
 # ---- a searched VWW plan: host C == QEMU firmware -------------------------------------------------------------

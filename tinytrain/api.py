@@ -322,7 +322,6 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     the loss to the update, "int" the integer-only step (training/integer_step.py)."""
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
-    from tinytrain.training.train_graph import build_training_graph
 
     if engine not in ENGINES:
         raise UsageError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
@@ -340,10 +339,11 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     if n_steps <= 0:
         raise UsageError("nothing to do: --steps / --epochs must be positive")
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, n_steps)
-    tg = build_training_graph(graph, chosen, config, targets is not None)  # C, QEMU: its device_schedule
     order = sample_order(rows, n_steps, seed)
-    runner = _Runner.make(engine, graph, tg, x, y, targets, _measure(graph, chosen.loss, x, y, targets),
-                          board=board, sram=sram, save_every=save_every, flash=flash)
+    measure = _measure(graph, chosen.loss, x, y, targets)
+    tg, x = _training_step(engine, graph, chosen, config, x, targets is not None)  # C, QEMU: its device_schedule
+    runner = _Runner.make(engine, graph, tg, x, y, targets, measure, board=board, sram=sram, save_every=save_every,
+                          flash=flash)
     info, metric = {}, "accuracy" if chosen.loss == "xent" else "error"
     if parts:
         info.update(n_train=int(len(rows)), n_held_out=int(len(parts[1])), held_out=held_out, split_seed=split_seed,
@@ -418,6 +418,26 @@ class _Runner:
         if self.engine == "qemu":
             self.info.update(board=self.trainer.board, insns_per_step=float(np.mean(self.trainer.step_insns)))
         return losses, self.trainer.state()
+
+
+def _training_step(engine: str, graph: Graph, plan: Plan, config: UpdateConfig, x: np.ndarray,
+                   targets: bool) -> tuple[Graph, np.ndarray]:
+    """(training graph, its inputs). The host C engine trains the step of the layers from the first one ``plan``
+    touches, on their input tensor, computed once per image by the C forward of the frozen layers below (the
+    device recomputes it at every step, with the same result: search/measure.suffix_model): the state and the
+    outputs are the whole step's, bit for bit. Every other engine, an autoencoder (its loss reads the input) and
+    a plan without a cut (a residual across it, layer 0 trained): the whole step on the images ``x``."""
+    from dataclasses import replace
+
+    from tinytrain.engine_c import predict
+    from tinytrain.search.measure import suffix_model
+    from tinytrain.training.train_graph import build_training_graph
+
+    g, p, cut = suffix_model(graph, plan) if engine == "c" and not targets else (graph, plan, None)
+    if cut is None:
+        return build_training_graph(graph, plan, config, targets), x
+    prefix = replace(graph, nodes=graph.nodes[: len(graph.nodes) - len(g.nodes)], outputs=(cut,))
+    return build_training_graph(g, p, config), predict(prefix, x)
 
 
 def _check_classifier(graph: Graph, loss: str) -> None:

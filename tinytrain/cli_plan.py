@@ -82,7 +82,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
                   lr_schedule=args.lr_schedule, warmup=args.warmup,
                   ft_epochs=args.ft_epochs, ft_steps=args.ft_steps, qas=not args.no_qas, rounding=args.rounding,
                   bias_k=_ks(args.bias_k), noise_floor=args.noise_floor, repeats=args.repeats,
-                  proposals=args.proposals, max_rungs=args.max_rungs, workers=args.workers,
+                  proposals=args.proposals, max_rungs=args.max_rungs, rung_fraction=args.rung_fraction,
+                  workers=args.workers,
                   other_bits=_bits(args.other_remainder_bits), rank_check=not args.no_rank_check,
                   executor=args.executor, address=args.address,
                   time_limit=args.time_limit, search_seconds_min=args.search_seconds_min,
@@ -172,8 +173,11 @@ def add_plan_command(sub) -> None:
                    help="finalists from the evolutionary search's population, beside the exact search's plan "
                         "and the presets (default 4)")
     s.add_argument("--max-rungs", type=int, default=2,
-                   help="successive-halving rungs at most (default 2: half the recipe, then the whole; deep plans "
-                        "can start slowly, shorter rungs drop them before they recover)")
+                   help="successive-halving rungs at most (default 2: --rung-fraction of the recipe, then the "
+                        "whole)")
+    s.add_argument("--rung-fraction", type=float, default=0.75, metavar="F",
+                   help="a rung's steps as a fraction of the next rung's (default 0.75; 0.5: halving; deep plans "
+                        "start slowly, and shorter rungs drop them before they recover)")
     s.add_argument("--other-remainder-bits", default="0,8", metavar="BITS",
                    help="remainder bits besides the default 4 the finalists may keep (the deepest last-k:N and the "
                         "exact search's plan with them; default 0,8; '' for none)")

@@ -67,6 +67,7 @@ class SearchOptions:
     repeats: int = 3
     proposals: int = 4
     max_rungs: int = 2
+    rung_fraction: float = 0.75      # a rung's steps as a fraction of the next one's (halving.py)
     other_bits: tuple[int, ...] = (0, 8)  # remainder bits besides the default the finalists may keep
     rank_check: bool = True          # train every finalist at full length: the reference ranking of the rungs
     workers: int = 1                 # local: fine-tune processes; ray: CPUs of a local Ray instance
@@ -165,6 +166,8 @@ def _check_options(opts: SearchOptions) -> None:
 
     if not 0 < opts.val < 1:
         raise UsageError(f"--val {opts.val}: give a fraction between 0 and 1")
+    if not 0 < opts.rung_fraction < 1:
+        raise UsageError(f"--rung-fraction {opts.rung_fraction}: give a fraction between 0 and 1")
     if opts.repeats < 2:
         raise UsageError(f"--repeats {opts.repeats}: the noise floor needs at least 2 runs of the baseline")
     if opts.epochs < 1:
@@ -460,7 +463,8 @@ def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict, other
             [c.name for c in cands], "classifier-only", measure_, full_steps,
             lambda n: run.mem(run.plan_of(by_name[n].choice)), max_rungs,
             presets=frozenset(c.name for c in cands if c.preset),
-            margin=lambda cand, preset: _margin(run, noise, last, decision, cand, preset))
+            margin=lambda cand, preset: _margin(run, noise, last, decision, cand, preset),
+            fraction=run.opts.rung_fraction)
 
     winner, rungs = rank(run.opts.max_rungs, measure, contrib.noise)
     accuracy, ref = rungs[-1].accuracy[winner], None
@@ -538,6 +542,7 @@ def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact:
         "baseline": {"plan": contrib.base.to_json(), "accuracy": contrib.base_acc,
                      "peak_sram_bytes": run.mem(contrib.base)},
         "measurement": {"finetune": asdict(run.ft), "finalist_steps": final.full_steps,
+                        "rung_steps": [r.steps for r in final.rungs],
                         "n_fit": int(len(run.train_rows)), "n_val": int(val), "held_out": opts.held_out,
                         "split_seed": opts.split_seed, "val": opts.val, "engine": "c", "executor": opts.executor,
                         "cache": str(run.cache.path) if run.cache.path else None},
