@@ -5,6 +5,7 @@ state bit for bit everywhere, the reported float32 loss bit for bit between C bu
 
 import json
 import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -371,3 +372,65 @@ def test_a_deeper_integer_step_is_bit_identical_on_the_cores(board, tmp_path):
     losses = host.train(x[:5], y[:5])
     assert np.array_equal(r.losses.view(np.uint32), losses.view(np.uint32)) and r.state == host.state_bytes()
     assert np.array_equal(r.logits, host.predict(x[5:]))
+
+
+@pytest.mark.parametrize("ptype,rounding", [("int32_t", Rounding.STOCHASTIC), ("int32_t", Rounding.NEAREST),
+                                            ("int8_t", Rounding.STOCHASTIC)])
+def test_the_update_kernel_follows_every_run_time_exponent_bit_for_bit(tmp_path, ptype, rounding):
+    """kernels/sgd_update_int.c.j2 with a gradient exponent e == ops/sgd_update_int.py for shifts n + e above 62
+    (the product pre-shifted), in range, and below 0 (a step of 2^-(n+e) >= 1 LSB per unit: exact, or clamped to
+    +-2^30), which no measured plan reaches: built with the runtime headers, every element compared."""
+    from tinytrain.codegen.context import environment
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    rng = np.random.default_rng(1)
+    cs, e_n = 3, 40
+    dtype = np.int32 if ptype == "int32_t" else np.int8
+    param = (rng.integers(-1000, 1000, (cs, e_n)) if dtype == np.int32 else rng.integers(-127, 128, (cs, e_n)))
+    grad = rng.integers(-(1 << 31), 1 << 31, (cs, e_n), dtype=np.int64)
+    grad[:, :10] = rng.integers(-300, 300, (cs, 10))  # small gradients: the exact path below 0
+    fixed = np.array([fixed_point(k, "w") for k in (0.013, 3.1e-6, 7.5e-12)], np.int32)
+    a = SgdUpdateAttrs(rounding=rounding, seed=7, stream=3)
+    exps = [-45, -31, -20, -1, 0, 5, 30, 60]
+    signature = (f"static void tt_update({ptype} *param, const tt_i32a *grad, const int32_t *fixed, "
+                 "const tt_i32a *gexp, int Cs, int E" + (", uint32_t seed, uint32_t stream, uint32_t step"
+                                                          if a.reads_step else "") + ")")
+    kernel = environment().get_template("kernels/sgd_update_int.c.j2").render(
+        name="tt_update", signature=signature,
+        k=dict(ptype=ptype, stochastic=rounding is Rounding.STOCHASTIC, scheduled=False, block=False,
+               remainder_bits=0, has_exp=True))
+
+    def c_array(name, ctype, values) -> str:
+        return f"static {ctype} {name}[] = {{{', '.join(str(int(v)) for v in np.ravel(values))}}};\n"
+
+    call_args = "p, grad, fixed, &e, 3, 40" + (", 7u, 3u, 11u" if a.reads_step else "")
+    main = ("#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n"
+            "#include \"tt_fixedpoint.h\"\n#include \"tt_float.h\"\n"
+            "typedef int32_t tt_i32a __attribute__((__may_alias__));\n" + kernel + "\n"
+            + c_array("param0", ptype, param) + c_array("grad", "tt_i32a", grad.astype(np.int32))
+            + c_array("fixed", "int32_t", fixed) + c_array("exps", "int32_t", exps)
+            + "int main(void) {\n  for (int k = 0; k < (int)(sizeof exps / sizeof exps[0]); k++) {\n"
+            + f"    static {ptype} p[120];\n    memcpy(p, param0, sizeof p);\n    const tt_i32a e = exps[k];\n"
+            + f"    tt_update({call_args});\n"
+            + "    for (int i = 0; i < 120; i++) printf(\"%ld\\n\", (long)p[i]);\n  }\n  return 0;\n}\n")
+    (tmp_path / "main.c").write_text(main)
+    runtime = Path(__file__).resolve().parents[1] / "codegen" / "runtime"
+    exe = tmp_path / "k"
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", f"-I{runtime}", str(tmp_path / "main.c"), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    got = np.array(out, np.int64).reshape(len(exps), cs, e_n)
+    op = get_op("sgd_update_int")
+    tensors = [Tensor("p", param.shape, DType.INT32 if dtype == np.int32 else DType.INT8, Role.BIAS),
+               Tensor("g", grad.shape, DType.INT32, Role.GRADIENT), Tensor("k", (cs, 2), DType.INT32, Role.CONSTANT),
+               None, Tensor("step", (1,), DType.INT32, Role.INPUT), None, Tensor("e", (1,), DType.INT32, Role.INPUT)]
+    for j, e in enumerate(exps):
+        want, _, _ = op.reference(a, [param.astype(dtype), grad.astype(np.int32), fixed, None,
+                                      np.array([11], np.int32) if a.reads_step else None, None,
+                                      np.array([e], np.int32)], tensors, [])
+        np.testing.assert_array_equal(got[j], want, err_msg=f"exponent {e}")
+    moved = [int((got[j] != param).sum()) for j in range(len(exps))]
+    assert moved[0] > 0 and moved[-1] < moved[0]  # the large steps below 0 move the parameters; e = 60 barely
