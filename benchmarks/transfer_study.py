@@ -34,9 +34,11 @@ chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) a
    device row (device = fp32), and full fine-tuning (every parameter, Adam on batches of 32, cosine, 10 epochs, at
    the lr earlier runs chose on the validation split, ``--choose-fp32-lr`` to choose again): the ceiling.
 
-Wall time (2 cores, 2 workers): see the results' first line. The 2026-11-28 run took 72 min with half-length first
-rungs, the fp32 rows one at a time after the device rows and ``train --engine c`` running the frozen layers at every
-step; the C engine now computes them once per image (api._training_step, bit-identical).
+Wall time (2 idle cores, 2 workers, an empty $TINYTRAIN_CACHE: every C build included): 51 min (2026-11-28): the
+searches 20.6 min, the device rows, the no-QAS lr choice and the fp32 rows together 30 min. An earlier run took
+72 min with half-length first rungs, the fp32 rows one at a time after the device rows and ``train --engine c``
+running the frozen layers at every step; it now computes them once per image (api._training_step,
+bit-identical: every row's accuracy is the same to the image).
 
 Accuracies come with 95 % intervals; differences are paired per test image (mean of d_i in {-1, 0, 1} +- 1.96
 standard errors). Writes benchmarks/results/transfer_study.json and .md; work files in build/transfer_study.
