@@ -8,9 +8,9 @@ Spearman correlation with the full-length ranking 0.78 at half the steps, 0.90 a
 reference plan (classifier-only) is measured at every rung, whether it survives or not, so each measured gain is
 taken against it at the same number of steps. The winner is the best candidate of the last rung (ties: the
 smaller peak SRAM, then the earlier candidate — presets come first), except that a candidate that is not a preset
-has to beat the best preset of the last rung by more than ``margin`` (a number, or ``margin(candidate, preset)``: noise.py's
-run-to-run and paired validation-row noise): otherwise the preset wins — a ranking within the noise of the
-validation rows must not replace the obvious plan by a searched one.
+has to beat the best preset of the last rung by more than ``margin`` (a number, or ``margin(candidate, preset)``:
+noise.py's run-to-run and paired validation-row noise): otherwise the preset wins — a ranking within the noise of
+the validation rows must not replace the obvious plan by a searched one.
 ``measure(names, steps)`` -> {name: accuracy} runs the fine-tunes (in parallel, cached: measure.py).
 """
 
