@@ -450,6 +450,55 @@ class Fp32Rows:
         return rows
 
 
+def search_rows(searches: dict, classifier_lr: float) -> dict[str, dict]:
+    """Every finalist preset of the searches (at the default remainder bits; the presets that fit each budget),
+    classifier-only at its own best lr (the baseline every row is compared with), and the searched plans (one
+    equal to a preset is that preset's run: training is deterministic)."""
+    rows: dict[str, dict] = {}
+    for s in searches.values():
+        for f in s["finalists"]:
+            if f["preset"] and " @r" not in f["name"]:  # other remainder bits: searched plans' alternatives
+                rows.setdefault(f["name"], {"plan": f["plan"]})
+    lr = classifier_lr
+    rows["classifier-only"]["plan"] = {**rows["classifier-only"]["plan"], "lr": lr, "bias_lr": lr, "head_lr": lr}
+    for b, s in searches.items():
+        rows[f"searched {b}"] = {"plan": s["plan"], "chosen": s["chosen"]}
+        if s["chosen"] in rows and same_plan(rows[s["chosen"]]["plan"], s["plan"]):
+            rows[f"searched {b}"]["same_as"] = s["chosen"]
+    return rows
+
+
+def noqas_row(task: Task, study: Study, recipe: Recipe, searched: dict, log: list) -> dict:
+    """int8 without QAS: the searched plan at its own best lr (the lr factor chosen on the validation split)."""
+    factors = (1.0, 1e2, 1e4)
+    runs = {f"x{f:g}": (scale_lrs(searched, f), recipe.epochs * len(task.fit), recipe.schedule, False)
+            for f in factors}
+    val = validation_runs(task, study, runs, log)
+    best = max(factors, key=lambda f: val[f"x{f:g}"])
+    return {"plan": runs[f"x{best:g}"][0], "validation": val, "lr_factor": best, "extra": ["--no-qas"]}
+
+
+def train_rows(study: Study, tasks: dict, rows: dict[str, dict], recipe: Recipe, log: list, t_start: float) -> None:
+    """Compile (peak SRAM) and train every row with ``tinytrain train --engine c``, ``study.workers`` at a time,
+    scored on the test set (``tasks``: by a row's "model", None the study's)."""
+
+    def one(item):
+        name, row = item
+        plan_file = write_plan(study, name, row["plan"])
+        model = [row.get("model", study.model), *row.get("model_flags", [])]
+        row["peak_sram_bytes"] = peak_sram(study, plan_file, name, log, model)
+        row.update(train_row(study, tasks[row.get("model")], name, plan_file, recipe.epochs, log, model,
+                             *recipe.schedule_flags(), *row.get("extra", [])))
+        print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
+        return name
+
+    with ThreadPoolExecutor(study.workers) as pool:
+        list(pool.map(one, [(n, r) for n, r in rows.items() if "same_as" not in r]))
+    for row in rows.values():
+        if "same_as" in row:
+            row.update({k: v for k, v in rows[row["same_as"]].items() if k not in row})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
@@ -487,51 +536,14 @@ def main() -> None:
     searches = {b: search(study, recipe, b, log) for b in ("256k", "128k")}
     print(f"searches done ({time.time() - t_start:.0f} s)", flush=True)
 
-    # the rows: every finalist preset of the 256 KB search (the presets that fit 256 KB) and the searched plans
-    rows: dict[str, dict] = {}
-    for s in searches.values():
-        for f in s["finalists"]:
-            if f["preset"] and " @r" not in f["name"]:  # the default remainder bits' presets (others: searched)
-                rows.setdefault(f["name"], {"plan": f["plan"]})
-    # classifier-only at its own best lr (the recipe's sweep): the baseline every row is compared with
-    lr = recipe_record["chosen"]["classifier_only_lr"]
-    rows["classifier-only"]["plan"] = {**rows["classifier-only"]["plan"], "lr": lr, "bias_lr": lr, "head_lr": lr}
-    for b, s in searches.items():
-        rows[f"searched {b}"] = {"plan": s["plan"], "chosen": s["chosen"]}
-        if s["chosen"] in rows and same_plan(rows[s["chosen"]]["plan"], s["plan"]):
-            rows[f"searched {b}"]["same_as"] = s["chosen"]  # trained once: the run is deterministic
+    rows = search_rows(searches, recipe_record["chosen"]["classifier_only_lr"])
     # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
     deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:") and " at " not in n),
                   default=None)
     fp32_pending = Fp32Rows(task, recipe, [1] + ([deepest] if deepest else []), study, args.choose_fp32_lr)
-    # int8 without QAS: the searched 256 KB plan at its own best lr (lr factor chosen on the validation split)
-    noqas_factors = (1.0, 1e2, 1e4)
-    searched = rows["searched 256k"]["plan"]
-    runs = {f"x{f:g}": (scale_lrs(searched, f), recipe.epochs * len(task.fit), recipe.schedule, False)
-            for f in noqas_factors}
-    noqas_val = validation_runs(task, study, runs, log)
-    best = max(noqas_factors, key=lambda f: noqas_val[f"x{f:g}"])
-    rows["searched 256k, no QAS"] = {"plan": runs[f"x{best:g}"][0], "validation": noqas_val, "lr_factor": best,
-                                     "extra": ["--no-qas"]}
-
-    rows.update(wide_rows(study, recipe, lr))
-    tasks = {None: task, WIDE_MODEL: Task(study, WIDE_MODEL, WIDE_SIZE)}
-
-    def one(item):
-        name, row = item
-        plan_file = write_plan(study, name, row["plan"])
-        model = [row.get("model", study.model), *row.get("model_flags", [])]
-        row["peak_sram_bytes"] = peak_sram(study, plan_file, name, log, model)
-        row.update(train_row(study, tasks[row.get("model")], name, plan_file, recipe.epochs, log, model,
-                             *recipe.schedule_flags(), *row.get("extra", [])))
-        print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
-        return name
-
-    with ThreadPoolExecutor(study.workers) as pool:
-        list(pool.map(one, [(n, r) for n, r in rows.items() if "same_as" not in r]))
-    for row in rows.values():
-        if "same_as" in row:
-            row.update({k: v for k, v in rows[row["same_as"]].items() if k not in row})
+    rows["searched 256k, no QAS"] = noqas_row(task, study, recipe, rows["searched 256k"]["plan"], log)
+    rows.update(wide_rows(study, recipe, recipe_record["chosen"]["classifier_only_lr"]))
+    train_rows(study, {None: task, WIDE_MODEL: Task(study, WIDE_MODEL, WIDE_SIZE)}, rows, recipe, log, t_start)
     fp32 = fp32_pending.collect(log)
     for name, row in fp32.items():
         print(f"  {name}: {100 * row['correct'].mean():.1f} % ({time.time() - t_start:.0f} s)", flush=True)
