@@ -38,7 +38,7 @@ Wall time (2 idle cores, 2 workers, an empty $TINYTRAIN_CACHE: every C build inc
 searches 20.6 min, the device rows, the no-QAS lr choice and the fp32 rows together 30 min. An earlier run took
 72 min with half-length first rungs, the fp32 rows one at a time after the device rows and ``train --engine c``
 running the frozen layers at every step; it now computes them once per image (api._training_step,
-bit-identical: every row's accuracy is the same to the image).
+bit-identical: every row of that run has the same accuracy and paired difference in this one).
 
 Accuracies come with 95 % intervals; differences are paired per test image (mean of d_i in {-1, 0, 1} +- 1.96
 standard errors). Writes benchmarks/results/transfer_study.json and .md; work files in build/transfer_study.
