@@ -1,4 +1,4 @@
-"""Fine-tune the fp32 PyTorch twin of an int8 graph (vww_study.torch_twin) and predict: the fp32 reference of the
+"""Fine-tune the fp32 PyTorch twin of an int8 graph (torch_twin.py) and predict: the fp32 reference of the
 Fashion-MNIST studies (transfer_study.py's upper-bound row, transfer_ceiling.py's rows).
 
 Two optimizers: batch-1 SGD (the device's) and Adam on batches of 32 (not available on the device: 8 bytes of
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vww_study import torch_twin
+from torch_twin import torch_twin
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ memory-unconstrained ceiling for the transfer study (transfer_study.py).
     .venv/bin/python benchmarks/transfer_ceiling.py [--workers 2]
 
 (about 30 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the study's new
-10-class head (vww_study.torch_twin: every weight dequantized, every activation clamped to its int8 range) is
+10-class head (torch_twin.py: every weight dequantized, every activation clamped to its int8 range) is
 fine-tuned (fp32_finetune.py) on the study's training subset (``fashion-mnist:5000``) and scored on the official
 10,000 test images:
 

@@ -74,9 +74,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 @dataclass(frozen=True)
 class Study:
+    task: str  # "fashion-mnist" or "vww" (TASKS)
     model: str  # relative to the project root
-    train: str  # the training data spec (a stratified subset of Fashion-MNIST's training images)
-    test: str
+    train: str  # the training data spec (a stratified subset of Fashion-MNIST's training images, or a file)
+    test: str | None  # the test data spec; None: the held-out part of ``train``
+    held_out: float | None  # with test None: the stratified fraction of ``train`` held out for testing (seed 0)
     head: int
     seed: int
     val: float  # validation fraction of the training subset (stratified, split seed 0)
@@ -87,6 +89,11 @@ class Study:
     @property
     def model_path(self) -> Path:
         return ROOT / self.model
+
+    def data_args(self) -> list[str]:
+        """The training data arguments of train and plan (the held-out test part never reaches them)."""
+        held = ["--held-out", f"{self.held_out:g}", "--split-seed", "0"] if self.test is None else []
+        return ["--data", self.train, *held]
 
 
 @dataclass(frozen=True)
@@ -163,11 +170,16 @@ class Task:
 
     def __init__(self, study: Study, model: str | None = None, input_size: int | None = None) -> None:
         import tinytrain
-        from tinytrain.data import load_dataset, model_inputs, stratified_split
+        from tinytrain.data import held_out_split, load_dataset, model_inputs, stratified_split
 
         self.graph = tinytrain.load_model(ROOT / (model or study.model), new_head=study.head, seed=study.seed,
                                           input_size=input_size)
-        train, test = load_dataset(study.train), load_dataset(study.test)
+        if study.test is None:  # a file's held-out part, the rows train --held-out and plan --held-out leave out
+            data = load_dataset(ROOT / study.train)
+            rows, test_rows = held_out_split(data.y, study.held_out, 0)
+            train, test = data.subset(rows), data.subset(test_rows)
+        else:
+            train, test = load_dataset(study.train), load_dataset(study.test)
         self.x, self.y = model_inputs(self.graph, train.x), train.y
         self.x_test, self.y_test = model_inputs(self.graph, test.x), test.y
         self.fit, self.val = stratified_split(self.y, study.val, 0)
@@ -311,7 +323,7 @@ def choose_recipe(task: Task, study: Study, log: list) -> tuple[Recipe, dict]:
 def search(study: Study, recipe: Recipe, budget: str, log: list) -> dict:
     out = study.build / "plans" / f"searched-{budget}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    run(study, ["plan", study.model, "--data", study.train, "--new-head", str(study.head), "--seed",
+    run(study, ["plan", study.model, *study.data_args(), "--new-head", str(study.head), "--seed",
                 str(study.seed), "--sram", budget, "--val", str(study.val), *recipe.flags(), "--epochs",
                 str(recipe.epochs), "--ft-steps", str(study.ft_steps), "--workers", str(study.workers),
                 "--cache", rel(study.build / "cache"), "--no-progress", "--json", "-o", rel(out)], log)
@@ -357,7 +369,7 @@ def train_row(study: Study, task: Task, name: str, plan_file: str, epochs: int, 
               *extra: str) -> dict:
     state = study.build / "states" / f"{file_name(name)}.npz"
     state.parent.mkdir(parents=True, exist_ok=True)
-    out = run(study, ["train", *model, "--data", study.train, "--new-head", str(study.head), "--seed",
+    out = run(study, ["train", *model, *study.data_args(), "--new-head", str(study.head), "--seed",
                       str(study.seed), "--plan", plan_file, "--epochs", str(epochs), "--engine", "c", *extra,
                       "--state-out", rel(state), "--json"], log)
     correct = task.test_correct(rel(state))
@@ -499,30 +511,48 @@ def train_rows(study: Study, tasks: dict, rows: dict[str, dict], recipe: Recipe,
             row.update({k: v for k, v in rows[row["same_as"]].items() if k not in row})
 
 
+MODEL = "../shared/models/mobilenet_v1_0.25_128_quant.tflite"
+VWW = "../shared/data/vww96/vww96_dev800.npz"
+
+
+def study_of(args: argparse.Namespace) -> Study:
+    """The study of ``args.task``: Fashion-MNIST (a training subset, the official test set) or the 800 VWW
+    images (a quarter held out as the test set: the same rows as train --held-out 0.25 --split-seed 0)."""
+    from tinytrain.data import FASHION_MNIST_DIR
+
+    needs = [ROOT / MODEL] + ([ROOT / VWW] if args.task == "vww" else [])
+    if any(not p.exists() for p in needs) or (args.task == "fashion-mnist" and not FASHION_MNIST_DIR.is_dir()):
+        raise SystemExit(f"needs {', '.join(map(str, needs))}"
+                         + (f" and {FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)"
+                            if args.task == "fashion-mnist" else ""))
+    if args.task == "vww":
+        return Study("vww", MODEL, VWW, None, 0.25, 2, 0, 0.3, args.ft_steps, args.workers,
+                     ROOT / "build" / "vww_study")
+    test = "fashion-mnist:test" + (f":{args.test_images}" if args.test_images else "")
+    return Study("fashion-mnist", MODEL, f"fashion-mnist:{args.train_images}", test, None, 10, 0, 0.3,
+                 args.ft_steps, args.workers, ROOT / "build" / "transfer_study")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--task", choices=("fashion-mnist", "vww"), default="fashion-mnist",
+                    help="vww: the 800 VWW images of ../shared, a quarter held out as the test set "
+                         "(writes vww_study.*)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--train-images", type=int, default=5000,
                     help="stratified subset of Fashion-MNIST's 60,000 training images (default 5000)")
     ap.add_argument("--ft-steps", type=int, default=1000, help="steps of each contribution fine-tune")
     ap.add_argument("--test-images", type=int, default=0,
                     help="a stratified subset of the test set, for a quick check only (default 0: all 10,000)")
-    ap.add_argument("--fresh", action="store_true", help="start from an empty build/transfer_study")
+    ap.add_argument("--fresh", action="store_true", help="start from an empty build/transfer_study (or vww_study)")
     ap.add_argument("--choose-recipe", action="store_true",
                     help="choose the recipe on the validation split (choose_recipe: schedule, lrs, 1-3 epochs) "
                          "instead of the 4-bit remainder default (6 epochs, lr 0.003, head lr 0.01, cosine)")
     ap.add_argument("--choose-fp32-lr", action="store_true",
                     help="choose fp32 full fine-tuning's Adam lr on the validation split (0.0003 or 0.001) instead "
-                         "of the lr earlier runs chose (0.001)")
+                         "of the lr earlier Fashion-MNIST runs chose (0.001; the VWW study always chooses)")
     args = ap.parse_args()
-    from tinytrain.data import FASHION_MNIST_DIR
-
-    model = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
-    if not model.exists() or not FASHION_MNIST_DIR.is_dir():
-        raise SystemExit(f"needs {model} and {FASHION_MNIST_DIR} (apt-get install dataset-fashion-mnist)")
-    test = "fashion-mnist:test" + (f":{args.test_images}" if args.test_images else "")
-    study = Study(rel(model), f"fashion-mnist:{args.train_images}", test, 10, 0, 0.3,
-                  args.ft_steps, args.workers, ROOT / "build" / "transfer_study")
+    study = study_of(args)
     if args.fresh and study.build.exists():
         shutil.rmtree(study.build)
     t_start = time.time()
@@ -540,7 +570,8 @@ def main() -> None:
     # the twins trained the device's way: classifier-only and the deepest last-k:N that fits 256 KB
     deepest = max((int(n.split(":")[1]) for n in rows if n.startswith("last-k:") and " at " not in n),
                   default=None)
-    fp32_pending = Fp32Rows(task, recipe, [1] + ([deepest] if deepest else []), study, args.choose_fp32_lr)
+    fp32_pending = Fp32Rows(task, recipe, [1] + ([deepest] if deepest else []), study,
+                            args.choose_fp32_lr or study.task != "fashion-mnist")
     rows["searched 256k, no QAS"] = noqas_row(task, study, recipe, rows["searched 256k"]["plan"], log)
     rows.update(wide_rows(study, recipe, recipe_record["chosen"]["classifier_only_lr"]))
     train_rows(study, {None: task, WIDE_MODEL: Task(study, WIDE_MODEL, WIDE_SIZE)}, rows, recipe, log, t_start)
@@ -550,9 +581,10 @@ def main() -> None:
 
     result = report(study, task, recipe, recipe_record, searches, rows, fp32, log, time.time() - t_start)
     out = ROOT / "benchmarks" / "results"
-    (out / "transfer_study.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / "transfer_study.md").write_text(markdown(result))
-    print(f"wrote {rel(out / 'transfer_study.md')} ({result['seconds']:.0f} s)")
+    name = study.build.name
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{name}.md").write_text(markdown(result))
+    print(f"wrote {rel(out / (name + '.md'))} ({result['seconds']:.0f} s)")
 
 
 def report(study, task, recipe, recipe_record, searches, rows, fp32, log, seconds) -> dict:
@@ -577,7 +609,8 @@ def report(study, task, recipe, recipe_record, searches, rows, fp32, log, second
                       "chosen": searches[b]["chosen"]}
     import tinytrain
 
-    return {"study": {"model": study.model, "train": study.train, "test": study.test, "new_head": study.head,
+    return {"study": {"task": study.task, "model": study.model, "train": study.train, "test": study.test,
+                      "held_out": study.held_out, "new_head": study.head,
                       "seed": study.seed, "val": study.val, "ft_steps": study.ft_steps, "workers": study.workers},
             "n_train": int(len(task.y)), "n_test": int(len(task.y_test)),
             "recipe": recipe_record, "rows": table, "budgets": budgets,
@@ -590,20 +623,35 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}"
 
 
+def _data_text(r: dict) -> tuple[str, str]:
+    """The title and the sentence on the data of a study's table."""
+    st = r["study"]
+    if st.get("task") == "vww":
+        return ("# VWW study: person / no person on ImageNet MobileNetV1-0.25 (int8, on-device training arithmetic)",
+                f"`python benchmarks/transfer_study.py --task vww --fresh` ({r['seconds'] / 60:.0f} min on "
+                f"{r['machine']['cpus']} cores, {st['workers']} workers). Model `{st['model']}` + a new 2-class head; "
+                f"data `{st['train']}` (800 images, 96x96, half with a person): {r['n_train']} training images, "
+                f"{r['n_test']} held out as the test set (stratified, `--held-out {st['held_out']:g} --split-seed 0`, "
+                "looked at only for this table; one test image is "
+                f"{100 / r['n_test']:.1f} points). Nothing was chosen on the test images: the plans and fp32 full "
+                "fine-tuning's lr on a 30 % validation split of the training images.")
+    test = ("the official 10,000 test images, all of them" if r["n_test"] == 10000 else
+            f"a stratified subset of {r['n_test']} of the official test images: a quick check, not the study")
+    return ("# Transfer study: Fashion-MNIST on ImageNet MobileNetV1-0.25 (int8, on-device training arithmetic)",
+            f"`python benchmarks/transfer_study.py --fresh` ({r['seconds'] / 60:.0f} min on {r['machine']['cpus']} "
+            f"cores, {st['workers']} workers). Model `{st['model']}` + a new 10-class head; training data "
+            f"`{st['train']}` ({r['n_train']} images: a stratified subset of the 60,000, seed 0), test `{st['test']}` "
+            f"({test}, looked at only for this table). Nothing was chosen on the test images: the plans (and with "
+            "`--choose-recipe` the recipe) on a 30 % validation split of the training subset.")
+
+
 def markdown(r: dict) -> str:
     rec = r["recipe"]["chosen"]
+    title, data = _data_text(r)
     lines = [
-        "# Transfer study: Fashion-MNIST on ImageNet MobileNetV1-0.25 (int8, on-device training arithmetic)",
+        title,
         "",
-        f"`python benchmarks/transfer_study.py --fresh` ({r['seconds'] / 60:.0f} min on {r['machine']['cpus']} "
-        f"cores, {r['study']['workers']} workers). Model `{r['study']['model']}` + a new 10-class head; training "
-        f"data `{r['study']['train']}` ({r['n_train']} images: a stratified subset of the 60,000, seed 0), test "
-        f"`{r['study']['test']}` ("
-        + ("the official 10,000 test images, all of them" if r["n_test"] == 10000 else
-           f"a stratified subset of {r['n_test']} of the official test images: a quick check, not the study")
-        + ", looked at only for this table). "
-        "Nothing was chosen on the test images: the plans (and with `--choose-recipe` the recipe) on a 30 % "
-        "validation split of the training subset.",
+        data,
         "",
         f"Recipe ({r['recipe'].get('source', 'chosen on the validation split, see below')}): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
         f"{rec['head_lr']:g}, {rec['epochs']} epochs, "
@@ -621,7 +669,7 @@ def markdown(r: dict) -> str:
         lines.append(f"| {name}{same} | {_pct(row['accuracy'])} ± {_pct(row['ci95'])} | "
                      f"{100 * row['vs_classifier_only']:+.1f} ± {_pct(row['vs_classifier_only_ci95'])} | {peak} |")
     lines += ["", f"`MobileNetV1-0.5 @{WIDE_SIZE}` rows: `{WIDE_MODEL}` (ImageNet, 160x160) run at `--input-size "
-              f"{WIDE_SIZE}` with a new 10-class head, the plan search's presets that fit 256 KB (not searched), the "
+              f"{WIDE_SIZE}` with a new {r['study']['new_head']}-class head, the plan search's presets that fit 256 KB (not searched), the "
               "same recipe; paired against the MobileNetV1-0.25 classifier-only row on the same test images."]
     fp32 = r["rows"]["fp32 full fine-tuning (PyTorch)"]
     source = fp32.get("lr_source", "chosen on the validation split")
