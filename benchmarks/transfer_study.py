@@ -664,7 +664,7 @@ def markdown(r: dict) -> str:
         data,
         "",
         f"Recipe ({r['recipe'].get('source', 'chosen on the validation split, see below')}): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
-        f"{rec['head_lr']:g}, {rec['epochs']} epochs, "
+        f"{rec['head_lr']:g}, {rec['epochs']} epoch{'s' * (rec['epochs'] != 1)}, "
         + ("constant lrs" if rec["schedule"] == "constant" else
            f"{rec['schedule']} lr schedule ({100 * rec['warmup']:g} % warm-up)")
         + f", batch-1 SGD, QAS, stochastic rounding; the classifier-only row at its own best lr, "
@@ -679,8 +679,9 @@ def markdown(r: dict) -> str:
         lines.append(f"| {name}{same} | {_pct(row['accuracy'])} ± {_pct(row['ci95'])} | "
                      f"{100 * row['vs_classifier_only']:+.1f} ± {_pct(row['vs_classifier_only_ci95'])} | {peak} |")
     lines += ["", f"`MobileNetV1-0.5 @{WIDE_SIZE}` rows: `{WIDE_MODEL}` (ImageNet, 160x160) run at `--input-size "
-              f"{WIDE_SIZE}` with a new {r['study']['new_head']}-class head, the plan search's presets that fit 256 KB (not searched), the "
-              "same recipe; paired against the MobileNetV1-0.25 classifier-only row on the same test images."]
+              f"{WIDE_SIZE}` with a new {r['study']['new_head']}-class head, the plan search's presets that fit 256 KB "
+              "(not searched), the same recipe; paired against the MobileNetV1-0.25 classifier-only row on the same "
+              "test images."]
     fp32 = r["rows"]["fp32 full fine-tuning (PyTorch)"]
     source = fp32.get("lr_source", "chosen on the validation split")
     lines += ["", f"fp32 full fine-tuning: {fp32['recipe']} (Adam's lr {source}: "

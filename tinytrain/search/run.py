@@ -295,7 +295,7 @@ def _contributions(run: _Run) -> _Contributions:
         else:
             weight[(i, r)] = got["accuracy"] - base_acc
     # gains within the noise of repeated runs count as 0: summing many of them picks plans that update much and
-    # gain nothing (benchmarks/results/vww_study.md shows it)
+    # gain nothing (docs/guide/plan-search.md: the VWW study of an earlier round showed it)
     gains = Gains({k: g for k, g in bias.items() if k == 1 or g > noise.threshold},
                   {o: g for o, g in weight.items() if g > noise.threshold})
     return _Contributions(options, skipped, base, base_acc, bias, weight, gains, noise, tasks, todo, measured_now,
