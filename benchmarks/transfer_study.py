@@ -203,9 +203,11 @@ class Task:
         return predict(g, self.x_test).argmax(axis=1) == self.y_test
 
 
-def _validation_accuracy(plan_json: dict, steps: int, schedule: tuple[str, float], qas: bool) -> float:
-    """Validation accuracy of a plan trained ``steps`` batch-1 steps on the fit rows (the search's cut model, C
-    engine); ``schedule``: (kind, warm-up fraction) of the lr schedule over those steps, as train --lr-schedule."""
+def _validation_correct(plan_json: dict, steps: int, schedule: tuple[str, float], qas: bool,
+                        seed: int | None = None) -> np.ndarray:
+    """Per validation row: is it predicted right by a plan trained ``steps`` batch-1 steps on the fit rows (the
+    search's cut model, C engine)? ``schedule``: (kind, warm-up fraction) of the lr schedule over those steps, as
+    train --lr-schedule; ``seed``: the sample order's and the rounding's (None: the study's)."""
     from tinytrain.engine_c import CTrainer
     from tinytrain.search.measure import _JOB, sample_order, suffix_model
     from tinytrain.training.qas import UpdateConfig
@@ -213,18 +215,20 @@ def _validation_accuracy(plan_json: dict, steps: int, schedule: tuple[str, float
     from tinytrain.training.train_graph import build_training_graph
 
     job = _JOB
+    seed = job["finetune"].seed if seed is None else seed
     g, p, cut = suffix_model(job["graph"], parse_plan(plan_json))
     x = job["features"][cut] if cut is not None else job["x"]
     n = len(job["train_rows"])
-    order = sample_order(n, steps, job["finetune"].seed)
+    order = sample_order(n, steps, seed)
     p = with_lr_schedule(p, schedule[0], schedule[1], steps)
-    trainer = CTrainer(build_training_graph(g, p, UpdateConfig(qas=qas, seed=job["finetune"].seed)))
+    trainer = CTrainer(build_training_graph(g, p, UpdateConfig(qas=qas, seed=seed)))
     trainer.train(x[:n], job["y_train"], order)
-    return float((trainer.predict(x[n:]).argmax(axis=1) == job["y_val"]).mean())
+    return trainer.predict(x[n:]).argmax(axis=1) == job["y_val"]
 
 
-def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list) -> dict[str, float]:
-    """name -> (plan json, steps, schedule, qas): validation accuracies, ``study.workers`` processes."""
+def validation_correct(task: Task, study: Study, runs: dict[str, tuple], log: list) -> dict[str, np.ndarray]:
+    """name -> (plan json, steps, schedule, qas[, seed]): per validation row, right or not; ``study.workers``
+    processes."""
     import multiprocessing as mp
 
     from tinytrain.search.measure import FineTune, add_features, prepare_job, set_job
@@ -237,10 +241,15 @@ def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list)
     add_features(task.job, plans)  # the frozen features of new cuts only
     set_job(task.job)
     with mp.get_context("fork").Pool(study.workers) as pool:
-        pending = {name: pool.apply_async(_validation_accuracy, r) for name, r in runs.items()}
+        pending = {name: pool.apply_async(_validation_correct, r) for name, r in runs.items()}
         out = {name: res.get() for name, res in pending.items()}
     log.append({"validation_runs": sorted(runs), "seconds": round(time.time() - t0, 1)})
     return out
+
+
+def validation_runs(task: Task, study: Study, runs: dict[str, tuple], log: list) -> dict[str, float]:
+    """name -> (plan json, steps, schedule, qas[, seed]): validation accuracies (``validation_correct``)."""
+    return {name: float(c.mean()) for name, c in validation_correct(task, study, runs, log).items()}
 
 
 # ---- stage 1: the recipe ----------------------------------------------------------------------------------------

@@ -70,8 +70,13 @@ CONFIGS = {
         Plan(bias_last_k=3, weights=(WeightUpdate(2, 0.25), WeightUpdate(4, 0.5), WeightUpdate(5, 1.0)), lr=0.05,
              lr_schedule=Schedule(2, 7, 0.25), remainder_bits=4),
         UpdateConfig(seed=5)),
+    # each layer its own remainder bits: a byte, none, and the plan's packed nibbles in one step
+    "per-layer remainder bits": lambda g: (
+        Plan(bias_last_k=3, weights=(WeightUpdate(2, 0.25, 8), WeightUpdate(4, 0.5, 0), WeightUpdate(5, 1.0)),
+             lr=0.05, remainder_bits=4),
+        UpdateConfig(seed=7)),
 }
-# remainder_bits: 8 (the default: "full", fused "channels+momentum+stochastic"), 4 (packed nibbles), 0 (int8 only)
+# remainder_bits: 4 (the default: "full", packed nibbles), 0 (int8 only), 8 (a byte) and all three in one plan
 
 
 @pytest.fixture(scope="module")

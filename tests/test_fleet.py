@@ -159,3 +159,20 @@ def test_local_steps_and_server_lr(pool):
     for s in faster:
         drive_local(s)
     assert same.state == plain.state and faster[0].state == faster[1].state != plain.state
+
+
+def test_a_plan_with_per_layer_remainder_bits_is_refused_in_one_line(tmp_path):
+    """The server averages every weight at the plan's remainder bits: a layer with its own is refused up front
+    (and --remainder-bits, which replaces every layer's, makes the plan acceptable)."""
+    from tinytrain.errors import UsageError
+    from tinytrain.training.sparse import layers
+    import tinytrain
+
+    n = len(layers(tinytrain.load_model(MODEL, new_head=4)))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "bias_last_k": 1, "weights": [
+        {"conv": n - 2, "ratio": 0.25, "remainder_bits": 8}, {"conv": n - 1, "ratio": 1}]}))
+    with pytest.raises(UsageError, match="remove the layers' own remainder_bits"):
+        fleet_task(MODEL, "lfw", plan=str(plan), **OPTIONS)
+    task = fleet_task(MODEL, "lfw", plan=str(plan), remainder_bits=8, **OPTIONS)
+    assert all("remainder_bits" not in w for w in json.loads(task.plan_json)["weights"])

@@ -238,3 +238,27 @@ def test_the_cores_without_dsp_reserve_their_measured_stack_plus_the_margin():
     assert [stack_reserve(t) for t in ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "")] == [STACK_BYTES] * 5
     g, _ = tiny_mobilenet()
     assert plan_memory(g, 1 << 20, 1 << 20, target="cortex-m0plus").stack_bytes == PORTABLE_STACK_BYTES
+
+
+def test_each_layers_remainder_bits_are_counted_and_the_command_line_replaces_them(tmp_path):
+    """compile's report counts each layer's own remainder bytes (a byte per element at 8 bits, none at 0);
+    ``--remainder-bits`` replaces every layer's, and the search's memory key tells the plans apart."""
+    from tinytrain.frontends import load_model
+    from tinytrain.search.memory import plan_key
+    from tinytrain.training.sparse import layers
+
+    model = ROOT / "models" / "mbv1-0.25-vww.onnx"
+    ls = layers(load_model(model))
+    n = len(ls)
+    conv, fc = (load_model(model).tensors[node.inputs[1]].nbytes for node in ls[-2:])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"version": 1, "bias_last_k": 2, "remainder_bits": 4, "weights": [
+        {"conv": n - 2, "ratio": 1, "remainder_bits": 8}, {"conv": n - 1, "ratio": 1, "remainder_bits": 0}]}))
+    got = {}
+    for name, extra in (("mixed", []), ("all0", ["--remainder-bits", "0"]), ("all8", ["--remainder-bits", "8"])):
+        assert main(["compile", str(model), "--sram", "4m", "--plan", str(path), *extra, "-o",
+                     str(tmp_path / name)]) == 0
+        got[name] = json.loads((tmp_path / name / "report.json").read_text())["remainder_bytes"]
+    assert got == {"mixed": conv, "all0": 0, "all8": conv + fc}
+    mixed = load_plan(path)
+    assert plan_key(mixed) != plan_key(Plan(2, tuple(WeightUpdate(w.conv, w.ratio) for w in mixed.weights)))

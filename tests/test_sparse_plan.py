@@ -45,6 +45,8 @@ def test_defaults():
     ({"weights": [{"conv": 1, "ratio": 0.3}]}, r"weights\[0\].ratio must be one of 1, 0.5, 0.25, 0.125"),
     ({"weights": [{"conv": "1", "ratio": 1}]}, r"weights\[0\].conv must be a non-negative integer"),
     ({"weights": [{"conv": 1, "ratio": 1}, {"conv": 1, "ratio": 0.5}]}, "conv 1 appears twice"),
+    ({"weights": [{"conv": 1, "ratio": 1, "remainder_bits": 2}]}, r"weights\[0\].remainder_bits must be one of 0, 4, 8"),
+    ({"weights": [{"conv": 1, "ratio": 1, "bits": 4}]}, r'weights\[0\] must be \{"conv".*optionally "remainder_bits"'),
     ({"channels": "random"}, '"channels" must be one of first'),
     ({"lr": 0}, '"lr" must be a positive number'),
     ({"bias_lr": "fast"}, '"bias_lr" must be a positive number'),
@@ -156,3 +158,31 @@ def test_lr_schedule_round_trips_and_old_files_have_none(tmp_path):
     path.write_text(json.dumps(plan.to_json()))
     assert load_plan(path) == plan
     assert parse_plan(EXAMPLE).lr_schedule is None and "lr_schedule" not in parse_plan(EXAMPLE).to_json()
+
+
+def test_a_layer_keeps_its_own_remainder_bits(graph, tmp_path):
+    """A weight entry's remainder_bits overrides the plan's for that layer: its update node and its remainder
+    buffer (none for 0 bits, packed nibbles for 4, a byte per element for 8); the file round-trips and a plan
+    without any loads as before."""
+    obj = {"version": 1, "bias_last_k": 2, "remainder_bits": 4,
+           "weights": [{"conv": 8, "ratio": 0.5, "remainder_bits": 8}, {"conv": 9, "ratio": 1, "remainder_bits": 0},
+                       {"conv": 10, "ratio": 1}]}
+    plan = parse_plan(obj)
+    assert [w.remainder_bits for w in plan.weights] == [8, 0, None]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_json()))
+    assert load_plan(path) == plan and "remainder_bits" not in plan.to_json()["weights"][2]
+    bits = {u.layer: u.remainder_bits for u in updated_params(plan, graph) if not u.is_bias}
+    assert bits == {8: 8, 9: 0, 10: 4}
+    tg = build_training_graph(graph, plan)
+    ls = layers(graph)
+    for k, want in bits.items():
+        node = next(n for n in tg.nodes if n.op == "sgd_update" and n.inputs[0] == ls[k].inputs[1])
+        assert node.attrs.remainder_bits == want
+        rem = tg.tensors.get(ls[k].inputs[1] + ".remainder")
+        assert (rem is None) == (want == 0)
+        if rem is not None:
+            w = graph.tensors[ls[k].inputs[1]]
+            rows = len(node.attrs.channels) if node.attrs.channels else w.shape[0]
+            per_row = w.size // w.shape[0]
+            assert rem.nbytes == rows * (per_row if want == 8 else (per_row + 1) // 2)

@@ -124,7 +124,7 @@ def _plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: flo
           head_lr: float | None, default: str | None, remainder_bits: int | None = None,
           backward: str | None = None) -> Plan | None:
     """The plan a call asks for; ``remainder_bits`` (None: the plan's own, or the default for a preset) sets the
-    fraction bits the trained weights keep, ``backward`` ("fp32" / "int"; None: the plan's own, or "fp32" for a
+    fraction bits every trained weight keeps (a layer's own bits in the plan included), ``backward`` ("fp32" / "int"; None: the plan's own, or "fp32" for a
     preset) the step's arithmetic from the loss to the update (training/sparse.py)."""
     from dataclasses import replace
 
@@ -140,7 +140,8 @@ def _plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: flo
             raise UsageError("--backward sets the training step's arithmetic: give it with --plan or --update")
         return None
     if remainder_bits is not None:
-        chosen = replace(chosen, remainder_bits=remainder_bits)
+        chosen = replace(chosen, remainder_bits=remainder_bits,
+                         weights=tuple(replace(w, remainder_bits=None) for w in chosen.weights))
     return chosen if backward is None else replace(chosen, backward=backward)
 
 

@@ -59,6 +59,9 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * steps)
     if chosen.loss != "xent":
         raise UsageError("fleet trains classifiers (loss xent): its shards are split by class")
+    if any(w.remainder_bits not in (None, chosen.remainder_bits) for w in chosen.weights):
+        raise UsageError("fleet averages every weight with the plan's remainder_bits: remove the layers' own "
+                         "remainder_bits from the plan (or give --remainder-bits)")
     return FleetTask(str(model), data, json.dumps(chosen.to_json(), sort_keys=True), devices, per_device,
                      classes_per_device, local_epochs, new_head, seed, input_size, local_steps, str(rate))
 

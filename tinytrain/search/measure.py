@@ -32,7 +32,7 @@ import numpy as np
 
 from tinytrain.csources import Folder, c_folder
 from tinytrain.ir import Graph, Role
-from tinytrain.training.sparse import Plan, WeightUpdate, layers
+from tinytrain.training.sparse import Plan, layers
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def suffix_model(graph: Graph, plan: Plan) -> tuple[Graph, Plan, str | None]:
     tensors = {k: t for k, t in graph.tensors.items() if k in used}
     tensors[cut] = replace(tensors[cut], role=Role.INPUT)
     g = replace(graph, nodes=nodes, inputs=(cut,), tensors=tensors)
-    p = replace(plan, weights=tuple(WeightUpdate(w.conv - first, w.ratio) for w in plan.weights))
+    p = replace(plan, weights=tuple(replace(w, conv=w.conv - first) for w in plan.weights))
     return g, p, cut
 
 

@@ -83,8 +83,8 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
     parameter in place, after every other node (so every reader sees the pre-update value); the outputs
     shrink to (loss,); each update gets its float32 step-scale constant, its momentum buffer (role
     OPTIMIZER_STATE, zeros) when momentum is on, its remainder (role OPTIMIZER_STATE, int8 zeros, 2^F folded into
-    the step scale: ops/sgd_update.py) when the plan keeps ``remainder_bits`` F > 0 and the parameter is an int8
-    weight, and reads the graph input ``step`` when rounding is stochastic or the plan has an lr schedule. Update
+    the step scale: ops/sgd_update.py) when the plan keeps ``remainder_bits`` F > 0 for its layer (the entry's own,
+    or the plan's) and the parameter is an int8 weight, and reads the graph input ``step`` when rounding is stochastic or the plan has an lr schedule. Update
     nodes are numbered (``stream``) in output order.
     """
     grads = param_gradients(graph)
@@ -97,7 +97,7 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
     for stream, (param, g) in enumerate(grads.items()):
         u = updates[param]
         gt = graph.tensors[g]
-        bits = plan.remainder_bits if graph.tensors[param].dtype is DType.INT8 else 0
+        bits = u.remainder_bits if graph.tensors[param].dtype is DType.INT8 else 0
         k = step_scale(graph, param, u.lr, u.channels, config.qas) * np.float32(1 << bits)
         k = b.constant(f"{param}.step_scale", _finite_scale(k, param, u.lr))
         m = rem = ""

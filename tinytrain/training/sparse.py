@@ -37,8 +37,18 @@ BACKWARDS = ("fp32", "int")
 
 @dataclass(frozen=True)
 class WeightUpdate:
+    """Layer ``conv``'s weights, the first ``ratio`` of its output channels; ``remainder_bits`` this layer's own
+    fraction bits (None: the plan's)."""
+
     conv: int
     ratio: float
+    remainder_bits: int | None = None
+
+    def to_json(self) -> dict:
+        d = {"conv": self.conv, "ratio": self.ratio}
+        if self.remainder_bits is not None:
+            d["remainder_bits"] = self.remainder_bits
+        return d
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,7 @@ class Plan:
     cross-entropy, the default) or "mse" (reconstruction of the input, ops/mse.py). ``remainder_bits``: the
     fraction bits every trained int8 weight keeps between steps (a byte beside each, or half of one for 4 bits:
     ops/sgd_update.py); absent from a file, the default (``DEFAULT_REMAINDER_BITS``, chosen by
-    benchmarks/remainder_study.py). ``backward``: "fp32" (the default) or "int", the integer-only step
+    benchmarks/remainder_study.py); a weight entry's own ``remainder_bits`` overrides it for that layer. ``backward``: "fp32" (the default) or "int", the integer-only step
     (training/integer_step.py); absent from a file, "fp32"."""
 
     bias_last_k: int = 0
@@ -70,7 +80,7 @@ class Plan:
 
     def to_json(self) -> dict:
         d = {"version": VERSION, "bias_last_k": self.bias_last_k,
-             "weights": [{"conv": w.conv, "ratio": w.ratio} for w in self.weights],
+             "weights": [w.to_json() for w in self.weights],
              "channels": self.channels, "lr": self.lr}
         if self.bias_lr is not None:
             d["bias_lr"] = self.bias_lr
@@ -95,6 +105,7 @@ class ParamUpdate:
     is_bias: bool
     channels: tuple[int, ...] | None
     lr: float
+    remainder_bits: int = 0  # the fraction bits kept below an int8 weight's LSB (its layer's, or the plan's)
 
 
 def select_channels(c_out: int, ratio: float, rule: str = "first") -> tuple[int, ...] | None:
@@ -144,19 +155,12 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     entries = obj.get("weights", [])
     if not isinstance(entries, list):
         raise PlanError(f'{source}: "weights" must be a list of {{"conv": index, "ratio": r}}')
-    weights, seen = [], set()
-    for k, e in enumerate(entries):
-        where = f"weights[{k}]"
-        if not isinstance(e, dict) or set(e) != {"conv", "ratio"}:
-            raise PlanError(f'{source}: {where} must be {{"conv": index, "ratio": r}}, got {json.dumps(e)}')
-        conv = _int(e["conv"], f"{where}.conv", source)
-        ratio = e["ratio"]
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or float(ratio) not in RATIOS:
-            raise PlanError(f"{source}: {where}.ratio must be one of 1, 0.5, 0.25, 0.125, got {json.dumps(ratio)}")
-        if conv in seen:
-            raise PlanError(f"{source}: {where}: conv {conv} appears twice")
-        seen.add(conv)
-        weights.append(WeightUpdate(conv, float(ratio)))
+    weights = [_weight_entry(e, f"weights[{k}]", source) for k, e in enumerate(entries)]
+    seen: set[int] = set()
+    for k, w in enumerate(weights):
+        if w.conv in seen:
+            raise PlanError(f"{source}: weights[{k}]: conv {w.conv} appears twice")
+        seen.add(w.conv)
     channels = obj.get("channels", "first")
     if channels not in CHANNEL_RULES:
         raise PlanError(f'{source}: "channels" must be one of {", ".join(CHANNEL_RULES)}, got {json.dumps(channels)}')
@@ -167,15 +171,32 @@ def parse_plan(obj, source: str = "plan") -> Plan:
     loss = obj.get("loss", "xent")
     if loss not in LOSSES:
         raise PlanError(f'{source}: "loss" must be one of {", ".join(LOSSES)}, got {json.dumps(loss)}')
-    bits = obj.get("remainder_bits", DEFAULT_REMAINDER_BITS)
-    if isinstance(bits, bool) or bits not in REMAINDER_BITS:
-        raise PlanError(f'{source}: "remainder_bits" must be one of {", ".join(map(str, REMAINDER_BITS))}, '
-                        f"got {json.dumps(bits)}")
+    bits = _bits(obj.get("remainder_bits", DEFAULT_REMAINDER_BITS), '"remainder_bits"', source)
     backward = obj.get("backward", "fp32")
     if backward not in BACKWARDS:
         raise PlanError(f'{source}: "backward" must be one of {", ".join(BACKWARDS)}, got {json.dumps(backward)}')
     return Plan(bias_last_k, tuple(sorted(weights, key=lambda w: w.conv)), channels, lr, bias_lr, head_lr, schedule,
                 loss=loss, remainder_bits=bits, backward=backward)
+
+
+def _bits(value, what: str, source: str) -> int:
+    if isinstance(value, bool) or value not in REMAINDER_BITS:
+        raise PlanError(f'{source}: {what} must be one of {", ".join(map(str, REMAINDER_BITS))}, '
+                        f"got {json.dumps(value)}")
+    return value
+
+
+def _weight_entry(e, where: str, source: str) -> WeightUpdate:
+    """One entry of "weights": {"conv": index, "ratio": r} and optionally the layer's own "remainder_bits"."""
+    if not isinstance(e, dict) or not {"conv", "ratio"} <= set(e) <= {"conv", "ratio", "remainder_bits"}:
+        raise PlanError(f'{source}: {where} must be {{"conv": index, "ratio": r}} (and optionally "remainder_bits"), '
+                        f"got {json.dumps(e)}")
+    conv = _int(e["conv"], f"{where}.conv", source)
+    ratio = e["ratio"]
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or float(ratio) not in RATIOS:
+        raise PlanError(f"{source}: {where}.ratio must be one of 1, 0.5, 0.25, 0.125, got {json.dumps(ratio)}")
+    bits = _bits(e["remainder_bits"], f"{where}.remainder_bits", source) if "remainder_bits" in e else None
+    return WeightUpdate(conv, float(ratio), bits)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -232,14 +253,15 @@ def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:
 def updated_params(plan: Plan, graph: Graph) -> list[ParamUpdate]:
     """What the plan updates, in layer order (weights before the bias of each layer), each with its lr."""
     ls = check_plan(plan, graph)
-    ratios = {w.conv: w.ratio for w in plan.weights}
+    entries = {w.conv: w for w in plan.weights}
     result = []
     for k, node in enumerate(ls):
         head = plan.head_lr if k == len(ls) - 1 else None
-        if k in ratios:
-            c_out = graph.tensors[node.inputs[1]].shape[0]
-            result.append(ParamUpdate(node.inputs[1], k, False, select_channels(c_out, ratios[k], plan.channels),
-                                      head or plan.lr))
+        if k in entries:
+            w, c_out = entries[k], graph.tensors[node.inputs[1]].shape[0]
+            bits = plan.remainder_bits if w.remainder_bits is None else w.remainder_bits
+            result.append(ParamUpdate(node.inputs[1], k, False, select_channels(c_out, w.ratio, plan.channels),
+                                      head or plan.lr, bits))
         has_bias = len(node.inputs) > 2 and node.inputs[2]
         if k >= len(ls) - plan.bias_last_k and has_bias:
             result.append(ParamUpdate(node.inputs[2], k, True, None, head or plan.effective_bias_lr))
