@@ -139,7 +139,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
     kinds = "| core | " + " | ".join(
         f"{cell[(plans[0], b)]['core']} ({'DSP' if cell[(plans[0], b)]['dsp'] else 'no DSP'}, "
         f"{'FPU' if cell[(plans[0], b)]['fpu'] else 'soft float'})" for b in boards) + " |"
-    lines = [f"# Instructions per training step and per inference on every core (QEMU -icount shift=0)", "",
+    lines = ["# Instructions per training step and per inference on every core (QEMU -icount shift=0)", "",
              f"Measured by `{meta['command']}` on {meta['host']}, {meta['qemu']}, {meta['gcc']}, {meta['riscv_gcc']}; "
              f"{meta['steps']} training steps and {meta['inferences']} inference(s) per plan and core, synthetic "
              "images. Every firmware's losses, state and logits are bit-identical to the host C's (a cell would say "

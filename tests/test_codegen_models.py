@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SHARED, shared_file
+from conftest import shared_file
 from tinytrain import engine_c, simulator
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.frontends import load_model

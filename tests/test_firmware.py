@@ -58,7 +58,7 @@ def test_linker_script_regions_are_the_compile_budgets(compile_dir):
         assert int(ram.group(1), 16) == board.ram_origin and int(ram.group(2)) == report["sram_budget_bytes"]
         assert int(flash.group(1), 16) == board.flash_origin
         assert int(flash.group(2)) == min(report["flash_budget_bytes"], board.flash_max)
-        assert f"SIZEOF(.bss) >= _tt_arena_bytes" in ld and f"_tt_arena_bytes = {report['arena_bytes']};" in ld
+        assert "SIZEOF(.bss) >= _tt_arena_bytes" in ld and f"_tt_arena_bytes = {report['arena_bytes']};" in ld
 
 
 def test_projects_are_deterministic_and_carry_the_training_api(compile_dir):

@@ -10,7 +10,6 @@ hard-swish, squeeze-and-excitation (global pool, 1x1 convs, hard sigmoid, broadc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

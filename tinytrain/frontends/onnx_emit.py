@@ -19,7 +19,7 @@ from tinytrain.frontends.onnx_parse import ConstantReader, QConst
 from tinytrain.frontends.onnx_requant import (BIAS_REL_TOL, add_attrs, avgpool_output, clamp_range, layer_requant,
                                               mean_requant, requantize_requant, round_half_even)
 from tinytrain.frontends.onnx_values import Act, ConvGeom, Pending, ir_shape, onnx_shape, reshape_keeps_order, same_quant
-from tinytrain.ir import DType, Node, QuantParams, Role, Tensor
+from tinytrain.ir import DType, Node, QuantParams, Role
 from tinytrain.ops import get_op
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
 from tinytrain.ops.conv2d import Conv2dAttrs
