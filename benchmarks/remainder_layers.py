@@ -30,7 +30,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -41,7 +40,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from transfer_study import DEFAULT_RECIPE, Task, rel, study_of, validation_correct  # noqa: E402
+from transfer_study import DEFAULT_RECIPE, Task, paired, rel, study_of, validation_correct  # noqa: E402
 
 BUDGET = 256 * 1024
 RATIO = 0.25
@@ -87,11 +86,6 @@ def candidates(task: Task) -> dict[str, dict]:
     return {name: {"plan": p.to_json(), "peak_sram_bytes": mem(p)} for name, p in out.items()}
 
 
-def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    d = a.astype(np.float64).ravel() - b.astype(np.float64).ravel()
-    return float(d.mean()), 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
@@ -112,7 +106,7 @@ def main() -> None:
     for name, row in rows.items():
         correct = np.stack([got[f"{name} | seed {s}"] for s in seeds])
         base = np.stack([got[f"{ref} | seed {s}"] for s in seeds])
-        d, half = paired(correct, base)
+        d, half = paired(correct.ravel(), base.ravel())
         row.update(accuracy=float(correct.mean()), per_seed=[float(c.mean()) for c in correct],
                    vs_default=d, vs_default_ci95=half)
         print(f"{name}: {100 * row['accuracy']:.2f} % ({100 * d:+.2f} ± {100 * half:.2f}), "

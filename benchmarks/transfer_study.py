@@ -77,6 +77,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from study_fp32 import Fp32Rows  # noqa: E402
+from study_markdown import markdown  # noqa: E402
 
 
 
@@ -404,81 +406,6 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
 
 
-FP32_LRS = (3e-4, 1e-3)  # Adam's lrs tried for fp32 full fine-tuning (PyTorch's default 1e-3 and a third of it)
-FP32_EPOCHS = 10
-# Adam's lr for fp32 full fine-tuning without --choose-fp32-lr: chosen on the validation split by the runs of
-# 2026-11-27 and 2026-11-28 (validation accuracy, both runs the same: lr 0.0003 88.3 %, lr 0.001 88.9 %)
-FP32_CHOSEN = {"lr": 1e-3, "validation": {"0.0003": 0.8833, "0.001": 0.8887},
-               "source": "chosen on the validation split by earlier runs (--choose-fp32-lr re-chooses)"}
-
-
-_FORKED: dict = {}  # the task, set before the fp32 workers fork: its arrays are shared, not pickled
-
-
-def _fit_predict(rows: str, evaluate: str, recipe, seed: int) -> np.ndarray:
-    """A forked worker's fp32 run: train on the ``rows`` ("fit" or "all") of the task, predict ``evaluate``
-    ("validation" or "test"); one torch thread, seeded (fp32_finetune.fit_predict)."""
-    from fp32_finetune import fit_predict
-
-    t = _FORKED["task"]
-    train_rows = t.fit if rows == "fit" else np.arange(len(t.y))
-    return fit_predict(t.graph, t.x, t.y, train_rows, t.x[t.val] if evaluate == "validation" else t.x_test, recipe,
-                       seed)
-
-
-class Fp32Rows:
-    """The fp32 rows, started in ``study.workers`` forked processes (each one torch thread, so each run is the same
-    whatever runs beside it) that work beside the device rows; ``collect`` waits for them:
-    - the upper bound: every parameter of the fp32 twin, Adam on batches of 32 with a cosine lr schedule,
-      ``FP32_EPOCHS`` epochs, at ``FP32_CHOSEN``'s lr, or with ``choose_lr`` at the lr of ``FP32_LRS`` that scores
-      best on the validation split; trained on the whole training subset and scored on the test set (batch-1
-      SGD with the device's recipe, 2 epochs, reached only 82.3 % here: an upper bound must not be held to the
-      device's optimizer);
-    - the twins trained the device's way: batch-1 SGD on the last k layers (weights and biases) for each k of
-      ``twin_ks``, the recipe's lrs, schedule and epochs, on the whole training subset; scored on the test set."""
-
-    def __init__(self, task: Task, recipe: Recipe, twin_ks: list[int], study: Study, choose_lr: bool) -> None:
-        import multiprocessing as mp
-
-        from fp32_finetune import Fp32Recipe
-
-        n_layers = sum(n.op in ("conv2d", "fully_connected") for n in task.graph.nodes)
-        self.full = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr)
-                     for lr in (FP32_LRS if choose_lr else (FP32_CHOSEN["lr"],))}
-        self.twins = {k: Fp32Recipe(k, "sgd", recipe.epochs, recipe.lr, recipe.head_lr, recipe.schedule[0])
-                      for k in twin_ks}
-        self.task, self.seed, self.t0 = task, study.seed, time.time()
-        _FORKED["task"] = task
-        self.pool = mp.get_context("fork").Pool(study.workers)
-        run = self.pool.apply_async
-        self.val_jobs = {lr: run(_fit_predict, ("fit", "validation", r, study.seed))
-                         for lr, r in self.full.items()} if choose_lr else {}
-        self.test_jobs = {lr: run(_fit_predict, ("all", "test", r, study.seed))
-                          for lr, r in self.full.items()} if not choose_lr else {}
-        self.twin_jobs = {k: run(_fit_predict, ("all", "test", r, study.seed)) for k, r in self.twins.items()}
-
-    def collect(self, log: list) -> dict[str, dict]:
-        task = self.task
-        if self.val_jobs:
-            val = {f"{lr:g}": float((job.get() == task.y[task.val]).mean()) for lr, job in self.val_jobs.items()}
-            best = max(self.full, key=lambda lr: val[f"{lr:g}"])
-            pred, source = self.pool.apply_async(_fit_predict, ("all", "test", self.full[best], self.seed)).get(), \
-                "chosen on the validation split by this run"
-        else:
-            best, val, source = FP32_CHOSEN["lr"], FP32_CHOSEN["validation"], FP32_CHOSEN["source"]
-            pred = self.test_jobs[best].get()
-        rows = {"fp32 full fine-tuning (PyTorch)": {"recipe": self.full[best].describe(), "validation": val,
-                                                    "lr_source": source, "correct": pred == task.y_test}}
-        for k, job in self.twin_jobs.items():
-            device = "classifier-only" if k == 1 else f"last-k:{k}"
-            rows[f"fp32 twin, {device} (device recipe)"] = {"recipe": self.twins[k].describe(),
-                                                            "correct": job.get() == task.y_test, "device_row": device}
-        self.pool.close()
-        self.pool.join()
-        log.append({"fp32": "torch: full fine-tuning and twins", "seconds": round(time.time() - self.t0, 1)})
-        return rows
-
-
 def search_rows(searches: dict, classifier_lr: float) -> dict[str, dict]:
     """Every finalist preset of the searches (at the default remainder bits; the presets that fit each budget),
     classifier-only at its own best lr (the baseline every row is compared with), and the searched plans (one
@@ -602,7 +529,7 @@ def main() -> None:
     out = ROOT / "benchmarks" / "results"
     name = study.build.name
     (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / f"{name}.md").write_text(markdown(result))
+    (out / f"{name}.md").write_text(markdown(result, WIDE_MODEL, WIDE_SIZE))
     print(f"wrote {rel(out / (name + '.md'))} ({result['seconds']:.0f} s)")
 
 
@@ -636,104 +563,6 @@ def report(study, task, recipe, recipe_record, searches, rows, fp32, log, second
             "searches": {b: {k: v for k, v in s.items() if k != "contributions"} for b, s in searches.items()},
             "commands": log, "seconds": round(seconds, 1), "tinytrain_version": tinytrain.__version__,
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
-
-
-def _pct(v: float) -> str:
-    return f"{100 * v:.1f}"
-
-
-def _data_text(r: dict) -> tuple[str, str]:
-    """The title and the sentence on the data of a study's table."""
-    st = r["study"]
-    if st.get("task") == "vww":
-        return ("# VWW study: person / no person on ImageNet MobileNetV1-0.25 (int8, on-device training arithmetic)",
-                f"`python benchmarks/transfer_study.py --task vww --fresh` ({r['seconds'] / 60:.0f} min on "
-                f"{r['machine']['cpus']} cores, {st['workers']} workers). Model `{st['model']}` + a new 2-class head; "
-                f"data `{st['train']}` (800 images, 96x96, half with a person): {r['n_train']} training images, "
-                f"{r['n_test']} held out as the test set (stratified, `--held-out {st['held_out']:g} --split-seed 0`, "
-                "looked at only for this table; one test image is "
-                f"{100 / r['n_test']:.1f} points). Nothing was chosen on the test images: the plans and fp32 full "
-                "fine-tuning's lr, and the recipe, on a 30 % validation split of the training images.")
-    test = ("the official 10,000 test images, all of them" if r["n_test"] == 10000 else
-            f"a stratified subset of {r['n_test']} of the official test images: a quick check, not the study")
-    return ("# Transfer study: Fashion-MNIST on ImageNet MobileNetV1-0.25 (int8, on-device training arithmetic)",
-            f"`python benchmarks/transfer_study.py --fresh` ({r['seconds'] / 60:.0f} min on {r['machine']['cpus']} "
-            f"cores, {st['workers']} workers). Model `{st['model']}` + a new 10-class head; training data "
-            f"`{st['train']}` ({r['n_train']} images: a stratified subset of the 60,000, seed 0), test `{st['test']}` "
-            f"({test}, looked at only for this table). Nothing was chosen on the test images: the plans (and with "
-            "`--choose-recipe` the recipe) on a 30 % validation split of the training subset.")
-
-
-def markdown(r: dict) -> str:
-    rec = r["recipe"]["chosen"]
-    title, data = _data_text(r)
-    lines = [
-        title,
-        "",
-        data,
-        "",
-        f"Recipe ({r['recipe'].get('source', 'chosen on the validation split, see below')}): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
-        f"{rec['head_lr']:g}, {rec['epochs']} epoch{'s' * (rec['epochs'] != 1)}, "
-        + ("constant lrs" if rec["schedule"] == "constant" else
-           f"{rec['schedule']} lr schedule ({100 * rec['warmup']:g} % warm-up)")
-        + f", batch-1 SGD, QAS, stochastic rounding; the classifier-only row at its own best lr, "
-        f"{rec['classifier_only_lr']:g}.",
-        "",
-        "| row | test accuracy (95 % CI) | vs classifier-only (paired, 95 % CI) | peak SRAM |",
-        "|---|---|---|---|",
-    ]
-    for name, row in r["rows"].items():
-        peak = f"{row['peak_sram_bytes'] / 1024:.1f} KB" if "peak_sram_bytes" in row else "n/a (fp32, unlimited)"
-        same = f" (= {row['same_as']}: the same run)" if "same_as" in row else ""
-        lines.append(f"| {name}{same} | {_pct(row['accuracy'])} ± {_pct(row['ci95'])} | "
-                     f"{100 * row['vs_classifier_only']:+.1f} ± {_pct(row['vs_classifier_only_ci95'])} | {peak} |")
-    lines += ["", f"`MobileNetV1-0.5 @{WIDE_SIZE}` rows: `{WIDE_MODEL}` (ImageNet, 160x160) run at `--input-size "
-              f"{WIDE_SIZE}` with a new {r['study']['new_head']}-class head, the plan search's presets that fit 256 KB "
-              "(not searched), the same recipe; paired against the MobileNetV1-0.25 classifier-only row on the same "
-              "test images."]
-    fp32 = r["rows"]["fp32 full fine-tuning (PyTorch)"]
-    source = fp32.get("lr_source", "chosen on the validation split")
-    lines += ["", f"fp32 full fine-tuning: {fp32['recipe']} (Adam's lr {source}: "
-              + ", ".join(f"lr {lr} {_pct(a)} %" for lr, a in fp32["validation"].items()) + ")."]
-    lines += [f"Device = fp32: `{row['device_row']}` on the device minus its twin ({row['recipe']}): "
-              f"{100 * row['device_minus_twin']:+.1f} ± {_pct(row['device_minus_twin_ci95'])} points (paired)."
-              for row in r["rows"].values() if "device_row" in row]
-    lines += ["", "Searched plan against the best preset that fits the same budget (test set, paired):", ""]
-    for b, v in r["budgets"].items():
-        lines.append(f"- {b}: searched (chose `{v['chosen']}`, {v['searched_peak_sram_bytes'] / 1024:.1f} KB) "
-                     f"minus {v['best_preset']}: {100 * v['searched_minus_best_preset']:+.1f} ± {_pct(v['ci95'])} "
-                     "points")
-    lines += ["", "Finalists of each search (validation split; predicted = the additive gain model's sum of "
-              "single-option gains, measured = trained, at full length (the rank check; without it: at the last "
-              "rung they reached)):", ""]
-    for b, s in r["searches"].items():
-        lines.append(f"**{b}** (noise floor: {s['noise_floor']['repeats']} baseline runs, sd "
-                     f"{_pct(s['noise_floor']['run_sd'])} points; validation SE {_pct(s['noise_floor']['binomial_se'])}"
-                     f"; {s['seconds']:.0f} s)")
-        check = s.get("rank_check")
-        if check:
-            lines += ["", "Rank check (every finalist trained at full length, the reference ranking): Spearman "
-                      + ", ".join(f"{g['steps']} steps {'n/a' if g['spearman'] is None else format(g['spearman'], '.2f')}"
-                                  for g in check["rungs"])
-                      + f"; noise floor at full length sd {_pct(check['noise_floor']['run_sd'])} points, "
-                      f"{check['gains_above_noise']} of {check['finalists']} gains above "
-                      f"{check['noise_floor']['z']:g} x {_pct(check['noise_floor']['gain_sd'])}."]
-        lines += ["", "| finalist | peak SRAM | predicted gain | measured gain | validation accuracy | steps |",
-                  "|---|---|---|---|---|---|"]
-        for f in s["finalists"]:
-            m = {**f["full_length"], "steps": s["measurement"]["finalist_steps"]} if f.get("full_length") else \
-                f["measured"][-1]
-            pred = "n/a" if f["predicted_gain"] is None else f"{100 * f['predicted_gain']:+.1f}"
-            lines.append(f"| {f['name']}{' (chosen)' if f['name'] == s['chosen'] else ''} | "
-                         f"{f['peak_sram_bytes'] / 1024:.1f} KB | {pred} | {100 * m['gain']:+.1f} | "
-                         f"{_pct(m['accuracy'])} | {m['steps']} |")
-        lines.append("")
-    lines += ["Recipe measurements (validation accuracy; `choose_recipe` in the script):", "", "```",
-              json.dumps({k: v for k, v in r["recipe"].items() if k != "chosen"}, indent=1), "```", "",
-              "Commands (each re-runs standalone from the project root):", "", "```"]
-    lines += [c["command"] for c in r["commands"] if "command" in c]
-    lines += ["```", ""]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
