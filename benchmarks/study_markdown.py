@@ -40,7 +40,8 @@ def markdown(r: dict, wide_model: str, wide_size: int) -> str:
         "",
         data,
         "",
-        f"Recipe ({r['recipe'].get('source', 'chosen on the validation split, see below')}): lr {rec['lr']:g}, bias lr {rec['bias_lr']:g}, head lr "
+        f"Recipe ({r['recipe'].get('source', 'chosen on the validation split, see below')}): lr {rec['lr']:g}, "
+        f"bias lr {rec['bias_lr']:g}, head lr "
         f"{rec['head_lr']:g}, {rec['epochs']} epoch{'s' * (rec['epochs'] != 1)}, "
         + ("constant lrs" if rec["schedule"] == "constant" else
            f"{rec['schedule']} lr schedule ({100 * rec['warmup']:g} % warm-up)")
@@ -81,7 +82,8 @@ def markdown(r: dict, wide_model: str, wide_size: int) -> str:
         check = s.get("rank_check")
         if check:
             lines += ["", "Rank check (every finalist trained at full length, the reference ranking): Spearman "
-                      + ", ".join(f"{g['steps']} steps {'n/a' if g['spearman'] is None else format(g['spearman'], '.2f')}"
+                      + ", ".join(f"{g['steps']} steps "
+                                  f"{'n/a' if g['spearman'] is None else format(g['spearman'], '.2f')}"
                                   for g in check["rungs"])
                       + f"; noise floor at full length sd {_pct(check['noise_floor']['run_sd'])} points, "
                       f"{check['gains_above_noise']} of {check['finalists']} gains above "

@@ -124,8 +124,9 @@ def _plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: flo
           head_lr: float | None, default: str | None, remainder_bits: int | None = None,
           backward: str | None = None) -> Plan | None:
     """The plan a call asks for; ``remainder_bits`` (None: the plan's own, or the default for a preset) sets the
-    fraction bits every trained weight keeps (a layer's own bits in the plan included), ``backward`` ("fp32" / "int"; None: the plan's own, or "fp32" for a
-    preset) the step's arithmetic from the loss to the update (training/sparse.py)."""
+    fraction bits every trained weight keeps (a layer's own bits in the plan included), ``backward`` ("fp32" /
+    "int"; None: the plan's own, or "fp32" for a preset) the step's arithmetic from the loss to the update
+    (training/sparse.py)."""
     from dataclasses import replace
 
     from tinytrain.training.sparse import BACKWARDS, REMAINDER_BITS

@@ -84,8 +84,8 @@ def add_updates(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig())
     shrink to (loss,); each update gets its float32 step-scale constant, its momentum buffer (role
     OPTIMIZER_STATE, zeros) when momentum is on, its remainder (role OPTIMIZER_STATE, int8 zeros, 2^F folded into
     the step scale: ops/sgd_update.py) when the plan keeps ``remainder_bits`` F > 0 for its layer (the entry's own,
-    or the plan's) and the parameter is an int8 weight, and reads the graph input ``step`` when rounding is stochastic or the plan has an lr schedule. Update
-    nodes are numbered (``stream``) in output order.
+    or the plan's) and the parameter is an int8 weight, and reads the graph input ``step`` when rounding is
+    stochastic or the plan has an lr schedule. Update nodes are numbered (``stream``) in output order.
     """
     grads = param_gradients(graph)
     updates = {u.param: u for u in updated_params(plan, graph)}
