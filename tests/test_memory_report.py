@@ -248,9 +248,10 @@ def test_each_layers_remainder_bits_are_counted_and_the_command_line_replaces_th
     from tinytrain.training.sparse import layers
 
     model = ROOT / "models" / "mbv1-0.25-vww.onnx"
-    ls = layers(load_model(model))
+    graph = load_model(model)
+    ls = layers(graph)
     n = len(ls)
-    conv, fc = (load_model(model).tensors[node.inputs[1]].nbytes for node in ls[-2:])
+    conv, fc = (graph.tensors[node.inputs[1]].nbytes for node in ls[-2:])
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"version": 1, "bias_last_k": 2, "remainder_bits": 4, "weights": [
         {"conv": n - 2, "ratio": 1, "remainder_bits": 8}, {"conv": n - 1, "ratio": 1, "remainder_bits": 0}]}))
