@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--train-images", type=int, default=5000)
     args = ap.parse_args()
     study = study_of(argparse.Namespace(task="fashion-mnist", train_images=args.train_images, test_images=0,
-                                        ft_steps=0, workers=args.workers))
+                                        ft_steps=0, workers=args.workers, final_seeds=1))
     t0, log = time.time(), []
     task = Task(study)
     rows = candidates(task)

@@ -95,6 +95,7 @@ class Study:
     ft_steps: int  # steps of each contribution fine-tune
     workers: int
     build: Path
+    final_seeds: int = 3  # seeds of each last-rung finalist at full length (plan --final-seeds)
 
     @property
     def model_path(self) -> Path:
@@ -344,7 +345,8 @@ def search(study: Study, recipe: Recipe, budget: str, log: list) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     run(study, ["plan", study.model, *study.data_args(), "--new-head", str(study.head), "--seed",
                 str(study.seed), "--sram", budget, "--val", str(study.val), *recipe.flags(), "--epochs",
-                str(recipe.epochs), "--ft-steps", str(study.ft_steps), "--workers", str(study.workers),
+                str(recipe.epochs), "--ft-steps", str(study.ft_steps), "--final-seeds", str(study.final_seeds),
+                "--workers", str(study.workers),
                 "--cache", rel(study.build / "cache"), "--no-progress", "--json", "-o", rel(out)], log)
     return {"plan_file": rel(out), **json.loads(out.with_name(out.stem + ".search.json").read_text())}
 
@@ -471,10 +473,10 @@ def study_of(args: argparse.Namespace) -> Study:
                             if args.task == "fashion-mnist" else ""))
     if args.task == "vww":
         return Study("vww", MODEL, VWW, None, 0.25, 2, 0, 0.3, args.ft_steps, args.workers,
-                     ROOT / "build" / "vww_study")
+                     ROOT / "build" / "vww_study", args.final_seeds)
     test = "fashion-mnist:test" + (f":{args.test_images}" if args.test_images else "")
     return Study("fashion-mnist", MODEL, f"fashion-mnist:{args.train_images}", test, None, 10, 0, 0.3,
-                 args.ft_steps, args.workers, ROOT / "build" / "transfer_study")
+                 args.ft_steps, args.workers, ROOT / "build" / "transfer_study", args.final_seeds)
 
 
 def main() -> None:
@@ -486,6 +488,8 @@ def main() -> None:
     ap.add_argument("--train-images", type=int, default=5000,
                     help="stratified subset of Fashion-MNIST's 60,000 training images (default 5000)")
     ap.add_argument("--ft-steps", type=int, default=1000, help="steps of each contribution fine-tune")
+    ap.add_argument("--final-seeds", type=int, default=3,
+                    help="seeds of each finalist of the searches' last rung, at full length (default 3)")
     ap.add_argument("--test-images", type=int, default=0,
                     help="a stratified subset of the test set, for a quick check only (default 0: all 10,000)")
     ap.add_argument("--fresh", action="store_true", help="start from an empty build/transfer_study (or vww_study)")
@@ -557,7 +561,8 @@ def report(study, task, recipe, recipe_record, searches, rows, fp32, log, second
 
     return {"study": {"task": study.task, "model": study.model, "train": study.train, "test": study.test,
                       "held_out": study.held_out, "new_head": study.head,
-                      "seed": study.seed, "val": study.val, "ft_steps": study.ft_steps, "workers": study.workers},
+                      "seed": study.seed, "val": study.val, "ft_steps": study.ft_steps, "workers": study.workers,
+                      "final_seeds": study.final_seeds},
             "n_train": int(len(task.y)), "n_test": int(len(task.y_test)),
             "recipe": recipe_record, "rows": table, "budgets": budgets,
             "searches": {b: {k: v for k, v in s.items() if k != "contributions"} for b, s in searches.items()},

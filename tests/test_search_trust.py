@@ -126,6 +126,50 @@ def test_the_rank_check_trains_every_finalist_at_full_length_and_writes_spearman
     assert report["plan"]["lr_schedule"]["kind"] == "cosine"
 
 
+def test_the_last_rung_averages_its_finalists_over_the_final_seeds(tmp_path, monkeypatch):
+    """--final-seeds 3: every finalist of the last rung is trained with 3 seeds at full length and measured by
+    their mean (the baseline with max(repeats, 3)); the rank check's other finalists run one seed; the gains are
+    held to the noise of their means (run sd x sqrt(1/n + 1/m))."""
+    import tinytrain
+    from tinytrain.search import measure
+
+    runs = []
+    monkeypatch.setattr(measure, "finetune_accuracy",
+                        lambda plan_json, steps=None, seed=None: runs.append((steps, seed))
+                        or _fake_finetune(plan_json, steps, seed))
+    mb = ModelBuilder("small", 0)
+    h = mb.conv(mb.conv(mb.input((8, 8, 3)), 4, 3, 2), 8, 1)
+    graph = mb.build(mb.classifier(mb.conv(h, 8, 1), 2))
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (400, 8, 8, 3)).astype(np.uint8), np.arange(400) % 2
+    report = tinytrain.plan(graph, (x, y), sram="6k", ft_steps=12, generations=3, population=8, use_cache=False,
+                            final_seeds=3, output=tmp_path / "plan.json").report
+    check, full_steps = report["rank_check"], report["measurement"]["finalist_steps"]
+    assert check["final_seeds"] == 3 and report["measurement"]["final_seeds"] == 3
+    last = set(report["rungs"][-1]["kept"]) | {"classifier-only"}
+    for f in report["finalists"]:
+        seeds = f["full_length"]["seeds"]
+        assert seeds == (3 if f["name"] in last else 1)
+        if f["name"] in last:  # the last rung measured the same mean
+            assert f["measured"][-1]["accuracy"] == pytest.approx(f["full_length"]["accuracy"])
+    assert sorted(s for st, s in runs if st == full_steps).count(2) == len(last)  # the third seed: last rung only
+    noise = check["noise_floor"]
+    assert check["last_rung_finalists"] == len(last - {"classifier-only"})
+    assert 0 <= check["last_rung_above_noise"] <= check["gains_above_noise"] and noise["repeats"] == 3
+    with pytest.raises(tinytrain.UsageError, match="--final-seeds 0"):
+        tinytrain.plan(graph, (x, y), sram="6k", final_seeds=0, use_cache=False)
+
+
+def test_the_noise_of_a_gain_of_means_shrinks_with_their_seeds():
+    from tinytrain.search.noise import NoiseFloor
+
+    nf = NoiseFloor((0.80, 0.82, 0.84), n_val=100, z=2.0)
+    assert nf.gain_sd_of(1, 1) == pytest.approx(nf.gain_sd)
+    assert nf.gain_sd_of(3, 3) == pytest.approx(nf.gain_sd / 3 ** 0.5)
+    assert nf.threshold_of(3, 1) == pytest.approx(2 * nf.run_sd * (4 / 3) ** 0.5)
+    assert nf.margin(0.01, 3, 3) == pytest.approx(2 * ((nf.gain_sd ** 2) / 3 + 0.01 ** 2) ** 0.5)
+
+
 def test_the_search_memory_model_counts_the_remainder_bytes(tiny):
     from dataclasses import replace
 

@@ -59,9 +59,12 @@ def _print_rank_check(report: dict) -> None:
     noise = check["noise_floor"]
     rho = ", ".join(f"{r['steps']} steps {'n/a' if r['spearman'] is None else format(r['spearman'], '.2f')}"
                     for r in check["rungs"])
+    seeds = check["final_seeds"]
     print(f"rank check: every finalist at {check['steps']} steps; Spearman of each rung with it: {rho}; noise floor "
           f"there: sd {100 * noise['run_sd']:.2f} points per run, {check['gains_above_noise']} of "
-          f"{check['finalists']} gains above {noise['z']:g} x {100 * noise['gain_sd']:.2f}")
+          f"{check['finalists']} gains above {noise['z']:g} x their sd ({100 * noise['gain_sd']:.2f} for one run "
+          f"each" + ("" if seeds == 1 else f"; the last rung's {check['last_rung_finalists']}, means of {seeds} "
+                     f"seeds: {check['last_rung_above_noise']} above") + ")")
 
 
 def _gain(g: float, pct: bool) -> str:
@@ -85,6 +88,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                   proposals=args.proposals, max_rungs=args.max_rungs, rung_fraction=args.rung_fraction,
                   workers=args.workers,
                   other_bits=_bits(args.other_remainder_bits), rank_check=not args.no_rank_check,
+                  final_seeds=args.final_seeds,
                   executor=args.executor, address=args.address,
                   time_limit=args.time_limit, search_seconds_min=args.search_seconds_min,
                   population=args.population, generations=args.generations, cache=args.cache,
@@ -181,6 +185,9 @@ def add_plan_command(sub) -> None:
     s.add_argument("--other-remainder-bits", default="0,8", metavar="BITS",
                    help="remainder bits besides the default 4 the finalists may keep (the deepest last-k:N and the "
                         "exact search's plan with them; default 0,8; '' for none)")
+    s.add_argument("--final-seeds", type=int, default=1, metavar="N",
+                   help="seeds each finalist of the last rung is trained with at full length; its accuracy is their "
+                        "mean, with 1/sqrt(N) of one run's noise (default 1)")
     s.add_argument("--no-rank-check", action="store_true",
                    help="skip the last phase: every finalist trained at full length (the reference ranking each "
                         "rung's Spearman correlation is measured against; the winner is then the best of them)")

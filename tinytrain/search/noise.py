@@ -10,7 +10,9 @@ it: the part of the noise that more validation rows would shrink.
 Choosing between two finalists adds the noise of the validation rows themselves: a plan that leads on these
 images may trail on others. ``paired_se`` is the standard error of the difference of two plans' accuracies on the
 same rows (from their per-image results), and ``margin`` the lead a searched plan needs over the best preset:
-``z`` standard deviations of both noises together (halving.py).
+``z`` standard deviations of both noises together (halving.py). An accuracy that is the mean of n seeds' runs
+(``--final-seeds``) has 1/sqrt(n) of a run's noise, so a gain of an n-seed mean over an m-seed mean has
+run_sd * sqrt(1/n + 1/m) (``gain_sd_of``).
 """
 
 from __future__ import annotations
@@ -41,20 +43,29 @@ class NoiseFloor:
 
     @property
     def gain_sd(self) -> float:
-        return math.sqrt(2) * self.run_sd
+        return self.gain_sd_of(1, 1)
 
     @property
     def threshold(self) -> float:
         return self.z * self.gain_sd
+
+    def gain_sd_of(self, seeds_a: int, seeds_b: int) -> float:
+        """The run-to-run noise of a gain of one accuracy averaged over ``seeds_a`` runs over another averaged over
+        ``seeds_b``."""
+        return self.run_sd * math.sqrt(1 / seeds_a + 1 / seeds_b)
+
+    def threshold_of(self, seeds_a: int, seeds_b: int) -> float:
+        return self.z * self.gain_sd_of(seeds_a, seeds_b)
 
     @property
     def binomial_se(self) -> float:
         p = self.mean
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_val)
 
-    def margin(self, paired_se: float) -> float:
-        """The lead that counts: ``z`` x sqrt(gain_sd^2 + paired_se^2) (run-to-run and validation-row noise)."""
-        return self.z * math.sqrt(self.gain_sd ** 2 + paired_se ** 2)
+    def margin(self, paired_se: float, seeds_a: int = 1, seeds_b: int = 1) -> float:
+        """The lead that counts: ``z`` x sqrt(gain_sd^2 + paired_se^2) (run-to-run and validation-row noise), for
+        accuracies averaged over ``seeds_a`` and ``seeds_b`` runs."""
+        return self.z * math.sqrt(self.gain_sd_of(seeds_a, seeds_b) ** 2 + paired_se ** 2)
 
     def to_json(self) -> dict:
         return {"repeats": len(self.accuracies), "accuracies": [round(a, 6) for a in self.accuracies],

@@ -70,6 +70,7 @@ class SearchOptions:
     rung_fraction: float = 0.75      # a rung's steps as a fraction of the next one's (halving.py)
     other_bits: tuple[int, ...] = (0, 8)  # remainder bits besides the default the finalists may keep
     rank_check: bool = True          # train every finalist at full length: the reference ranking of the rungs
+    final_seeds: int = 1             # seeds of each last-rung finalist at full length: its accuracy is their mean
     workers: int = 1                 # local: fine-tune processes; ray: CPUs of a local Ray instance
     executor: str = "local"          # "local" or "ray" (search/executors.py)
     address: str | None = None       # ray: the cluster to connect to (default: this process's or a local one)
@@ -170,6 +171,8 @@ def _check_options(opts: SearchOptions) -> None:
         raise UsageError(f"--rung-fraction {opts.rung_fraction}: give a fraction between 0 and 1")
     if opts.repeats < 2:
         raise UsageError(f"--repeats {opts.repeats}: the noise floor needs at least 2 runs of the baseline")
+    if opts.final_seeds < 1:
+        raise UsageError(f"--final-seeds {opts.final_seeds}: give a positive number of seeds")
     if opts.epochs < 1:
         raise UsageError(f"--epochs {opts.epochs}: give a positive number of epochs")
     check_schedule(opts.lr_schedule, opts.warmup)
@@ -358,24 +361,37 @@ class _Final:
     reference: dict | None
 
 
-def _margin(run: _Run, noise, results: dict, decision: dict, candidate: str, preset: str) -> float:
-    """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise and the paired standard error of
-    the two on the validation rows (unpaired, from the accuracies, for a cached result without rows)."""
+def _pooled(results: list[dict], n_val: int) -> dict:
+    """One finalist's measurement from its runs with one or more seeds: the mean accuracy, each validation row's
+    mean (1 right, 0 wrong; an autoencoder's score; None when a run kept no rows) for paired comparisons, and the
+    number of seeds."""
     from tinytrain.search.measure import unpack_correct
+
+    rows = None
+    if all("correct" in r for r in results):
+        rows = np.mean([unpack_correct(r["correct"], n_val) for r in results], axis=0).tolist()
+    elif all("scores" in r for r in results):  # an autoencoder's per-row scores
+        rows = np.mean([r["scores"] for r in results], axis=0).tolist()
+    return {"accuracy": float(np.mean([r["accuracy"] for r in results])), "rows": rows, "seeds": len(results)}
+
+
+def _margin(run: _Run, noise, results: dict, decision: dict, candidate: str, preset: str) -> float:
+    """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise (of means over their seeds) and
+    the paired standard error of the two on the validation rows (unpaired, from the accuracies, for a cached
+    result without rows). ``results``: ``_pooled`` measurements."""
     from tinytrain.search.noise import paired_se
 
     n_val = len(run.val_rows)
     a, b = results[candidate], results[preset]
-    if "correct" in a and "correct" in b:
-        se = paired_se(unpack_correct(a["correct"], n_val), unpack_correct(b["correct"], n_val))
-    elif "scores" in a and "scores" in b:  # an autoencoder's per-row scores
-        se = paired_se(a["scores"], b["scores"])
+    if a["rows"] is not None and b["rows"] is not None:
+        se = paired_se(a["rows"], b["rows"])
     else:
         se = float(np.sqrt(sum(r["accuracy"] * (1 - r["accuracy"]) for r in (a, b)) / n_val))
+    margin = noise.margin(se, a["seeds"], b["seeds"])
     decision.update({"candidate": candidate, "best_preset": preset,
                      "lead": round(a["accuracy"] - b["accuracy"], 6), "paired_se": round(se, 6),
-                     "margin": round(noise.margin(se), 6)})
-    return noise.margin(se)
+                     "seeds": [a["seeds"], b["seeds"]], "margin": round(margin, 6)})
+    return margin
 
 
 def _measure(run: _Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], steps: int, ran: list) -> dict:
@@ -401,24 +417,32 @@ def _measure(run: _Run, job: dict, by_name: dict, wanted: list[tuple[str, int]],
     return {w: run.cache.get(keys[w]) for w in wanted}
 
 
+def _final_seeds(run: _Run) -> list[int]:
+    """The seeds of a finalist's full-length measurement in the last rung (``final_seeds`` of them)."""
+    return [run.ft.seed + j for j in range(run.opts.final_seeds)]
+
+
 def _reference(run: _Run, job: dict, by_name: dict, rungs: list, full_steps: int, ran: list) -> dict:
     """The last phase: every finalist trained for the whole recipe (the reference ranking; the last rung's are
-    cached), the baseline repeated with other seeds at that length (the noise floor of the gains ranked), and
-    each rung's Spearman correlation with the reference (rank.py)."""
+    cached, with their ``final_seeds`` seeds; the others with one), the baseline repeated with other seeds at that
+    length (the noise floor of the gains ranked), and each rung's Spearman correlation with the reference
+    (rank.py). A finalist's full-length accuracy is the mean over its seeds."""
     from tinytrain.search.noise import NoiseFloor
     from tinytrain.search.rank import rung_agreement
 
-    seed, base = run.ft.seed, "classifier-only"
-    seeds = [seed + j for j in range(run.opts.repeats)]
-    got = _measure(run, job, by_name, [(n, seed) for n in by_name] + [(base, s) for s in seeds[1:]], full_steps,
-                   ran)
-    results = {n: got[(n, seed)] for n in by_name}
+    base, final = "classifier-only", _final_seeds(run)
+    repeats = [run.ft.seed + j for j in range(max(run.opts.repeats, run.opts.final_seeds))]
+    seeds = {n: repeats if n == base else final if n in rungs[-1].accuracy else final[:1] for n in by_name}
+    got = _measure(run, job, by_name, [(n, s) for n in by_name for s in seeds[n]], full_steps, ran)
+    results = {n: _pooled([got[(n, s)] for s in seeds[n]], len(run.val_rows)) for n in by_name}
     acc = {n: r["accuracy"] for n, r in results.items()}
-    noise = NoiseFloor(tuple(got[(base, s)]["accuracy"] for s in seeds), len(run.val_rows), run.opts.noise_floor)
-    gains = {n: acc[n] - acc[base] for n in acc}
+    noise = NoiseFloor(tuple(got[(base, s)]["accuracy"] for s in repeats), len(run.val_rows), run.opts.noise_floor)
+    above = [n for n in acc if n != base
+             and acc[n] - acc[base] > noise.threshold_of(results[n]["seeds"], results[base]["seeds"])]
     return {"steps": full_steps, "results": results, "accuracy": acc, "noise": noise,
-            "rungs": rung_agreement([(r.steps, r.accuracy) for r in rungs], acc),
-            "gains_above_noise": sum(g > noise.threshold for n, g in gains.items() if n != base)}
+            "rungs": rung_agreement([(r.steps, r.accuracy) for r in rungs], acc), "gains_above_noise": len(above),
+            "final_seeds": len(final), "last_rung": [n for n in rungs[-1].kept if n != base],
+            "last_rung_above_noise": sum(n in rungs[-1].kept for n in above)}
 
 
 def _candidates(run: _Run, evo: dict, exact: dict, others: dict[int, dict]) -> list:
@@ -453,9 +477,11 @@ def _finalists(run: _Run, contrib: _Contributions, evo: dict, exact: dict, other
     ran: list = []
 
     def measure(names: list[str], steps: int) -> dict[str, float]:
-        got = _measure(run, contrib.job, by_name, [(n, run.ft.seed) for n in names], steps, ran)
+        # the last rung (full length) averages each finalist over the final seeds; shorter rungs run one
+        seeds = _final_seeds(run) if steps == full_steps else [run.ft.seed]
+        got = _measure(run, contrib.job, by_name, [(n, s) for n in names for s in seeds], steps, ran)
         last.clear()
-        last.update({n: got[(n, run.ft.seed)] for n in names})
+        last.update({n: _pooled([got[(n, s)] for s in seeds], len(run.val_rows)) for n in names})
         return {n: last[n]["accuracy"] for n in names}
 
     def rank(max_rungs: int, measure_, noise) -> tuple[str, list]:
@@ -487,7 +513,7 @@ def _finalist_json(run: _Run, c, contrib: _Contributions, final: _Final) -> dict
                 for r in rungs if c.name in r.accuracy]
     ref = final.reference
     full = None if ref is None else {"accuracy": ref["accuracy"][c.name], "gain": round(
-        ref["accuracy"][c.name] - ref["accuracy"]["classifier-only"], 6)}
+        ref["accuracy"][c.name] - ref["accuracy"]["classifier-only"], 6), "seeds": ref["results"][c.name]["seeds"]}
     pred = _predicted(c.choice, contrib.bias, contrib.weight)
     gains = contrib.gains
     return {"name": c.name, "preset": c.preset, "plan": run.plan_of(c.choice).to_json(),
@@ -505,8 +531,9 @@ def _rank_check_json(final: _Final) -> dict | None:
     if ref is None:
         return None
     return {"steps": ref["steps"], "rungs": ref["rungs"], "noise_floor": ref["noise"].to_json(),
-            "gains_above_noise": ref["gains_above_noise"], "finalists": len(ref["accuracy"]) - 1,
-            "chosen_at_full_length": True}
+            "final_seeds": ref["final_seeds"], "gains_above_noise": ref["gains_above_noise"],
+            "finalists": len(ref["accuracy"]) - 1, "last_rung_finalists": len(ref["last_rung"]),
+            "last_rung_above_noise": ref["last_rung_above_noise"], "chosen_at_full_length": True}
 
 
 def _proposal_json(run: _Run, res: dict) -> dict:
@@ -542,6 +569,7 @@ def _report(run: _Run, chosen: Plan, contrib: _Contributions, evo: tuple, exact:
         "baseline": {"plan": contrib.base.to_json(), "accuracy": contrib.base_acc,
                      "peak_sram_bytes": run.mem(contrib.base)},
         "measurement": {"finetune": asdict(run.ft), "finalist_steps": final.full_steps,
+                        "final_seeds": opts.final_seeds,
                         "rung_steps": [r.steps for r in final.rungs],
                         "n_fit": int(len(run.train_rows)), "n_val": int(val), "held_out": opts.held_out,
                         "split_seed": opts.split_seed, "val": opts.val, "engine": "c", "executor": opts.executor,
