@@ -31,6 +31,21 @@ def _data_text(r: dict) -> tuple[str, str]:
             "`--choose-recipe` the recipe) on a 30 % validation split of the training subset.")
 
 
+def _last_rung_noise(check: dict) -> str:
+    """The rank check's gains against the noise of what they compare: single runs, and the last rung's means of
+    --final-seeds seeds."""
+    n, z, sd = check.get("final_seeds", 1), check["noise_floor"]["z"], check["noise_floor"]["gain_sd"]
+    if n == 1:
+        return f"{check['gains_above_noise']} of {check['finalists']} gains above {z:g} x {_pct(sd)}"
+    return (f"{check['gains_above_noise']} of {check['finalists']} gains above {z:g} sd of their noise ({_pct(sd)} "
+            f"for single runs, {_pct(sd / n ** 0.5)} for the last rung's means of {n} seeds: "
+            f"{check['last_rung_above_noise']} of its {check['last_rung_finalists']})")
+
+
+def _seeds(measured: dict) -> str:
+    return f" × {measured['seeds']} seeds" if measured.get("seeds", 1) > 1 else ""
+
+
 def markdown(r: dict, wide_model: str, wide_size: int) -> str:
     """The study's table, reading and commands (``wide_model`` at ``wide_size``: the stronger backbone's rows)."""
     rec = r["recipe"]["chosen"]
@@ -86,8 +101,7 @@ def markdown(r: dict, wide_model: str, wide_size: int) -> str:
                                   f"{'n/a' if g['spearman'] is None else format(g['spearman'], '.2f')}"
                                   for g in check["rungs"])
                       + f"; noise floor at full length sd {_pct(check['noise_floor']['run_sd'])} points, "
-                      f"{check['gains_above_noise']} of {check['finalists']} gains above "
-                      f"{check['noise_floor']['z']:g} x {_pct(check['noise_floor']['gain_sd'])}."]
+                      + _last_rung_noise(check) + "."]
         lines += ["", "| finalist | peak SRAM | predicted gain | measured gain | validation accuracy | steps |",
                   "|---|---|---|---|---|---|"]
         for f in s["finalists"]:
@@ -96,7 +110,7 @@ def markdown(r: dict, wide_model: str, wide_size: int) -> str:
             pred = "n/a" if f["predicted_gain"] is None else f"{100 * f['predicted_gain']:+.1f}"
             lines.append(f"| {f['name']}{' (chosen)' if f['name'] == s['chosen'] else ''} | "
                          f"{f['peak_sram_bytes'] / 1024:.1f} KB | {pred} | {100 * m['gain']:+.1f} | "
-                         f"{_pct(m['accuracy'])} | {m['steps']} |")
+                         f"{_pct(m['accuracy'])} | {m['steps']}{_seeds(m)} |")
         lines.append("")
     lines += ["Recipe measurements (validation accuracy; `choose_recipe` in the script):", "", "```",
               json.dumps({k: v for k, v in r["recipe"].items() if k != "chosen"}, indent=1), "```", "",

@@ -26,10 +26,11 @@ chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) a
    and 1-3 epochs, each kept when it beats the simpler choice by more than one standard error of the difference
    (``choose_recipe``), and classifier-only's own best lr (its row is trained at it: the fair baseline);
 2. ``tinytrain plan`` at 256 KB and at 128 KB with that recipe: contributions, gain model, finalists (remainder
-   bits 0 / 4 / 8 traded) ranked by successive halving (the first rung at three quarters of the recipe), every
-   rung under the recipe's cosine over its own steps, then every finalist trained at full length (the rank check:
-   each rung's Spearman with it, the noise floor at full length; the 128 KB search re-uses every finalist run of
-   the 256 KB one from the shared cache);
+   bits 0 / 4 / 8 traded) ranked by successive halving (the first rung at three quarters of the recipe, the last
+   rung's finalists trained with ``--final-seeds`` 3 seeds and ranked by their mean), every rung under the
+   recipe's cosine over its own steps, then every finalist trained at full length (the rank check: each rung's
+   Spearman with it, the noise floor at full length; the 128 KB search re-uses every finalist run of the 256 KB
+   one from the shared cache);
 3. every row trained on the whole training subset with ``tinytrain train --engine c`` (the emitted C: the device's
    arithmetic), scored on the test set by the emitted C forward; peak SRAM from ``tinytrain compile``'s
    report.json. Rows: classifier-only, bias-only (the biases of the deepest last k that fits), every last-k:N that
@@ -43,7 +44,8 @@ chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) a
    the lr earlier runs chose on the validation split, ``--choose-fp32-lr`` to choose again): the ceiling.
 
 Wall time (2 idle cores, 2 workers, an empty $TINYTRAIN_CACHE: every C build included): 51 min (2026-11-28): the
-searches 20.6 min, the device rows, the no-QAS lr choice and the fp32 rows together 30 min. An earlier run took
+searches 21.4 min (3 seeds per last-rung finalist; the frozen features by the C forward), the device rows, the
+no-QAS lr choice and the fp32 rows together 30 min. An earlier run took
 72 min with half-length first rungs, the fp32 rows one at a time after the device rows and ``train --engine c``
 running the frozen layers at every step; it now computes them once per image (api._training_step,
 bit-identical: every row of that run has the same accuracy and paired difference in this one).

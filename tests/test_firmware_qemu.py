@@ -65,7 +65,9 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     g, _ = train_ops_model()
-    plan = Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5), WeightUpdate(3, 0.25), WeightUpdate(5, 1.0)), lr=0.05)
+    # each layer its own remainder bits (a byte, none, the plan's packed nibbles): every update kernel on every core
+    plan = Plan(bias_last_k=4, weights=(WeightUpdate(0, 0.5, 8), WeightUpdate(3, 0.25, 0), WeightUpdate(5, 1.0)),
+                lr=0.05)
     tg = build_training_graph(g, plan)
     out = tmp_path_factory.mktemp("tiny_compile")
     engine_qemu.emit_compile_dir(tg, out, 96 * KB, 256 * KB)

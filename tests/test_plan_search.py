@@ -61,6 +61,27 @@ def test_cut_model_trains_bit_identically_to_the_whole_model(tiny):
     assert np.array_equal(whole.predict(x), part.predict(feats))
 
 
+@needs_cc
+def test_the_frozen_features_are_the_simulators_stretch_by_stretch(tiny):
+    """add_features computes each cut from the deepest one below it the job already has, by the C forward of the
+    layers between: every cut's values equal the simulator's forward of the whole prefix."""
+    from dataclasses import replace
+
+    from tinytrain.search.measure import FineTune, add_features, prepare_job, suffix_model
+
+    n = len(layers(tiny))
+    plans = [Plan(k, ()) for k in range(1, n)] + [Plan(1, (WeightUpdate(n - 2, 0.5),))]
+    cuts = list(dict.fromkeys(c for p in plans for c in [suffix_model(tiny, p)[2]] if c is not None))
+    assert len(cuts) >= 3
+    x, y = _images(tiny, 10, seed=3), np.arange(10) % 2
+    job = prepare_job(tiny, x, y, np.arange(7), np.arange(7, 10), FineTune(), plans[-2:])  # the deepest cuts first
+    add_features(job, plans)
+    assert set(job["features"]) == set(cuts)
+    want = forward(replace(tiny, outputs=tuple(cuts)), {tiny.inputs[0]: job["x"]})
+    for c in cuts:
+        assert np.array_equal(job["features"][c], want[c]), c
+
+
 def test_cut_model_is_refused_across_a_residual(tiny):
     from tinytrain.search.measure import suffix_model
 

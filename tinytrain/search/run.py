@@ -16,6 +16,8 @@ training decides.
 4. With ``rank_check`` (default), every finalist is trained for the whole recipe: the reference ranking. The
    report gives each rung's Spearman correlation with it (rank.py) and the noise floor at full length (the
    baseline repeated with other seeds) beside the gains; the winner is the best of them all at full length.
+   With ``final_seeds`` N > 1 the last rung's finalists are trained with N seeds at full length and measured by
+   their mean (``_pooled``), and their gains held to the noise of means (noise.py ``gain_sd_of``).
 The best measured finalist is the plan, so the result is never a plan that measured worse than a preset, and a
 searched plan must lead the best preset by more than the noise (noise.py: run-to-run and paired validation-row
 noise); the report records every finalist's predicted (additive) and measured gain, the noise floor, every
