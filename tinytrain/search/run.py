@@ -428,7 +428,9 @@ def _reference(run: _Run, job: dict, by_name: dict, rungs: list, full_steps: int
     """The last phase: every finalist trained for the whole recipe (the reference ranking; the last rung's are
     cached, with their ``final_seeds`` seeds; the others with one), the baseline repeated with other seeds at that
     length (the noise floor of the gains ranked), and each rung's Spearman correlation with the reference
-    (rank.py). A finalist's full-length accuracy is the mean over its seeds."""
+    (rank.py). A finalist's full-length accuracy is the mean over its seeds. A finalist the first rung dropped
+    whose one run beats the last rung's best mean is trained with the final seeds too before it can be chosen:
+    the best of many single runs is not compared with means (it is high by chance more often)."""
     from tinytrain.search.noise import NoiseFloor
     from tinytrain.search.rank import rung_agreement
 
@@ -437,6 +439,12 @@ def _reference(run: _Run, job: dict, by_name: dict, rungs: list, full_steps: int
     seeds = {n: repeats if n == base else final if n in rungs[-1].accuracy else final[:1] for n in by_name}
     got = _measure(run, job, by_name, [(n, s) for n in by_name for s in seeds[n]], full_steps, ran)
     results = {n: _pooled([got[(n, s)] for s in seeds[n]], len(run.val_rows)) for n in by_name}
+    lead = max(results[n]["accuracy"] for n in rungs[-1].accuracy)
+    challengers = [n for n in by_name if len(seeds[n]) < len(final) and results[n]["accuracy"] > lead]
+    if challengers:
+        seeds.update({n: final for n in challengers})
+        got.update(_measure(run, job, by_name, [(n, s) for n in challengers for s in final], full_steps, ran))
+        results.update({n: _pooled([got[(n, s)] for s in final], len(run.val_rows)) for n in challengers})
     acc = {n: r["accuracy"] for n, r in results.items()}
     noise = NoiseFloor(tuple(got[(base, s)]["accuracy"] for s in repeats), len(run.val_rows), run.opts.noise_floor)
     above = [n for n in acc if n != base
