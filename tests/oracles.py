@@ -47,7 +47,7 @@ def tflm_run(model: str | Path | bytes, x: np.ndarray, arena_size: int = DEFAULT
 
 def tflm_tensors(model: str | Path | bytes, x: np.ndarray, arena_size: int = DEFAULT_ARENA) -> dict[str, np.ndarray]:
     """Every tensor of subgraph 0 after one invoke on a single item x, keyed by TFLite tensor name."""
-    from tinytrain.frontends.tflite_reader import read_model
+    from tinytrain.frontends.tflite.reader import read_model
 
     data = _bytes(model)
     interp = tflm_interpreter(data, arena_size, preserve=True)

@@ -94,7 +94,7 @@ def test_refusals_are_one_line(capsys):
 
 
 def test_onnx_mean_gets_the_scale_of_its_new_count():
-    from tinytrain.frontends.onnx_requant import mean_requant
+    from tinytrain.ops.mean import mean_requant
 
     path = ROOT / "models" / "proxyless-w0.3.onnx"
     graph = tinytrain.load_model(path)

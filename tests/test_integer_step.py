@@ -17,7 +17,7 @@ from tinytrain.errors import PlanError
 from tinytrain.ir import DType, QuantParams, Role, Tensor
 from tinytrain.ops import get_op
 from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs
-from tinytrain.ops.sgd_update_int import fixed_point
+from tinytrain.ops.sgd_update import fixed_point
 from tinytrain.ops.softmax_xent import SoftmaxXentAttrs, SoftmaxXentGradIntAttrs, exp_table
 from tinytrain.simulator import init_state, train
 from tinytrain.training.finite import INT32_LIMIT, gradient_bounds
@@ -260,7 +260,7 @@ def test_the_integer_step_is_bit_identical_on_the_cores(model, board, plan, tmp_
 
 
 def test_the_input_gradient_shifts_keep_int32_and_int16():
-    from tinytrain.ops.conv2d_int import INT16_MAX, INT32_MAX, fits, shifts, stage_bounds
+    from tinytrain.ops.conv2d.integer import INT16_MAX, INT32_MAX, fits, shifts, stage_bounds
 
     for g, m, taps in [(1 << 14, 1 << 15, 10 * 255), (INT16_MAX, 1 << 15, 256 * 255), (INT16_MAX, 1 << 15, 9 * 255),
                        (1, 1, 1)]:
@@ -273,7 +273,7 @@ def test_the_input_gradient_shifts_keep_int32_and_int16():
 
 def test_the_integer_input_gradient_is_the_float_one_to_its_shift():
     from tinytrain.ops.conv2d import Conv2dGradInputAttrs
-    from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs, fold, shifts, tap_sums
+    from tinytrain.ops.conv2d.integer import Conv2dGradInputIntAttrs, fold, shifts, tap_sums
 
     rng = np.random.default_rng(1)
     w = rng.integers(-127, 128, (6, 1, 1, 12)).astype(np.int8)

@@ -22,7 +22,7 @@ from tinytrain import simulator
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
 from tinytrain.frontends import load_model
 from tinytrain.frontends.tflite import graph_from_tflite, padding_values
-from tinytrain.frontends.tflite_reader import read_model
+from tinytrain.frontends.tflite.reader import read_model
 from tinytrain.ir import DType, QuantParams, Role, Tensor
 from tinytrain.ops import get_op
 from tinytrain.ops.quantize import QuantizeAttrs

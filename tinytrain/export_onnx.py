@@ -12,14 +12,12 @@
   Weights are int8 initializers (Conv OIHW, Gemm (C_out, K) with transB=1) with a per-channel
   DequantizeLinear along axis 0, zero points kept (non-zero only for models imported from uint8); biases are
   int32 with scale s_x * s_w[c] and zero point 0.
-- conv2d -> Conv (group = C_in for depthwise; pads, strides, dilations); fully_connected -> Gemm;
-  add -> Add; mean -> GlobalAveragePool (keepdims) or ReduceMean over axes 2, 3; avg_pool2d -> AveragePool
-  (count_include_pad=0); pad -> Pad (constant real 0, i.e. the zero point); softmax -> Softmax;
-  requantize -> DequantizeLinear -> QuantizeLinear; quantize / dequantize -> QuantizeLinear / DequantizeLinear;
-  max_pool2d -> MaxPool; hard_swish / logistic / hard_sigmoid -> HardSwish / Sigmoid / HardSigmoid; mul -> Mul;
-  concat -> Concat (onnxruntime recomputes a TFLite import's fixed-point tables in float32: up to 1 LSB apart).
-  A fused clamp narrower than what the output quantization already allows (ReLU6, ReLU with zp > -128)
-  becomes a ``Clip`` between the op and its QuantizeLinear, at the real values of the clamp bounds.
+- each op as its module's ``OpDef.export`` writes it (the ONNX op it is written as: docs/guide/ops.md; e.g.
+  conv2d -> Conv with group = C_in for depthwise, mean -> GlobalAveragePool or ReduceMean, requantize ->
+  DequantizeLinear -> QuantizeLinear; a table op as its float op, which onnxruntime recomputes in float32 from a
+  TFLite import's fixed-point table: up to 1 LSB apart). A fused clamp narrower than what the output quantization
+  already allows (ReLU6, ReLU with zp > -128) becomes a ``Clip`` between the op and its QuantizeLinear, at the
+  real values of the clamp bounds.
 - reshape -> Reshape when ONNX's NCHW order and the IR's NHWC order agree (e.g. (N,1,1,C) -> (N,C));
   otherwise the data is transposed explicitly (Transpose to NHWC, Reshape, Transpose back to NCHW when the
   result is rank 4). The ONNX frontend does not read Transpose: such models run in onnxruntime but do not
@@ -50,8 +48,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tinytrain.version import __version__
 from tinytrain.errors import UnsupportedModelError
-from tinytrain.frontends.onnx_values import onnx_shape, reshape_keeps_order
+from tinytrain.frontends.onnx.values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor
+from tinytrain.ops import all_ops, get_op
 from tinytrain.names import unique_name
 from tinytrain.outputs import write_atomic
 
@@ -60,7 +59,7 @@ IR_VERSION = 9  # onnx 1.14 / onnxruntime >= 1.15 load it; opset 18 needs >= 8
 BATCH = "batch"
 _ELEM = {DType.INT8: TensorProto.INT8, DType.UINT8: TensorProto.UINT8, DType.INT32: TensorProto.INT32,
          DType.FLOAT32: TensorProto.FLOAT}
-TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+TO_NCHW = (0, 3, 1, 2)
 
 
 def graph_to_onnx(graph: Graph) -> onnx.ModelProto:
@@ -79,6 +78,13 @@ def save_onnx(model: onnx.ModelProto, path: str | Path) -> None:
 
 
 class _Exporter:
+    """Writes a graph as ONNX; each op's ``OpDef.export(exporter, node)`` writes its node with the methods below
+    (``dq`` / ``q`` around the float op, ``clip`` for a narrow clamp, ``weight`` / ``bias`` for the constants,
+    ``node`` / ``init`` for nodes and initializers)."""
+
+    onnx_shape = staticmethod(onnx_shape)
+    keeps_order = staticmethod(reshape_keeps_order)
+
     def __init__(self, graph: Graph) -> None:
         self.g = graph
         self.nodes: list[onnx.NodeProto] = []
@@ -183,115 +189,6 @@ class _Exporter:
         z_name = self.init(f"{t.name}_zero_point", np.zeros(cout, np.int32))
         return [self.node("DequantizeLinear", [name, s_name, z_name], f"{t.name}_dequantized", label, axis=0)]
 
-    # ----- ops
-    def op_conv2d(self, n: Node, label: str) -> None:
-        a = n.attrs
-        w = self.g.tensors[n.inputs[1]]
-        x = self.dq(n.inputs[0], label)
-        ins = [x, self.weight(n.inputs[1], label)] + self.bias(n, label)
-        f = self.node("Conv", ins, f"{n.outputs[0]}_float", label, kernel_shape=list(w.shape[1:3]),
-                      strides=list(a.stride), pads=list(a.padding), dilations=list(a.dilation), group=a.groups)
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def op_fully_connected(self, n: Node, label: str) -> None:
-        a = n.attrs
-        ins = [self.dq(n.inputs[0], label), self.weight(n.inputs[1], label)] + self.bias(n, label)
-        f = self.node("Gemm", ins, f"{n.outputs[0]}_float", label, transB=1)
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def op_add(self, n: Node, label: str) -> None:
-        a = n.attrs
-        f = self.node("Add", [self.dq(n.inputs[0], label), self.dq(n.inputs[1], label)], f"{n.outputs[0]}_float", label)
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def op_mean(self, n: Node, label: str) -> None:
-        a = n.attrs
-        x = self.dq(n.inputs[0], label)
-        if a.keepdims:
-            f = self.node("GlobalAveragePool", [x], f"{n.outputs[0]}_float", label)
-        else:
-            axes = self.init(f"{n.outputs[0]}_axes", np.array([2, 3], np.int64))
-            f = self.node("ReduceMean", [x, axes], f"{n.outputs[0]}_float", label, keepdims=0)
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def op_avg_pool2d(self, n: Node, label: str) -> None:
-        a = n.attrs
-        f = self.node("AveragePool", [self.dq(n.inputs[0], label)], f"{n.outputs[0]}_float", label,
-                      kernel_shape=list(a.kernel), strides=list(a.stride), pads=list(a.padding), count_include_pad=0)
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def op_max_pool2d(self, n: Node, label: str) -> None:
-        a = n.attrs
-        f = self.node("MaxPool", [self.dq(n.inputs[0], label)], f"{n.outputs[0]}_float", label,
-                      kernel_shape=list(a.kernel), strides=list(a.stride), pads=list(a.padding))
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def _unary(self, n: Node, label: str, op: str, **attrs) -> None:
-        self.q(self.node(op, [self.dq(n.inputs[0], label)], f"{n.outputs[0]}_float", label, **attrs), n.outputs[0],
-               label)
-
-    def op_hard_swish(self, n: Node, label: str) -> None:
-        self._unary(n, label, "HardSwish")
-
-    def op_logistic(self, n: Node, label: str) -> None:
-        self._unary(n, label, "Sigmoid")
-
-    def op_hard_sigmoid(self, n: Node, label: str) -> None:
-        self._unary(n, label, "HardSigmoid", alpha=float(n.attrs.alpha), beta=float(n.attrs.beta))
-
-    def op_mul(self, n: Node, label: str) -> None:
-        a = n.attrs
-        f = self.node("Mul", [self.dq(n.inputs[0], label), self.dq(n.inputs[1], label)], f"{n.outputs[0]}_float", label)
-        self.q(self.clip(f, n.outputs[0], a.act_min, a.act_max, label), n.outputs[0], label)
-
-    def op_concat(self, n: Node, label: str) -> None:
-        rank = len(self.g.tensors[n.outputs[0]].shape)
-        axis = {1: 2, 2: 3, 3: 1}[n.attrs.axis] if rank == 4 else n.attrs.axis
-        f = self.node("Concat", [self.dq(i, label) for i in n.inputs], f"{n.outputs[0]}_float", label, axis=axis)
-        self.q(f, n.outputs[0], label)
-
-    def op_pad(self, n: Node, label: str) -> None:
-        pads = list(n.attrs.pads)
-        if len(pads) == 3:  # IR (H, W, C) -> ONNX (C, H, W)
-            pads = [pads[2], pads[0], pads[1]]
-        begin, end = [0] + [p[0] for p in pads], [0] + [p[1] for p in pads]
-        p = self.init(f"{n.outputs[0]}_pads", np.array(begin + end, np.int64))
-        f = self.node("Pad", [self.dq(n.inputs[0], label), p], f"{n.outputs[0]}_float", label, mode="constant")
-        self.q(f, n.outputs[0], label)
-
-    def op_reshape(self, n: Node, label: str) -> None:
-        src, dst = self.g.tensors[n.inputs[0]].shape, self.g.tensors[n.outputs[0]].shape
-        f = self.dq(n.inputs[0], label)
-        hint = f"{n.outputs[0]}_float"
-        if reshape_keeps_order(onnx_shape(src), onnx_shape(dst)):
-            shape = self.init(f"{n.outputs[0]}_shape", np.array((-1,) + onnx_shape(dst)[1:], np.int64))
-            f = self.node("Reshape", [f, shape], hint, label)
-        else:  # NCHW -> NHWC order, reshape in the IR's order, back to NCHW
-            if len(src) == 4:
-                f = self.node("Transpose", [f], f"{n.outputs[0]}_nhwc", label, perm=list(TO_NHWC))
-            shape = self.init(f"{n.outputs[0]}_shape", np.array((-1,) + tuple(dst[1:]), np.int64))
-            f = self.node("Reshape", [f, shape], hint, label)
-            if len(dst) == 4:
-                f = self.node("Transpose", [f], f"{n.outputs[0]}_nchw", label, perm=list(TO_NCHW))
-        self.q(f, n.outputs[0], label)
-
-    def op_softmax(self, n: Node, label: str) -> None:
-        axis = 1 if len(self.g.tensors[n.inputs[0]].shape) == 4 else -1  # the IR's last axis is NCHW's channel axis
-        f = self.node("Softmax", [self.dq(n.inputs[0], label)], f"{n.outputs[0]}_float", label, axis=axis)
-        self.q(f, n.outputs[0], label)
-
-    def op_requantize(self, n: Node, label: str) -> None:
-        self.q(self.dq(n.inputs[0], label), n.outputs[0], label)
-
-    def op_quantize(self, n: Node, label: str) -> None:
-        self.q(self.names[n.inputs[0]], n.outputs[0], label)
-
-    def op_dequantize(self, n: Node, label: str) -> None:
-        t = self.g.tensors[n.inputs[0]]
-        s, z = self.act_qparams(t)
-        self.names[n.outputs[0]] = self.node("DequantizeLinear", [self.names[n.inputs[0]], s, z], "", label,
-                                             output=n.outputs[0])
-
     # ----- driving
     def value_info(self, name: str, t: Tensor) -> onnx.ValueInfoProto:
         shape = [BATCH] + list(onnx_shape(t.shape)[1:])
@@ -311,13 +208,11 @@ class _Exporter:
             # the float input keeps the IR name (as the frontend names the IR input), the int8 one gets a new name
             self.q(float_in, x.name, "input", output=self.fresh(f"{x.name}_quantized"))
         for n in g.nodes:
-            emit = getattr(self, f"op_{n.op}", None)
-            if emit is None:
-                raise self.unsupported(f"node {n.name} is a {n.op}; only forward int8 ops export (conv2d, "
-                                       f"fully_connected, add, mean, avg_pool2d, max_pool2d, pad, reshape, softmax, "
-                                       f"requantize, quantize, dequantize, hard_swish, logistic, hard_sigmoid, mul, "
-                                       f"concat)")
-            emit(n, n.name)
+            export = get_op(n.op).export
+            if export is None:
+                exported = ", ".join(name for name, op in all_ops().items() if op.export)
+                raise self.unsupported(f"node {n.name} is a {n.op}; only forward int8 ops export ({exported})")
+            export(self, n)
         outputs = [self.value_info(self.names[o], g.tensors[o]) for o in g.outputs]
         doc = ("int8 QDQ model written by tinytrain from its IR. Input: float32 NCHW, quantized by the first "
                "QuantizeLinear. Outputs: the int8 tensors after the last QuantizeLinear (quantized values).")

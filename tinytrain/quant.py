@@ -250,3 +250,16 @@ def activation_range(zero_point: int, scale: float, lo: float | None, hi: float 
     if hi is not None:
         qmax = min(qmax, zero_point + int(rnd(float(np.float32(hi) / np.float32(scale)))))
     return qmin, qmax
+
+
+def ort_output_scales(s_x: float, s_w, s_y: float) -> list[float]:
+    """onnxruntime's requantization scale per output channel, float32(float32(s_x * s_w[c]) / s_y): float32
+    arithmetic, as QLinearConv's and QGemm's ComputeOutputScale (import time only, never in the forward pass)."""
+    f = np.float32
+    return [float((f(s_x) * f(s)) / f(s_y)) for s in s_w]
+
+
+def ort_requant(s_x: float, s_w, s_y: float) -> Requant:
+    """An ONNX import's conv2d / fully_connected / mul requantization: onnxruntime's float32 rounding with its
+    output scales (``ort_output_scales``)."""
+    return Requant.from_scales(ort_output_scales(s_x, s_w, s_y), fp32=True)

@@ -1,4 +1,5 @@
-"""Elementwise int8 ops as 256-entry tables (ops/hard_swish.py, ops/logistic.py, ops/hard_sigmoid.py).
+"""Elementwise int8 ops as 256-entry tables (ops/hard_swish.py, ops/logistic.py, ops/hard_sigmoid.py, ...): what
+the table ops share, their arithmetic and their hooks' common parts.
 
 An int8 -> int8 elementwise op is a function of the input's int8 value alone, so its spec is a table of the 256
 outputs, computed when the model is imported by a faithful port of the source runtime's arithmetic (TFLite Micro's
@@ -7,7 +8,13 @@ the value up (``y = table[x + 128]``), so they agree bit for bit by construction
 
 The backward is fp32 on the saved int8 input: g_x = g * slope[x + 128], where slope[q] is the real function's
 derivative at the dequantized input, 0 where the int8 output sits on the int8 range's bounds (the straight-through
-clamp convention of ops/clamp_mask.py). One float32 product per element (ops/table_grad.py).
+clamp convention of ops/clamp_mask.py). One float32 product per element (ops/table_grad.py). Each table op's module
+gives its derivative (``backward_with``).
+
+Imports: ONNX DequantizeLinear -> op -> (Relu / Clip) -> QuantizeLinear becomes the table of that float32
+computation (``onnx_defer``), a QOperator kernel the table of its own (``onnx_qlinear``), a TFLite builtin the table
+of the runtime's arithmetic (``tflite_read``); exported as the ONNX float op between DequantizeLinear and
+QuantizeLinear (``export_as``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from tinytrain.errors import ModelError, UnsupportedModelError
 from tinytrain.ir import QuantParams
 
 INT8_VALUES = np.arange(-128, 128, dtype=np.int64)
@@ -24,8 +32,8 @@ INT8_VALUES = np.arange(-128, 128, dtype=np.int64)
 
 @dataclass(frozen=True)
 class TableAttrs:
-    """``table``: the int8 output for each int8 input -128 .. 127; ``derivative``: the real function's (for the
-    backward), by name in ``DERIVATIVES``; ``alpha`` / ``beta``: its parameters (hard sigmoid)."""
+    """``table``: the int8 output for each int8 input -128 .. 127; ``derivative``: the op whose table it is (its
+    module's backward has the real function's derivative); ``alpha`` / ``beta``: the function's parameters."""
 
     table: tuple[int, ...]
     derivative: str
@@ -35,26 +43,9 @@ class TableAttrs:
     def __post_init__(self) -> None:
         if len(self.table) != 256 or not all(-128 <= v <= 127 for v in self.table):
             raise ValueError(f"a table op needs 256 int8 outputs, got {len(self.table)}")
-        if self.derivative not in DERIVATIVES:
-            raise ValueError(f"unknown derivative {self.derivative!r}")
 
 
-def _hard_swish_slope(r: np.ndarray, a: TableAttrs) -> np.ndarray:
-    return np.where(r < -3.0, 0.0, np.where(r > 3.0, 1.0, (2.0 * r + 3.0) / 6.0))
-
-
-def _logistic_slope(r: np.ndarray, a: TableAttrs) -> np.ndarray:
-    s = 1.0 / (1.0 + np.exp(-r))
-    return s * (1.0 - s)
-
-
-def _hard_sigmoid_slope(r: np.ndarray, a: TableAttrs) -> np.ndarray:
-    t = a.alpha * r + a.beta
-    return np.where((t > 0.0) & (t < 1.0), a.alpha, 0.0)
-
-
-DERIVATIVES: dict[str, Callable[[np.ndarray, TableAttrs], np.ndarray]] = {
-    "hard_swish": _hard_swish_slope, "logistic": _logistic_slope, "hard_sigmoid": _hard_sigmoid_slope}
+Slope = Callable[[np.ndarray, TableAttrs], np.ndarray]  # the real function's derivative at real inputs
 
 
 def infer_shapes(a: TableAttrs, ins) -> list[tuple[int, ...]]:
@@ -65,21 +56,24 @@ def reference(a: TableAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [np.asarray(a.table, np.int8)[arrays[0].astype(np.int64) + 128]]
 
 
-def slope_table(a: TableAttrs, xq: QuantParams) -> tuple[float, ...]:
+def slope_table(a: TableAttrs, xq: QuantParams, slope: Slope) -> tuple[float, ...]:
     """float32 g_x / g for each int8 input value (0 where the output is on an int8 bound)."""
     real = (INT8_VALUES - xq.zp) * xq.s
-    slope = np.where(np.isin(np.asarray(a.table), (-128, 127)), 0.0, DERIVATIVES[a.derivative](real, a))
-    return tuple(float(v) for v in slope.astype(np.float32))
+    values = np.where(np.isin(np.asarray(a.table), (-128, 127)), 0.0, slope(real, a))
+    return tuple(float(v) for v in values.astype(np.float32))
 
 
-def backward(b, node, out_grads) -> list[str | None]:
-    from tinytrain.ops.table_grad import TableGradAttrs
+def backward_with(slope: Slope):
+    """The backward rule of a table op whose real function has derivative ``slope``: g_x = g * slope[x + 128]."""
+    def backward(b, node, out_grads) -> list[str | None]:
+        from tinytrain.ops.table_grad import TableGradAttrs
 
-    x = node.inputs[0]
-    if not b.needs_grad(x):
-        return [None]
-    attrs = TableGradAttrs(slope_table(node.attrs, b.tensor(x).quant))
-    return [b.emit("table_grad", [out_grads[0], x], attrs, f"{node.name}.grad_input")[0]]
+        x = node.inputs[0]
+        if not b.needs_grad(x):
+            return [None]
+        attrs = TableGradAttrs(slope_table(node.attrs, b.tensor(x).quant, slope))
+        return [b.emit("table_grad", [out_grads[0], x], attrs, f"{node.name}.grad_input")[0]]
+    return backward
 
 
 def float32_table(fn: Callable[[np.ndarray], np.ndarray], xq: QuantParams, yq: QuantParams,
@@ -94,3 +88,47 @@ def float32_table(fn: Callable[[np.ndarray], np.ndarray], xq: QuantParams, yq: Q
         y = np.minimum(y, np.float32(hi))
     q = np.rint(y / np.float32(yq.s)).astype(np.int64) + yq.zp
     return tuple(int(v) for v in np.clip(q, -128, 127))
+
+
+# ---- the hooks' common parts (ops/__init__.py) --------------------------------------------------------------------
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    """The table of DequantizeLinear -> op -> (Relu / Clip) -> QuantizeLinear in onnxruntime's float32 arithmetic,
+    once QuantizeLinear fixes the output: ``p.args["make"](xq, yq, lo, hi)``."""
+    a = p.args
+    table = a["make"](cv.tensors[a["x"]].quant, yq, p.lo, p.hi)
+    attrs = TableAttrs(table, a["kind"], a.get("alpha", 0.0), a.get("beta", 0.0))
+    return cv.add_node(a["kind"], p.source, [a["x"]], out_hint, yq, attrs, p.source)
+
+
+def onnx_defer(cv, node, kind: str, make, **params) -> None:
+    """DQ(x) -> the float op ``kind``: deferred to its QuantizeLinear (``make(xq, yq, lo, hi)`` gives the table)."""
+    x = cv.dq_input(node, 0)
+    cv.defer(node, kind, x.shape, onnx_emit, x=x.ir, kind=kind, make=make, **params)
+
+
+def onnx_qlinear(cv, node, kind: str, make) -> None:
+    """A com.microsoft QLinear table op (X, X_scale, X_zp, Y_scale, Y_zp): onnxruntime's table of the float op."""
+    x = cv.qlinear_input(node, 0, 1, 2)
+    yq, dtype = cv.qlinear_output(node, 3, 4)
+    p = cv.defer(node, kind, x.shape, onnx_emit, x=x.ir, kind=kind, make=make)
+    cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
+
+
+def tflite_read(im, op, kind: str, make) -> None:
+    """A TFLite builtin as the table ``make(xq, yq)`` of the runtime's int8 kernel."""
+    x, out = im.act(op.inputs[0]), im.out(op)
+    if x.shape != out.shape:
+        raise ModelError(f"operator {op.index} ({op.name}): input {list(x.shape)} and output {list(out.shape)} differ")
+    try:
+        table = make(x.quant, out.quant)
+    except ValueError as e:
+        raise UnsupportedModelError(f"operator {op.index} ({op.name}): {e}") from None
+    im.node(op, kind, [x.name], [out.name], TableAttrs(table, kind))
+
+
+def export_as(ex, n, op: str, **attrs) -> None:
+    """Export a table op as the ONNX float op ``op`` between DequantizeLinear and QuantizeLinear (onnxruntime
+    recomputes a TFLite import's fixed-point table in float32: up to 1 LSB apart)."""
+    ex.q(ex.node(op, [ex.dq(n.inputs[0], n.name)], f"{n.outputs[0]}_float", n.name, **attrs), n.outputs[0], n.name)

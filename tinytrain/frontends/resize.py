@@ -16,6 +16,9 @@ at the new size:
 
 A reshape or fully-connected layer that would receive a different number of features (a flatten of a spatial
 map into the classifier) is refused: its weights fix the size.
+
+Each op says which of these it is (``OpDef.resize``: a strided window, a fixed number of features, attrs that adapt
+to the size); an op without one just follows its shape rule.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from dataclasses import replace
 
 from tinytrain.errors import UsageError
 from tinytrain.ir import Graph, Node, Tensor
-from tinytrain.ops import get_op
+from tinytrain.ops import Resize, get_op
 
-WINDOW_OPS = ("conv2d", "avg_pool2d")
+_NONE = Resize()
 
 
 def parse_input_size(spec: int | str | tuple[int, int]) -> tuple[int, int]:
@@ -63,42 +66,28 @@ def _resized_node(graph: Graph, node: Node, tensors: dict[str, Tensor], size: tu
     """``node`` at the new size (its attrs adapted); its outputs' new shapes written into ``tensors``."""
     old_ins = [graph.tensors[i] if i else None for i in node.inputs]
     ins = [tensors[i] if i else None for i in node.inputs]
-    attrs = _attrs(graph, node, old_ins[0], ins[0], size)
+    rule = get_op(node.op).resize or _NONE
+    attrs = node.attrs
+    if rule.adapt is not None:
+        try:
+            attrs = rule.adapt(node.attrs, old_ins[0], ins[0], graph.tensors[node.outputs[0]])
+        except ValueError as e:
+            raise UsageError(f"{_at(graph, size)}: layer {node.name} ({node.op}) {e}") from None
     try:
         shapes = get_op(node.op).infer_shapes(attrs, ins)
     except ValueError as e:
-        raise _refusal(graph, node, old_ins[0], ins[0], size, e) from None
-    if node.op in WINDOW_OPS and not _is_global_pool(node.op, node.attrs, old_ins[0].shape):
-        _check_strides(graph, node, attrs.stride, old_ins[0].shape, ins[0].shape, size)
+        raise _refusal(graph, node, rule, old_ins[0], ins[0], size, e) from None
+    stride = _stride(node, rule, old_ins[0].shape)
+    if stride is not None:
+        _check_strides(graph, node, stride, old_ins[0].shape, ins[0].shape, size)
     for name, shape in zip(node.outputs, shapes):
         tensors[name] = replace(tensors[name], shape=tuple(shape))
     return replace(node, attrs=attrs)
 
 
-def _attrs(graph: Graph, node: Node, old: Tensor, new: Tensor, size: tuple[int, int]):
-    """The node's attrs at the new size: a global average pool's window, a folded mean's scale."""
-    a = node.attrs
-    if _is_global_pool(node.op, a, old.shape):
-        count = new.shape[1] * new.shape[2]
-        if a.output is not None:  # one multiplier per valid-cell count 1 .. KH*KW
-            if count > len(a.output.multiplier):
-                raise UsageError(f"{_at(graph, size)}: the global average pool {node.name} would average {count} "
-                                 f"cells but carries multipliers for up to {len(a.output.multiplier)}; give an "
-                                 f"input size no larger than the model's")
-            a = replace(a, output=replace(a.output, multiplier=a.output.multiplier[:count],
-                                          shift=a.output.shift[:count]))
-        return replace(a, kernel=new.shape[1:3])
-    if node.op == "mean" and a.count_folded and new.shape[1:3] != old.shape[1:3]:
-        from tinytrain.frontends.onnx_requant import mean_requant
-
-        out = graph.tensors[node.outputs[0]].quant
-        return replace(a, requant=mean_requant(old.quant.s, new.shape[1] * new.shape[2], out.s))
-    return a
-
-
-def _is_global_pool(op: str, a, shape: tuple[int, ...]) -> bool:
-    """An average pool whose one unpadded window is its whole input."""
-    return op == "avg_pool2d" and a.padding == (0, 0, 0, 0) and a.kernel == shape[1:3]
+def _stride(node: Node, rule: Resize, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The stride of a window whose padding depends on the input size, or None."""
+    return None if rule.stride is None else rule.stride(node.attrs, shape)
 
 
 def _check_strides(graph: Graph, node: Node, stride: tuple[int, int], old: tuple, new: tuple,
@@ -115,19 +104,20 @@ def _check_strides(graph: Graph, node: Node, stride: tuple[int, int], old: tuple
 def _total_stride(graph: Graph, axis: int) -> int:
     total = 1
     for node in graph.nodes:
-        x = graph.tensors[node.inputs[0]].shape
-        if node.op in WINDOW_OPS and not _is_global_pool(node.op, node.attrs, x):
-            total *= node.attrs.stride[axis - 1]
+        stride = _stride(node, get_op(node.op).resize or _NONE, graph.tensors[node.inputs[0]].shape)
+        if stride is not None:
+            total *= stride[axis - 1]
     return total
 
 
-def _refusal(graph: Graph, node: Node, old: Tensor, new: Tensor, size: tuple[int, int], e: ValueError) -> UsageError:
+def _refusal(graph: Graph, node: Node, rule: Resize, old: Tensor, new: Tensor, size: tuple[int, int],
+             e: ValueError) -> UsageError:
     """The one line for a layer that cannot take its input at the new size."""
-    if node.op in ("reshape", "fully_connected") and old.size != new.size:
+    if rule.features and old.size != new.size:
         return UsageError(f"{_at(graph, size)}: layer {node.name} ({node.op}) takes {old.shape[1:]} = {old.size} "
                           f"values at the model's size but would get {new.shape[1:]} = {new.size}; its weights fix "
                           f"the number of features, so this model runs only at {_size(graph)}")
-    if node.op in WINDOW_OPS:
+    if rule.stride is not None:
         return UsageError(f"{_at(graph, size)}: too small for layer {node.name} ({node.op}, input "
                           f"{new.shape[1]}x{new.shape[2]}: {e}); give a larger --input-size")
     return UsageError(f"{_at(graph, size)}: layer {node.name} ({node.op}) does not take its input at this size ({e})")

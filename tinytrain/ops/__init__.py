@@ -2,16 +2,24 @@
 
 An op module holds everything about its op: attribute dataclass, shape rule, numpy reference
 (the spec), MAC count and backward rule. A forward op's backward kernels (``conv2d_grad_input``, ...)
-live in its module too, which then exports them all in ``OPS``. The registry is collected from the package's
-modules: adding an op adds its module here, its C binding (``codegen/bindings/``) and its kernel templates
-(docs/design.md §11).
+live in its module too, which then exports them all in ``OPS``; so do its integer forms (the integer step's ops
+live beside the float op they replace). The registry is collected from the package's modules: adding an op adds its
+module here, its C binding (``codegen/bindings/``) and its kernel templates (docs/design.md §11).
+
+The rest of the compiler finds what it needs to know of an op here too, never in a list of its own: the
+``OpDef`` hooks (``integer``, ``resize``, ``export``, ``twin``, ``doc``, below) and the importers' handlers, which
+an op module declares by the name its source format uses (``ONNX``, ``ONNX_QOPERATOR``: ONNX op type -> handler;
+``TFLITE``: builtin operator -> :class:`TfliteRead`), collected by :func:`declared`. A hook receives the pass that
+calls it (the ONNX converter, the TFLite importer, the exporter, the integer rewrite) and uses only the methods
+that pass documents for its hooks: the ops import no frontend, the frontends import the ops. Module names starting
+with ``_`` hold what several op modules share and define no op.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -65,6 +73,54 @@ class RowWindow:
 Rows = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "RowWindow | None"]
 
 
+# integer(node, rewrite) -> the node's integer form (training/integer_step.py: ``rewrite`` is its ``IntegerRewrite``).
+Integer = Callable[[Node, Any], Node]
+# export(exporter, node) -> None: writes the node as ONNX (export_onnx.py: the exporter's ``dq``, ``q``, ``clip``, ...).
+Export = Callable[[Any, Node], None]
+# twin(torch_ops, node, inputs, params, clamp) -> the node's fp32 output in PyTorch (benchmarks/torch_twin.py):
+# ``torch_ops`` has ``torch`` and ``F`` (torch.nn.functional), ``inputs`` the float inputs (NCHW), ``params`` the
+# node's dequantized constants as parameters, ``clamp`` the real range of its int8 output.
+Twin = Callable[[Any, Node, Sequence[Any], Sequence[Any], tuple[float, float]], Any]
+
+
+@dataclass(frozen=True)
+class Resize:
+    """How an op takes another input size (frontends/resize.py). ``stride(attrs, input_shape)``: the stride of a
+    window whose padding depends on the input size (None: not such a window, e.g. a global pool); ``features``: its
+    weights fix the number of values it reads (a classifier, a flatten); ``adapt(attrs, old_input, new_input,
+    output)``: its attrs at the new size (a global pool's window, a folded mean's scale)."""
+
+    stride: Callable[[Any, tuple[int, ...]], "tuple[int, int] | None"] | None = None
+    features: bool = False
+    adapt: Callable[[Any, Tensor, Tensor, Tensor], Any] | None = None
+
+
+@dataclass(frozen=True)
+class OpDoc:
+    """The op's row of docs/guide/ops.md (generated: scripts/ops_doc.py): what it imports from, its arithmetic, its
+    backward and what the backward saves; ``detail``: a paragraph of the page's details section."""
+
+    tflite: str
+    onnx: str
+    arithmetic: str
+    backward: str
+    saves: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TfliteRead:
+    """A TFLite builtin operator's reader (frontends/tflite/): ``read(importer, operator)`` adds its IR nodes;
+    ``options``: its BuiltinOptions union type and fields ((name, slot, struct format, default), ...);
+    ``required``: how many leading inputs it must have; ``constants``: the input
+    positions its reader takes from buffers (weights, shapes)."""
+
+    read: Callable[[Any, Any], None]
+    options: "tuple[int, tuple[tuple[str, int, str, Any], ...]] | None" = None
+    required: int = 1
+    constants: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True)
 class OpDef:
     """What the compiler knows about one op.
@@ -92,6 +148,13 @@ class OpDef:
     scratch before writing the block's outputs (e.g. a depthwise input gradient a few channels at a time).
     ``bound`` is a backward op's magnitude rule: ``training/finite.py`` composes the rules from the loss gradient
     (bounded by 1) to prove that no gradient of a step with a finite loss overflows float32.
+    ``integer`` rewrites a node of this (backward, update or loss) op into its integer form for the integer step
+    (None: the op has none, and the integer step refuses it); ``resize`` says how the op takes another input size
+    (None: its output follows its input's shape rule); ``export`` writes it as ONNX (None: it does not export);
+    ``twin`` computes it in PyTorch's fp32 (None: the twin refuses it); ``doc`` is its row of the ops page (None: a
+    backward op, listed by its forward op). ``layer``: the op holds trainable weights (a weight at input 1, an
+    optional bias at input 2: what a plan trains, a head replaces); ``loss``: the op computes a training step's loss;
+    ``after_logits``: a forward op that may follow a classifier's logits (the loss reads through it).
     """
 
     name: str
@@ -107,6 +170,14 @@ class OpDef:
     rows: Rows | None = None
     overwrites: Overwrites | None = None
     bound: Bound | None = None
+    integer: Integer | None = None
+    resize: Resize | None = None
+    export: Export | None = None
+    twin: Twin | None = None
+    doc: OpDoc | None = None
+    layer: bool = False
+    loss: bool = False
+    after_logits: bool = False
 
 
 def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> np.ndarray:
@@ -119,14 +190,20 @@ def elementwise_rows(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Te
     return RowWindow(1, 0, 1) if len(outs[0].shape) == 4 and ins[k] is not None else None
 
 
+def op_modules() -> list[Any]:
+    """Every op module of this package, by name (``_`` modules hold shared helpers and define no op)."""
+    infos = sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+    return [importlib.import_module(f"{__name__}.{info.name}") for info in infos if not info.name.startswith("_")]
+
+
 def _registry() -> dict[str, OpDef]:
     """Op name -> OpDef, from every module of this package (each exports ``OP``, or ``OPS`` when it defines several)."""
     found: dict[str, OpDef] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for module in op_modules():
+        info_name = module.__name__.rsplit(".", 1)[1]
         for op in getattr(module, "OPS", None) or (module.OP,):
             if op.name in found:
-                raise AssertionError(f"two ops named {op.name!r} (ops/{info.name}.py and another)")
+                raise AssertionError(f"two ops named {op.name!r} (ops/{info_name}.py and another)")
             found[op.name] = op
     return found
 
@@ -143,6 +220,26 @@ def get_op(name: str) -> OpDef:
         raise KeyError(f"no op named {name!r}") from None
 
 
+def all_ops() -> dict[str, OpDef]:
+    """Op name -> OpDef of every registered op."""
+    if not _OPS:
+        _OPS.update(_registry())
+    return dict(_OPS)
+
+
+def declared(attr: str) -> dict[str, Any]:
+    """The entries of the dict ``attr`` (``ONNX``, ``ONNX_QOPERATOR``, ``TFLITE``) of every op module merged: a
+    source format's name -> the op module's handler of it. Two modules declaring one name is a bug."""
+    found: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for module in op_modules():
+        for key, value in getattr(module, attr, {}).items():
+            if key in found:
+                raise AssertionError(f"{attr} {key!r} is declared by {owner[key]} and {module.__name__}")
+            found[key], owner[key] = value, module.__name__
+    return found
+
+
 def written_tensors(graph) -> list[str]:
     """The tensors a training graph updates in place (its nodes' ``writes`` inputs), in node order."""
     names = []
@@ -151,6 +248,24 @@ def written_tensors(graph) -> list[str]:
             if w < len(node.inputs) and node.inputs[w]:
                 names.append(node.inputs[w])
     return names
+
+
+def integer_form(op: str, scale: Callable[[Any, Node, float], float] | None = None) -> Integer:
+    """The ``integer`` rule of a backward op whose integer form ``op`` computes on the integer gradient at input 0:
+    its output gets the real scale ``scale(rewrite, node, s_g)`` (default: the gradient's s_g) and the gradient's
+    run-time exponent."""
+    def rule(node: Node, rewrite) -> Node:
+        s = rewrite.scale(node.inputs[0], node)
+        rewrite.int_output(node.outputs[0], s if scale is None else scale(rewrite, node, s))
+        new = replace(node, op=op)
+        rewrite.pass_exponent(new)
+        return new
+    return rule
+
+
+def keep(node: Node, rewrite) -> Node:
+    """The ``integer`` rule of a node the integer step keeps as it is (the reported loss, read by nothing)."""
+    return node
 
 
 def same_bound(attrs: Any, ins: Sequence[Tensor | None], bounds: Sequence[float | None]) -> list[float]:

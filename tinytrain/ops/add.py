@@ -4,6 +4,10 @@ Each input is offset, shifted left by ``left_shift`` (20), scaled to a common sc
 requantized to the output scale, all in fixed point. The three requantizations round as their
 Requant says (double rounding for TFLite imports; single rounding for ONNX imports, where the two input
 rescales are exact to 2^-20 and the sum is rounded once, like onnxruntime's float add).
+
+Imports: TFLite ADD of two activations of one shape; ONNX Add of two dequantized activations and com.microsoft
+QLinearAdd (a constant added to a convolution's or fully-connected layer's output folds into its bias instead);
+exported as Add.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, elementwise_min_read, elementwise_rows
-from tinytrain.quant import Requant, multiply_by_quantized_multiplier
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, TfliteRead, elementwise_min_read, elementwise_rows
+from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,6 @@ def reference(a: AddAttrs, arrays, ins, outs) -> list[np.ndarray]:
 def macs(a: AddAttrs, ins, outs) -> int:
     return 0
 
-
-
 def backward(b, node, out_grads) -> list[str | None]:
     """Real-valued y = x1 + x2: after the clamp mask both inputs get g unchanged.
 
@@ -81,5 +84,106 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [gz if b.needs_grad(i) else None for i in node.inputs]
 
 
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    """TFLite's three requantizations, each rounded once (frontends/onnx/requant.py)."""
+    ta, tb = cv.tensors[p.args["a"]], cv.tensors[p.args["b"]]
+    if ta.shape != tb.shape:
+        raise cv.unsupported(f"{p.source}: adds shapes {cv.onnx_shape(ta.shape)} and {cv.onnx_shape(tb.shape)}; "
+                             f"broadcasting Add is not supported (only residual adds of equal shapes)")
+    amin, amax = activation_range(yq.zp, yq.s, p.lo, p.hi, half_even=True)
+    attrs = AddAttrs.from_scales(ta.quant.s, tb.quant.s, yq.s, amin, amax, single_rounding=True)
+    return cv.add_node("add", p.source, [ta.name, tb.name], out_hint, yq, attrs, p.source)
+
+
+def _fold_constant(cv, node, v, const) -> bool:
+    """Fold the constant ``const`` added to float value ``v`` into the bias of the layer that computes v."""
+    label = cv.label(node)
+    real = cv.real(const.qconst) if const.kind == "qconst" else const.array
+    p = None
+    if v.kind == "pending" and v.pending.has_bias and (v.pending.lo, v.pending.hi) == (None, None):
+        p = v.pending
+    elif v.kind == "dq":
+        p = cv.pending_from_producer(v.act, label)
+    if p is None:
+        return False
+    cv.values[node.output[0]] = cv.pending_value(cv.fold_bias(p, real, label))
+    return True
+
+
+def onnx_add(cv, node) -> None:
+    label = cv.label(node)
+    va, vb = cv.value(node, 0), cv.value(node, 1)
+    kinds = [getattr(v, "kind", None) for v in (va, vb)]
+    if kinds == ["dq", "dq"]:
+        cv.defer(node, "add", va.act.shape, onnx_emit, reopens=True, a=va.act.ir, b=vb.act.ir)
+        return
+    const = [k in ("qconst", "fconst") for k in kinds]
+    if const[0] and not const[1]:
+        va, vb, kinds = vb, va, kinds[::-1]
+    if kinds[0] is not None and kinds[1] in ("qconst", "fconst"):
+        if _fold_constant(cv, node, va, vb):
+            return
+        raise cv.unsupported(f"{label} adds a constant to '{node.input[0]}'; a constant can only be added as the bias "
+                             f"of a Conv/Gemm/MatMul")
+    cv.dq_input(node, 0)  # leave the detailed message to dq_input
+    cv.dq_input(node, 1)
+    raise cv.unsupported(f"{label}: unsupported Add pattern")
+
+
+def onnx_qlinear_add(cv, node) -> None:
+    """com.microsoft QLinearAdd (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
+    label = cv.label(node)
+    yq, dtype = cv.qlinear_output(node, 6, 7)
+    const_idx = [i for i in (0, 3) if cv.is_const(node.input[i])]
+    if not const_idx:
+        a, b = cv.qlinear_input(node, 0, 1, 2), cv.qlinear_input(node, 3, 4, 5)
+        p = cv.defer(node, "add", a.shape, onnx_emit, reopens=True, a=a.ir, b=b.ir)
+        cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
+        return
+    if len(const_idx) == 2:
+        raise cv.unsupported(f"{label} adds two constants; fold constants before import")
+    ci = const_idx[0]
+    ai = 3 - ci
+    act = cv.qlinear_input(node, ai, ai + 1, ai + 2)
+    qc = cv.qconst(node, ci, ci + 1, ci + 2, None, "constant")
+    p = cv.pending_from_producer(act, label)
+    if p is None:
+        raise cv.unsupported(f"{label} adds a constant to '{node.input[ai]}'; a constant can only be added as the bias "
+                             f"of a convolution or matrix multiplication")
+    cv.set_output(node, cv.materialize(cv.fold_bias(p, cv.real(qc), label), yq, node.output[0]), dtype)
+
+
+def tflite_add(im, op) -> None:
+    if any(im.is_constant(i) for i in op.inputs[:2]):
+        raise UnsupportedModelError(f"operator {op.index} (ADD) has a constant operand; only the sum of two "
+                                    "activations is supported")
+    a, b, out = im.act(op.inputs[0]), im.act(op.inputs[1]), im.out(op)
+    if a.shape != b.shape or a.shape != out.shape:
+        raise UnsupportedModelError(f"operator {op.index} (ADD) broadcasts {list(a.shape)} and {list(b.shape)}; "
+                                    "only same-shape adds are supported")
+    act_min, act_max = im.activation(op, out)
+    im.node(op, "add", [a.name, b.name], [out.name], AddAttrs.from_scales(a.quant.s, b.quant.s, out.quant.s, act_min,
+                                                                          act_max))
+
+
+def export(ex, n) -> None:
+    a = n.attrs
+    f = ex.node("Add", [ex.dq(n.inputs[0], n.name), ex.dq(n.inputs[1], n.name)], f"{n.outputs[0]}_float", n.name)
+    ex.q(ex.clip(f, n.outputs[0], a.act_min, a.act_max, n.name), n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    return t.torch.clamp(xs[0] + xs[1], *clamp)
+
+
+ONNX = {"Add": onnx_add}
+ONNX_QOPERATOR = {"com.microsoft.QLinearAdd": onnx_qlinear_add}
+TFLITE = {"ADD": TfliteRead(tflite_add, (11, (("activation", 0, "<b", 0),)), required=2)}
+DOC = OpDoc("ADD", "Add / QLinearAdd", "TFLite fixed point", "g to both inputs", "clamp mask")
+
+
 OP = OpDef("add", AddAttrs, infer_shapes, reference, macs, backward=backward, min_read=elementwise_min_read,
-           rows=elementwise_rows)
+           rows=elementwise_rows, export=export, twin=twin, doc=DOC)

@@ -9,17 +9,23 @@ With ``output`` (ONNX QLinearAveragePool to another scale) the output has its ow
 y = MBQM(sum(x - zx), m[count - 1], shift[count - 1]) + zy: ``output`` holds one multiplier of
 s_in / (c * s_out) per count c = 1 .. KH*KW, so the real average is rounded once.
 A window without valid cells (padding >= kernel) gives 0 before the clamp.
+
+Imports: TFLite AVERAGE_POOL_2D; ONNX AveragePool (a float island; count_include_pad pads explicitly) and
+com.microsoft QLinearAveragePool, an IR mean (ops/mean.py) where the window covers the whole unpadded input;
+exported as AveragePool.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tinytrain.ops import OpDef, same_bound
-from tinytrain.quant import Requant, multiply_by_quantized_multiplier
+from tinytrain.errors import ModelError, PlanError
+from tinytrain.ops import OpDef, OpDoc, Resize, TfliteRead, integer_form, same_bound
+from tinytrain.ops import mean as mean_op
+from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier
 
 
 @dataclass(frozen=True)
@@ -146,13 +152,135 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [b.emit("avg_pool2d_grad", [g], attrs, f"{node.name}.grad_input")[0]]
 
 
-OP = OpDef("avg_pool2d", AvgPool2dAttrs, infer_shapes, reference, macs, backward=backward)
+# ---- the importers, the exporter, the twin, the other input sizes (ops/__init__.py: hooks) -------------------------
+
+
+def _same_quant(a, b) -> bool:
+    return np.float32(a.s) == np.float32(b.s) and a.zp == b.zp
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    """An IR mean when the window is the whole unpadded input; else avg_pool2d rounding half to even with the
+    input's quantization, or one rounding of s_in * sum(x - zx) / (count * s_out) to another (QLinearAveragePool)."""
+    a = p.args
+    xt = cv.tensors[a["x"]]
+    if tuple(a["kernel"]) == xt.shape[1:3] and tuple(a["padding"]) == (0, 0, 0, 0):
+        mean = replace(p, op="mean", args={"x": a["x"], "keepdims": True}, emit=mean_op.onnx_emit, reopens=True)
+        return cv.materialize(mean, yq, out_hint)
+    amin, amax = activation_range(yq.zp, yq.s, p.lo, p.hi, half_even=True)
+    geometry = (tuple(a["kernel"]), tuple(a["stride"]), tuple(a["padding"]), amin, amax)
+    if _same_quant(xt.quant, yq):
+        return cv.add_node("avg_pool2d", p.source, [a["x"]], out_hint, xt.quant,
+                           AvgPool2dAttrs(*geometry, round_half_even=True), p.source)
+    cells = int(a["kernel"][0]) * int(a["kernel"][1])
+    output = Requant.from_scales([xt.quant.s / (c * yq.s) for c in range(1, cells + 1)], True)
+    return cv.add_node("avg_pool2d", p.source, [a["x"]], out_hint, yq, AvgPool2dAttrs(*geometry, output=output),
+                       p.source)
+
+
+def onnx_defer(cv, node, act) -> None:
+    label = cv.label(node)
+    if len(act.shape) != 4:
+        raise cv.unsupported(f"{label}: only 2-D (NCHW) pooling is supported")
+    n, c, h, w = act.shape
+    kernel, stride, padding, include_pad = cv.pool_geometry(node, (h, w))
+    x_ir = act.ir
+    if include_pad and any(padding):
+        x_ir = cv.emit_pad(x_ir, ((padding[0], padding[2]), (padding[1], padding[3]), (0, 0)), act.ir + "_padded",
+                           label)
+        padding = (0, 0, 0, 0)
+        h, w = cv.tensors[x_ir].shape[1:3]
+    ho = (h + padding[0] + padding[2] - kernel[0]) // stride[0] + 1
+    wo = (w + padding[1] + padding[3] - kernel[1]) // stride[1] + 1
+    cv.defer(node, "avg_pool2d", (n, c, ho, wo), onnx_emit, x=x_ir, kernel=kernel, stride=stride, padding=padding)
+
+
+def onnx_average_pool(cv, node) -> None:
+    onnx_defer(cv, node, cv.dq_input(node, 0))
+
+
+def onnx_qlinear_average_pool(cv, node) -> None:
+    """com.microsoft QLinearAveragePool (X, x_scale, x_zp, y_scale, y_zp), NCHW."""
+    cv.channels_first(node)
+    x = cv.qlinear_input(node, 0, 1, 2)
+    yq, dtype = cv.qlinear_output(node, 3, 4)
+    onnx_defer(cv, node, x)
+    cv.set_output(node, cv.materialize(cv.values[node.output[0]].pending, yq, node.output[0]), dtype)
+
+
+def tflite_average_pool(im, op) -> None:
+    x, out = im.act(op.inputs[0]), im.out(op)
+    im.rank4(op, x)
+    kernel = (op.options["filter_h"], op.options["filter_w"])
+    if min(kernel) <= 0:
+        raise ModelError(f"operator {op.index} (AVERAGE_POOL_2D) has filter {list(kernel)}")
+    stride = im.stride(op)
+    padding = im.padding(op, x, out, kernel, stride, (1, 1))
+    act_min, act_max = im.activation(op, out)
+    uint8 = im.tensor(op.inputs[0]).type == "UINT8"
+    im.node(op, "avg_pool2d", [x.name], [out.name],
+            AvgPool2dAttrs(kernel, stride, padding, act_min, act_max, round_half_up=uint8))
+
+
+def export(ex, n) -> None:
+    a = n.attrs
+    f = ex.node("AveragePool", [ex.dq(n.inputs[0], n.name)], f"{n.outputs[0]}_float", n.name,
+                kernel_shape=list(a.kernel), strides=list(a.stride), pads=list(a.padding), count_include_pad=0)
+    ex.q(ex.clip(f, n.outputs[0], a.act_min, a.act_max, n.name), n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    a = node.attrs
+    pt, pl, pb, pr = a.padding
+    return t.F.avg_pool2d(t.F.pad(xs[0], (pl, pr, pt, pb)), a.kernel, a.stride)
+
+
+def is_global_pool(a: AvgPool2dAttrs, shape: tuple[int, ...]) -> bool:
+    """One unpadded window that is the whole input of NHWC ``shape``."""
+    return a.padding == (0, 0, 0, 0) and a.kernel == shape[1:3]
+
+
+def resized(a: AvgPool2dAttrs, old, new, out) -> AvgPool2dAttrs:
+    """A global average pool stays global: its window becomes the new map (with its multipliers for up to the new
+    count of cells); a fixed window is kept."""
+    if not is_global_pool(a, old.shape):
+        return a
+    count = new.shape[1] * new.shape[2]
+    if a.output is not None:  # one multiplier per valid-cell count 1 .. KH*KW
+        if count > len(a.output.multiplier):
+            raise ValueError(f"is a global average pool that would average {count} cells but carries multipliers "
+                             f"for up to {len(a.output.multiplier)}; give an input size no larger than the model's")
+        a = replace(a, output=replace(a.output, multiplier=a.output.multiplier[:count], shift=a.output.shift[:count]))
+    return replace(a, kernel=new.shape[1:3])
+
+
+RESIZE = Resize(stride=lambda a, shape: None if is_global_pool(a, shape) else a.stride, adapt=resized)
+ONNX = {"AveragePool": onnx_average_pool}
+ONNX_QOPERATOR = {"com.microsoft.QLinearAveragePool": onnx_qlinear_average_pool}
+_POOL_OPTIONS = (5, (("padding", 0, "<b", 0), ("stride_w", 1, "<i", 0), ("stride_h", 2, "<i", 0),
+                     ("filter_w", 3, "<i", 0), ("filter_h", 4, "<i", 0), ("activation", 5, "<b", 0)))
+TFLITE = {"AVERAGE_POOL_2D": TfliteRead(tflite_average_pool, _POOL_OPTIONS)}
+DOC = OpDoc("AVERAGE_POOL_2D", "AveragePool / QLinearAveragePool", "rounded division", "g / count to the window",
+            "clamp mask if clamped")
+
+
+OP = OpDef("avg_pool2d", AvgPool2dAttrs, infer_shapes, reference, macs, backward=backward, resize=RESIZE, export=export,
+           twin=twin, doc=DOC)
 def grad_bound(a: AvgPool2dGradAttrs, ins, bounds) -> list[float]:
     """An input cell lies in at most ceil(k / stride) windows per axis, each adding g / count with count >= 1."""
     return [bounds[0] * -(-a.kernel[0] // a.stride[0]) * -(-a.kernel[1] // a.stride[1])]
 
 
-GRAD = OpDef("avg_pool2d_grad", AvgPool2dGradAttrs, grad_shapes, grad_reference, macs, bound=grad_bound)
+def _global_share(rewrite, node, s: float) -> float:
+    """A global pool's integer gradient: the same integers, the scale divided by H W."""
+    if not is_global(node.attrs):
+        raise PlanError(f'"backward": "int": {node.name} is the gradient of an average pool that is not global; '
+                        'use "backward": "fp32"')
+    return s / (node.attrs.input_hw[0] * node.attrs.input_hw[1])
+
+
+GRAD = OpDef("avg_pool2d_grad", AvgPool2dGradAttrs, grad_shapes, grad_reference, macs, bound=grad_bound,
+             integer=integer_form("avg_pool2d_grad_int", _global_share))
 
 
 def is_global(a: AvgPool2dGradAttrs) -> bool:

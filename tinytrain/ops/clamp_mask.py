@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, elementwise_min_read, no_macs, same_bound
+from tinytrain.ops import OpDef, elementwise_min_read, integer_form, no_macs, same_bound
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def int_reference(a: ClampMaskAttrs, arrays, ins, outs) -> list[np.ndarray]:
 
 
 OP = OpDef("clamp_mask", ClampMaskAttrs, infer_shapes, reference, no_macs, min_read=elementwise_min_read,
-           bound=same_bound)
+           bound=same_bound, integer=integer_form("clamp_mask_int"))
 INT = OpDef("clamp_mask_int", ClampMaskAttrs, infer_shapes, int_reference, no_macs, min_read=elementwise_min_read,
             bound=same_bound)
 OPS = (OP, INT)

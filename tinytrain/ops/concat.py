@@ -6,6 +6,10 @@ onnxruntime's QLinearConcat and QDQ Concat requantize each input in float32 (tin
 
 Backward: the real output is the inputs side by side, so input k's gradient is its slice of the output gradient
 (``concat_grad``); a requantization that saturates is straight-through.
+
+Imports: TFLite CONCATENATION (inputs quantized like the output); ONNX Concat of dequantized activations (QDQ) and
+com.microsoft QLinearConcat, each input requantized to the output (and clamped by a Relu / Clip after it) in float32
+through a table, or copied when it has the output's quantization and nothing clamps; exported as Concat.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, RowWindow, no_macs, same_bound
+from tinytrain import tables
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, RowWindow, TfliteRead, no_macs, same_bound
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,81 @@ def backward(b, node, out_grads) -> list[str | None]:
     return grads
 
 
-OP = OpDef("concat", ConcatAttrs, infer_shapes, reference, no_macs, backward=backward, rows=rows)
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+_NCHW_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    xs = [cv.tensors[x] for x in p.args["xs"]]
+    copy = (p.lo, p.hi) == (None, None)
+    same = [np.float32(x.quant.s) == np.float32(yq.s) and x.quant.zp == yq.zp for x in xs]
+    parts = tuple(None if copy and s else tables.float32_table(lambda v: v, x.quant, yq, p.lo, p.hi)
+                  for x, s in zip(xs, same))
+    return cv.add_node("concat", p.source, [x.name for x in xs], out_hint, yq, ConcatAttrs(p.args["axis"], parts),
+                       p.source)
+
+
+def _axis(cv, node, rank: int) -> int:
+    axis = int(cv.attrs(node).get("axis", 1)) % rank
+    axis = _NCHW_TO_NHWC[axis] if rank == 4 else axis
+    if axis == 0:
+        raise cv.unsupported(f"{cv.label(node)} concatenates along the batch axis")
+    return axis
+
+
+def onnx_concat(cv, node) -> None:
+    """Concat of DequantizeLinear outputs (QDQ), deferred to its QuantizeLinear."""
+    xs = [cv.dq_input(node, i) for i in range(len(node.input))]
+    axis = _axis(cv, node, len(xs[0].shape))
+    onnx_axis = int(cv.attrs(node).get("axis", 1)) % len(xs[0].shape)
+    shape = list(xs[0].shape)
+    shape[onnx_axis] = sum(x.shape[onnx_axis] for x in xs)
+    cv.defer(node, "concat", tuple(shape), onnx_emit, xs=[x.ir for x in xs], axis=axis)
+
+
+def onnx_qlinear_concat(cv, node) -> None:
+    """com.microsoft QLinearConcat (Y_scale, Y_zp, then X, X_scale, X_zp per input)."""
+    yq, dtype = cv.qlinear_output(node, 0, 1)
+    xs = [cv.qlinear_input(node, idx, idx + 1, idx + 2) for idx in range(2, len(node.input), 3)]
+    p = cv.defer(node, "concat", (), onnx_emit, xs=[x.ir for x in xs], axis=_axis(cv, node, len(xs[0].shape)))
+    cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
+
+
+def tflite_concatenation(im, op) -> None:
+    """TFLite Micro's int8 kernel copies: every input must have the output's quantization."""
+    xs, out = [im.act(i) for i in op.inputs], im.out(op)
+    axis = op.options["axis"] % len(out.shape)
+    if op.options["activation"] != 0:
+        raise UnsupportedModelError(f"operator {op.index} (CONCATENATION) has a fused activation")
+    for x in xs:
+        if x.quant != out.quant:
+            raise UnsupportedModelError(f"operator {op.index} (CONCATENATION): input {x.name!r} is quantized "
+                                        "unlike the output (TFLite Micro's int8 kernel does not rescale)")
+    if axis == 0:
+        raise UnsupportedModelError(f"operator {op.index} (CONCATENATION) joins along the batch axis")
+    im.node(op, "concat", [x.name for x in xs], [out.name], ConcatAttrs(axis, (None,) * len(xs)))
+
+
+def export(ex, n) -> None:
+    rank = len(ex.g.tensors[n.outputs[0]].shape)
+    axis = {1: 2, 2: 3, 3: 1}[n.attrs.axis] if rank == 4 else n.attrs.axis
+    f = ex.node("Concat", [ex.dq(i, n.name) for i in n.inputs], f"{n.outputs[0]}_float", n.name, axis=axis)
+    ex.q(f, n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    rank = len(xs[0].shape)
+    return t.torch.cat(list(xs), dim={1: 2, 2: 3, 3: 1}[node.attrs.axis] if rank == 4 else node.attrs.axis)
+
+
+ONNX = {"Concat": onnx_concat}
+ONNX_QOPERATOR = {"com.microsoft.QLinearConcat": onnx_qlinear_concat}
+TFLITE = {"CONCATENATION": TfliteRead(tflite_concatenation, (10, (("axis", 0, "<i", 0), ("activation", 1, "<b", 0))))}
+DOC = OpDoc("CONCATENATION (equal quantization)", "Concat / QLinearConcat", "copies, or per-input requantization tables",
+            "slices of g", "nothing")
+OP = OpDef("concat", ConcatAttrs, infer_shapes, reference, no_macs, backward=backward, rows=rows, export=export,
+           twin=twin, doc=DOC)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,11 @@
 
 Backward as conv2d's (fp32, real values): clamp mask, then g_x = g_z @ W, g_w = g_z^T @ x (selected
 output channels), g_b = sum g_z.
+
+Imports: TFLite FULLY_CONNECTED (the multiplier double(s_in) * double(s_w) / double(s_out), measured on the runtimes
+for int8 and uint8 alike); ONNX Gemm (transA 0, alpha > 0 folded into the weight scale, beta into the bias),
+MatMul (a constant Add after it folds into the bias), QLinearMatMul and com.microsoft QGemm, with onnxruntime's
+float32 requantization; exported as Gemm (transB 1).
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tinytrain import f32
-from tinytrain.ops import OpDef
-from tinytrain.quant import Requant, requantize
+from tinytrain.errors import ModelError, UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, Resize, TfliteRead, integer_form
+from tinytrain.ops.conv2d.integer import input_gradient
+from tinytrain.ops.reshape import ReshapeAttrs
+from tinytrain.quant import Requant, activation_range, ort_requant, requantize
 
 
 @dataclass(frozen=True)
@@ -162,7 +170,7 @@ def grad_weight_int_bound(a: FullyConnectedGradWeightAttrs, ins, bounds) -> list
     return [bounds[0] * ins[0].shape[0] * max(abs(-128 - zx), abs(127 - zx))]
 
 
-# ---- integer input gradient (plan "backward": "int"): ops/conv2d_int.py's arithmetic on a (C_out, K) weight ----
+# ---- integer input gradient (plan "backward": "int"): ops/conv2d/integer.py's arithmetic on a (C_out, K) weight ----
 
 @dataclass(frozen=True)
 class FullyConnectedGradInputIntAttrs:
@@ -171,8 +179,8 @@ class FullyConnectedGradInputIntAttrs:
     limit: int = 2 ** 15 - 1  # L
 
     def as_conv(self):
-        """The same arithmetic as a pointwise convolution's (ops/conv2d_int.py) on N pixels."""
-        from tinytrain.ops.conv2d_int import Conv2dGradInputIntAttrs
+        """The same arithmetic as a pointwise convolution's (ops/conv2d/integer.py) on N pixels."""
+        from tinytrain.ops.conv2d.integer import Conv2dGradInputIntAttrs
 
         return Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=self.pre_shift, shift=self.shift,
                                        limit=self.limit)
@@ -188,8 +196,8 @@ def grad_input_int_shapes(a: FullyConnectedGradInputIntAttrs, ins) -> list[tuple
 
 def grad_input_int_reference(a: FullyConnectedGradInputIntAttrs, arrays, ins, outs) -> list[np.ndarray]:
     """[g_x (N,K), e_x]: gs = (g_z M + half(r)) >> r, acc = gs @ (w - zw) (int32, exact), (acc + half(t)) >> t
-    within the limit, t chosen at run time (ops/conv2d_int.py, whose bound rule and shifts it shares)."""
-    from tinytrain.ops.conv2d_int import reference as conv_reference
+    within the limit, t chosen at run time (ops/conv2d/integer.py, whose bound rule and shifts it shares)."""
+    from tinytrain.ops.conv2d.integer import reference as conv_reference
 
     g, w, m = arrays[:3]
     out = replace(outs[0], shape=(g.shape[0], 1, 1, w.shape[1]))
@@ -199,17 +207,173 @@ def grad_input_int_reference(a: FullyConnectedGradInputIntAttrs, arrays, ins, ou
 
 
 def grad_input_int_bound(a: FullyConnectedGradInputIntAttrs, ins, bounds) -> list[float]:
-    from tinytrain.ops.conv2d_int import bound as conv_bound
+    from tinytrain.ops.conv2d.integer import bound as conv_bound
 
     w = replace(ins[1], shape=(ins[1].shape[0], 1, 1, ins[1].shape[1]), data=_as_pointwise(ins[1].data))
     return conv_bound(a.as_conv(), [ins[0], w, *ins[2:]], bounds)
 
 
-OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward)
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    a = p.args
+    s_x = cv.tensors[a["x"]].quant.s
+    s_w = cv.tensors[a["w"]].quant.scale
+    amin, amax = activation_range(yq.zp, yq.s, p.lo, p.hi, half_even=True)
+    attrs = FullyConnectedAttrs(ort_requant(s_x, s_w, yq.s), amin, amax)
+    ins = [a["x"], a["w"]] + cv.bias_tensor(a["bias"], s_x, s_w, a["w"].removesuffix("_quantized") + "_bias")
+    return cv.add_node("fully_connected", p.source, ins, out_hint, yq, attrs, p.source)
+
+
+def _weight_tensor(cv, node, x, w, trans_b: bool) -> str:
+    label = cv.label(node)
+    if len(x.shape) != 2:
+        raise cv.unsupported(f"{label}: input of shape {x.shape}; only 2-D (batch, features) inputs are supported "
+                             f"(flatten before the layer)")
+    if w.data.ndim != 2:
+        raise cv.unsupported(f"{label}: weight of shape {tuple(w.data.shape)} is not 2-D")
+    data = w.data if trans_b else w.data.T
+    if data.shape[1] != x.shape[1]:
+        raise cv.malformed(f"{label}: weight {tuple(w.data.shape)} does not match input {x.shape}")
+    return cv.weight_tensor(w, np.ascontiguousarray(data), 0 if trans_b else 1, label)
+
+
+def _onnx_layer(cv, node, x, w, trans_b: bool, alpha: float, bias, beta: float) -> None:
+    label = cv.label(node)
+    if alpha != 1.0:
+        if not alpha > 0:
+            raise cv.unsupported(f"{label}: alpha={alpha}; only a positive alpha is supported")
+        w = replace(w, scale=w.scale * alpha)
+    w_ir = _weight_tensor(cv, node, x, w, trans_b)
+    s_w = np.asarray(cv.tensors[w_ir].quant.scale)
+    floats = isinstance(bias, np.ndarray)  # else None or a quantized constant (DequantizeLinear of one)
+    if bias is not None and beta != 1.0:
+        bias, floats = (np.asarray(bias, np.float64) if floats else cv.real(bias)) * beta, True
+    if bias is not None and floats:
+        bias = np.asarray(bias, np.float64).reshape(-1)
+    elif bias is not None and bias.data.ndim > 1:
+        bias = cv.real(bias).reshape(-1)
+    b = cv.bias_int32(bias, x.quant.s, s_w, label)
+    cv.defer(node, "fully_connected", (1, cv.tensors[w_ir].shape[0]), onnx_emit, reopens=True, x=x.ir, w=w_ir,
+             bias=b)
+
+
+def onnx_gemm(cv, node) -> None:
+    a = cv.attrs(node)
+    if a.get("transA", 0):
+        raise cv.unsupported(f"{cv.label(node)}: transA=1 is not supported")
+    x = cv.dq_input(node, 0)
+    w = cv.weight(node, 1)
+    _onnx_layer(cv, node, x, w, bool(a.get("transB", 0)), float(a.get("alpha", 1.0)), cv.bias(node, 2),
+                float(a.get("beta", 1.0)))
+
+
+def onnx_matmul(cv, node) -> None:
+    x = cv.dq_input(node, 0)
+    w = cv.weight(node, 1)
+    _onnx_layer(cv, node, x, w, False, 1.0, None, 1.0)
+
+
+def _qlinear_layer(cv, node, x, w_idx: int, trans_b: bool, bias_idx: int | None, y_idx: int) -> None:
+    w = cv.qconst(node, w_idx, w_idx + 1, w_idx + 2, 0 if trans_b else 1, "weight")
+    if w.data.ndim != 2:
+        raise cv.unsupported(f"{cv.label(node)}: weight of shape {tuple(w.data.shape)} is not 2-D (batched MatMul "
+                             f"with per-batch weights is not supported)")
+    w_ir = _weight_tensor(cv, node, x, w, trans_b)
+    bias = None
+    if bias_idx is not None and len(node.input) > bias_idx and node.input[bias_idx]:
+        bias = cv.qconst_raw_int32(node, bias_idx, "bias")
+    yq, dtype = cv.qlinear_output(node, y_idx, y_idx + 1)
+    p = cv.defer(node, "fully_connected", (1, cv.tensors[w_ir].shape[0]), onnx_emit, reopens=True, x=x.ir, w=w_ir,
+                 bias=bias)
+    cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
+
+
+def onnx_qlinear_matmul(cv, node) -> None:
+    """QLinearMatMul (2-D; weights (K, N), per-column scales allowed)."""
+    _qlinear_layer(cv, node, cv.qlinear_input(node, 0, 1, 2), 3, False, None, 6)
+
+
+def onnx_qgemm(cv, node) -> None:
+    """com.microsoft QGemm (int32 bias, y_scale present)."""
+    label, a = cv.label(node), cv.attrs(node)
+    if a.get("transA", 0):
+        raise cv.unsupported(f"{label}: transA=1 is not supported")
+    if float(a.get("alpha", 1.0)) != 1.0:
+        raise cv.unsupported(f"{label}: alpha={a['alpha']} is not supported (only 1)")
+    if len(node.input) < 8 or not node.input[7]:
+        raise cv.unsupported(f"{label} has a float output (no y_scale); quantize the model's outputs too")
+    _qlinear_layer(cv, node, cv.qlinear_input(node, 0, 1, 2), 3, bool(a.get("transB", 0)), 6, 7)
+
+
+def tflite_fully_connected(im, op) -> None:
+    x, y = im.act(op.inputs[0]), im.act(op.outputs[0])
+    if len(op.outputs) != 1:
+        raise ModelError(f"operator {op.index} (FULLY_CONNECTED) has {len(op.outputs)} outputs")
+    if op.options["weights_format"] != 0:
+        raise UnsupportedModelError(f"operator {op.index} (FULLY_CONNECTED) uses shuffled weights")
+    data, wt, wq, _ = im.weight(op.inputs[1], 2, 0)
+    cout, k = data.shape
+    if x.size != k:
+        raise UnsupportedModelError(f"operator {op.index} (FULLY_CONNECTED): input {list(x.shape)} is not one "
+                                    f"row of {k} (batched rows inside the model are not supported)")
+    if y.size != cout:
+        raise ModelError(f"operator {op.index} (FULLY_CONNECTED): output {list(y.shape)} for {cout} units")
+    src = x.name
+    if x.shape != (1, k):  # e.g. (1,1,1,K) from a pooling layer: flatten first
+        src = im.tensor_like(x, f"{x.name}/flat", (1, k))
+        im.node(op, "reshape", [x.name], [src], ReshapeAttrs((k,)), "_flatten")
+    # Measured: tflite-micro and the reference kernels use the double product here, per tensor, per channel
+    # and for uint8 (tests/test_tflite_frontend.py::test_requantization_multiplier_rule_matches_the_runtime).
+    requant = im.multipliers(x.quant.s, wq.scale, y.quant.s, float_product=False)
+    act_min, act_max = im.activation(op, y)
+    w = im.add_weight(op.inputs[1], data, wq)
+    b = im.add_bias(op, x, wq.scale)
+    dst = y.name if y.shape == (1, cout) else im.tensor_like(y, f"{y.name}/2d", (1, cout))
+    im.node(op, "fully_connected", [src, w] + ([b] if b else []), [dst], FullyConnectedAttrs(requant, act_min, act_max))
+    if dst != y.name:  # keep_num_dims: compute (1, C_out), then restore the file's shape
+        im.node(op, "reshape", [dst], [y.name], ReshapeAttrs(y.shape[1:]), "_unflatten")
+
+
+def export(ex, n) -> None:
+    a = n.attrs
+    ins = [ex.dq(n.inputs[0], n.name), ex.weight(n.inputs[1], n.name)] + ex.bias(n, n.name)
+    f = ex.node("Gemm", ins, f"{n.outputs[0]}_float", n.name, transB=1)
+    ex.q(ex.clip(f, n.outputs[0], a.act_min, a.act_max, n.name), n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    b = params[1] if len(params) > 1 else None
+    return t.torch.clamp(t.F.linear(xs[0].flatten(1), params[0], b), *clamp)
+
+
+ONNX = {"Gemm": onnx_gemm, "MatMul": onnx_matmul}
+ONNX_QOPERATOR = {"QLinearMatMul": onnx_qlinear_matmul, "com.microsoft.QGemm": onnx_qgemm}
+TFLITE = {"FULLY_CONNECTED": TfliteRead(tflite_fully_connected, (8, (("activation", 0, "<b", 0),
+                                                                     ("weights_format", 1, "<b", 0),
+                                                                     ("keep_num_dims", 2, "<B", 0))),
+                                        required=2, constants=(1, 2))}
+DOC = OpDoc("FULLY_CONNECTED", "Gemm, MatMul (+Add) / QGemm, QLinearMatMul", "int32 acc, requantize",
+            "input and weight gradients", "input, clamp mask")
+
+
+def integer_input_gradient(node, rewrite):
+    """fully_connected_grad_input -> fully_connected_grad_input_int (a pointwise convolution's arithmetic)."""
+    return input_gradient(node, rewrite, "fully_connected_grad_input_int", False, FullyConnectedGradInputIntAttrs)
+
+
+def integer_weight_gradient(rewrite, node, s_g: float) -> float:
+    return s_g * float(np.float32(rewrite.tensors[node.inputs[1]].quant.s))
+
+
+OP = OpDef("fully_connected", FullyConnectedAttrs, infer_shapes, reference, macs, backward=backward,
+           resize=Resize(features=True), export=export, twin=twin, doc=DOC, layer=True)
 GRAD_INPUT = OpDef("fully_connected_grad_input", FullyConnectedGradInputAttrs, grad_input_shapes,
-                   grad_input_reference, grad_input_macs, bound=grad_input_bound)
+                   grad_input_reference, grad_input_macs, bound=grad_input_bound, integer=integer_input_gradient)
 GRAD_WEIGHT = OpDef("fully_connected_grad_weight", FullyConnectedGradWeightAttrs, grad_weight_shapes,
-                    grad_weight_reference, grad_weight_macs, bound=grad_weight_bound)
+                    grad_weight_reference, grad_weight_macs, bound=grad_weight_bound,
+                    integer=integer_form("fully_connected_grad_weight_int", integer_weight_gradient))
 GRAD_WEIGHT_INT = OpDef("fully_connected_grad_weight_int", FullyConnectedGradWeightAttrs, grad_weight_shapes,
                         grad_weight_int_reference, grad_weight_macs, bound=grad_weight_int_bound)
 GRAD_INPUT_INT = OpDef("fully_connected_grad_input_int", FullyConnectedGradInputIntAttrs, grad_input_int_shapes,

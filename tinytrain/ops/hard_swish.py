@@ -12,7 +12,7 @@ import numpy as np
 
 from tinytrain import tables
 from tinytrain.ir import QuantParams
-from tinytrain.ops import OpDef, elementwise_min_read, elementwise_rows, no_macs
+from tinytrain.ops import OpDef, OpDoc, TfliteRead, elementwise_min_read, elementwise_rows, no_macs
 from tinytrain.quant import quantize_multiplier, rounding_divide_by_pot
 
 _I16_MIN, _I16_MAX = -(1 << 15), (1 << 15) - 1
@@ -67,5 +67,16 @@ def onnx_table(xq: QuantParams, yq: QuantParams, lo: float | None = None, hi: fl
     return tables.float32_table(f, xq, yq, lo, hi)
 
 
+def slope(r: np.ndarray, a: tables.TableAttrs) -> np.ndarray:
+    return np.where(r < -3.0, 0.0, np.where(r > 3.0, 1.0, (2.0 * r + 3.0) / 6.0))
+
+
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+ONNX = {"HardSwish": lambda cv, node: tables.onnx_defer(cv, node, "hard_swish", onnx_table)}
+TFLITE = {"HARD_SWISH": TfliteRead(lambda im, op: tables.tflite_read(im, op, "hard_swish", tflite_table))}
+DOC = OpDoc("HARD_SWISH", "HardSwish (float island)", "256-entry table", "g * slope[x]", "**input** (int8)")
 OP = OpDef("hard_swish", tables.TableAttrs, tables.infer_shapes, tables.reference, no_macs,
-           backward=tables.backward, min_read=elementwise_min_read, rows=elementwise_rows)
+           backward=tables.backward_with(slope), min_read=elementwise_min_read, rows=elementwise_rows,
+           export=lambda ex, n: tables.export_as(ex, n, "HardSwish"), twin=lambda t, node, xs, p, c: t.F.hardswish(xs[0]),
+           doc=DOC)

@@ -16,7 +16,7 @@ import numpy as np
 
 from tinytrain import tables
 from tinytrain.ir import QuantParams
-from tinytrain.ops import OpDef, elementwise_min_read, elementwise_rows, no_macs
+from tinytrain.ops import OpDef, OpDoc, TfliteRead, elementwise_min_read, elementwise_rows, no_macs
 from tinytrain.quant import multiply_by_quantized_multiplier, rounding_divide_by_pot, srdhm, tflite_round
 
 _ONE_Q0 = (1 << 31) - 1  # FixedPoint<int32_t, 0>::One()
@@ -90,5 +90,19 @@ def onnx_table(xq: QuantParams, yq: QuantParams, lo: float | None = None, hi: fl
     return tables.float32_table(f, xq, yq, lo, hi)
 
 
+def slope(r: np.ndarray, a: tables.TableAttrs) -> np.ndarray:
+    s = 1.0 / (1.0 + np.exp(-r))
+    return s * (1.0 - s)
+
+
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+ONNX = {"Sigmoid": lambda cv, node: tables.onnx_defer(cv, node, "logistic", onnx_table)}
+ONNX_QOPERATOR = {"com.microsoft.QLinearSigmoid": lambda cv, node: tables.onnx_qlinear(cv, node, "logistic",
+                                                                                        onnx_table)}
+TFLITE = {"LOGISTIC": TfliteRead(lambda im, op: tables.tflite_read(im, op, "logistic", tflite_table))}
+DOC = OpDoc("LOGISTIC", "Sigmoid / QLinearSigmoid", "256-entry table", "g * slope[x]", "input (int8)")
 OP = OpDef("logistic", tables.TableAttrs, tables.infer_shapes, tables.reference, no_macs,
-           backward=tables.backward, min_read=elementwise_min_read, rows=elementwise_rows)
+           backward=tables.backward_with(slope), min_read=elementwise_min_read, rows=elementwise_rows,
+           export=lambda ex, n: tables.export_as(ex, n, "Sigmoid"), twin=lambda t, node, xs, p, c: t.torch.sigmoid(xs[0]),
+           doc=DOC)

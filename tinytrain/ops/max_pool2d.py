@@ -9,6 +9,10 @@ maximum in the window's row-major order (PyTorch's and TensorFlow's choice). The
 saved int8 input: it costs no tensor of its own, where saved indices would cost Ho*Wo*C bytes (a quarter of the
 input for a 2x2/2 pool) and a 1-bit "chosen" mask does not tell which of several overlapping windows chose a
 cell. A clamp narrower than int8 masks the output gradient first (clamp_mask on the saved output).
+
+Imports: TFLite MAX_POOL_2D (input and output quantized alike); ONNX MaxPool on int8 data (QOperator) or
+DQ -> MaxPool (-> Q): the maximum commutes with the dequantization, so the int8 maximum in the input's quantization
+is exact, and a following QuantizeLinear requantizes if needed; exported as MaxPool.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tinytrain.ops import OpDef, RowWindow, no_macs
+from tinytrain.errors import ModelError, UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, Resize, RowWindow, TfliteRead, no_macs
 
 _BELOW_INT8 = -129  # a padding cell never wins
 
@@ -81,7 +86,62 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [b.emit("max_pool2d_grad", [g, x], attrs, f"{node.name}.grad_input")[0]]
 
 
-OP = OpDef("max_pool2d", MaxPool2dAttrs, infer_shapes, reference, no_macs, backward=backward, rows=rows)
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+
+def onnx_max_pool(cv, node) -> None:
+    label = cv.label(node)
+    if len(node.output) > 1 and node.output[1]:
+        raise cv.unsupported(f"{label}: MaxPool's Indices output is not supported")
+    if cv.attrs(node).get("storage_order", 0):
+        raise cv.unsupported(f"{label}: storage_order=1 is not supported")
+    x, dq = cv.int_or_dq(node, 0)
+    if len(x.shape) != 4:
+        raise cv.unsupported(f"{label}: only 2-D (NCHW) max pooling is supported")
+    kernel, stride, padding, _ = cv.pool_geometry(node, x.shape[2:])
+    attrs = MaxPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding))
+    cv.record(node, cv.add_node("max_pool2d", label, [x.ir], node.output[0], cv.tensors[x.ir].quant, attrs, label),
+              x, dq)
+
+
+def tflite_max_pool(im, op) -> None:
+    x, out = im.act(op.inputs[0]), im.out(op)
+    im.rank4(op, x)
+    kernel = (op.options["filter_h"], op.options["filter_w"])
+    if min(kernel) <= 0:
+        raise ModelError(f"operator {op.index} (MAX_POOL_2D) has filter {list(kernel)}")
+    stride = im.stride(op)
+    padding = im.padding(op, x, out, kernel, stride, (1, 1))
+    if x.quant != out.quant:
+        raise UnsupportedModelError(f"operator {op.index} (MAX_POOL_2D): input and output quantization differ "
+                                    "(TFLite's kernel does not rescale)")
+    act_min, act_max = im.activation(op, out)
+    im.node(op, "max_pool2d", [x.name], [out.name], MaxPool2dAttrs(kernel, stride, padding, act_min, act_max))
+
+
+def export(ex, n) -> None:
+    a = n.attrs
+    f = ex.node("MaxPool", [ex.dq(n.inputs[0], n.name)], f"{n.outputs[0]}_float", n.name,
+                kernel_shape=list(a.kernel), strides=list(a.stride), pads=list(a.padding))
+    ex.q(ex.clip(f, n.outputs[0], a.act_min, a.act_max, n.name), n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    a = node.attrs
+    pt, pl, pb, pr = a.padding
+    y = t.F.max_pool2d(t.F.pad(xs[0], (pl, pr, pt, pb), value=float("-inf")), a.kernel, a.stride)
+    return t.torch.clamp(y, *clamp)
+
+
+ONNX = {"MaxPool": onnx_max_pool}
+TFLITE = {"MAX_POOL_2D": TfliteRead(tflite_max_pool, (5, (("padding", 0, "<b", 0), ("stride_w", 1, "<i", 0),
+                                                          ("stride_h", 2, "<i", 0), ("filter_w", 3, "<i", 0),
+                                                          ("filter_h", 4, "<i", 0), ("activation", 5, "<b", 0))))}
+DOC = OpDoc("MAX_POOL_2D", "MaxPool (int8 or DQ -> MaxPool)", "window maximum, same quantization",
+            "g to the window's argmax (first maximum, row-major), windows in (oy, ox) order",
+            "**input** (int8), clamp mask if clamped")
+OP = OpDef("max_pool2d", MaxPool2dAttrs, infer_shapes, reference, no_macs, backward=backward, rows=rows,
+           resize=Resize(stride=lambda a, shape: a.stride), export=export, twin=twin, doc=DOC)
 
 
 @dataclass(frozen=True)

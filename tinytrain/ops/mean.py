@@ -11,16 +11,22 @@ which needs ``count_folded``). Output (N,1,1,C) with ``keepdims`` else (N,C).
 Backward (fp32, real values): clamp mask of y, then mean_grad spreads g / (H*W) over the input.
 ``mean_grad_masked`` is mean_grad followed by ``clamp_mask_packed`` of the input's producer in one node (the
 broadcast gradient is never stored; training/fuse_masks.py), with the same float32 values.
+
+Imports: TFLite MEAN over H and W; ONNX GlobalAveragePool, ReduceMean over axes 2, 3 (the float islands of QDQ and
+QOperator models), com.microsoft QLinearGlobalAveragePool, and an AveragePool whose window is its whole input
+(ops/avg_pool2d.py), all with onnxruntime's float32 scale (``ort_mean_scale``); exported as GlobalAveragePool or
+ReduceMean.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tinytrain.ops import OpDef, same_bound
-from tinytrain.quant import Requant, multiply_by_quantized_multiplier
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, Resize, TfliteRead, integer_form, same_bound
+from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,111 @@ def backward(b, node, out_grads) -> list[str | None]:
     return [b.emit("mean_grad", [gz], MeanGradAttrs(b.tensor(x).shape[1:3]), f"{node.name}.grad_input")[0]]
 
 
-OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs, backward=backward)
-GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs, bound=same_bound)  # g / (H*W) <= g
+# ---- the importers, the exporter, the twin, the other input sizes (ops/__init__.py: hooks) -------------------------
+
+
+def ort_mean_scale(s_x: float, count: int, s_y: float) -> float:
+    """onnxruntime's QLinearGlobalAveragePool scale, float32(s_x / float32(s_y * float32(count)))."""
+    f = np.float32
+    return float(f(s_x) / (f(s_y) * f(count)))
+
+
+def mean_requant(s_x: float, count: int, s_y: float) -> Requant:
+    """An ONNX import's mean over ``count`` values (count folded into the scale): onnxruntime's float32 rounding."""
+    return Requant.from_scales([ort_mean_scale(s_x, count, s_y)], fp32=True)
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    xt = cv.tensors[p.args["x"]]
+    count = xt.shape[1] * xt.shape[2]
+    amin, amax = activation_range(yq.zp, yq.s, p.lo, p.hi, half_even=True)
+    attrs = MeanAttrs(mean_requant(xt.quant.s, count, yq.s), p.args["keepdims"], amin, amax, count_folded=True)
+    return cv.add_node("mean", p.source, [p.args["x"]], out_hint, yq, attrs, p.source)
+
+
+def onnx_defer(cv, node, act) -> None:
+    """A GlobalAveragePool / ReduceMean over H, W (keepdims as the node says), deferred to its QuantizeLinear."""
+    label = cv.label(node)
+    if len(act.shape) != 4:
+        raise cv.unsupported(f"{label}: only spatial means of NCHW tensors are supported")
+    n, c, _, _ = act.shape
+    if node.op_type in ("GlobalAveragePool", "QLinearGlobalAveragePool"):
+        keep = True
+    else:
+        a = cv.attrs(node)
+        axes = a.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            axes = [int(x) for x in cv.const(node, 1, "axes")]
+        if not axes:
+            raise cv.unsupported(f"{label} averages over all axes; only the mean over H and W (axes 2, 3) is supported")
+        axes = sorted({x + 4 if x < 0 else x for x in axes})
+        if axes != [2, 3]:
+            raise cv.unsupported(f"{label} averages over axes {axes}; only the mean over H and W (axes 2, 3) is "
+                                 f"supported")
+        keep = bool(a.get("keepdims", 1))
+    cv.defer(node, "mean", (n, c, 1, 1) if keep else (n, c), onnx_emit, reopens=True, x=act.ir, keepdims=keep)
+
+
+def onnx_mean(cv, node) -> None:
+    onnx_defer(cv, node, cv.dq_input(node, 0))
+
+
+def onnx_qlinear_mean(cv, node) -> None:
+    """com.microsoft QLinearGlobalAveragePool (X, x_scale, x_zp, y_scale, y_zp), NCHW."""
+    cv.channels_first(node)
+    x = cv.qlinear_input(node, 0, 1, 2)
+    yq, dtype = cv.qlinear_output(node, 3, 4)
+    onnx_defer(cv, node, x)
+    cv.set_output(node, cv.materialize(cv.values[node.output[0]].pending, yq, node.output[0]), dtype)
+
+
+def tflite_mean(im, op) -> None:
+    x, out = im.act(op.inputs[0]), im.out(op)
+    im.rank4(op, x)
+    axes = sorted({int(a) % 4 for a in im.const_data(op.inputs[1], "MEAN axis", ("INT32", "INT64")).ravel()})
+    if axes != [1, 2]:
+        raise UnsupportedModelError(f"operator {op.index} (MEAN) reduces axes {axes}; only the spatial axes "
+                                    "[1, 2] of an NHWC tensor are supported")
+    requant = Requant.from_scales([x.quant.s / out.quant.s])
+    im.node(op, "mean", [x.name], [out.name], MeanAttrs(requant, keepdims=bool(op.options["keep_dims"])))
+
+
+def export(ex, n) -> None:
+    a = n.attrs
+    x = ex.dq(n.inputs[0], n.name)
+    if a.keepdims:
+        f = ex.node("GlobalAveragePool", [x], f"{n.outputs[0]}_float", n.name)
+    else:
+        axes = ex.init(f"{n.outputs[0]}_axes", np.array([2, 3], np.int64))
+        f = ex.node("ReduceMean", [x, axes], f"{n.outputs[0]}_float", n.name, keepdims=0)
+    ex.q(ex.clip(f, n.outputs[0], a.act_min, a.act_max, n.name), n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    y = t.torch.clamp(xs[0].mean((2, 3), keepdim=True), *clamp)
+    return y if node.attrs.keepdims else y.flatten(1)
+
+
+def resized(a: MeanAttrs, old, new, out) -> MeanAttrs:
+    """A mean keeps averaging the whole map; an ONNX mean that folded 1/count into its scale gets the scale of the
+    new count, rounded as the frontend rounds it."""
+    if a.count_folded and new.shape[1:3] != old.shape[1:3]:
+        return replace(a, requant=mean_requant(old.quant.s, new.shape[1] * new.shape[2], out.quant.s))
+    return a
+
+
+ONNX = {"GlobalAveragePool": onnx_mean, "ReduceMean": onnx_mean}
+ONNX_QOPERATOR = {"com.microsoft.QLinearGlobalAveragePool": onnx_qlinear_mean}
+TFLITE = {"MEAN": TfliteRead(tflite_mean, (27, (("keep_dims", 0, "<B", 0),)), required=2, constants=(1,))}
+DOC = OpDoc("MEAN (H, W)", "GlobalAveragePool, ReduceMean / QLinearGlobalAveragePool", "requantized sum",
+            "broadcast g / count", "clamp mask")
+
+
+OP = OpDef("mean", MeanAttrs, infer_shapes, reference, macs, backward=backward, resize=Resize(adapt=resized),
+           export=export, twin=twin, doc=DOC)
+GRAD = OpDef("mean_grad", MeanGradAttrs, grad_shapes, grad_reference, macs, bound=same_bound,  # g / (H*W) <= g
+             integer=integer_form("mean_grad_int", lambda rewrite, node, s: s / (node.attrs.input_hw[0]
+                                                                                   * node.attrs.input_hw[1])))
 GRAD_MASKED = OpDef("mean_grad_masked", MeanGradMaskedAttrs, grad_masked_shapes, grad_masked_reference, macs,
                     bound=same_bound)
 

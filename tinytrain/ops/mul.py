@@ -7,6 +7,9 @@ have the output's rank; each dimension equals the output's or is 1 (broadcast).
 
 Backward (real y = a * b, after the clamp mask): g_a = g * b, summed over the dimensions a is broadcast along;
 alike for b (``mul_grad``, one node per operand that needs it, reading the other operand's saved int8 values).
+
+Imports: TFLite MUL of two activations (broadcast); ONNX Mul of two dequantized activations and com.microsoft
+QLinearMul; exported as Mul.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from itertools import product
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.errors import UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, TfliteRead, no_macs
 from tinytrain.ops.conv2d import dequantize_input, input_magnitude
-from tinytrain.quant import Requant, multiply_by_quantized_multiplier
+from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier, ort_requant
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,73 @@ def backward(b, node, out_grads) -> list[str | None]:
     return grads
 
 
-OP = OpDef("mul", MulAttrs, infer_shapes, reference, no_macs, backward=backward, min_read=min_read)
+# ---- the importers, the exporter, the twin (ops/__init__.py: hooks) ----------------------------------------------
+
+
+def onnx_emit(cv, p, yq, out_hint: str) -> str:
+    """The int8 product requantized once in onnxruntime's float32 arithmetic (scale float32(s_a * s_b) / s_y)."""
+    a, b = (cv.tensors[p.args[k]] for k in ("a", "b"))
+    attrs = MulAttrs(ort_requant(a.quant.s, [b.quant.s], yq.s), *activation_range(yq.zp, yq.s, p.lo, p.hi,
+                                                                                   half_even=True))
+    return cv.add_node("mul", p.source, [a.name, b.name], out_hint, yq, attrs, p.source)
+
+
+def _same_rank(cv, node, a, b) -> None:
+    if len(a.shape) != len(b.shape):
+        raise cv.unsupported(f"{cv.label(node)}: {node.op_type} of ranks {len(a.shape)} and {len(b.shape)}; "
+                             f"operands of the same rank (each dimension equal or 1) are supported")
+
+
+def onnx_mul(cv, node) -> None:
+    """DQ(a) * DQ(b) -> Q (QDQ): a broadcast multiply of two activations, deferred to its QuantizeLinear."""
+    a, b = cv.dq_input(node, 0), cv.dq_input(node, 1)
+    _same_rank(cv, node, a, b)
+    cv.defer(node, "mul", tuple(max(x, y) for x, y in zip(a.shape, b.shape)), onnx_emit, a=a.ir, b=b.ir)
+
+
+def onnx_qlinear_mul(cv, node) -> None:
+    """com.microsoft QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
+    a, b = cv.qlinear_input(node, 0, 1, 2), cv.qlinear_input(node, 3, 4, 5)
+    _same_rank(cv, node, a, b)
+    yq, dtype = cv.qlinear_output(node, 6, 7)
+    p = cv.defer(node, "mul", a.shape, onnx_emit, a=a.ir, b=b.ir)
+    cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
+
+
+def tflite_mul(im, op) -> None:
+    """Two activations (TFLite's int8 Mul / BroadcastMul): multiplier of s_a * s_b / s_y in double."""
+    if any(im.is_constant(i) for i in op.inputs[:2]):
+        raise UnsupportedModelError(f"operator {op.index} (MUL) has a constant operand; only the product of "
+                                    "two activations is supported")
+    a, b, out = im.act(op.inputs[0]), im.act(op.inputs[1]), im.out(op)
+    try:
+        if broadcast_shape(a.shape, b.shape) != out.shape:
+            raise ValueError(f"output {list(out.shape)}")
+    except ValueError as e:
+        raise UnsupportedModelError(f"operator {op.index} (MUL): {list(a.shape)} x {list(b.shape)}: {e}; "
+                                    "operands of the output's rank, each dimension equal or 1") from None
+    act_min, act_max = im.activation(op, out)
+    requant = Requant.from_scales([a.quant.s * b.quant.s / out.quant.s])
+    im.node(op, "mul", [a.name, b.name], [out.name], MulAttrs(requant, act_min, act_max))
+
+
+def export(ex, n) -> None:
+    a = n.attrs
+    f = ex.node("Mul", [ex.dq(n.inputs[0], n.name), ex.dq(n.inputs[1], n.name)], f"{n.outputs[0]}_float", n.name)
+    ex.q(ex.clip(f, n.outputs[0], a.act_min, a.act_max, n.name), n.outputs[0], n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    return t.torch.clamp(xs[0] * xs[1], *clamp)
+
+
+ONNX = {"Mul": onnx_mul}
+ONNX_QOPERATOR = {"com.microsoft.QLinearMul": onnx_qlinear_mul}
+TFLITE = {"MUL": TfliteRead(tflite_mul, (21, (("activation", 0, "<b", 0),)), required=2)}
+DOC = OpDoc("MUL (two activations, broadcast)", "Mul / QLinearMul", "(a - za)(b - zb) requantized",
+            "g * b summed over a's broadcast dims, and alike for b", "both inputs (int8), clamp mask")
+OP = OpDef("mul", MulAttrs, infer_shapes, reference, no_macs, backward=backward, min_read=min_read, export=export,
+           twin=twin, doc=DOC)
 
 
 @dataclass(frozen=True)

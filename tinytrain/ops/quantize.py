@@ -26,4 +26,8 @@ def reference(a: QuantizeAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [np.clip(r.astype(np.float64) + q.zp, -128, 127).astype(np.int8)]
 
 
-OP = OpDef("quantize", QuantizeAttrs, infer_shapes, reference, no_macs)
+def export(ex, n) -> None:
+    ex.q(ex.names[n.inputs[0]], n.outputs[0], n.name)
+
+
+OP = OpDef("quantize", QuantizeAttrs, infer_shapes, reference, no_macs, export=export)

@@ -39,10 +39,12 @@ step draws its own u. E[r] = v, so sub-LSB steps are not lost (see training/qas.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tinytrain.errors import PlanError
 from tinytrain.ops import OpDef
 from tinytrain.quant import INT32_MAX, INT32_MIN
 from tinytrain.training.schedule import Schedule
@@ -73,6 +75,8 @@ class SgdUpdateAttrs:
 
 
 PARAM, GRAD, SCALE, MOMENTUM, STEP, REMAINDER = range(6)
+EXP = REMAINDER + 1  # the integer update's (ops/sgd_update_int.py): the gradient's exponent (optional)
+MAX_SHIFT = 62  # the integer update's largest static shift
 MAX_REMAINDER_BITS = 8
 
 
@@ -224,5 +228,46 @@ def bound(a: SgdUpdateAttrs, ins, bounds) -> list[float]:
     return update_bound(a, bounds[GRAD])
 
 
+# ---- the integer step's rewrite (OpDef.integer, training/integer_step.py): sgd_update -> sgd_update_int ---------
+
+
+def fixed_point(k: float, what: str, free: bool = False) -> tuple[int, int]:
+    """(M, n) with M 2^-n = k to 31 significant bits, M in [2^30, 2^31). Without ``free``: 0 <= n <= 62 (a k
+    below 2^-32 loses bits of M: M 2^-62), PlanError when k >= 2^31 (steps that large have no integer form). With
+    ``free`` (a gradient with a run-time exponent, which moves the shift at run time): any n."""
+    if not (math.isfinite(k) and k >= 0):
+        raise PlanError(f"the step factor of {what} is {k!r}; the integer step needs a finite positive one")
+    if k == 0:
+        return 0, 0
+    m, e = math.frexp(k)
+    mult, n = int(round(m * (1 << 31))), 31 - e
+    if mult == 1 << 31:
+        mult, n = mult >> 1, n - 1
+    if free:
+        return mult, n
+    if n < 0:
+        raise PlanError(f"the step factor of {what} ({k:.3g} LSB per gradient unit) is too large for the integer "
+                        'step; use a smaller lr or "backward": "fp32"')
+    if n > MAX_SHIFT:
+        mult, n = mult >> (n - MAX_SHIFT), MAX_SHIFT
+    return mult, n
+
+
+def integer(node, rewrite):
+    """The update with its float32 step factor k[c] replaced by (M, n) per channel: k[c] s_g = M 2^-n, and its
+    gradient's exponent (if it has one) appended."""
+    a, tensors = node.attrs, rewrite.tensors
+    if a.momentum:
+        raise PlanError('"backward": "int" keeps no momentum; drop it or use "fp32"')
+    g, k = node.inputs[GRAD], tensors[node.inputs[SCALE]]
+    s_g = rewrite.scale(g, node)
+    free = g in rewrite.exps  # its exponent moves the shift at run time: any static shift (ops/sgd_update_int.py)
+    fixed = np.array([fixed_point(float(v) * s_g, node.inputs[PARAM], free) for v in k.data], np.int32).reshape(-1, 2)
+    name = rewrite.constant(f"{node.inputs[PARAM]}.step_fixed", fixed)
+    inputs = tuple(name if j == SCALE else i for j, i in enumerate(node.inputs))
+    inputs = inputs + ("",) * (EXP - len(inputs)) + (rewrite.exps[g],) if free else inputs
+    return replace(node, op="sgd_update_int", inputs=inputs)
+
+
 OP = OpDef("sgd_update", SgdUpdateAttrs, infer_shapes, reference, macs, writes=(PARAM, MOMENTUM, REMAINDER),
-           bound=bound)
+           bound=bound, integer=integer)

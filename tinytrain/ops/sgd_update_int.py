@@ -5,7 +5,7 @@ Inputs as ``sgd_update``'s (ops/sgd_update.py): param (int8 weight or int32 bias
 (C_sel,...) (the integer gradient, of real scale s_g), scale int32 (C_sel, 2): per selected channel the fixed-point
 step factor (M, n) with k = M 2^-n (``fixed_point``; k = 2^F lr s_g / s[c], QAS folded in by the pass), momentum ""
 (none: the integer step keeps no momentum), step int32 (1,) (stochastic rounding or an lr schedule), remainder
-(F > 0), and exp int32 (1,) or absent: the gradient's run-time exponent e (its real scale s_g 2^-e; ops/conv2d_int.py:
+(F > 0), and exp int32 (1,) or absent: the gradient's run-time exponent e (its real scale s_g 2^-e; ops/conv2d/integer.py:
 the gradients behind an input gradient carry one), so the step factor is M 2^-(n+e).
 
 With an lr schedule, each channel's M first becomes (M f) >> 15, f = schedule.factor_q15(step) the schedule's Q15
@@ -23,40 +23,14 @@ granularity: unbiased like the float step.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from tinytrain.errors import PlanError
 from tinytrain.ops import OpDef
 from tinytrain.ops import sgd_update as sgd
-from tinytrain.ops.sgd_update import GRAD, MOMENTUM, PARAM, REMAINDER, SCALE, STEP, Rounding, SgdUpdateAttrs
+from tinytrain.ops.sgd_update import (EXP, GRAD, MAX_SHIFT, MOMENTUM, PARAM, REMAINDER, SCALE, STEP, Rounding,
+                                     SgdUpdateAttrs)
 from tinytrain.quant import INT32_MAX, INT32_MIN
 
-MAX_SHIFT = 62
-EXP = REMAINDER + 1  # the gradient's exponent (optional)
-
-
-def fixed_point(k: float, what: str, free: bool = False) -> tuple[int, int]:
-    """(M, n) with M 2^-n = k to 31 significant bits, M in [2^30, 2^31). Without ``free``: 0 <= n <= 62 (a k
-    below 2^-32 loses bits of M: M 2^-62), PlanError when k >= 2^31 (steps that large have no integer form). With
-    ``free`` (a gradient with a run-time exponent, which moves the shift at run time): any n."""
-    if not (math.isfinite(k) and k >= 0):
-        raise PlanError(f"the step factor of {what} is {k!r}; the integer step needs a finite positive one")
-    if k == 0:
-        return 0, 0
-    m, e = math.frexp(k)
-    mult, n = int(round(m * (1 << 31))), 31 - e
-    if mult == 1 << 31:
-        mult, n = mult >> 1, n - 1
-    if free:
-        return mult, n
-    if n < 0:
-        raise PlanError(f"the step factor of {what} ({k:.3g} LSB per gradient unit) is too large for the integer "
-                        'step; use a smaller lr or "backward": "fp32"')
-    if n > MAX_SHIFT:
-        mult, n = mult >> (n - MAX_SHIFT), MAX_SHIFT
-    return mult, n
 
 
 def infer_shapes(a: SgdUpdateAttrs, ins) -> list[tuple[int, ...]]:

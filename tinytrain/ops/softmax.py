@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.errors import ModelError, UnsupportedModelError
+from tinytrain.ops import OpDef, OpDoc, TfliteRead, no_macs
 from tinytrain.quant import (INT32_MAX, quantize_multiplier, rounding_divide_by_pot,
                              saturating_left_shift, srdhm)
 
@@ -100,4 +101,36 @@ def infer_shapes(a: SoftmaxAttrs, ins) -> list[tuple[int, ...]]:
     return [ins[0].shape]
 
 
-OP = OpDef("softmax", SoftmaxAttrs, infer_shapes, reference, no_macs)
+# ---- the importer, the exporter, the twin (ops/__init__.py: hooks; ONNX's Softmax at the output is dropped:
+# frontends/onnx/boundary.py) ----------------------------------------------------------------------------------
+
+
+def tflite_softmax(im, op) -> None:
+    x, out = im.act(op.inputs[0]), im.out(op)
+    if out.quant.s != 1.0 / 256 or out.quant.zp != -128:
+        raise UnsupportedModelError(f"operator {op.index} (SOFTMAX): output quantization s={out.quant.s} "
+                                    f"zp={out.quant.zp} (int8 form); TFLite requires 1/256 and -128")
+    beta = op.options["beta"]
+    if not math.isfinite(beta):
+        raise ModelError(f"operator {op.index}: softmax beta {beta} is not finite")
+    try:
+        attrs = SoftmaxAttrs.from_scale(beta, x.quant.s)
+    except ValueError as e:
+        raise UnsupportedModelError(f"operator {op.index} (SOFTMAX): {e}") from None
+    im.node(op, "softmax", [x.name], [out.name], attrs)
+
+
+def export(ex, n) -> None:
+    axis = 1 if len(ex.g.tensors[n.inputs[0]].shape) == 4 else -1  # the IR's last axis is NCHW's channel axis
+    ex.q(ex.node("Softmax", [ex.dq(n.inputs[0], n.name)], f"{n.outputs[0]}_float", n.name, axis=axis), n.outputs[0],
+         n.name)
+
+
+def twin(t, node, xs, params, clamp):
+    return xs[0]  # the logits: trained with softmax cross-entropy
+
+
+TFLITE = {"SOFTMAX": TfliteRead(tflite_softmax, (9, (("beta", 0, "<f", 0.0),)))}
+DOC = OpDoc("SOFTMAX", "Softmax (dropped at the output)", "TFLite fixed point", "(the loss takes the logits)", "—")
+OP = OpDef("softmax", SoftmaxAttrs, infer_shapes, reference, no_macs, export=export, twin=twin, doc=DOC,
+           after_logits=True)

@@ -9,12 +9,12 @@ per-sample losses (training steps are batch 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tinytrain import f32
-from tinytrain.ops import OpDef, no_macs
+from tinytrain.ops import OpDef, keep, no_macs
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,12 @@ def grad_reference(a: SoftmaxXentAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [g.astype(np.float32).reshape(arrays[0].shape)]
 
 
-LOSS = OpDef("softmax_xent", SoftmaxXentAttrs, loss_shapes, loss_reference, no_macs)
+LOSS = OpDef("softmax_xent", SoftmaxXentAttrs, loss_shapes, loss_reference, no_macs, integer=keep, loss=True)
 def grad_bound(a: SoftmaxXentAttrs, ins, bounds) -> list[float]:
     """p - onehot is in [-1, 1] whenever the logits are finite, i.e. whenever the loss is (the guard's check)."""
     return [1.0]
 
 
-GRAD = OpDef("softmax_xent_grad", SoftmaxXentAttrs, grad_shapes, grad_reference, no_macs, bound=grad_bound)
 
 
 # ---- the integer loss gradient (plan "backward": "int", training/integer_step.py) ----------------------------
@@ -125,6 +124,16 @@ def grad_int_bound(a: SoftmaxXentGradIntAttrs, ins, bounds) -> list[float]:
     return [float(1 << GRAD_FRAC_BITS)]
 
 
+def integer(node, rewrite):
+    """softmax_xent_grad -> softmax_xent_grad_int: the exp table of the logits' scale, the gradient's scale 2^-14."""
+    logits = rewrite.tensors[node.inputs[0]]
+    table = rewrite.constant(f"{node.name}.exp_table", exp_table(logits.quant.s))
+    rewrite.int_output(node.outputs[0], 2.0 ** -GRAD_FRAC_BITS)
+    return replace(node, op="softmax_xent_grad_int", inputs=(*node.inputs, table), attrs=SoftmaxXentGradIntAttrs())
+
+
+GRAD = OpDef("softmax_xent_grad", SoftmaxXentAttrs, grad_shapes, grad_reference, no_macs, bound=grad_bound,
+             integer=integer)
 GRAD_INT = OpDef("softmax_xent_grad_int", SoftmaxXentGradIntAttrs, grad_int_shapes, grad_int_reference, no_macs,
                  bound=grad_int_bound)
 OPS = (LOSS, GRAD, GRAD_INT)

@@ -23,7 +23,7 @@ never NaN, and the rounding clamps it to ±2^30 (ops/sgd_update.py), identically
 
 The integer step (plan "backward": "int", training/integer_step.py) makes the same walk an overflow proof: its int32
 gradients' bound rules give exact integer bounds (the loss gradient's 2^14, times max |x - zx| and the positions
-summed; an input gradient's int32 intermediates and its int16-range result, ops/conv2d_int.py), each of which must
+summed; an input gradient's int32 intermediates and its int16-range result, ops/conv2d/integer.py), each of which must
 be at most INT32_MAX; the update's product g M then stays below 2^62 and its rounding
 below 2^63 (ops/sgd_update_int.py), so no integer operation of the step wraps. Integer bounds hold whatever the
 loss is: the run-time check has nothing to guard there (the C still skips a step whose float loss is not finite).

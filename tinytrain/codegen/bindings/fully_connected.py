@@ -9,7 +9,7 @@ import numpy as np
 from tinytrain.codegen.bindings.common import (bias_input, bias_wzp_suffix, channel_range, input_dequant,
                                                requant_tables, rounding_suffix, rq_helper, weight_dequant, weight_param,
                                                weight_zero_points)
-from tinytrain.codegen.bindings.conv2d_int import add_rescale
+from tinytrain.codegen.bindings.conv2d.integer import add_rescale
 from tinytrain.codegen.bindings.grad_weight_sgd_update import fused_call
 from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.ir import Node

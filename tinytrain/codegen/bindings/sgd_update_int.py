@@ -10,7 +10,7 @@ from tinytrain.codegen.context import Binding, Call, Signature
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Node
 from tinytrain.ops.sgd_update import GRAD, PARAM, REMAINDER, SCALE, STEP, Rounding
-from tinytrain.ops.sgd_update_int import EXP
+from tinytrain.ops.sgd_update import EXP
 
 
 def sgd_update_int(node: Node, ctx) -> Call:

@@ -11,7 +11,6 @@ Slot numbers below are the field indices of schema.fbs (vtable entry = 4 + 2 * i
 
 from __future__ import annotations
 
-import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,27 +56,9 @@ def builtin_name(code: int) -> str:
     return BUILTIN_NAMES[code] if 0 <= code < len(BUILTIN_NAMES) else f"builtin operator {code}"
 
 
-# Builtin options we read: builtin code -> (BuiltinOptions union type, ((field, slot, struct format, default), ...)).
-_I, _B, _b, _F = "<i", "<B", "<b", "<f"
-OPTIONS: dict[int, tuple[int, tuple[tuple[str, int, str, Any], ...]]] = {
-    BUILTIN["CONV_2D"]: (1, (("padding", 0, _b, 0), ("stride_w", 1, _I, 0), ("stride_h", 2, _I, 0),
-                             ("activation", 3, _b, 0), ("dilation_w", 4, _I, 1), ("dilation_h", 5, _I, 1))),
-    BUILTIN["DEPTHWISE_CONV_2D"]: (2, (("padding", 0, _b, 0), ("stride_w", 1, _I, 0), ("stride_h", 2, _I, 0),
-                                       ("depth_multiplier", 3, _I, 0), ("activation", 4, _b, 0),
-                                       ("dilation_w", 5, _I, 1), ("dilation_h", 6, _I, 1))),
-    BUILTIN["AVERAGE_POOL_2D"]: (5, (("padding", 0, _b, 0), ("stride_w", 1, _I, 0), ("stride_h", 2, _I, 0),
-                                     ("filter_w", 3, _I, 0), ("filter_h", 4, _I, 0), ("activation", 5, _b, 0))),
-    BUILTIN["MAX_POOL_2D"]: (5, (("padding", 0, _b, 0), ("stride_w", 1, _I, 0), ("stride_h", 2, _I, 0),
-                                 ("filter_w", 3, _I, 0), ("filter_h", 4, _I, 0), ("activation", 5, _b, 0))),
-    BUILTIN["CONCATENATION"]: (10, (("axis", 0, _I, 0), ("activation", 1, _b, 0))),
-    BUILTIN["MUL"]: (21, (("activation", 0, _b, 0),)),
-    BUILTIN["FULLY_CONNECTED"]: (8, (("activation", 0, _b, 0), ("weights_format", 1, _b, 0),
-                                     ("keep_num_dims", 2, _B, 0))),
-    BUILTIN["SOFTMAX"]: (9, (("beta", 0, _F, 0.0),)),
-    BUILTIN["ADD"]: (11, (("activation", 0, _b, 0),)),
-    BUILTIN["RESHAPE"]: (17, ()),  # new_shape is a vector, read separately
-    BUILTIN["MEAN"]: (27, (("keep_dims", 0, _B, 0),)),
-}
+# A builtin's options: (BuiltinOptions union type, ((field, slot, struct format, default), ...)), by builtin code; the
+# readers declare theirs (ops/__init__.py TfliteRead.options).
+Options = dict[int, tuple[int, tuple[tuple[str, int, str, Any], ...]]]
 
 
 @dataclass(frozen=True)
@@ -217,8 +198,9 @@ class _Reader:
         return bytes(self.buf[start : start + n]).decode("utf-8", "replace") if n else ""
 
 
-def read_model(data: bytes) -> TflModel:
-    """Parse a .tflite file. Raises ModelError for anything that is not a well-formed TFLite flatbuffer."""
+def read_model(data: bytes, options: Options | None = None) -> TflModel:
+    """Parse a .tflite file, reading the builtin options ``options`` names (none without). Raises ModelError for
+    anything that is not a well-formed TFLite flatbuffer."""
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise ModelError("not a TFLite model (no TFL3 file identifier)")
     r = _Reader(data)
@@ -266,9 +248,9 @@ def read_model(data: bytes) -> TflModel:
         if index >= len(opcodes):
             raise ModelError(f"{what} uses operator code {index}, but the model has {len(opcodes)}")
         code, custom = opcodes[index]
-        options = _read_options(r, op, code, what)
+        values = _read_options(r, op, code, (options or {}).get(code), what)
         operators.append(TflOperator(k, code, custom, indices(op, 1, f"{what} inputs", True),
-                                     indices(op, 2, f"{what} outputs"), options))
+                                     indices(op, 2, f"{what} outputs"), values))
 
     return TflModel(version, len(subgraphs), tensors, tuple(operators), indices(sg, 1, "subgraph inputs"),
                     indices(sg, 2, "subgraph outputs"), tuple(buffers))
@@ -299,8 +281,7 @@ def _read_tensor(r: _Reader, t: Table, i: int, n_buffers: int) -> TflTensor:
                      tuple(int(d) for d in signature) if signature is not None else None, type_name, buffer, quant)
 
 
-def _read_options(r: _Reader, op: Table, code: int, what: str) -> dict[str, Any]:
-    spec = OPTIONS.get(code)
+def _read_options(r: _Reader, op: Table, code: int, spec, what: str) -> dict[str, Any]:
     if spec is None:
         return {}
     union_type, fields = spec
@@ -312,9 +293,4 @@ def _read_options(r: _Reader, op: Table, code: int, what: str) -> dict[str, Any]
     values: dict[str, Any] = {}
     for name, slot, fmt, default in fields:
         values[name] = default if opts is None else r.scalar(opts, slot, fmt, default, f"{what} option {name}")
-    if code == BUILTIN["RESHAPE"] and opts is not None:
-        new_shape = r.numbers(opts, 0, "<i4", f"{what} new_shape")
-        values["new_shape"] = None if new_shape is None else tuple(int(v) for v in new_shape)
-    if "beta" in values and not math.isfinite(values["beta"]):
-        raise ModelError(f"{what}: softmax beta {values['beta']} is not finite")
     return values

@@ -1,4 +1,4 @@
-"""The C binding of ``conv2d_grad_input_int`` (ops/conv2d_int.py): the integer step's input gradient of a pointwise
+"""The C binding of ``conv2d_grad_input_int`` (ops/conv2d/integer.py): the integer step's input gradient of a pointwise
 or depthwise (multiplier 1) convolution (kernels/conv2d_grad_input_int.c.j2).
 """
 
@@ -8,12 +8,12 @@ import numpy as np
 
 from tinytrain.codegen.bindings.common import weight_param, weight_zero_points
 from tinytrain.codegen.bindings.conv2d.grad import conv_geometry
-from tinytrain.codegen.context import Binding, Call, Signature
+from tinytrain.codegen.context import Call, Signature
 from tinytrain.ir import Node
 
 
 def conv2d_grad_input_int(node: Node, ctx) -> Call:
-    """The integer step's input gradient (ops/conv2d_int.py): pointwise or depthwise (multiplier 1)."""
+    """The integer step's input gradient (ops/conv2d/integer.py): pointwise or depthwise (multiplier 1)."""
     a = node.attrs
     g, w, gx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1]), ctx.tensor(node.outputs[0])
     _, ho, wo, cout = g.shape
@@ -39,7 +39,7 @@ def conv2d_grad_input_int(node: Node, ctx) -> Call:
 
 
 def add_rescale(s: Signature, ctx, node: Node, k: dict) -> None:
-    """The run-time rescale's parameters (ops/conv2d_int.py): g_z's exponent if it has one, g_x's exponent, the shifts
+    """The run-time rescale's parameters (ops/conv2d/integer.py): g_z's exponent if it has one, g_x's exponent, the shifts
     R and T and the limit L."""
     k["has_exp"] = len(node.inputs) > 3 and bool(node.inputs[3])
     if k["has_exp"]:
@@ -47,7 +47,3 @@ def add_rescale(s: Signature, ctx, node: Node, k: dict) -> None:
     s.add("tt_i32a *ex", ctx.ints(node.outputs[1]), "(1,): g_x's exponent")
     s.ints(R=node.attrs.pre_shift, T=node.attrs.shift, L=node.attrs.limit)
 
-
-BINDINGS: dict[str, Binding] = {
-    "conv2d_grad_input_int": conv2d_grad_input_int,
-}

@@ -1,9 +1,9 @@
 """Emission of integer IR ops for the ONNX frontends, and the lazy float computations they come from.
 
-``IRBuilder`` creates IR tensors and nodes (conv2d, fully_connected, add, mean, avg_pool2d,
-requantize, reshape, pad) with the rounding choices of onnx_requant, materializes a
-:class:`Pending` float computation once a QuantizeLinear fixes its output quantization, and
-re-opens an emitted layer to fuse a following clamp or constant bias add into it.
+``IRBuilder`` creates IR tensors and nodes (an op's handler names its op and attrs; the converter's own nodes are
+requantize, reshape, pad and the clamp) with the rounding choices of requant.py, materializes a :class:`Pending`
+float computation once a QuantizeLinear fixes its output quantization, and re-opens an emitted layer to fuse a
+following clamp or constant bias add into it.
 """
 
 from __future__ import annotations
@@ -15,16 +15,12 @@ import numpy as np
 import onnx
 
 from tinytrain.builder import GraphBuilder
-from tinytrain.frontends.onnx_parse import ConstantReader, QConst
-from tinytrain.frontends.onnx_requant import (BIAS_REL_TOL, add_attrs, avgpool_output, clamp_range, layer_requant,
-                                              mean_requant, requantize_requant, round_half_even)
-from tinytrain.frontends.onnx_values import Act, ConvGeom, Pending, ir_shape, onnx_shape, reshape_keeps_order, same_quant
+from tinytrain.frontends.onnx.constants import ConstantReader, QConst
+from tinytrain.frontends.onnx.requant import BIAS_REL_TOL, clamp_range, requantize_requant, round_half_even
+from tinytrain.frontends.onnx.values import Act, Pending, ir_shape, onnx_shape, reshape_keeps_order, same_quant
 from tinytrain.ir import DType, Node, QuantParams, Role
 from tinytrain.ops import get_op
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
-from tinytrain.ops.conv2d import Conv2dAttrs
-from tinytrain.ops.fully_connected import FullyConnectedAttrs
-from tinytrain.ops.mean import MeanAttrs
 from tinytrain.ops.pad import PadAttrs
 from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
@@ -38,6 +34,7 @@ class IRBuilder(ConstantReader, GraphBuilder):
         ConstantReader.__init__(self, model, name)
         GraphBuilder.__init__(self, name=name, separator="_")
         self._used_names: set[str] = set()
+        self._made: dict[str, Pending] = {}  # IR output -> the pending that emitted it (a layer that reopens)
 
     # ----- names and IR construction
     def fresh(self, hint: str) -> str:
@@ -103,44 +100,11 @@ class IRBuilder(ConstantReader, GraphBuilder):
         q = round_half_even(real / target)
         return np.clip(q, -(1 << 31), (1 << 31) - 1).astype(np.int32)
 
-    def _bias_tensor(self, bias: np.ndarray | None, s_x: float, s_w: tuple[float, ...], hint: str) -> list[str]:
+    def bias_tensor(self, bias: np.ndarray | None, s_x: float, s_w: tuple[float, ...], hint: str) -> list[str]:
         if bias is None:
             return []
         quant = QuantParams(tuple(s_x * s for s in s_w), tuple(0 for _ in s_w), 0)
         return [self.add_tensor(hint, bias.shape, DType.INT32, Role.BIAS, quant, bias.astype(np.int32))]
-
-    def emit_conv(self, x_ir: str, w_ir: str, bias: np.ndarray | None, geom: ConvGeom, yq: QuantParams,
-                  lo: float | None, hi: float | None, out_hint: str, label: str) -> str:
-        s_x = self.tensors[x_ir].quant.s
-        s_w = self.tensors[w_ir].quant.scale
-        amin, amax = clamp_range(yq, lo, hi)
-        attrs = Conv2dAttrs(geom.stride, geom.padding, layer_requant(s_x, s_w, yq.s), geom.dilation, geom.groups, amin, amax)
-        ins = [x_ir, w_ir] + self._bias_tensor(bias, s_x, s_w, w_ir.removesuffix("_quantized") + "_bias")
-        return self.add_node("conv2d", label, ins, out_hint, yq, attrs, label)
-
-    def emit_fc(self, x_ir: str, w_ir: str, bias: np.ndarray | None, yq: QuantParams, lo, hi, out_hint: str,
-                label: str) -> str:
-        s_x = self.tensors[x_ir].quant.s
-        s_w = self.tensors[w_ir].quant.scale
-        amin, amax = clamp_range(yq, lo, hi)
-        attrs = FullyConnectedAttrs(layer_requant(s_x, s_w, yq.s), amin, amax)
-        ins = [x_ir, w_ir] + self._bias_tensor(bias, s_x, s_w, w_ir.removesuffix("_quantized") + "_bias")
-        return self.add_node("fully_connected", label, ins, out_hint, yq, attrs, label)
-
-    def emit_add(self, a_ir: str, b_ir: str, yq: QuantParams, lo, hi, out_hint: str, label: str) -> str:
-        ta, tb = self.tensors[a_ir], self.tensors[b_ir]
-        if ta.shape != tb.shape:
-            raise self.unsupported(f"{label}: adds shapes {onnx_shape(ta.shape)} and {onnx_shape(tb.shape)}; "
-                                   f"broadcasting Add is not supported (only residual adds of equal shapes)")
-        attrs = add_attrs(ta.quant.s, tb.quant.s, yq, lo, hi)
-        return self.add_node("add", label, [a_ir, b_ir], out_hint, yq, attrs, label)
-
-    def emit_mean(self, x_ir: str, keepdims: bool, yq: QuantParams, lo, hi, out_hint: str, label: str) -> str:
-        xt = self.tensors[x_ir]
-        count = xt.shape[1] * xt.shape[2]
-        amin, amax = clamp_range(yq, lo, hi)
-        attrs = MeanAttrs(mean_requant(xt.quant.s, count, yq.s), keepdims, amin, amax, count_folded=True)
-        return self.add_node("mean", label, [x_ir], out_hint, yq, attrs, label)
 
     def emit_requantize(self, x_ir: str, yq: QuantParams, out_hint: str, label: str) -> str:
         xq = self.tensors[x_ir].quant
@@ -158,23 +122,6 @@ class IRBuilder(ConstantReader, GraphBuilder):
             return x_ir
         return self.add_node("reshape", label, [x_ir], out_hint, self.tensors[x_ir].quant, ReshapeAttrs(tuple(target[1:])),
                              label)
-
-    def emit_avgpool(self, x_ir: str, kernel, stride, padding, yq: QuantParams, lo, hi, out_hint: str,
-                     label: str) -> str:
-        xt = self.tensors[x_ir]
-        _, h, w, _ = xt.shape
-        if tuple(kernel) == (h, w) and tuple(padding) == (0, 0, 0, 0):
-            return self.emit_mean(x_ir, True, yq, lo, hi, out_hint, label)
-        xq = xt.quant
-        amin, amax = clamp_range(yq, lo, hi)
-        if same_quant(xq, yq):
-            attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), amin, amax, round_half_even=True)
-            return self.add_node("avg_pool2d", label, [x_ir], out_hint, xq, attrs, label)
-        # another output quantization (QLinearAveragePool): one rounding of s_in * sum(x - zx) / (count * s_out)
-        cells = int(kernel[0]) * int(kernel[1])
-        attrs = AvgPool2dAttrs(tuple(kernel), tuple(stride), tuple(padding), amin, amax,
-                               output=avgpool_output(xq.s, cells, yq.s))
-        return self.add_node("avg_pool2d", label, [x_ir], out_hint, yq, attrs, label)
 
     def emit_clamp(self, x_ir: str, yq: QuantParams, lo, hi, out_hint: str, label: str) -> str:
         """Requantize to yq and clamp to the real range [lo, hi] (standalone Relu / Clip).
@@ -207,64 +154,42 @@ class IRBuilder(ConstantReader, GraphBuilder):
 
     # ----- pending float computations
     def materialize(self, p: Pending, yq: QuantParams, out_hint: str) -> str:
-        a = p.args
-        if p.op == "conv":
-            return self.emit_conv(a["x"], a["w"], a["bias"], a["geom"], yq, p.lo, p.hi, out_hint, p.source)
-        if p.op == "fc":
-            return self.emit_fc(a["x"], a["w"], a["bias"], yq, p.lo, p.hi, out_hint, p.source)
-        if p.op == "add":
-            return self.emit_add(a["a"], a["b"], yq, p.lo, p.hi, out_hint, p.source)
-        if p.op == "mean":
-            return self.emit_mean(a["x"], a["keepdims"], yq, p.lo, p.hi, out_hint, p.source)
-        if p.op == "avgpool":
-            return self.emit_avgpool(a["x"], a["kernel"], a["stride"], a["padding"], yq, p.lo, p.hi, out_hint, p.source)
+        """Emit a pending float computation with the output quantization yq; returns its IR output."""
         if p.op == "clamp":
-            return self.emit_clamp(a["x"], yq, p.lo, p.hi, out_hint, p.source)
-        if p.op == "custom":  # the ops of frontends/onnx_ops.py: their own emitter
-            return a["emit"](self, p, yq, out_hint)
+            return self.emit_clamp(p.args["x"], yq, p.lo, p.hi, out_hint, p.source)
         if p.op == "reshape":
-            inner = self.materialize(a["inner"], yq, out_hint + "_pre")
+            inner = self.materialize(p.args["inner"], yq, out_hint + "_pre")
             return self.emit_reshape(inner, p.shape, out_hint, p.source)
-        raise AssertionError(p.op)
+        out = p.emit(self, p, yq, out_hint)
+        if p.reopens:
+            self._made[out] = p
+        return out
 
     def reopen(self, x_ir: str, label: str) -> Pending | None:
-        """The conv2d / fully_connected / add / mean that produced ``x_ir``, as a Pending to re-emit.
+        """The layer that produced ``x_ir`` (one whose pending ``reopens``), as a Pending to re-emit, its clamp
+        range the one its output's quantization and fused clamp give.
 
         Used to fuse a following clamp (standalone Relu/Clip) or constant bias add into the layer; the
         original node is dropped at the end if nothing else reads its output.
         """
-        for node in reversed(self.nodes):
-            if x_ir in node.outputs:
-                break
-        else:
+        p = self._made.get(x_ir)
+        if p is None:
             return None
-        if node.op not in ("conv2d", "fully_connected", "add", "mean"):
-            return None
-        t = self.tensors[x_ir]
-        q = t.quant
-        a = node.attrs
+        q = self.tensors[x_ir].quant
+        a = next(n for n in reversed(self.nodes) if x_ir in n.outputs).attrs
         lo = None if a.act_min <= -128 else (a.act_min - q.zp) * q.s
         hi = None if a.act_max >= 127 else (a.act_max - q.zp) * q.s
-        shape = onnx_shape(t.shape)
-        if node.op in ("conv2d", "fully_connected"):
-            bias = self.tensors[node.inputs[2]].data if len(node.inputs) > 2 and node.inputs[2] else None
-            args = {"x": node.inputs[0], "w": node.inputs[1], "bias": bias}
-            if node.op == "conv2d":
-                args["geom"] = ConvGeom(a.stride, a.padding, a.dilation, a.groups)
-            return Pending("conv" if node.op == "conv2d" else "fc", shape, args, label, lo, hi)
-        if node.op == "add":
-            return Pending("add", shape, {"a": node.inputs[0], "b": node.inputs[1]}, label, lo, hi)
-        return Pending("mean", shape, {"x": node.inputs[0], "keepdims": a.keepdims}, label, lo, hi)
+        return replace(p, source=label, lo=lo, hi=hi)
 
     def pending_from_producer(self, act: Act, label: str) -> Pending | None:
-        """Re-open the conv2d / fully_connected without clamp that produced ``act`` (to fold a bias add)."""
+        """Re-open the layer with a bias and without clamp that produced ``act`` (to fold a bias add)."""
         p = self.reopen(act.ir, label)
-        if p is None or p.op not in ("conv", "fc") or (p.lo, p.hi) != (None, None):
+        if p is None or not p.has_bias or (p.lo, p.hi) != (None, None):
             return None
         return p
 
     def fold_bias(self, p: Pending, real: np.ndarray, label: str) -> Pending:
-        """Add a constant (real values, broadcast over the layer's output) into a pending conv/fc bias."""
+        """Add a constant (real values, broadcast over the layer's output) into a pending layer's bias."""
         n_out = p.shape[1]
         arr = np.asarray(real, np.float64)
         if arr.size == 1:

@@ -1,4 +1,4 @@
-"""ONNX frontend entry: parse, check, and dispatch to the QDQ or QOperator importer.
+"""ONNX frontend: parse, check, and dispatch to the QDQ or QOperator reader.
 
 ``graph_from_onnx(data, name, sha256)`` reads an int8 ONNX model produced by onnxruntime's
 ``quantize_static`` (QDQ or QOperator format, int8 or uint8 activations) into the IR and runs
@@ -7,7 +7,10 @@
 ``UnsupportedModelError`` for valid models tinytrain cannot take (float-only, op, dtype, opset,
 dynamic input shape, several inputs).
 
-See onnx_convert (the converter), onnx_requant (arithmetic and documented deviations), onnx_qdq and onnx_qop.
+The package: parse.py and constants.py (the protobuf), values.py (what an ONNX value is during conversion),
+convert.py, reader.py and emit.py (the converter), requant.py (arithmetic and documented deviations), qdq.py and
+qoperator.py (the two formats' handler tables), boundary.py and clamp.py (the converter's own handlers); the ops'
+handlers are their modules' (``tinytrain/ops/<op>.py``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from tinytrain.errors import ModelError, UnsupportedModelError
-from tinytrain.frontends.onnx_convert import Converter
-from tinytrain.frontends.onnx_parse import MIN_OPSET, default_opset, graph_inputs, one_line, topo_sort
-from tinytrain.frontends.onnx_qdq import QDQ_HANDLERS
-from tinytrain.frontends.onnx_qop import QOP_HANDLERS, QOP_MARKERS
+from tinytrain.frontends.onnx import qdq, qoperator
+from tinytrain.frontends.onnx.convert import Converter
+from tinytrain.frontends.onnx.parse import MIN_OPSET, default_opset, graph_inputs, one_line, topo_sort
 from tinytrain.ir import Graph
 
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -78,10 +80,10 @@ def convert_onnx(data: bytes, name: str = "model", sha256: str = "") -> tuple[Gr
     if dynamic:
         raise UnsupportedModelError(f"{name}: the model is dynamically quantized ({', '.join(dynamic)}); quantize it "
                                     f"with onnxruntime quantize_static (QDQ or QOperator) instead")
-    if ops & QOP_MARKERS:
-        converter = Converter(model, name, sha256, QOP_HANDLERS, "QOperator")
+    if ops & qoperator.MARKERS:
+        converter = Converter(model, name, sha256, qoperator.handlers(), "QOperator")
     elif ops & QDQ_MARKERS:
-        converter = Converter(model, name, sha256, QDQ_HANDLERS, "QDQ")
+        converter = Converter(model, name, sha256, qdq.handlers(), "QDQ")
     else:
         raise UnsupportedModelError(f"{name}: the model is float-only (no QuantizeLinear / DequantizeLinear / QLinear "
                                     f"ops); quantize it to int8 with onnxruntime quantize_static first")

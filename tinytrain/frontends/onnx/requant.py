@@ -9,8 +9,8 @@ round once everywhere else:
 
 - conv2d / fully_connected / mean use onnxruntime's float32 rounding (``Requant.fp32``,
   quant.multiply_by_float32_scale, C tt_requantize_fp32): the scale is computed as onnxruntime does,
-  float32(float32(s_x * s_w[c]) / s_y) (``ort_output_scales``) or, for a mean, float32(s_in /
-  float32(s_out * count)) (``ort_mean_scale``, ``MeanAttrs.count_folded``), and the accumulator times it
+  float32(float32(s_x * s_w[c]) / s_y) (``quant.ort_output_scales``) or, for a mean, float32(s_in /
+  float32(s_out * count)) (``ops/mean.py ort_mean_scale``, ``MeanAttrs.count_folded``), and the accumulator times it
   is rounded to float32 and then half to even, all emulated in 64-bit integer arithmetic. Bit-exact with
   onnxruntime's integer kernels (tests/test_onnx_frontend.py, ~220 million values of the zoo models). The
   single rounding used before (the real value times a 31-bit multiplier, rounded once, ties toward
@@ -65,7 +65,6 @@ from __future__ import annotations
 import numpy as np
 
 from tinytrain.ir import QuantParams
-from tinytrain.ops.add import AddAttrs
 from tinytrain.quant import Requant, activation_range
 
 BIAS_REL_TOL = 1e-6
@@ -75,45 +74,11 @@ def round_half_even(x: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(x, np.float64))
 
 
-def ort_output_scales(s_x: float, s_w, s_y: float) -> list[float]:
-    """onnxruntime's requantization scale per output channel, float32(float32(s_x * s_w[c]) / s_y): float32
-    arithmetic, as QLinearConv's and QGemm's ComputeOutputScale (import time only, never in the forward pass)."""
-    f = np.float32
-    return [float((f(s_x) * f(s)) / f(s_y)) for s in s_w]
-
-
-def ort_mean_scale(s_x: float, count: int, s_y: float) -> float:
-    """onnxruntime's QLinearGlobalAveragePool scale, float32(s_x / float32(s_y * float32(count)))."""
-    f = np.float32
-    return float(f(s_x) / (f(s_y) * f(count)))
-
-
 def clamp_range(yq: QuantParams, lo: float | None, hi: float | None) -> tuple[int, int]:
     """The integer clamp range of the real range [lo, hi] in quantization yq, bounds rounded half to even."""
     return activation_range(yq.zp, yq.s, lo, hi, half_even=True)
 
 
-def layer_requant(s_x: float, s_w, s_y: float) -> Requant:
-    """conv2d / fully_connected: onnxruntime's float32 rounding with its per-channel output scales."""
-    return Requant.from_scales(ort_output_scales(s_x, s_w, s_y), fp32=True)
-
-
-def mean_requant(s_x: float, count: int, s_y: float) -> Requant:
-    """mean over ``count`` values (count folded into the scale): onnxruntime's float32 rounding."""
-    return Requant.from_scales([ort_mean_scale(s_x, count, s_y)], fp32=True)
-
-
-def add_attrs(s_a: float, s_b: float, yq: QuantParams, lo: float | None, hi: float | None) -> AddAttrs:
-    """add: TFLite's three requantizations, each rounded once."""
-    amin, amax = clamp_range(yq, lo, hi)
-    return AddAttrs.from_scales(s_a, s_b, yq.s, amin, amax, single_rounding=True)
-
-
 def requantize_requant(s_x: float, s_y: float) -> Requant:
     """requantize: single rounding."""
     return Requant.from_scales([s_x / s_y], True)
-
-
-def avgpool_output(s_x: float, cells: int, s_y: float) -> Requant:
-    """avg_pool2d with another output quantization: one multiplier of s_x / (c * s_y) per valid-cell count c."""
-    return Requant.from_scales([s_x / (c * s_y) for c in range(1, cells + 1)], True)

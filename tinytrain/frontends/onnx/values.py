@@ -9,11 +9,11 @@ ranks keep their layout.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from tinytrain.frontends.onnx_parse import QConst
+from tinytrain.frontends.onnx.constants import QConst
 from tinytrain.ir import QuantParams
 
 
@@ -29,14 +29,26 @@ class Act:
 
 @dataclass
 class Pending:
-    """A float computation on dequantized inputs waiting for the QuantizeLinear that fixes its output."""
+    """A float computation on dequantized inputs waiting for the QuantizeLinear that fixes its output.
 
-    op: str  # conv | fc | add | mean | avgpool | clamp | reshape | custom (frontends/onnx_ops.py)
+    ``op`` is "clamp" (a standalone Relu / Clip) or "reshape" (a reshape of the pending ``args["inner"]``), the
+    converter's own, or names an op whose handler deferred it (ops/<op>.py): ``emit(converter, pending, yq,
+    out_hint)`` then emits it once yq is known and returns its output's IR tensor. ``reopens``: a later standalone
+    clamp or constant add may re-emit it (the layers with a fused clamp range); a pending whose args hold
+    ``x``, ``w`` and ``bias`` (a convolution, a fully-connected layer) can fold a constant add into its bias."""
+
+    op: str
     shape: tuple[int, ...]  # ONNX shape of the float result
     args: dict[str, Any]
     source: str  # ONNX node (for messages)
     lo: float | None = None  # real clamp range (fused Relu / Clip)
     hi: float | None = None
+    emit: Callable[[Any, "Pending", QuantParams, str], str] | None = None
+    reopens: bool = False
+
+    @property
+    def has_bias(self) -> bool:
+        return {"x", "w", "bias"} <= set(self.args)
 
     def clamped(self, lo: float | None, hi: float | None) -> Pending:
         new_lo = lo if self.lo is None else (self.lo if lo is None else max(lo, self.lo))
@@ -64,14 +76,6 @@ class SoftmaxOut:
 
     act: Act
     source: str
-
-
-@dataclass(frozen=True)
-class ConvGeom:
-    stride: tuple[int, int]
-    padding: tuple[int, int, int, int]  # top, left, bottom, right
-    dilation: tuple[int, int]
-    groups: int
 
 
 def ir_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,4 +1,5 @@
-"""The integer input gradient of a convolution (plan "backward": "int", training/integer_step.py): the gradient
+"""conv2d's integer forms (plan "backward": "int", training/integer_step.py): the weight gradient
+``conv2d_grad_weight_int`` (int32 sums of g_z (x - zx)), and the input gradient ``conv2d_grad_input_int``: the gradient
 flowing back through a pointwise (1x1) or depthwise (multiplier 1) convolution, int32 accumulation, then a
 per-tensor power-of-two rescale chosen at run time (NITI's dynamic shift), so the gradient keeps its bits however
 small it is: a static bound would have to assume the worst case at every layer, and a deep gradient would be
@@ -25,13 +26,14 @@ exponent, of either sign, is what the gradient's magnitude does at run time and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tinytrain.errors import PlanError
-from tinytrain.ops import OpDef
-from tinytrain.ops.conv2d import Conv2dGradInputAttrs, _taps, grad_input_macs, grad_input_shapes
+from tinytrain.ir import Node
+from tinytrain.ops.conv2d.backward import (Conv2dGradInputAttrs, Conv2dGradWeightAttrs, _taps, grad_input_macs,
+                                           grad_input_shapes, grad_weight_shapes)
 
 INT16_MAX = 2 ** 15 - 1
 INT32_MAX = 2 ** 31 - 1
@@ -165,4 +167,76 @@ def macs(a: Conv2dGradInputIntAttrs, ins, outs) -> int:
     return grad_input_macs(a.geometry(), ins, outs)
 
 
-OP = OpDef("conv2d_grad_input_int", Conv2dGradInputIntAttrs, shapes, reference, macs, bound=bound)
+# ---- the integer weight gradient -----------------------------------------------------------------------------
+
+
+def grad_weight_int_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
+    if a.groups != 1 and ins[0].shape[3] != ins[1].shape[3]:
+        raise ValueError("conv2d_grad_weight_int: a depthwise convolution's only with channel multiplier 1")
+    return grad_weight_shapes(a, ins)
+
+
+def grad_weight_int_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
+    """g_w (C_sel,KH,KW,C_in/groups) int32 = sum over output pixels of g_z[.., o] (x[window tap] - zx), exact (the
+    bound rule proves it fits); padding holds zx, so it adds nothing."""
+    g = arrays[0].astype(np.int64)
+    sel = np.arange(g.shape[3]) if a.channels is None else np.asarray(a.channels)
+    g = g[..., sel]
+    pt, pl, pb, pr = a.padding
+    xp = np.pad(arrays[1].astype(np.int64) - ins[1].quant.zp, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    n, ho, wo, _ = g.shape
+    kh, kw = a.kernel
+    gw = np.zeros(outs[0].shape, np.int64)
+    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
+        patch = xp[:, rows, cols, :]
+        if a.groups == 1:
+            gw[:, i, j, :] = g.reshape(-1, len(sel)).T @ patch.reshape(-1, patch.shape[3])
+        else:
+            gw[:, i, j, 0] = (g * patch[..., sel]).sum(axis=(0, 1, 2))
+    return [gw.astype(np.int32)]
+
+
+def grad_weight_int_bound(a: Conv2dGradWeightAttrs, ins, bounds) -> list[float]:
+    """Pixels x |g_z|max x max|x - zx| (integers)."""
+    zx = ins[1].quant.zp
+    return [bounds[0] * ins[0].shape[0] * ins[0].shape[1] * ins[0].shape[2] * max(abs(-128 - zx), abs(127 - zx))]
+
+
+# ---- the integer step's rewrites (OpDef.integer, training/integer_step.py) ----------------------------------------
+
+
+def input_gradient(node: Node, rewrite, op: str, conv: bool, attrs_of) -> Node:
+    """A convolution's (``conv``) or fully-connected layer's input gradient -> its integer form ``op``: the weight's
+    per-channel scale folded (Q15), the pre-shift the smallest the proof allows, the limit the weight gradient behind
+    allows, the exponent's offset; the output's static scale s_g max(s_w) 2^(r-15+T) and its exponent tensor.
+    ``attrs_of(r, t, limit)``: the integer op's attrs."""
+    (g, w), wt = node.inputs, rewrite.tensors[node.inputs[1]]
+    s_g = rewrite.scale(g, node)
+    if conv and not covered(node.attrs, wt.shape):
+        raise PlanError(f'"backward": "int": {node.name} is the input gradient of a convolution neither pointwise nor '
+                        'depthwise (multiplier 1); use "backward": "fp32"')
+    proven = rewrite.proven(w).data
+    proven = proven if conv else proven.reshape(proven.shape[0], 1, 1, -1)
+    m = fold(wt.quant.scale, wt.shape[0])
+    gx = rewrite.tensors[node.outputs[0]]
+    limit = limit_for(gx.shape[1] * gx.shape[2] if conv else gx.shape[0])
+    r = shifts(int(rewrite.bounds[g]), int(m.max()),
+               int(tap_sums(proven, wt.quant.zero_point, node.attrs.groups if conv else 1).max()), limit)[0]
+    s_w = float(np.max(np.asarray(wt.quant.scale, np.float32)))
+    t = offset(r, s_w)
+    fold_name = rewrite.constant(f"{node.name}.fold", m)
+    rewrite.int_output(gx.name, s_g * s_w * 2.0 ** (r - FOLD_BITS + t))
+    exp = rewrite.exponent_tensor(gx.name, gx.role)
+    return replace(node, op=op, inputs=(g, w, fold_name, rewrite.exps.get(g, "")), outputs=(gx.name, exp),
+                   attrs=attrs_of(r, t, limit))
+
+
+def conv_input_gradient(node: Node, rewrite) -> Node:
+    a = node.attrs
+    return input_gradient(node, rewrite, "conv2d_grad_input_int", True, lambda r, t, limit: Conv2dGradInputIntAttrs(
+        a.stride, a.padding, a.input_hw, a.dilation, a.groups, r, t, limit))
+
+
+def weight_gradient_scale(rewrite, node: Node, s_g: float) -> float:
+    """A weight gradient's integer scale: s_g times its input's float32 scale."""
+    return s_g * float(np.float32(rewrite.tensors[node.inputs[1]].quant.s))

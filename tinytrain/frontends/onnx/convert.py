@@ -1,4 +1,4 @@
-"""The converter of the ONNX frontends (QDQ in onnx_qdq.py, QOperator in onnx_qop.py).
+"""The converter of the ONNX frontends (the QDQ reader in qdq.py, the QOperator reader in qoperator.py).
 
 A model is converted by walking its nodes in topological order. Every ONNX value is mapped to one of
 
@@ -12,8 +12,10 @@ A model is converted by walking its nodes in topological order. Every ONNX value
   onnxruntime leaves in QOperator models (DQ -> ReduceMean -> Reshape -> Q).
 - :class:`SoftmaxOut`: the result of a trailing Softmax (dropped, see onnx_requant).
 
-Arithmetic, rounding and the documented deviations from onnxruntime: see onnx_requant. Model
-reading: onnx_parse; IR emission: onnx_emit; the op handlers shared by both formats: onnx_handlers.
+Arithmetic, rounding and the documented deviations from onnxruntime: see requant.py. Model reading: parse.py and
+constants.py; IR emission: emit.py; what handlers read and record: reader.py; the handlers: each op's module
+(``tinytrain/ops/<op>.py``: ``ONNX``, ``ONNX_QOPERATOR``) and, for the quantization boundary and the clamps,
+boundary.py and clamp.py.
 """
 
 from __future__ import annotations
@@ -21,73 +23,30 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
 import onnx
 from onnx import TensorProto
 
 from tinytrain.errors import TinyTrainError
-from tinytrain.frontends.onnx_emit import IRBuilder
-from tinytrain.frontends.onnx_parse import INT_ACT_TYPES, elem_type_name, graph_inputs, node_label, static_input_shape
-from tinytrain.frontends.onnx_values import Act, FVal, SoftmaxOut, ir_shape, onnx_shape, same_quant
+from tinytrain.frontends.onnx.reader import Reader
+from tinytrain.frontends.onnx.parse import INT_ACT_TYPES, elem_type_name, graph_inputs, node_label, static_input_shape
+from tinytrain.frontends.onnx.values import Act, FVal, SoftmaxOut, ir_shape, same_quant
 from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
 from tinytrain.verify import verify
 
 Handler = Callable[["Converter", onnx.NodeProto], None]
 
-class Converter(IRBuilder):
-    """Builds the IR graph from an ONNX model; the format modules supply the op handlers."""
+class Converter(Reader):
+    """Builds the IR graph from an ONNX model; the format modules (qdq.py, qoperator.py) supply the op handlers."""
 
     def __init__(self, model: onnx.ModelProto, name: str, sha256: str, handlers: dict[str, Handler], fmt: str):
         super().__init__(model, name)
         self.sha256 = sha256
         self.handlers = handlers
         self.fmt = fmt
-        self.values: dict[str, Act | FVal | SoftmaxOut] = {}
         self.input_act: Act | None = None
         self.ir_names: dict[str, str] = {}  # after run(): ONNX integer tensor -> IR tensor holding it
         self.input_name = ""
 
-    def value(self, node: onnx.NodeProto, idx: int):
-        name = node.input[idx]
-        if name in self.values:
-            return self.values[name]
-        if name in self.inits:
-            arr = self.inits[name]
-            if arr is None:
-                raise self.unsupported(f"{node_label(node)}: constant '{name}' has element type "
-                                       f"{elem_type_name(self.init_types[name])}, which tinytrain does not support")
-            if arr.dtype.kind == "f":
-                return FVal("fconst", array=arr.astype(np.float64), source=name)
-            return arr
-        raise self.malformed(f"{node_label(node)} reads '{name}', which nothing produces")
-
-    # ----- activations
-    def act_in(self, node: onnx.NodeProto, idx: int, quant: QuantParams | None = None, dtype: str | None = None) -> Act:
-        """The integer activation at input idx; ``quant`` (from the consuming op) must match it."""
-        v = self.value(node, idx)
-        if isinstance(v, SoftmaxOut):
-            raise self.unsupported(f"{node_label(node)} consumes the output of Softmax {v.source}; "
-                                   f"Softmax is only supported as the model's last op")
-        if not isinstance(v, Act):
-            raise self.unsupported(f"{node_label(node)}: input '{node.input[idx]}' is not an int8/uint8 activation "
-                                   f"(a constant or a float value); this pattern is not supported")
-        if quant is not None:
-            self.bind_quant(v, quant, dtype, node)
-        return v
-
-    def bind_quant(self, act: Act, quant: QuantParams, dtype: str | None, node: onnx.NodeProto) -> None:
-        if dtype is not None and dtype != act.dtype:
-            raise self.malformed(f"{node_label(node)} reads '{act.ir}' as {dtype} but it is {act.dtype}")
-        if act.quant is None:
-            act.quant = quant
-            self.tensors[act.ir] = Tensor(act.ir, ir_shape(act.shape), DType.INT8, Role.INPUT, quant)
-        elif not same_quant(act.quant, quant):
-            raise self.unsupported(f"{node_label(node)} reads '{act.ir}' with scale {quant.s:.8g}, zero point {quant.zp} "
-                                   f"but it was produced with scale {act.quant.s:.8g}, zero point {act.quant.zp}; "
-                                   f"insert an explicit requantization (QuantizeLinear) between them")
-
-    def new_act(self, ir: str, ir_shape_: tuple[int, ...], dtype: str) -> Act:
-        return Act(ir, onnx_shape(ir_shape_), dtype, self.tensors[ir].quant)
     # ----- driving
     def run(self) -> Graph:
         self.load_constants()

@@ -1,120 +1,18 @@
-"""2-D convolution, int8: regular, depthwise (groups = C_in, any channel multiplier) and pointwise.
-
-x (N,H,W,C_in) int8, w (C_out,KH,KW,C_in/groups) int8, bias (C_out,) int32 or absent.
-acc[n,y,x,o] = bias[o] + sum (x - zx) * (w - zw); y = clamp(MBQM(acc, m[o], shift[o]) + zy).
-
-Backward (fp32, real values; forward saves int8 x and y): g_z = clamp_mask(g_y, y);
-conv2d_grad_input: g_x = conv^T(g_z, s_w (w - zw)); conv2d_grad_weight: g_w[o] = sum g_z[..o] * s_x (x - zx)
-over the selected output channels; bias_grad: g_b = sum g_z.
-"""
+"""conv2d's backward (fp32; gradients with respect to the real values; each sum in float32 in its kernel's order,
+every term one fused multiply-add: docs/design.md §3b, tinytrain/f32.py): the input and weight gradients, their
+shapes, references, MACs, bounds and memory promises, and the backward rule."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from tinytrain import f32
 from tinytrain.ir import Tensor
-from tinytrain.ops import OpDef, RowWindow
-from tinytrain.quant import Requant, requantize
+from tinytrain.ops.conv2d.forward import Conv2dAttrs, output_hw
+from tinytrain.quant import Requant
 
-
-@dataclass(frozen=True)
-class Conv2dAttrs:
-    stride: tuple[int, int]
-    padding: tuple[int, int, int, int]  # top, left, bottom, right
-    requant: Requant
-    dilation: tuple[int, int] = (1, 1)
-    groups: int = 1
-    act_min: int = -128
-    act_max: int = 127
-
-
-def output_hw(h: int, w: int, kh: int, kw: int, a: Conv2dAttrs) -> tuple[int, int]:
-    pt, pl, pb, pr = a.padding
-    ho = (h + pt + pb - a.dilation[0] * (kh - 1) - 1) // a.stride[0] + 1
-    wo = (w + pl + pr - a.dilation[1] * (kw - 1) - 1) // a.stride[1] + 1
-    return ho, wo
-
-
-def infer_shapes(a: Conv2dAttrs, ins: Sequence[Tensor | None]) -> list[tuple[int, ...]]:
-    x, w = ins[0], ins[1]
-    n, h, wd, cin = x.shape
-    cout, kh, kw, cg = w.shape
-    if cg * a.groups != cin or cout % a.groups:
-        raise ValueError(f"conv2d: weight {w.shape} does not fit input {x.shape} with groups={a.groups}")
-    if a.groups not in (1, cin):
-        raise ValueError("conv2d: only regular (groups=1) and depthwise (groups=C_in) convolutions")
-    ho, wo = output_hw(h, wd, kh, kw, a)
-    if ho <= 0 or wo <= 0:
-        raise ValueError(f"conv2d: empty output for input {x.shape}")
-    return [(n, ho, wo, cout)]
-
-
-def _centered_input(x: np.ndarray, xt: Tensor, a: Conv2dAttrs) -> np.ndarray:
-    """(x - zx) as int32, zero-padded (padding holds zx, so it contributes nothing)."""
-    xz = x.astype(np.int32) - np.int32(xt.quant.zp)
-    pt, pl, pb, pr = a.padding
-    return np.pad(xz, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-
-
-def _centered_weight(w: np.ndarray, wt: Tensor) -> np.ndarray:
-    zw = np.asarray(wt.quant.zero_point, np.int32).reshape(-1, *([1] * (w.ndim - 1)))
-    return w.astype(np.int32) - zw
-
-
-def accumulate(a: Conv2dAttrs, x: np.ndarray, xt: Tensor, w: np.ndarray, wt: Tensor,
-               bias: np.ndarray | None, out_shape: tuple[int, ...]) -> np.ndarray:
-    """The int32 accumulator (N,Ho,Wo,C_out) before requantization."""
-    xp = _centered_input(x, xt, a)
-    wz = _centered_weight(w, wt)
-    cout, kh, kw, cg = w.shape
-    n = x.shape[0]
-    ho, wo = out_shape[1], out_shape[2]
-    (sh, sw), (dh, dw) = a.stride, a.dilation
-    if a.groups == 1:
-        if (kh, kw, sh, sw) == (1, 1, 1, 1):
-            cols = xp.reshape(-1, cg)
-        else:
-            win = sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(1, 2))
-            win = win[:, : (ho - 1) * sh + 1 : sh, : (wo - 1) * sw + 1 : sw, :, ::dh, ::dw]
-            cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(n * ho * wo, kh * kw * cg)
-        # float64 matmul is exact: |sum| < 2^53 for any int8 model that fits a microcontroller.
-        acc = (cols.astype(np.float64) @ wz.reshape(cout, -1).T.astype(np.float64)).astype(np.int64)
-        acc = acc.reshape(n, ho, wo, cout)
-    else:
-        mult = cout // x.shape[3]
-        if mult > 1:
-            xp = xp[..., np.arange(cout) // mult]
-        acc = np.zeros((n, ho, wo, cout), np.int64)
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, i * dh : i * dh + (ho - 1) * sh + 1 : sh, j * dw : j * dw + (wo - 1) * sw + 1 : sw, :]
-                acc += patch * wz[:, i, j, 0].astype(np.int64)
-    if bias is not None:
-        acc += bias.astype(np.int64)
-    return acc
-
-
-def reference(a: Conv2dAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    x, w = arrays[0], arrays[1]
-    bias = arrays[2] if len(arrays) > 2 else None
-    out_shape = (x.shape[0],) + outs[0].shape[1:]
-    acc = accumulate(a, x, ins[0], w, ins[1], bias, out_shape)
-    return [requantize(acc, a.requant, outs[0].quant.zp, a.act_min, a.act_max)]
-
-
-def macs(a: Conv2dAttrs, ins, outs) -> int:
-    _, ho, wo, cout = outs[0].shape
-    _, kh, kw, cg = ins[1].shape
-    return ho * wo * cout * kh * kw * cg
-
-
-# ---- backward (fp32; gradients with respect to the real values; each sum in float32 in its kernel's order,
-# ---- every term one fused multiply-add: docs/design.md §3b, tinytrain/f32.py) -----------------------------
 
 @dataclass(frozen=True)
 class Conv2dGradInputAttrs:
@@ -303,41 +201,6 @@ def backward(b, node, out_grads) -> list[str | None]:
     return result
 
 
-def _first_tap(n_out: int, stride: int, pad: int, dilation: int, taps: int, size: int) -> np.ndarray:
-    """Per output row (or column): the first input row it reads, ``size`` when it reads only padding."""
-    start = np.arange(n_out, dtype=np.int64) * stride - pad
-    i = np.maximum(0, -(start // dilation))  # the first tap at or below the input's first row
-    first = start + i * dilation
-    return np.where((i < taps) & (first < size), first, size)
-
-
-def min_read(a: Conv2dAttrs, ins, outs, k: int) -> np.ndarray | None:
-    """``OpDef.min_read`` of input 0: output (y,x,o) reads first at its window's first valid row and column,
-    channel 0 (regular) or o // multiplier (depthwise). The C kernels loop y, x, o and store each output
-    after its accumulation, as that contract asks."""
-    if k != 0:
-        return None
-    n, h, w, cin = ins[0].shape
-    _, ho, wo, cout = outs[0].shape
-    kh, kw = ins[1].shape[1:3]
-    rows = _first_tap(ho, a.stride[0], a.padding[0], a.dilation[0], kh, h)
-    cols = _first_tap(wo, a.stride[1], a.padding[1], a.dilation[1], kw, w)
-    chans = np.zeros(cout, np.int64) if a.groups == 1 else np.arange(cout, dtype=np.int64) // (cout // cin)
-    batch = np.arange(n, dtype=np.int64)
-    idx = (((batch[:, None, None, None] * h + rows[None, :, None, None]) * w + cols[None, None, :, None]) * cin
-           + chans[None, None, None, :])
-    only_padding = (rows[None, :, None, None] >= h) | (cols[None, None, :, None] >= w)
-    return np.where(only_padding, n * h * w * cin, idx).reshape(-1)
-
-
-def row_window(a: Conv2dAttrs, ins, outs, k: int) -> RowWindow | None:
-    """``OpDef.rows`` of input 0: output row r reads the kh window rows from r * stride - pad_top."""
-    if k != 0:
-        return None
-    kh = ins[1].shape[1]
-    return RowWindow(a.stride[0], -a.padding[0], (kh - 1) * a.dilation[0] + 1)
-
-
 def _first_source(n_in: int, stride: int, pad: int, dilation: int, taps: int, n_out: int) -> np.ndarray:
     """Per input row (or column) of a transposed convolution: the first output row whose window holds it,
     ``n_out`` when none does (the taps i with (row + pad - i * dilation) / stride an output row; the last valid
@@ -415,51 +278,3 @@ def _gather_min_read(a: Conv2dGradInputAttrs, ins, outs) -> np.ndarray | None:
            + chans[None, None, None, :])
     reads_nothing = (rows[None, :, None, None] >= ho) | (cols[None, None, :, None] >= wo)
     return np.where(reads_nothing, n * ho * wo * cout, idx).reshape(-1)
-
-
-OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read,
-            rows=row_window)
-GRAD_INPUT = OpDef("conv2d_grad_input", Conv2dGradInputAttrs, grad_input_shapes, grad_input_reference, grad_input_macs,
-                   min_read=grad_input_min_read, scratch=grad_input_scratch, overwrites=grad_input_overwrites,
-                   bound=grad_input_bound)
-GRAD_WEIGHT = OpDef("conv2d_grad_weight", Conv2dGradWeightAttrs, grad_weight_shapes, grad_weight_reference,
-                    grad_weight_macs, bound=grad_weight_bound)
-
-
-# ---- integer weight gradient (plan "backward": "int", training/integer_step.py) ----
-
-def grad_weight_int_shapes(a: Conv2dGradWeightAttrs, ins) -> list[tuple[int, ...]]:
-    if a.groups != 1 and ins[0].shape[3] != ins[1].shape[3]:
-        raise ValueError("conv2d_grad_weight_int: a depthwise convolution's only with channel multiplier 1")
-    return grad_weight_shapes(a, ins)
-
-
-def grad_weight_int_reference(a: Conv2dGradWeightAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    """g_w (C_sel,KH,KW,C_in/groups) int32 = sum over output pixels of g_z[.., o] (x[window tap] - zx), exact (the
-    bound rule proves it fits); padding holds zx, so it adds nothing."""
-    g = arrays[0].astype(np.int64)
-    sel = np.arange(g.shape[3]) if a.channels is None else np.asarray(a.channels)
-    g = g[..., sel]
-    pt, pl, pb, pr = a.padding
-    xp = np.pad(arrays[1].astype(np.int64) - ins[1].quant.zp, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-    n, ho, wo, _ = g.shape
-    kh, kw = a.kernel
-    gw = np.zeros(outs[0].shape, np.int64)
-    for i, j, (rows, cols) in _taps(kh, kw, ho, wo, a.stride, a.dilation):
-        patch = xp[:, rows, cols, :]
-        if a.groups == 1:
-            gw[:, i, j, :] = g.reshape(-1, len(sel)).T @ patch.reshape(-1, patch.shape[3])
-        else:
-            gw[:, i, j, 0] = (g * patch[..., sel]).sum(axis=(0, 1, 2))
-    return [gw.astype(np.int32)]
-
-
-def grad_weight_int_bound(a: Conv2dGradWeightAttrs, ins, bounds) -> list[float]:
-    """Pixels x |g_z|max x max|x - zx| (integers)."""
-    zx = ins[1].quant.zp
-    return [bounds[0] * ins[0].shape[0] * ins[0].shape[1] * ins[0].shape[2] * max(abs(-128 - zx), abs(127 - zx))]
-
-
-GRAD_WEIGHT_INT = OpDef("conv2d_grad_weight_int", Conv2dGradWeightAttrs, grad_weight_int_shapes,
-                        grad_weight_int_reference, grad_weight_macs, bound=grad_weight_int_bound)
-OPS = (OP, GRAD_INPUT, GRAD_WEIGHT, GRAD_WEIGHT_INT)

@@ -1,0 +1,171 @@
+"""TFLite frontend: an int8 (or TF1-style uint8) .tflite model -> IR Graph, bit-exact with TFLite's kernels.
+
+The builtin operators are read by the op modules that declare them (``TFLITE`` of ``tinytrain/ops/<op>.py``, through
+the importer's methods of tensors.py); the importer itself reads QUANTIZE and DEQUANTIZE (the float boundary). Fused
+NONE / RELU / RELU6 / RELU_N1_TO_1 activations become the output clamp range.
+
+Choices (each matches what the device runs):
+- Float boundary. A float32 graph input that feeds a single QUANTIZE, and a float32 graph output
+  produced by a DEQUANTIZE, are dropped: the graph exchanges the int8 tensors on the other side of
+  them, as the device does (users quantize with the input tensor's scale / zero point). A QUANTIZE
+  between two quantized tensors becomes a ``requantize`` node.
+- Requantization multipliers are computed exactly as the runtime that runs the model does:
+  int8 CONV_2D / DEPTHWISE_CONV_2D (tflite-micro, per channel, also for a single scale) and every
+  FULLY_CONNECTED: double(s_in) * double(s_w) / double(s_out); uint8 (TF1-style) CONV_2D /
+  DEPTHWISE_CONV_2D (reference kernels, GetQuantizedConvolutionMultipler): double(float32(s_in * s_w)) /
+  double(s_out). MEAN and int8->int8 QUANTIZE: s_in / s_out in double. Each rule is pinned by a test on
+  scales where the two products give different outputs; for FULLY_CONNECTED the runtimes measurably use
+  the double product although kernel_util.cc's GetQuantizedConvolutionMultipler reads as a float product.
+- uint8 models are converted on import: activations and weights are shifted by -128 (zero points
+  alike; weights keep their zero point), AVERAGE_POOL_2D rounds half up as the uint8 kernel does, and
+  ``Graph.uint8_io`` is set.
+- Weight quantization is stored per output channel (axis 0) even when the file has one scale;
+  depthwise weights (1, KH, KW, C*m) become (C*m, KH, KW, 1). Bias quantization is taken per output
+  channel whatever ``quantized_dimension`` says (person_detect.tflite stores 3 for its 1-D biases,
+  which tflite-micro ignores too).
+- Graphs are built for batch 1 (a -1 batch in shape_signature is fine); the simulator runs batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
+from tinytrain.frontends.tflite.reader import BUILTIN, TflModel, TflOperator, builtin_name, read_model
+from tinytrain.frontends.tflite.tensors import QUANTIZED, TensorReader
+from tinytrain.ir import Graph, Node, Tensor
+from tinytrain.ops import TfliteRead, declared
+from tinytrain.ops.requantize import RequantizeAttrs
+from tinytrain.quant import Requant
+from tinytrain.verify import verify
+
+
+def readers_of_builtins() -> dict[str, TfliteRead]:
+    """Builtin operator name -> its reader: the op modules' (``TFLITE``) and the importer's own, the float boundary."""
+    return {**declared("TFLITE"), "QUANTIZE": TfliteRead(_Importer.read_quantize),
+            "DEQUANTIZE": TfliteRead(_Importer.read_dequantize)}
+
+
+def graph_from_tflite(data: bytes, name: str, sha256: str) -> Graph:
+    """Import a .tflite model. Raises ModelError (malformed) or UnsupportedModelError, one line each."""
+    try:
+        readers = readers_of_builtins()
+        return _Importer(read_model(data, {BUILTIN[k]: r.options for k, r in readers.items() if r.options}), name,
+                         sha256, readers).run()
+    except TinyTrainError as e:
+        raise type(e)(f"{name}: {e}") from None
+    except (ValueError, OverflowError) as e:  # e.g. a scale so extreme that no fixed-point multiplier exists
+        raise ModelError(f"{name}: inconsistent quantization or shapes ({e})") from None
+
+
+@dataclass
+class _Importer(TensorReader):
+    model: TflModel
+    name: str
+    sha256: str
+
+    readers: dict[str, TfliteRead]
+
+    def __post_init__(self) -> None:
+        self.tensors: dict[str, Tensor] = {}
+        self.nodes: list[Node] = []
+        self.names: dict[int, str] = {}
+        self.produced: set[int] = set()
+        self.skip: set[int] = set()  # operators dropped at the float boundary
+
+    # ---- driver ---------------------------------------------------------------------------------
+    def run(self) -> Graph:
+        m = self.model
+        if m.subgraph_count != 1:
+            raise UnsupportedModelError(f"the model has {m.subgraph_count} subgraphs; only single-subgraph models "
+                                        "(no control flow) are supported")
+        if not any(t.type in QUANTIZED for t in m.tensors):
+            raise UnsupportedModelError("this is a float model; quantize it to int8 first (full-integer "
+                                        "post-training quantization, e.g. TFLiteConverter with "
+                                        "optimizations=[DEFAULT] and a representative dataset)")
+        for op in m.operators:
+            if builtin_name(op.opcode) not in self.readers:
+                raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
+                                            f"supported ops: {', '.join(sorted(self.readers))}")
+        inputs = [self._graph_input(i) for i in m.inputs]
+        outputs = [self._graph_output(o) for o in m.outputs]
+        self.graph_inputs, self.graph_outputs = set(inputs), set(outputs)
+        for i in inputs:
+            self.act(i)
+        self.produced.update(inputs)
+        for op in m.operators:
+            if op.index not in self.skip:
+                self._operator(op)
+        for o in outputs:
+            if o not in self.produced:
+                raise ModelError(f"graph output {self.tensor(o).name!r} is never written by an operator")
+        uint8 = {self.tensor(i).type == "UINT8" for i in inputs + outputs}
+        if len(uint8) > 1:
+            raise UnsupportedModelError("the model mixes uint8 and int8 graph inputs/outputs")
+        graph = Graph(self.name, self.tensors, tuple(self.nodes), tuple(self.names[i] for i in inputs),
+                      tuple(self.names[o] for o in outputs), self.sha256, uint8_io=uint8 == {True})
+        try:
+            verify(graph)
+        except ValueError as e:
+            raise ModelError(f"imported graph is inconsistent: {e}") from None
+        return graph
+
+    def _consumers(self, index: int) -> list[TflOperator]:
+        return [op for op in self.model.operators if index in op.inputs]
+
+    def _graph_input(self, index: int) -> int:
+        t = self.tensor(index)
+        if t.type != "FLOAT32":
+            return index
+        users = self._consumers(index)
+        if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE":
+            raise UnsupportedModelError(f"float input {t.name!r} must feed exactly one QUANTIZE (float ops are "
+                                        "not supported; quantize the model to int8)")
+        self.skip.add(users[0].index)
+        return users[0].outputs[0]
+
+    def _graph_output(self, index: int) -> int:
+        t = self.tensor(index)
+        if t.type != "FLOAT32":
+            return index
+        for op in self.model.operators:
+            if index in op.outputs:
+                if builtin_name(op.opcode) != "DEQUANTIZE":
+                    break
+                self.skip.add(op.index)
+                return op.inputs[0]
+        raise UnsupportedModelError(f"float output {t.name!r} must come from a DEQUANTIZE (float ops are not "
+                                    "supported; quantize the model to int8)")
+
+    def _operator(self, op: TflOperator) -> None:
+        kind = builtin_name(op.opcode)
+        reader = self.readers[kind]
+        required = reader.required
+        if not op.outputs or len(op.inputs) < required or any(i < 0 for i in op.inputs[:required]):
+            raise ModelError(f"operator {op.index} ({kind}) lacks a required input or has no output")
+        for pos, i in enumerate(op.inputs):
+            if pos in reader.constants:
+                continue  # weights, biases, shapes: checked to hold data by the op's handler
+            if i >= 0 and i not in self.produced and self.model.buffers[self.tensor(i).buffer] == b"":
+                raise ModelError(f"operator {op.index} ({kind}) reads tensor {self.tensor(i).name!r} before any "
+                                 "operator writes it (operators out of order or a cycle)")
+        for o in op.outputs:
+            if o in self.produced or self.model.buffers[self.tensor(o).buffer] != b"":
+                raise ModelError(f"operator {op.index} ({kind}) writes tensor {self.tensor(o).name!r}, which is "
+                                 "already written or constant")
+        reader.read(self, op)
+        self.produced.update(op.outputs)
+
+    # ---- the importer's own operators: the float boundary -------------------------------------------------------
+    def read_quantize(self, op: TflOperator) -> None:
+        src = self.tensor(op.inputs[0])
+        if src.type not in QUANTIZED:
+            raise UnsupportedModelError(f"operator {op.index} (QUANTIZE) converts a {src.type} tensor inside the "
+                                        "graph; only a float graph input may be quantized")
+        x, out = self.act(op.inputs[0]), self.out(op)
+        requant = Requant.from_scales([x.quant.s / out.quant.s])
+        self.node(op, "requantize", [x.name], [out.name], RequantizeAttrs(requant))
+
+    def read_dequantize(self, op: TflOperator) -> None:
+        raise UnsupportedModelError(f"operator {op.index} (DEQUANTIZE) is inside the graph; float ops are not "
+                                    "supported (DEQUANTIZE is accepted only as the last op before a graph output)")
