@@ -1,10 +1,30 @@
 """The fp32 PyTorch twin of an int8 graph: the fp32 reference of the transfer and VWW studies (fp32_finetune.py,
 vww_ceiling.py). Every weight and bias dequantized, every activation clamped to its dequantized int8 range, the
-same new head's initial weights; residual adds read their shortcut by name."""
+same new head's initial weights; residual adds read their shortcut by name. Each op computes itself as its module
+says (``OpDef.twin``, tinytrain/ops/<op>.py)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
+
+from tinytrain.ir import Role
+from tinytrain.ops import get_op
+
+
+def _dequantized(t) -> np.ndarray:
+    """A constant's real values (per output channel along axis 0 where it has several scales); conv weights OIHW."""
+    q = t.quant
+    s = np.asarray(q.scale, np.float64)
+    zp = np.asarray(q.zero_point, np.float64)
+    d = t.data.astype(np.float64)
+    if len(s) > 1:
+        shape = (-1,) + (1,) * (d.ndim - 1)
+        d = (d - zp.reshape(shape)) * s.reshape(shape)
+    else:
+        d = (d - zp[0]) * s[0]
+    return d.transpose(0, 3, 1, 2) if d.ndim == 4 else d  # OHWI -> OIHW
 
 
 def torch_twin(graph):
@@ -12,15 +32,7 @@ def torch_twin(graph):
     import torch
     import torch.nn.functional as F
 
-    def deq(t, axis0=True):
-        q = t.quant
-        s = np.asarray(q.scale, np.float64)
-        zp = np.asarray(q.zero_point, np.float64)
-        d = t.data.astype(np.float64)
-        if len(s) > 1:
-            shape = (-1,) + (1,) * (d.ndim - 1)
-            return (d - zp.reshape(shape)) * s.reshape(shape)
-        return (d - zp[0]) * s[0]
+    ops = SimpleNamespace(torch=torch, F=F)
 
     class Twin(torch.nn.Module):
         def __init__(self):
@@ -28,14 +40,11 @@ def torch_twin(graph):
             self.params = torch.nn.ParameterDict()
             self.steps = []
             for k, node in enumerate(graph.nodes):
-                if node.op in ("conv2d", "fully_connected"):
-                    w = deq(graph.tensors[node.inputs[1]])
-                    if node.op == "conv2d":
-                        w = w.transpose(0, 3, 1, 2)  # OHWI -> OIHW
-                    self.params[f"w{k}"] = torch.nn.Parameter(torch.tensor(w, dtype=torch.float32))
-                    if len(node.inputs) > 2 and node.inputs[2]:
-                        b = deq(graph.tensors[node.inputs[2]])
-                        self.params[f"b{k}"] = torch.nn.Parameter(torch.tensor(b, dtype=torch.float32))
+                for j, name in enumerate(node.inputs):
+                    t = graph.tensors[name] if name else None
+                    if t is not None and t.role in (Role.WEIGHT, Role.BIAS):
+                        w = torch.tensor(_dequantized(t), dtype=torch.float32)
+                        self.params[f"{'wb'[j - 1] if j in (1, 2) else 'c'}{k}"] = torch.nn.Parameter(w)
                 self.steps.append((k, node))
 
         def forward(self, x):  # x: N,C,H,W float
@@ -46,31 +55,22 @@ def torch_twin(graph):
             its inputs by name (a residual's shortcut), x for a tensor from before ``lo``."""
             env = {}
             for k, node in self.steps[lo:hi]:
-                a = node.attrs
-                x = env.get(node.inputs[0], x)
-                if node.op in ("conv2d", "fully_connected", "avg_pool2d", "add"):
-                    yq = graph.tensors[node.outputs[0]].quant
-                    c_lo, c_hi = (a.act_min - yq.zp) * yq.s, (a.act_max - yq.zp) * yq.s
-                b = self.params[f"b{k}"] if f"b{k}" in self.params else None
-                if node.op == "conv2d":
-                    pt, pl, pb, pr = a.padding
-                    x = F.conv2d(F.pad(x, (pl, pr, pt, pb)), self.params[f"w{k}"], b, a.stride, 0, a.dilation, a.groups)
-                    x = torch.clamp(x, c_lo, c_hi)
-                elif node.op == "fully_connected":
-                    x = torch.clamp(F.linear(x.flatten(1), self.params[f"w{k}"], b), c_lo, c_hi)
-                elif node.op == "avg_pool2d":
-                    pt, pl, pb, pr = a.padding
-                    x = F.avg_pool2d(F.pad(x, (pl, pr, pt, pb)), a.kernel, a.stride)
-                elif node.op == "add":
-                    x = torch.clamp(x + env.get(node.inputs[1], x), c_lo, c_hi)
-                elif node.op == "reshape":
-                    x = x.flatten(1)
-                elif node.op in ("softmax", "dequantize"):
-                    pass  # logits are trained with softmax cross-entropy
-                else:
+                rule = get_op(node.op).twin
+                if rule is None:
                     raise NotImplementedError(f"torch twin: {node.op}")
+                xs = [env.get(name, x) for name in node.inputs if name and not graph.tensors[name].is_constant]
+                params = [self.params[f"{c}{k}"] for c in "wb" if f"{c}{k}" in self.params]
+                x = rule(ops, node, xs, params, _clamp(graph, node))
                 env[node.outputs[0]] = x
             return x
 
     return Twin()
 
+
+def _clamp(graph, node) -> tuple[float, float]:
+    """The real range of the node's int8 output (its act_min .. act_max, or the whole int8 range)."""
+    a, q = node.attrs, graph.tensors[node.outputs[0]].quant
+    lo, hi = getattr(a, "act_min", -128), getattr(a, "act_max", 127)
+    if q is None:
+        return float("-inf"), float("inf")
+    return (lo - q.zp) * q.s, (hi - q.zp) * q.s

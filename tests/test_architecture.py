@@ -133,3 +133,75 @@ def test_no_function_in_tinytrain_is_longer_than_80_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
                 long.add((str(path.relative_to(root)), node.name))
     assert not long, sorted(long)
+
+
+def _hand_lists(source: str, names: set[str]) -> list[tuple[int, list[str]]]:
+    """(line, op names) of every tuple, list or set literal and dict's keys in ``source`` whose strings are all
+    registered op names: a list of ops kept by hand."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elts = node.elts
+        elif isinstance(node, ast.Dict):
+            elts = [k for k in node.keys if k is not None]
+        else:
+            continue
+        strings = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if strings and all(s in names for s in strings):
+            found.append((node.lineno, strings))
+    return found
+
+
+def _own_files(path: Path, root: Path) -> str | None:
+    """The op module (ops/<m>.py or the package ops/<m>/) a file belongs to: itself, or its C binding's."""
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[0] == "ops" and len(parts) > 1:
+        return parts[1]
+    if parts[:2] == ("codegen", "bindings") and len(parts) > 2:
+        return parts[2]
+    return None
+
+
+def test_no_op_name_is_listed_by_hand_outside_its_own_files():
+    """Issue 42: an op is found from its own modules (``OpDef`` hooks, ``declared``), never from a list of op names:
+    a collection of op names may appear only in the op's module or its C binding."""
+    root = Path(tinytrain.__file__).parent
+    registry = _registry()
+    names = set(registry)
+    owners = {}
+    for module in ops.op_modules():
+        short = module.__name__.split(".")[2]
+        owners[short] = _defined(short)
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        own = owners.get(_own_files(path, root), set())
+        for line, listed in _hand_lists(path.read_text(), names):
+            if not set(listed) <= own:
+                bad.append(f"{path.relative_to(root)}:{line}: {listed}")
+    assert not bad, bad
+
+
+def test_the_hand_list_check_sees_a_hand_list():
+    names = {"conv2d", "fully_connected", "mse"}
+    source = 'LAYERS = ("conv2d", "fully_connected")\nLOSSES = ("xent", "mse")\nK = {"conv2d": 1}\nif op == "mse": pass\n'
+    assert _hand_lists(source, names) == [(1, ["conv2d", "fully_connected"]), (3, ["conv2d"])]
+
+
+def test_every_op_module_declares_its_hooks_by_the_registered_names():
+    """The importers' handler tables are collected from the op modules, one owner per source op, and every forward
+    op that imports has its exporter and its docs row."""
+    onnx_types = ops.declared("ONNX")
+    assert {"Conv", "Gemm", "Mul", "Reshape"} <= set(onnx_types)
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "MUL"} <= set(ops.declared("TFLITE"))
+    for name, op in _registry().items():
+        if op.doc is not None:
+            assert op.export is not None, name
+
+
+def test_the_ops_page_is_generated_from_the_registry():
+    """docs/guide/ops.md is scripts/ops_doc.py's output: a row per forward op from its module's ``OpDef.doc``."""
+    import runpy
+
+    generator = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "ops_doc.py"))
+    assert generator["main"](["--check"]) == 0
+    assert "| `conv2d` | CONV_2D, DEPTHWISE_CONV_2D |" in generator["page"]()

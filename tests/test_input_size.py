@@ -177,3 +177,17 @@ def test_compile_at_a_smaller_size(tmp_path, capsys):
     assert small["fits"] and small["peak_sram_bytes"] < full.report.peak_sram_bytes
     assert small["model_sha256"] == full.graph.source_sha256
     assert capsys.readouterr().err == ""
+
+
+def test_a_strided_max_pool_keeps_its_windows_on_the_padding():
+    """A 2x2/2 max pool with SAME-style padding is a strided window like a convolution (issue 42: it was left out of
+    the resize pass's window list): a size whose change is not a multiple of its stride is refused, naming it; one
+    that is keeps the padding and runs."""
+    mb = ModelBuilder("maxpooled", seed=4)
+    pooled = mb.max_pool(mb.conv(mb.input((8, 8, 3)), 4, 1), 2, 2, padding=(0, 0, 1, 1))
+    graph = mb.build(pooled)
+    with pytest.raises(UsageError, match=r"layer \S+ \(stride 2\) would see 9 rows instead of 8.*multiple of 2"):
+        resize_input(graph, 9)
+    g = resize_input(graph, 10)
+    assert _shape(g, pooled) == (1, 5, 5, 4)
+    forward(g, {g.inputs[0]: np.zeros((1, 10, 10, 3), np.int8)})

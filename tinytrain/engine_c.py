@@ -28,7 +28,8 @@ import numpy as np
 
 from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
-from tinytrain.names import LOSS_OPS, TARGET
+from tinytrain.names import TARGET
+from tinytrain.ops import loss_ops
 
 HOST_CC = "gcc"
 # Same C as on the device: C99, no fused multiply-add contraction, no fast-math (docs/design.md §4).
@@ -223,7 +224,7 @@ class CTrainer:
             lib.tt_set_target.argtypes, lib.tt_set_target.restype = [vp], None
         x = graph.tensors[graph.inputs[0]]
         self._x_shape = tuple(x.shape[1:])
-        out = next(graph.tensors[n.inputs[0]] for n in graph.nodes if n.op in LOSS_OPS)
+        out = next(graph.tensors[n.inputs[0]] for n in graph.nodes if n.op in loss_ops())
         self._n_classes, self._out_size = out.shape[-1], int(np.prod(out.shape[1:]))  # mse: label 0, never read
         self._loss = ctypes.c_float()
         lib.tt_init()

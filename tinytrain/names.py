@@ -14,7 +14,6 @@ LABEL = "label"       # input: the sample's class, int32 (1,)
 STEP_INPUT = "step"   # input: the step counter, int32 (1,) (the stochastic rounding's stream position)
 TARGET = "target"     # input: the sample's float32 target of the output's shape (--loss mse with y; sim only)
 RESERVED = (LOSS, LABEL, STEP_INPUT, TARGET)
-LOSS_OPS = ("softmax_xent", "mse")  # the ops that compute the loss (ops/softmax_xent.py, ops/mse.py)
 GRAD_SUFFIX = ".grad"
 
 

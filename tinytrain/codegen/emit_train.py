@@ -38,7 +38,8 @@ from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.memory.lifetimes import scratch_name
 from tinytrain.memory.report import MemoryReport, PlannedBuffer
 from tinytrain.memory.stream import StreamPlan
-from tinytrain.names import LABEL, LOSS, LOSS_OPS, STEP_INPUT, TARGET
+from tinytrain.names import LABEL, LOSS, STEP_INPUT, TARGET
+from tinytrain.ops import loss_ops
 from tinytrain.training.finite import gradient_bounds
 
 # tt_float.h and its parts by family (rounding, draws, gradient tiles, clamp masks)
@@ -170,9 +171,9 @@ def _phases(graph: Graph) -> tuple[list[Node], list[Node]]:
 
 
 def _loss_node(graph: Graph) -> Node:
-    nodes = [n for n in graph.nodes if n.op in LOSS_OPS]
+    nodes = [n for n in graph.nodes if n.op in loss_ops()]
     if len(nodes) != 1:
-        raise UnsupportedModelError(f"codegen: a training graph has one loss ({', '.join(LOSS_OPS)}), this one has "
+        raise UnsupportedModelError(f"codegen: a training graph has one loss ({', '.join(loss_ops())}), this one has "
                                     f"{len(nodes)}")
     return nodes[0]
 

@@ -98,14 +98,16 @@ class Resize:
 @dataclass(frozen=True)
 class OpDoc:
     """The op's row of docs/guide/ops.md (generated: scripts/ops_doc.py): what it imports from, its arithmetic, its
-    backward and what the backward saves; ``detail``: a paragraph of the page's details section."""
+    backward and what the backward saves; ``streamed`` / ``in_place`` say more than the OpDef's promises give
+    (empty: "yes" or "no" from ``rows`` and ``min_read``)."""
 
     tflite: str
     onnx: str
     arithmetic: str
     backward: str
     saves: str
-    detail: str = ""
+    streamed: str = ""
+    in_place: str = ""
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,11 @@ def all_ops() -> dict[str, OpDef]:
     if not _OPS:
         _OPS.update(_registry())
     return dict(_OPS)
+
+
+def loss_ops() -> tuple[str, ...]:
+    """The ops that compute a training step's loss (``OpDef.loss``)."""
+    return tuple(name for name, op in all_ops().items() if op.loss)
 
 
 def declared(attr: str) -> dict[str, Any]:

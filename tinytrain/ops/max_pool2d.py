@@ -139,7 +139,7 @@ TFLITE = {"MAX_POOL_2D": TfliteRead(tflite_max_pool, (5, (("padding", 0, "<b", 0
                                                           ("filter_h", 4, "<i", 0), ("activation", 5, "<b", 0))))}
 DOC = OpDoc("MAX_POOL_2D", "MaxPool (int8 or DQ -> MaxPool)", "window maximum, same quantization",
             "g to the window's argmax (first maximum, row-major), windows in (oy, ox) order",
-            "**input** (int8), clamp mask if clamped")
+            "**input** (int8), clamp mask if clamped", streamed="**yes** (bands)")
 OP = OpDef("max_pool2d", MaxPool2dAttrs, infer_shapes, reference, no_macs, backward=backward, rows=rows,
            resize=Resize(stride=lambda a, shape: a.stride), export=export, twin=twin, doc=DOC)
 

@@ -83,6 +83,6 @@ def grad_bound(a: MseAttrs, ins, bounds) -> list[float]:
     return [float(grad_scale(_check(ins))) * (input_magnitude(out) + input_magnitude(target))]
 
 
-LOSS = OpDef("mse", MseAttrs, loss_shapes, loss_reference, no_macs)
+LOSS = OpDef("mse", MseAttrs, loss_shapes, loss_reference, no_macs, loss=True)
 GRAD = OpDef("mse_grad", MseAttrs, grad_shapes, grad_reference, no_macs, bound=grad_bound)
 OPS = (LOSS, GRAD)

@@ -133,7 +133,8 @@ ONNX = {"Mul": onnx_mul}
 ONNX_QOPERATOR = {"com.microsoft.QLinearMul": onnx_qlinear_mul}
 TFLITE = {"MUL": TfliteRead(tflite_mul, (21, (("activation", 0, "<b", 0),)), required=2)}
 DOC = OpDoc("MUL (two activations, broadcast)", "Mul / QLinearMul", "(a - za)(b - zb) requantized",
-            "g * b summed over a's broadcast dims, and alike for b", "both inputs (int8), clamp mask")
+            "g * b summed over a's broadcast dims, and alike for b", "both inputs (int8), clamp mask",
+            in_place="the full-shape operand")
 OP = OpDef("mul", MulAttrs, infer_shapes, reference, no_macs, backward=backward, min_read=min_read, export=export,
            twin=twin, doc=DOC)
 

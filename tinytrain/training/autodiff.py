@@ -43,7 +43,7 @@ def logits_of(graph: Graph) -> str:
     """The int8 logits: output 0, looking through a final softmax / dequantize."""
     producers = graph.producers()
     name = graph.outputs[0]
-    while name in producers and producers[name].op in ("softmax", "dequantize"):
+    while name in producers and get_op(producers[name].op).after_logits:
         name = producers[name].inputs[0]
     t = graph.tensors[name]
     if t.dtype != DType.INT8 or t.quant is None:

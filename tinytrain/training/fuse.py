@@ -22,9 +22,10 @@ from dataclasses import replace
 
 from tinytrain.ir import Graph, Node
 from tinytrain.ops import sgd_update as sgd
+from tinytrain.ops import sgd_update_int as sgd_int
 from tinytrain.ops.grad_weight_sgd_update import FUSED, SCRATCH_BYTES, GradWeightSgdUpdateAttrs, block_rows
 
-UPDATES = (sgd.OP.name, "sgd_update_int")  # the integer step's: its int32 gradient fused the same way
+UPDATES = (sgd.OP.name, sgd_int.OP.name)  # the integer step's: its int32 gradient fused the same way
 
 
 def fuse_updates(graph: Graph, scratch_bytes: int = SCRATCH_BYTES) -> Graph:

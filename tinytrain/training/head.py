@@ -24,6 +24,7 @@ import numpy as np
 
 from tinytrain.errors import UnsupportedModelError, UsageError
 from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
+from tinytrain.ops import get_op
 from tinytrain.ops.conv2d import Conv2dAttrs
 from tinytrain.ops.fully_connected import FullyConnectedAttrs
 from tinytrain.ops.reshape import ReshapeAttrs
@@ -54,7 +55,7 @@ def new_head(graph: Graph, n_classes: int, seed: int = 0) -> Graph:
     """
     if n_classes < 2:
         raise UsageError(f"--new-head {n_classes}: a classifier needs at least 2 classes")
-    k_last = max((k for k, n in enumerate(graph.nodes) if n.op in ("fully_connected", "conv2d")), default=None)
+    k_last = max((k for k, n in enumerate(graph.nodes) if get_op(n.op).layer), default=None)
     if k_last is None:
         raise UnsupportedModelError("the model has no convolution or fully-connected layer to replace")
     node = graph.nodes[k_last]

@@ -17,13 +17,13 @@ from pathlib import Path
 from tinytrain.errors import PlanError
 from tinytrain.ir import Graph, Node
 from tinytrain.names import LOSS, grad_name
+from tinytrain.ops import get_op
 from tinytrain.training.autodiff import param_gradients
 from tinytrain.training.schedule import Schedule, parse_schedule
 
 VERSION = 1
 RATIOS = (1.0, 0.5, 0.25, 0.125)
 CHANNEL_RULES = ("first",)
-LAYER_OPS = ("conv2d", "fully_connected")
 DEFAULT_LR = 0.01
 FIELDS = ("version", "bias_last_k", "weights", "channels", "lr", "bias_lr", "head_lr", "lr_schedule", "loss",
           "remainder_bits", "backward")
@@ -122,7 +122,7 @@ def select_channels(c_out: int, ratio: float, rule: str = "first") -> tuple[int,
 
 def layers(graph: Graph) -> list[Node]:
     """Convolution and fully-connected nodes in topological order: the ``conv`` indices of a plan."""
-    return [n for n in graph.nodes if n.op in LAYER_OPS]
+    return [n for n in graph.nodes if get_op(n.op).layer]
 
 
 # ---- the plan file -------------------------------------------------------------------------------------

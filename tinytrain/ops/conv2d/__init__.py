@@ -30,7 +30,7 @@ __all__ = ["BLOCK_SCRATCH_BYTES", "Conv2dAttrs", "Conv2dGradInputAttrs", "Conv2d
            "output_hw", "weight_factors", "weight_magnitude"]
 
 DOC = OpDoc("CONV_2D, DEPTHWISE_CONV_2D", "Conv / QLinearConv", "int32 acc, requantize", "input and weight gradients",
-            "input (int8), output as a 1-bit clamp mask")
+            "input (int8), output as a 1-bit clamp mask", in_place="depthwise")
 OP = OpDef("conv2d", Conv2dAttrs, infer_shapes, reference, macs, backward=backward, min_read=min_read,
            rows=row_window, resize=Resize(stride=lambda a, shape: a.stride), export=importers.export,
            twin=importers.twin, doc=DOC, layer=True)
