@@ -116,8 +116,8 @@ def onnx_qlinear(cv, node, kind: str, make) -> None:
     cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
 
 
-def tflite_read(im, op, kind: str, make) -> None:
-    """A TFLite builtin as the table ``make(xq, yq)`` of the runtime's int8 kernel."""
+def tflite_read(im, op, kind: str, make, alpha: float = 0.0) -> None:
+    """A TFLite builtin as the table ``make(xq, yq)`` of the runtime's int8 kernel (``alpha``: its parameter)."""
     x, out = im.act(op.inputs[0]), im.out(op)
     if x.shape != out.shape:
         raise ModelError(f"operator {op.index} ({op.name}): input {list(x.shape)} and output {list(out.shape)} differ")
@@ -125,7 +125,7 @@ def tflite_read(im, op, kind: str, make) -> None:
         table = make(x.quant, out.quant)
     except ValueError as e:
         raise UnsupportedModelError(f"operator {op.index} ({op.name}): {e}") from None
-    im.node(op, kind, [x.name], [out.name], TableAttrs(table, kind))
+    im.node(op, kind, [x.name], [out.name], TableAttrs(table, kind, alpha))
 
 
 def export_as(ex, n, op: str, **attrs) -> None:
