@@ -5,6 +5,8 @@ import importlib
 import pkgutil
 from pathlib import Path
 
+import pytest
+
 import tinytrain
 from tinytrain import ops
 from tinytrain.codegen import bindings
@@ -205,3 +207,24 @@ def test_the_ops_page_is_generated_from_the_registry():
     generator = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "ops_doc.py"))
     assert generator["main"](["--check"]) == 0
     assert "| `conv2d` | CONV_2D, DEPTHWISE_CONV_2D |" in generator["page"]()
+
+
+def test_the_worked_example_of_adding_an_op_touches_at_most_five_files():
+    """docs/guide/adding-an-op.md's worked example: the commit it names adds the op in at most five files, each of
+    the kinds the page lists (skipped outside a git checkout with that commit)."""
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "guide" / "adding-an-op.md").read_text()
+    sha = re.search(r"git show --stat (\w+)", page).group(1)
+    run = subprocess.run(["git", "show", "--name-only", "--format=", sha], cwd=root, capture_output=True, text=True)
+    if run.returncode:
+        pytest.skip(f"commit {sha} is not in this checkout")
+    files = run.stdout.split()
+    assert len(files) <= 5, files
+    kinds = (r"tinytrain/ops/\w+\.py", r"tinytrain/codegen/bindings/\w+\.py", r"codegen/templates/kernels/\w+\.c\.j2",
+             r"tests/test_\w+\.py", r"docs/guide/ops\.md")
+    assert all(any(re.fullmatch(k, f) for k in kinds) for f in files), files
+    op = next(Path(f).stem for f in files if f.startswith("tinytrain/ops/"))
+    assert op in _registry() and op in BINDINGS and f"| `{op}` |" in (root / "docs" / "guide" / "ops.md").read_text()

@@ -180,10 +180,13 @@ def test_mobilenetv2_matches_onnxruntime(mbv2, fmt):
 
     # the rounding is the ONNX one: onnxruntime's float32 requantization for conv / fully connected / mean
     # (Requant.fp32, 1/count in the mean's scale), single rounding for the others
+    requants = {"conv2d": ("requant",), "fully_connected": ("requant",), "mean": ("requant",),
+                "add": ("input1", "input2", "output"), "requantize": ("requant",)}
     for node in graph.nodes:
-        for r in (getattr(node.attrs, f, None) for f in ("requant", "input1", "input2", "output")):
-            want = "fp32" if node.op in ("conv2d", "fully_connected", "mean") else "single"
-            assert r is None or r.rounding == want, node.name
+        want = "fp32" if node.op in ("conv2d", "fully_connected", "mean") else "single"
+        for field in requants.get(node.op, ()):  # every requantizing node has its requantizations, rounded so
+            assert getattr(node.attrs, field).rounding == want, (node.name, field)
+    assert {n.op for n in graph.nodes} >= {"conv2d", "add", "mean", "fully_connected"}
     assert all(n.attrs.count_folded for n in graph.nodes if isinstance(n.attrs, MeanAttrs))
 
     # 1. op by op, on onnxruntime's own inputs
