@@ -44,6 +44,7 @@ def int_reference(a: BiasGradAttrs, arrays, ins, outs) -> list[np.ndarray]:
     return [g.reshape(-1, g.shape[-1]).sum(axis=0).astype(np.int32)]
 
 
-OP = OpDef("bias_grad", BiasGradAttrs, infer_shapes, reference, macs, bound=bound, integer=integer_form("bias_grad_int"))
+OP = OpDef("bias_grad", BiasGradAttrs, infer_shapes, reference, macs, bound=bound,
+           integer=integer_form("bias_grad_int"))
 INT = OpDef("bias_grad_int", BiasGradAttrs, infer_shapes, int_reference, macs, bound=bound)
 OPS = (OP, INT)

@@ -134,8 +134,8 @@ def twin(t, node, xs, params, clamp):
 ONNX = {"Concat": onnx_concat}
 ONNX_QOPERATOR = {"com.microsoft.QLinearConcat": onnx_qlinear_concat}
 TFLITE = {"CONCATENATION": TfliteRead(tflite_concatenation, (10, (("axis", 0, "<i", 0), ("activation", 1, "<b", 0))))}
-DOC = OpDoc("CONCATENATION (equal quantization)", "Concat / QLinearConcat", "copies, or per-input requantization tables",
-            "slices of g", "nothing", streamed="yes (channel / width axis)")
+DOC = OpDoc("CONCATENATION (equal quantization)", "Concat / QLinearConcat",
+            "copies, or per-input requantization tables", "slices of g", "nothing", streamed="yes (channel / width axis)")
 OP = OpDef("concat", ConcatAttrs, infer_shapes, reference, no_macs, backward=backward, rows=rows, export=export,
            twin=twin, doc=DOC)
 

@@ -78,5 +78,5 @@ TFLITE = {"HARD_SWISH": TfliteRead(lambda im, op: tables.tflite_read(im, op, "ha
 DOC = OpDoc("HARD_SWISH", "HardSwish (float island)", "256-entry table", "g * slope[x]", "**input** (int8)")
 OP = OpDef("hard_swish", tables.TableAttrs, tables.infer_shapes, tables.reference, no_macs,
            backward=tables.backward_with(slope), min_read=elementwise_min_read, rows=elementwise_rows,
-           export=lambda ex, n: tables.export_as(ex, n, "HardSwish"), twin=lambda t, node, xs, p, c: t.F.hardswish(xs[0]),
-           doc=DOC)
+           export=lambda ex, n: tables.export_as(ex, n, "HardSwish"),
+           twin=lambda t, node, xs, p, c: t.F.hardswish(xs[0]), doc=DOC)

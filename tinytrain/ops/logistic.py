@@ -104,5 +104,5 @@ TFLITE = {"LOGISTIC": TfliteRead(lambda im, op: tables.tflite_read(im, op, "logi
 DOC = OpDoc("LOGISTIC", "Sigmoid / QLinearSigmoid", "256-entry table", "g * slope[x]", "input (int8)")
 OP = OpDef("logistic", tables.TableAttrs, tables.infer_shapes, tables.reference, no_macs,
            backward=tables.backward_with(slope), min_read=elementwise_min_read, rows=elementwise_rows,
-           export=lambda ex, n: tables.export_as(ex, n, "Sigmoid"), twin=lambda t, node, xs, p, c: t.torch.sigmoid(xs[0]),
-           doc=DOC)
+           export=lambda ex, n: tables.export_as(ex, n, "Sigmoid"),
+           twin=lambda t, node, xs, p, c: t.torch.sigmoid(xs[0]), doc=DOC)
