@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain import engine_qemu
+from tinytrain.engines import qemu as engine_qemu
 from tinytrain.codegen.context import arm_dsp, has_fpu
 from tinytrain.data import model_inputs
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.firmware import BOARDS
 from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan

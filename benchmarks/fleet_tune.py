@@ -84,7 +84,7 @@ def step_graph(lr: float, steps: int):
 
 def trainer(lr: float, steps: int):
     """(step graph, host C trainer of its suffix: the training step after the frozen layers, fed the features)."""
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.simulator import split_frozen
 
     g = step_graph(lr, steps)
@@ -92,7 +92,7 @@ def trainer(lr: float, steps: int):
 
 
 def fleet_run(cfg) -> dict:
-    from tinytrain.api import sample_order
+    from tinytrain.engines.order import sample_order
     from tinytrain.codegen.state import pack, state_layout, unpack
     from tinytrain.federated.aggregate import aggregate
     from tinytrain.simulator import init_state
@@ -116,7 +116,7 @@ def fleet_run(cfg) -> dict:
 
 
 def central_run(cfg) -> dict:
-    from tinytrain.api import sample_order
+    from tinytrain.engines.order import sample_order
     from tinytrain.codegen.state import unpack
 
     lr, epochs = cfg

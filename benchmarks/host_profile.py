@@ -77,7 +77,7 @@ def main() -> None:
     from qemu_instructions import shipped_plans
     from tinytrain.codegen import MODEL_SOURCE
     from tinytrain.data import model_inputs
-    from tinytrain.engine_c import TRAIN_CFLAGS, CTrainer, _private_copy, compile_files
+    from tinytrain.engines.host_c import TRAIN_CFLAGS, CTrainer, _private_copy, compile_files
     from tinytrain.frontends import load_model
     from tinytrain.training.train_graph import build_training_graph
 

@@ -80,14 +80,14 @@ def train_predict(graph, plan_json: dict, x: np.ndarray, y: np.ndarray, rows: np
                   x_eval: np.ndarray) -> np.ndarray:
     """Train ``plan_json`` on ``rows`` for EPOCHS epochs with the emitted C (batch 1, seed 0); predicted classes of
     ``x_eval`` by the C forward with the trained state."""
-    from tinytrain.engine_c import CTrainer
-    from tinytrain.search.measure import sample_order
+    from tinytrain.engines.host_c import CTrainer
+    from tinytrain.engines.order import sample_order
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import parse_plan
     from tinytrain.training.train_graph import build_training_graph
 
     trainer = CTrainer(build_training_graph(graph, parse_plan(plan_json), UpdateConfig(seed=0)))
-    trainer.train(x[rows], y[rows], sample_order(len(rows), EPOCHS * len(rows), 0))
+    trainer.train(x[rows], y[rows], sample_order(np.arange(len(rows)), EPOCHS * len(rows), 0))
     return trainer.predict(x_eval).argmax(axis=1)
 
 
@@ -176,7 +176,7 @@ def run_rows(task: Task, rows: dict[str, dict]) -> None:
 
 
 def untrained_head(task: Task) -> np.ndarray:
-    from tinytrain.engine_c import predict
+    from tinytrain.engines.host_c import predict
 
     return predict(task.graph, task.x_test).argmax(axis=1) == task.y_test
 

@@ -79,12 +79,12 @@ def load_data(train_images: int, test_images: int) -> None:
 def predictions(name: str, backward: str, epochs: int, recipe: dict) -> np.ndarray:
     """Train the emitted C (host build) of plan ``name`` with the fp32 or integer step; its class for every test
     image."""
-    from tinytrain.engine_c import CTrainer
-    from tinytrain.search.measure import sample_order
+    from tinytrain.engines.host_c import CTrainer
+    from tinytrain.engines.order import sample_order
     from tinytrain.training.train_graph import build_training_graph
 
     d = _DATA
-    order = sample_order(len(d["y"]), epochs * len(d["y"]), SEED)
+    order = sample_order(np.arange(len(d["y"])), epochs * len(d["y"]), SEED)
     trainer = CTrainer(build_training_graph(d["graph"], plan(d["graph"], name, backward, recipe, len(order))))
     trainer.train(d["x"], d["y"], order)
     return trainer.predict(d["x_test"]).argmax(axis=1)
@@ -129,8 +129,9 @@ def accuracy(args, started) -> dict:
 
 def instructions(board: str, model: Path, name: str, backward: str, work: Path, rec: dict) -> dict:
     """Train 4 steps and run 2 inferences of ``model``'s plan ``name`` on ``board``; compare bit for bit."""
-    from tinytrain import engine_qemu, simulator
-    from tinytrain.engine_c import CTrainer
+    from tinytrain import simulator
+    from tinytrain.engines import qemu as engine_qemu
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.firmware import BOARDS as ALL
     from tinytrain.frontends import load_model
     from tinytrain.training.head import new_head

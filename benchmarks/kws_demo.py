@@ -65,14 +65,14 @@ def datasets(graph, reps: int, new_word: str, build: Path) -> dict[str, dict]:
 
 def train_predict(graph, plan_json: dict, x: np.ndarray, y: np.ndarray, x_eval: np.ndarray, epochs: int) -> np.ndarray:
     """``epochs`` of batch-1 training in the emitted C (seed 0); predicted classes of ``x_eval``."""
-    from tinytrain.engine_c import CTrainer
-    from tinytrain.search.measure import sample_order
+    from tinytrain.engines.host_c import CTrainer
+    from tinytrain.engines.order import sample_order
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import parse_plan
     from tinytrain.training.train_graph import build_training_graph
 
     trainer = CTrainer(build_training_graph(graph, parse_plan(plan_json), UpdateConfig(seed=0)))
-    trainer.train(x, y, sample_order(len(y), epochs * len(y), 0))
+    trainer.train(x, y, sample_order(np.arange(len(y)), epochs * len(y), 0))
     return trainer.predict(x_eval).argmax(axis=1)
 
 
@@ -96,7 +96,7 @@ def choose(graph, data: dict, rows: np.ndarray, epochs: int) -> tuple[str, float
 
 def adaptation(graph, data: dict) -> dict:
     """The 12-class model on the test speakers before and after training on the adaptation speakers."""
-    from tinytrain.engine_c import predict
+    from tinytrain.engines.host_c import predict
     from tinytrain.training.sparse import preset
 
     a, t = data["adapt"], data["test"]

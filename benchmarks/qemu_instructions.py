@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from qemu_profile import FAMILIES, profile
-from tinytrain import engine_qemu
+from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs
 from tinytrain.memory.report import STACK_BYTES
 from tinytrain.frontends import load_model

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain import engine_qemu
+from tinytrain.engines import qemu as engine_qemu
 from tinytrain.firmware import BOARDS
 
 FAMILIES = (  # (key, what, pattern on the kernel's name): the first match

@@ -93,9 +93,9 @@ _DATA: Data | None = None  # set before the worker processes fork
 
 def device_predictions(config: Config, rows: np.ndarray, eval_x: str, epochs: int) -> np.ndarray:
     """Train the emitted C (host build) on ``rows`` as ``config`` says; its predicted class of every eval image."""
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.ops.sgd_update import Rounding
-    from tinytrain.search.measure import sample_order
+    from tinytrain.engines.order import sample_order
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import preset, with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
@@ -108,7 +108,7 @@ def device_predictions(config: Config, rows: np.ndarray, eval_x: str, epochs: in
     plan = with_lr_schedule(plan, "cosine", 0.0, steps)
     update = UpdateConfig(momentum=config.momentum, rounding=Rounding(config.rounding), seed=SEED)
     trainer = CTrainer(build_training_graph(d.graph, plan, update))
-    trainer.train(d.x, d.y, rows[sample_order(len(rows), steps, SEED)])
+    trainer.train(d.x, d.y, sample_order(rows, steps, SEED))
     x = d.x[d.val] if eval_x == "val" else d.x_test
     return trainer.predict(x).argmax(axis=1)
 

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain import engine_qemu, simulator
+from tinytrain import simulator
+from tinytrain.engines import qemu as engine_qemu
 from tinytrain.codegen.state import pack, state_layout, state_size, unpack
 from tinytrain.data import model_inputs
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import BOARDS
 from tinytrain.firmware.persist import newest

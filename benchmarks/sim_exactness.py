@@ -26,7 +26,7 @@ import numpy as np
 from tinytrain import simulator
 from tinytrain.codegen.state import pack, unpack
 from tinytrain.data import model_inputs
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan
 from tinytrain.training.train_graph import build_training_graph

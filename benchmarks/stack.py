@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from qemu_instructions import SHARED, VWW_PLAN, models
 
-from tinytrain import engine_qemu
+from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware.boards import get_board

@@ -27,8 +27,8 @@ import numpy as np
 
 from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.data import model_inputs
-from tinytrain.engine_c import CTrainer
-from tinytrain.engine_qemu import QemuTrainer, run
+from tinytrain.engines.host_c import CTrainer
+from tinytrain.engines.qemu import QemuTrainer, run
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware.boards import get_board
 from tinytrain.firmware.persist import newest

@@ -113,7 +113,7 @@ def _timed(fn, steps: int, warmup: int, repeats: int) -> float:
 
 
 def bench_c(tg, x, y, timing: Timing) -> tuple[float, float]:
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
 
     t0 = time.perf_counter()
     trainer = CTrainer(tg)
@@ -253,7 +253,7 @@ def meta(timing: Timing, threads: int, command: str) -> dict:
     """The run's settings and machine, with the load average at the time of the call."""
     import torch
 
-    from tinytrain.engine_c import TRAIN_CFLAGS
+    from tinytrain.engines.host_c import TRAIN_CFLAGS
 
     return {"command": command, "threads": threads, "batch": 1, "repeats": timing.repeats,
             "steps": {"c": timing.c, "sim_whole": timing.sim, "sim_cli": timing.sim_cli, "torch": timing.torch},

@@ -201,7 +201,7 @@ class Task:
     def test_correct(self, state_file: str) -> np.ndarray:
         """Per test image: does the emitted C forward with the trained state predict its label?"""
         from tinytrain.state_file import load_state
-        from tinytrain.engine_c import predict
+        from tinytrain.engines.host_c import predict
         from tinytrain.simulator import with_state
 
         g = with_state(self.graph, load_state(str(ROOT / state_file), self.graph))
@@ -213,8 +213,10 @@ def _validation_correct(plan_json: dict, steps: int, schedule: tuple[str, float]
     """Per validation row: is it predicted right by a plan trained ``steps`` batch-1 steps on the fit rows (the
     search's cut model, C engine)? ``schedule``: (kind, warm-up fraction) of the lr schedule over those steps, as
     train --lr-schedule; ``seed``: the sample order's and the rounding's (None: the study's)."""
-    from tinytrain.engine_c import CTrainer
-    from tinytrain.search.measure import _JOB, sample_order, suffix_model
+    from tinytrain.engines.host_c import CTrainer
+    from tinytrain.engines.cut import suffix_model
+    from tinytrain.engines.order import sample_order
+    from tinytrain.search.measure import _JOB
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import parse_plan, with_lr_schedule
     from tinytrain.training.train_graph import build_training_graph
@@ -224,7 +226,7 @@ def _validation_correct(plan_json: dict, steps: int, schedule: tuple[str, float]
     g, p, cut = suffix_model(job["graph"], parse_plan(plan_json))
     x = job["features"][cut] if cut is not None else job["x"]
     n = len(job["train_rows"])
-    order = sample_order(n, steps, seed)
+    order = sample_order(np.arange(n), steps, seed)
     p = with_lr_schedule(p, schedule[0], schedule[1], steps)
     trainer = CTrainer(build_training_graph(g, p, UpdateConfig(qas=qas, seed=seed)))
     trainer.train(x[:n], job["y_train"], order)

@@ -66,11 +66,11 @@ def test_typed_errors(tiny_files):
         tinytrain.compile(model, sram="4k", update="full", new_head=2)
     assert tinytrain.train(model, (np.zeros((4, 16, 16, 3), np.uint8), np.array([0, 1, 0, 1])), new_head=2,
                            steps=1).steps == 1
-    with pytest.raises(tinytrain.UsageError, match="--new-head 100"):
+    with pytest.raises(tinytrain.UsageError, match="new_head=100"):
         tinytrain.train(model, (np.zeros((4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 99])))
     with pytest.raises(tinytrain.UsageError, match=r"features x are float32\(4, 8, 8, 3\)"):
         tinytrain.evaluate(model, (np.zeros((4, 8, 8, 3), np.float32), np.zeros(4, int)))
-    with pytest.raises(tinytrain.UsageError, match="either --plan or --update"):
+    with pytest.raises(tinytrain.UsageError, match="either plan= or update="):
         tinytrain.train(model, data, plan={"version": 1}, update="bias-only", new_head=2)
     with pytest.raises(tinytrain.PlanError):
         tinytrain.train(model, data, plan={"version": 7}, new_head=2)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import shared_file
-from tinytrain import engine_c, simulator
+from tinytrain import simulator
+from tinytrain.engines import host_c as engine_c
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.frontends import load_model
 

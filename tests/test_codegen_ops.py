@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from codegen_graphs import GraphBuilder
 from conftest import XORSHIFT64
-from tinytrain import engine_c, simulator
+from tinytrain import simulator
+from tinytrain.engines import host_c as engine_c
 from tinytrain.ir import QuantParams
 from tinytrain.csources import codegen_runtime
 

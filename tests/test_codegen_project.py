@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from codegen_graphs import GraphBuilder, every_op_graph
-from tinytrain import engine_c, simulator
+from tinytrain import simulator
+from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import MODEL_SOURCE, arena_offsets, emit_project, render_project
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role, Tensor

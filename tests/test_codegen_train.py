@@ -23,7 +23,7 @@ import pytest
 from ir_builders import ModelBuilder
 from tinytrain.codegen import MODEL_HEADER, MODEL_SOURCE, arena_offsets, render_project
 from tinytrain.codegen.state import pack, unpack
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.ir import DType
 from tinytrain.ops import get_op
 from tinytrain.ops.sgd_update import Rounding

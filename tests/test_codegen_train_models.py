@@ -16,7 +16,7 @@ import pytest
 from tinytrain import simulator
 from tinytrain.codegen.state import pack
 from tinytrain.data import model_inputs
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan
 from tinytrain.training.train_graph import build_training_graph

@@ -19,8 +19,8 @@ import pytest
 from test_codegen_train import train_ops_model
 from tinytrain.cli import main
 from tinytrain.csources import firmware_sources
-from tinytrain.engine_c import CTrainer
-from tinytrain.engine_qemu import emit_compile_dir
+from tinytrain.engines.host_c import CTrainer
+from tinytrain.engines.qemu import emit_compile_dir
 from tinytrain.firmware import BOARDS, render_firmware, samples
 from tinytrain.firmware import protocol as proto
 from tinytrain.training.sparse import Plan, WeightUpdate

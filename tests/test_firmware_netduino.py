@@ -20,8 +20,8 @@ import pytest
 from conftest import shared_file
 from test_codegen_train import train_ops_model
 from tinytrain.cli import main
-from tinytrain.engine_c import CTrainer
-from tinytrain.engine_qemu import emit_compile_dir, section_sizes
+from tinytrain.engines.host_c import CTrainer
+from tinytrain.engines.qemu import emit_compile_dir, section_sizes
 from tinytrain.firmware import BOARDS
 from tinytrain.firmware import protocol as proto
 from tinytrain.training.sparse import Plan, WeightUpdate

@@ -16,12 +16,12 @@ import pytest
 from conftest import XORSHIFT64, shared_file
 from test_codegen_train import train_ops_model
 from test_grad_kernels import CHECK
-from tinytrain import engine_qemu
+from tinytrain.engines import qemu as engine_qemu
 from tinytrain.cli import main
 from tinytrain.codegen.context import arm_dsp, has_fpu
 from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.data import load_dataset, model_inputs
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.firmware import BOARDS, render_firmware, samples
 from tinytrain.memory.report import stack_reserve
 from tinytrain.frontends import load_model
@@ -560,7 +560,7 @@ def test_asm_inner_product_loops_on_every_core_equal_the_simulator(board, tmp_pa
 
 def test_inference_firmware_from_the_cli_gives_the_host_logits_on_m55(tmp_path, capsys):
     """compile (no plan: the inference project) -> `tinytrain firmware` -> QEMU: the logits of the host C."""
-    from tinytrain import engine_c
+    from tinytrain.engines import host_c as engine_c
 
     model = shared_file("models/vww_96_int8.tflite")
     assert main(["compile", str(model), "--sram", "256k", "-o", str(tmp_path / "build")]) == 0

@@ -20,7 +20,7 @@ import pytest
 from test_codegen_train import train_ops_model
 from tinytrain.cli import main
 from tinytrain.codegen.state import pack
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.errors import PlanError
 from tinytrain.ir import QuantParams
 from tinytrain.ops import written_tensors
@@ -96,7 +96,7 @@ def test_host_c_skips_the_same_steps_and_keeps_the_same_state(poisoned):
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
                     reason="needs arm-none-eabi-gcc and qemu-system-arm")
 def test_qemu_skips_the_same_steps_and_keeps_the_same_state(poisoned):
-    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.engines.qemu import QemuTrainer
 
     tg, x, y = poisoned
     c = CTrainer(tg)
@@ -223,7 +223,7 @@ def test_every_engine_refuses_a_step_whose_gradients_can_overflow():
 
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="needs arm-none-eabi-gcc")
 def test_qemu_refuses_a_step_whose_gradients_can_overflow():
-    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.engines.qemu import QemuTrainer
 
     with pytest.raises(PlanError, match="may reach .* with a finite loss"):
         QemuTrainer(build_training_graph(overflowing_model(), PLAN), board="qemu-m7", sram_budget=96 * 1024)

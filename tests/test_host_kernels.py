@@ -17,7 +17,8 @@ import pytest
 from codegen_graphs import GraphBuilder
 from conftest import XORSHIFT64
 from test_codegen_ops import assert_c_matches_simulator
-from tinytrain import engine_c, simulator
+from tinytrain import simulator
+from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import render_project
 from tinytrain.csources import codegen_runtime
 from tinytrain.memory.report import plan_forward

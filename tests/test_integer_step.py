@@ -88,7 +88,7 @@ def test_compile_and_train_select_it_by_argument(model, tmp_path):
     np.savez(tmp_path / "d.npz", x=x, y=y)
     result = train(g, tmp_path / "d.npz", update="last-k:1", backward="int", steps=4)
     assert result.plan.backward == "int" and np.all(np.isfinite(result.losses))
-    with pytest.raises(UsageError, match="--backward sets the training step"):
+    with pytest.raises(UsageError, match="backward= sets the training step"):
         compile(g, backward="int")
     with pytest.raises(UsageError, match="choose one of fp32, int"):
         compile(g, update="last-k:1", backward="int16")
@@ -220,7 +220,7 @@ def test_the_integer_step_learns_like_the_float_step(model):
 ], ids=["classifier-rem4", "classifier-rem8-nearest", "bias-only-1", "pointwise-conv-head", "cosine",
         "cosine-nearest"])
 def test_the_host_c_is_bit_identical_to_the_simulator(model, plan, config, tmp_path):
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
 
     g, x, y = model
     if plan.weights and plan.weights[0].conv == 1:
@@ -242,8 +242,8 @@ QEMU_BOARDS = ["qemu-m0plus", "qemu-m3", "qemu-m4", "qemu-riscv32"]
                          + [(b, replace(CLASSIFIER, lr_schedule=Schedule(1, 5, 0.25))) for b in QEMU_BOARDS[::3]],
                          ids=QEMU_BOARDS + [f"{b}-cosine" for b in QEMU_BOARDS[::3]])
 def test_the_integer_step_is_bit_identical_on_the_cores(model, board, plan, tmp_path):
-    from tinytrain import engine_qemu
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines import qemu as engine_qemu
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.firmware import BOARDS
 
     g, x, y = model
@@ -335,7 +335,7 @@ def test_every_mobilenet_last_k_is_integer_only():
 def test_deeper_integer_steps_on_the_host_c_are_the_simulator(model, k, scratch, tmp_path):
     """The C (weight gradients fused with their updates, in blocks of rows: 64 B of scratch makes several) against
     the simulator's unfused graph; a fully-connected head's input gradient through a mean (train_ops_model)."""
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.training.fuse import fuse_updates
 
     g = tail_model()
@@ -357,8 +357,8 @@ def test_deeper_integer_steps_on_the_host_c_are_the_simulator(model, k, scratch,
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="needs arm-none-eabi-gcc and qemu-system-arm")
 @pytest.mark.parametrize("board", ["qemu-m0plus", "qemu-m4"])
 def test_a_deeper_integer_step_is_bit_identical_on_the_cores(board, tmp_path):
-    from tinytrain import engine_qemu
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines import qemu as engine_qemu
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.firmware import BOARDS
 
     g = tail_model()

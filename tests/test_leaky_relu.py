@@ -13,7 +13,7 @@ from ir_builders import ModelBuilder
 from oracles import TfliteBuilder
 from test_codegen_train import check_step
 from test_user_ops import _assert_all_int8_inputs, _assert_onnxruntime, _init, _quantized_onnx
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.ops import leaky_relu
 from tinytrain.simulator import init_state
 from tinytrain.tables import TableAttrs

@@ -51,10 +51,10 @@ def _samples(g, n: int, mse: bool):
 @needs_qemu
 @pytest.mark.parametrize("name, which", CASES, ids=[f"{m}-{w}" for m, w in CASES])
 def test_sim_c_and_qemu_m7_are_bit_identical(name, which, tmp_path):
-    from tinytrain import engine_qemu
+    from tinytrain.engines import qemu as engine_qemu
     from tinytrain.codegen.state import pack
-    from tinytrain.engine_c import CTrainer
-    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.engines.host_c import CTrainer
+    from tinytrain.engines.qemu import QemuTrainer
     from tinytrain.simulator import forward, init_state, train, with_state
     from tinytrain.training.autodiff import logits_of
 

@@ -84,7 +84,7 @@ def _conv_autoencoder():
                                           pytest.param(_conv_autoencoder, "last-k:2", marks=pytest.mark.slow),
                                           pytest.param(_conv_autoencoder, "full", marks=pytest.mark.slow)])
 def test_mse_training_step_sim_and_c_bit_identical(make, update, tmp_path):
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.simulator import init_state, train
 
     b, g = make()
@@ -113,7 +113,7 @@ def _ad01():
 
 @pytest.mark.slow
 def test_ad01_last_k2_sim_and_c_bit_identical(tmp_path):
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.simulator import init_state, train
 
     g, xs = _ad01()
@@ -132,7 +132,7 @@ def test_ad01_last_k2_on_qemu_m7_is_bit_identical_to_the_simulator():
 
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("qemu-system-arm / arm-none-eabi-gcc not installed")
-    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.engines.qemu import QemuTrainer
     from tinytrain.simulator import init_state, train
 
     g, xs = _ad01()
@@ -153,7 +153,7 @@ def _regression(n: int = 6):
 
 def test_float_targets_train_bit_identically_in_the_simulator_and_the_c():
     import tinytrain
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.metrics import reconstruction_errors
     from tinytrain.simulator import forward, init_state, train
 
@@ -182,7 +182,7 @@ def test_float_targets_on_qemu_m7_are_bit_identical_to_the_simulator():
 
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("qemu-system-arm / arm-none-eabi-gcc not installed")
-    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.engines.qemu import QemuTrainer
     from tinytrain.simulator import init_state, train
 
     g, xs, t = _regression(4)

@@ -16,7 +16,7 @@ import pytest
 
 from test_codegen_train import train_ops_model
 from tinytrain.csources import firmware_sources
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, WeightUpdate
@@ -93,7 +93,7 @@ def test_qemu_training_stopped_by_a_power_cut_resumes_to_the_uninterrupted_state
     again on the same flash (it resumes at sample 6), killed after 1 more save, run to the end: the final state is
     byte for byte the host C's uninterrupted training, and so is the state in the flash file."""
     from tinytrain.codegen.state import state_layout, state_size
-    from tinytrain.engine_qemu import QemuTrainer
+    from tinytrain.engines.qemu import QemuTrainer
     from tinytrain.firmware.persist import newest
 
     g, _ = train_ops_model()
@@ -123,7 +123,7 @@ def test_real_board_firmware_with_persistence_links_its_flash_driver_below_the_s
     """--save-every on the PlatformIO boards: the STM32F7 / nRF52840 flash driver, tt_persist.c and the serial harness
     compile with -Wall -Wextra -Werror and link; the program ends below the two slots at the end of flash."""
     from tinytrain.cli import main
-    from tinytrain.engine_qemu import emit_compile_dir
+    from tinytrain.engines.qemu import emit_compile_dir
     from tinytrain.firmware import BOARDS
 
     g, _ = train_ops_model()
@@ -243,7 +243,7 @@ def test_shipped_plan_saves_and_resumes_on_qemu_at_256k_without_a_state_copy(pla
     its figure, with the code estimate, is within 5 % of the linked flash (codegen/flash.py)."""
     from tinytrain.codegen.state import state_layout, state_size
     from tinytrain.data import model_inputs
-    from tinytrain.engine_qemu import QemuTrainer, run
+    from tinytrain.engines.qemu import QemuTrainer, run
     from tinytrain.firmware.persist import newest
     from tinytrain.frontends import load_model
     from tinytrain.memory.report import STACK_MEASURED_BYTES

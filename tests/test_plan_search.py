@@ -12,7 +12,7 @@ from conftest import shared_file
 from ir_builders import tiny_mobilenet
 from onnx_models import write_tiny_task
 from tinytrain.cli import main
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.simulator import forward, init_state, train
 from tinytrain.training.head import new_head
 from tinytrain.training.sparse import Plan, WeightUpdate, layers, load_plan, select_channels, updated_params
@@ -44,7 +44,7 @@ def _images(g, n, seed=0):
 
 @needs_cc
 def test_cut_model_trains_bit_identically_to_the_whole_model(tiny):
-    from tinytrain.search.measure import suffix_model
+    from tinytrain.engines.cut import suffix_model
 
     n = len(layers(tiny))
     plan = Plan(2, (WeightUpdate(n - 2, 0.5), WeightUpdate(n - 1, 1.0)), lr=0.05)  # above the residual
@@ -67,7 +67,8 @@ def test_the_frozen_features_are_the_simulators_stretch_by_stretch(tiny):
     layers between: every cut's values equal the simulator's forward of the whole prefix."""
     from dataclasses import replace
 
-    from tinytrain.search.measure import FineTune, add_features, prepare_job, suffix_model
+    from tinytrain.engines.cut import suffix_model
+    from tinytrain.search.measure import FineTune, add_features, prepare_job
 
     n = len(layers(tiny))
     plans = [Plan(k, ()) for k in range(1, n)] + [Plan(1, (WeightUpdate(n - 2, 0.5),))]
@@ -83,7 +84,7 @@ def test_the_frozen_features_are_the_simulators_stretch_by_stretch(tiny):
 
 
 def test_cut_model_is_refused_across_a_residual(tiny):
-    from tinytrain.search.measure import suffix_model
+    from tinytrain.engines.cut import suffix_model
 
     # layer 2 is inside the tiny model's residual block (its input is read again by the add)
     adds = [nd for nd in tiny.nodes if nd.op == "add"]

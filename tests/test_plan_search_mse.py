@@ -28,7 +28,7 @@ def test_paired_se_of_per_row_scores():
 @pytest.mark.slow
 def test_an_autoencoders_search_scores_minus_the_reconstruction_error():
     import tinytrain
-    from tinytrain.engine_c import CTrainer
+    from tinytrain.engines.host_c import CTrainer
     from tinytrain.metrics import reconstruction_errors
     from tinytrain.training.train_graph import build_training_graph
 
@@ -48,7 +48,7 @@ def test_an_autoencoders_search_scores_minus_the_reconstruction_error():
     # the chosen score is minus the mean error of the plan trained on the fit rows, on the validation rows
     val, fit = r["measurement"]["n_val"], r["measurement"]["n_fit"]
     assert val + fit == 16 and val == 4
-    from tinytrain.search.measure import sample_order
+    from tinytrain.engines.order import sample_order
     from tinytrain.training.sparse import parse_plan
 
     rows = np.arange(16)
@@ -57,7 +57,7 @@ def test_an_autoencoders_search_scores_minus_the_reconstruction_error():
     fit_rows = np.setdiff1d(rows, val_rows)
     chosen = next(f for f in r["finalists"] if f["name"] == r["chosen"])
     trainer = CTrainer(build_training_graph(g, parse_plan(chosen["plan"])))
-    trainer.train(x[fit_rows], np.zeros(fit, np.int64), sample_order(fit, fit, 0))
+    trainer.train(x[fit_rows], np.zeros(fit, np.int64), sample_order(np.arange(fit), fit, 0))
     errors = reconstruction_errors(g, x[val_rows], trainer.predict(x[val_rows]))
     assert -float(errors.astype(np.float64).mean()) == pytest.approx(r["validation_accuracy"], abs=1e-9)
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import shared_file
 from test_firmware_qemu import VWW_PLAN
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan, parse_plan
 from tinytrain.training.train_graph import build_training_graph

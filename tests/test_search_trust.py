@@ -37,7 +37,6 @@ def test_spearman_ranks_ties_and_rungs():
 def test_each_rung_trains_with_the_recipes_schedule_over_its_own_steps(tiny, monkeypatch):
     """finetune_accuracy (every contribution fine-tune and every rung) gives the plan the schedule of the recipe
     over the steps it runs: a cosine over 7 steps for a 7-step rung, 30 for a 30-step one; constant: none."""
-    import tinytrain.engine_c as engine_c
     from tinytrain.search import measure
 
     built = []
@@ -56,7 +55,7 @@ def test_each_rung_trains_with_the_recipes_schedule_over_its_own_steps(tiny, mon
     import tinytrain.training.train_graph as tg
     real = tg.build_training_graph
     monkeypatch.setattr(tg, "build_training_graph", lambda g, p, c: seen.append(p) or real(g, p, c))
-    monkeypatch.setattr(engine_c, "CTrainer", FakeTrainer)
+    monkeypatch.setattr(measure, "CTrainer", FakeTrainer)
     x = np.zeros((12,) + tiny.tensors[tiny.inputs[0]].shape[1:], np.int8)
     y = np.arange(12) % 2
     n = len(layers(tiny))

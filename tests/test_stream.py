@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ir_builders import ModelBuilder
-from tinytrain import engine_c
+from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import render_project
 from tinytrain.memory.report import plan_forward, plan_memory
 from tinytrain.memory.stream import plan_stream, stream_prefix, streamable_prefix

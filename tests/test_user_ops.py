@@ -22,7 +22,7 @@ from oracles import TfliteBuilder, first_mismatch, sim_tensors, tflm_run, tflm_t
 from test_codegen_ops import SETTINGS, assert_c_matches_simulator
 from test_codegen_train import check_step
 from tinytrain import simulator
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.frontends.onnx import convert_onnx
 from tinytrain.frontends.tflite import graph_from_tflite
 from tinytrain.simulator import init_state
@@ -307,7 +307,7 @@ def test_table_ops_c_equal_the_simulator(cache, kind):
     h = mb.activation(mb.conv(mb.input((5, 6, 4)), 8, 1, act=None), kind)
     g = mb.build(mb.mean(mb.activation(h, kind)))  # the second one in place of its input
     x = np.random.default_rng(0).integers(-128, 128, (4, 5, 6, 4)).astype(np.int8)
-    from tinytrain import engine_c
+    from tinytrain.engines import host_c as engine_c
 
     np.testing.assert_array_equal(engine_c.predict(g, x, cache_dir=cache),
                                   simulator.forward(g, {g.inputs[0]: x})[g.outputs[0]])
@@ -339,7 +339,7 @@ def test_concat_c_equals_the_simulator(cache):
     h = mb.concat([mb.conv(x, 4, 1), x, mb.conv(x, 3, 3, act=None)])
     g = mb.build(mb.mean(h))
     xs = np.random.default_rng(0).integers(-128, 128, (4, 5, 4, 3)).astype(np.int8)
-    from tinytrain import engine_c
+    from tinytrain.engines import host_c as engine_c
 
     assert any(t is not None for t in g.nodes[-2].attrs.tables) and None in g.nodes[-2].attrs.tables
     np.testing.assert_array_equal(engine_c.predict(g, xs, cache_dir=cache),
@@ -392,7 +392,7 @@ def test_streamed_max_pool_equals_the_simulator(cache):
     kernels equal layer-by-layer execution."""
     import ctypes
 
-    from tinytrain import engine_c
+    from tinytrain.engines import host_c as engine_c
     from tinytrain.codegen import render_project
     from tinytrain.memory.report import plan_forward
     from tinytrain.memory.stream import stream_prefix, streamable_prefix

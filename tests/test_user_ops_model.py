@@ -18,7 +18,7 @@ import pytest
 ort = pytest.importorskip("onnxruntime")
 
 from test_codegen_train import check_step
-from tinytrain.engine_c import CTrainer
+from tinytrain.engines.host_c import CTrainer
 from tinytrain.frontends import load_model
 from tinytrain.simulator import init_state
 from tinytrain.training.sparse import layers, parse_plan

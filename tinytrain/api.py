@@ -1,35 +1,44 @@
 """The Python API (``import tinytrain``): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate``.
 
 Each returns a typed result and raises the typed errors of tinytrain/errors.py (``UsageError``, ``ModelError``,
-``BudgetError``, ...); the command line (cli*.py) is a thin layer that turns arguments into these calls, prints
-the results and writes the files. ``model`` is a path (ONNX / TFLite) or a loaded ``Graph``; ``data`` a DATA spec
-(an .npz, a class folder, ``lfw``, ``fashion-mnist[:test][:N]``) or a pair (uint8 NHWC images, labels); a plan a
-``Plan``, a plan file or its JSON object.
+``BudgetError``, ...), which name the parameters as this API spells them (``plan=``); the command line (cli*.py) is
+a thin layer that turns arguments into these calls, prints the results, writes the files and spells the
+parameters as its options. ``model`` is a path (ONNX / TFLite) or a loaded ``Graph``; ``data`` a DATA spec (an
+.npz, a class folder, ``lfw``, ``fashion-mnist[:test][:N]``) or a pair (uint8 NHWC images, labels); a plan a
+``Plan``, a plan file or its JSON object. The work is done by the engines (tinytrain/engines/), the training
+passes (tinytrain/training/), the memory planner, the code generator and the plan search (tinytrain/search/).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 from pathlib import Path
 
 import numpy as np
 
 from tinytrain.data import held_out_split
-from tinytrain.errors import UsageError
+from tinytrain.engines import default_engine
+from tinytrain.engines.order import sample_order
+from tinytrain.engines import samples as sampling
+from tinytrain.engines.samples import check_classifier, default_loss, load_data, prepared, scorer, training_samples
+from tinytrain.engines.trainer import build_trainer, check_engine, forward_outputs
+from tinytrain.errors import UsageError, param
 from tinytrain.ir import Graph
 from tinytrain.memory.report import MemoryReport
 from tinytrain.simulator import TrainState
 from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.resolve import resolve_plan
 from tinytrain.training.schedule import check_schedule
 from tinytrain.training.sparse import Plan
 
-ENGINES = ("sim", "c", "qemu")
+__all__ = ["load_model", "load_data", "model_data", "compile", "Compiled", "train", "TrainResult", "evaluate",
+           "EvalResult", "score_outputs", "plan", "sample_order", "Plan"]
+
+InputSize = int | str | tuple[int, int] | None
 
 
-def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0,
-               input_size: int | str | tuple[int, int] | None = None) -> Graph:
+def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0, input_size: InputSize = None) -> Graph:
     """The int8 model as a tinytrain graph; ``input_size`` (N, "HxW" or (H, W)): its layers run at that input
     size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``)."""
     from tinytrain.frontends import load_model as load
@@ -37,8 +46,7 @@ def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0,
     return _graph(load(path), new_head, seed, input_size)
 
 
-def _graph(model: str | Path | Graph, new_head: int | None, seed: int,
-           input_size: int | str | tuple[int, int] | None = None) -> Graph:
+def _graph(model: str | Path | Graph, new_head: int | None, seed: int, input_size: InputSize = None) -> Graph:
     if not isinstance(model, Graph):
         return load_model(model, new_head=new_head, seed=seed, input_size=input_size)
     if input_size is not None:
@@ -52,117 +60,10 @@ def _graph(model: str | Path | Graph, new_head: int | None, seed: int,
     return model
 
 
-LOSSES = ("xent", "mse")
-
-
-def load_data(data):
-    """The Dataset of a DATA spec, or of a pair / triple of arrays (x, y[, anomaly]; y may be None)."""
-    from tinytrain.data import dataset_from_arrays, load_dataset
-
-    if isinstance(data, tuple):
-        if len(data) not in (2, 3):
-            raise UsageError(f"data: give (x, y) or (x, y, anomaly), not {len(data)} arrays")
-        return dataset_from_arrays(*data)
-    return load_dataset(data)
-
-
 def model_data(graph: Graph, data, loss: str = "xent") -> tuple[np.ndarray, np.ndarray | None]:
     """(the samples as the model's int8 inputs, their targets) of ``data``: class labels indexing the model's
     outputs (``xent``); float targets of the output's shape, or None for reconstruction (``mse``)."""
-    x, y, _ = _prepared(graph, load_data(data), loss)
-    return x, y
-
-
-def _prepared(graph: Graph, ds, loss: str):
-    from tinytrain.data import model_inputs
-
-    if len(ds) == 0:
-        raise UsageError(f"{ds.source}: no samples")
-    y = _targets(graph, ds, loss)
-    return model_inputs(graph, ds.x), y, ds
-
-
-def default_loss(graph: Graph, ds) -> str:
-    """mse for data without targets on a model whose output has its input's shape (an autoencoder), else xent."""
-    x_shape, out_shape = (graph.tensors[t].shape for t in (graph.inputs[0], graph.outputs[0]))
-    return "mse" if ds.y is None and tuple(x_shape) == tuple(out_shape) else "xent"
-
-
-def _targets(graph: Graph, ds, loss: str) -> np.ndarray | None:
-    if loss not in LOSSES:
-        raise UsageError(f"loss {loss!r}: choose one of {', '.join(LOSSES)}")
-    x_shape, out_shape = (graph.tensors[t].shape for t in (graph.inputs[0], graph.outputs[0]))
-    if loss == "mse":
-        if ds.labelled:
-            raise UsageError(f"{ds.source}: y holds class labels, but --loss mse needs float targets of the output's "
-                             f"shape {out_shape[1:]} or no y (reconstruction); drop y (labels on an autoencoder)")
-        if ds.y is None and tuple(x_shape) != tuple(out_shape):
-            raise UsageError(f"{ds.source}: --loss mse without targets y reconstructs the input, but the model's "
-                             f"output {out_shape} is not its input's shape {x_shape}; give float targets y")
-        if ds.y is not None and tuple(ds.y.shape[1:]) != tuple(out_shape[1:]):
-            raise UsageError(f"{ds.source}: the targets y are {tuple(ds.y.shape)}, the model's output is "
-                             f"(N, {', '.join(map(str, out_shape[1:]))})")
-        return ds.y
-    if ds.y is None or not ds.labelled:
-        raise UsageError(f"{ds.source}: {'no labels y' if ds.y is None else 'y holds float targets'}; a classifier "
-                         "trains on integer class labels (an autoencoder or regression: --loss mse)")
-    n_out = out_shape[-1]
-    if ds.y.max() >= n_out:
-        raise UsageError(f"{ds.source}: labels go up to {ds.y.max()} but the model has {n_out} outputs; "
-                         f"train a new classifier with --new-head {ds.y.max() + 1}")
-    return ds.y
-
-
-def sample_order(rows: np.ndarray, steps: int, seed: int) -> np.ndarray:
-    """The rows a batch-1 run trains on, in order: a new permutation of ``rows`` each epoch (seed ``seed``)."""
-    from tinytrain.search.measure import sample_order as order
-
-    return rows[order(len(rows), steps, seed)] if steps else rows[:0]
-
-
-def _plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: float | None,
-          head_lr: float | None, default: str | None, remainder_bits: int | None = None,
-          backward: str | None = None) -> Plan | None:
-    """The plan a call asks for; ``remainder_bits`` (None: the plan's own, or the default for a preset) sets the
-    fraction bits every trained weight keeps (a layer's own bits in the plan included), ``backward`` ("fp32" /
-    "int"; None: the plan's own, or "fp32" for a preset) the step's arithmetic from the loss to the update
-    (training/sparse.py)."""
-    from dataclasses import replace
-
-    from tinytrain.training.sparse import BACKWARDS, REMAINDER_BITS
-
-    if remainder_bits is not None and remainder_bits not in REMAINDER_BITS:
-        raise UsageError(f"--remainder-bits {remainder_bits}: choose one of {', '.join(map(str, REMAINDER_BITS))}")
-    if backward is not None and backward not in BACKWARDS:
-        raise UsageError(f"--backward {backward}: choose one of {', '.join(BACKWARDS)}")
-    chosen = _given_plan(graph, plan, update, lr, bias_lr, head_lr, default)
-    if chosen is None:
-        if backward is not None:
-            raise UsageError("--backward sets the training step's arithmetic: give it with --plan or --update")
-        return None
-    if remainder_bits is not None:
-        chosen = replace(chosen, remainder_bits=remainder_bits,
-                         weights=tuple(replace(w, remainder_bits=None) for w in chosen.weights))
-    return chosen if backward is None else replace(chosen, backward=backward)
-
-
-def _given_plan(graph: Graph, plan, update: str | None, lr: float | None, bias_lr: float | None,
-                head_lr: float | None, default: str | None) -> Plan | None:
-    from tinytrain.training.sparse import load_plan, parse_plan, preset
-
-    if plan is not None and update:
-        raise UsageError("give either --plan or --update, not both")
-    if plan is not None and (lr or bias_lr or head_lr):
-        raise UsageError("--lr / --bias-lr / --head-lr apply to --update presets; a plan file carries its own")
-    if isinstance(plan, Plan):
-        return plan
-    if isinstance(plan, dict):
-        return parse_plan(plan)
-    if plan is not None:
-        return load_plan(plan)
-    if update or default:
-        return preset(update or default, graph, lr=lr or 0.01, bias_lr=bias_lr, head_lr=head_lr)
-    return None
+    return prepared(graph, load_data(data), loss)
 
 
 # ---- compile ---------------------------------------------------------------------------------------------
@@ -220,47 +121,20 @@ class Compiled:
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
-            input_size: int | str | tuple[int, int] | None = None, remainder_bits: int | None = None,
-            backward: str | None = None) -> Compiled:
+            input_size: InputSize = None, remainder_bits: int | None = None, backward: str | None = None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
     budgets and emit its C (``loss``, ``remainder_bits``, ``backward``: as ``train``'s). Raises BudgetError when it
     does not fit."""
-    from tinytrain.codegen.flash import render_within_flash
-    from tinytrain.errors import UnsupportedModelError
-    from tinytrain.memory.report import check_budget, plan_memory
+    from tinytrain.compilation import compile_step
     from tinytrain.sizes import parse_size
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
     graph = _graph(model, new_head, 0, input_size)
-    chosen = _plan(graph, plan, update, None, None, None, None, remainder_bits, backward)
-    if chosen is not None:
-        chosen = _with_loss(chosen, loss, plan is not None)
-    elif loss is not None:
-        raise UsageError("--loss sets the training step's loss: give it with --plan or --update")
-    step = graph
-    if chosen is not None:
-        from tinytrain.training.device_step import device_schedule
-        from tinytrain.training.train_graph import build_training_graph
-
-        step = build_training_graph(graph, chosen)
-        if reorder:
-            step = device_schedule(step)
-    report = plan_memory(step, sram_bytes, flash_bytes, planner=planner, inplace=inplace, target=target)
-    check_budget(report, step)
-    guard = None
-    if chosen is not None:  # the guard checks the loss: a finite one must prove every gradient finite
-        from tinytrain.training.finite import gradient_bounds
-
-        guard = gradient_bounds(step).to_json()
-    choices: list[str] = []
-    try:
-        (report, files), note = render_within_flash(step, report, choices), None
-    except UnsupportedModelError as e:
-        if chosen is None:
-            raise
-        files, note = {}, f"note: no C project written for the training step yet ({e})"
-    check_budget(report, step)  # the flash of the emitted C
-    return Compiled(graph, step, report, chosen, reorder, files, note, guard, tuple(choices))
+    chosen = resolve_plan(graph, plan=plan, update=update, remainder_bits=remainder_bits, backward=backward,
+                          loss=loss)
+    step, report, files, note, guard, choices = compile_step(graph, chosen, sram_bytes, flash_bytes, planner=planner,
+                                                             reorder=reorder, inplace=inplace, target=target)
+    return Compiled(graph, step, report, chosen, reorder, files, note, guard, choices)
 
 
 # ---- train and evaluate ----------------------------------------------------------------------------------
@@ -305,241 +179,62 @@ class TrainResult:
 
 def train(model: str | Path | Graph, data, *, plan=None, update: str | None = None, lr: float | None = None,
           bias_lr: float | None = None, head_lr: float | None = None, epochs: int = 1, steps: int | None = None,
-          engine: str = "sim", board: str = "qemu-m7", sram: str | int = "256k", flash: str | Path | None = None,
+          engine: str | None = None, board: str = "qemu-m7", sram: str | int = "256k", flash: str | Path | None = None,
           save_every: int = 0, stop_after_saves: int = 0, new_head: int | None = None, momentum: float = 0.0,
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
           seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0, loss: str | None = None,
-          input_size: int | str | tuple[int, int] | None = None,
-          remainder_bits: int | None = None, backward: str | None = None) -> TrainResult | None:
+          input_size: InputSize = None, remainder_bits: int | None = None, backward: str | None = None,
+          progress=None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
-    on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
-    after. ``flash`` / ``save_every`` / ``stop_after_saves`` (qemu): the board's flash file; with
-    ``stop_after_saves`` the board's power is cut after that many saves and None is returned. ``lr_schedule``
-    "cosine" gives the plan an lr schedule over this run's steps (``warmup``: the warm-up fraction), "constant"
-    drops the plan's (default: the plan's own). ``loss`` "xent" (softmax cross-entropy, default) or "mse" (the
-    reconstruction of DATA without y: an autoencoder; accuracies become mean reconstruction errors).
-    ``remainder_bits`` (0, 4 or 8; None: the plan's own): the fraction bits each trained int8 weight keeps below its
-    LSB between steps (ops/sgd_update.py). ``backward`` "fp32" or "int" (None: the plan's own): the arithmetic from
-    the loss to the update, "int" the integer-only step (training/integer_step.py)."""
+    on ``board`` (default: ``c`` when gcc is installed, else ``sim``; every engine computes the same states).
+    ``held_out``: train on the rest of a stratified split, report held-out accuracy before and after. ``flash`` /
+    ``save_every`` / ``stop_after_saves`` (qemu): the board's flash file; with ``stop_after_saves`` the board's
+    power is cut after that many saves and None is returned. ``lr_schedule`` "cosine" gives the plan an lr
+    schedule over this run's steps (``warmup``: the warm-up fraction), "constant" drops the plan's (default: the
+    plan's own). ``loss`` "xent" (softmax cross-entropy, default) or "mse" (the reconstruction of DATA without y:
+    an autoencoder; accuracies become mean reconstruction errors). ``remainder_bits`` (0, 4 or 8; None: the plan's
+    own): the fraction bits each trained int8 weight keeps below its LSB between steps (ops/sgd_update.py).
+    ``backward`` "fp32" or "int" (None: the plan's own): the arithmetic from the loss to the update, "int" the
+    integer-only step (training/integer_step.py). ``progress(n)``: called as n more steps finish."""
+    from tinytrain.engines.run import check_persist_arguments, run_training
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
 
-    if engine not in ENGINES:
-        raise UsageError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
-    _check_persist_arguments(engine, flash, save_every, stop_after_saves)
+    engine = check_engine(engine or default_engine())
+    check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
     graph = _graph(model, new_head, seed, input_size)
-    chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only", remainder_bits, backward)
-    chosen = _with_loss(chosen, loss, plan is not None)
-    _check_classifier(graph, chosen.loss)
+    chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, bias_lr=bias_lr, head_lr=head_lr,
+                          default="bias-only", remainder_bits=remainder_bits, backward=backward, loss=loss)
+    check_classifier(graph, chosen.loss)
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
-    x, y, targets = _training_data(graph, data, chosen.loss)
-    parts = held_out_split(y, held_out, split_seed)
-    rows = parts[0] if parts else np.arange(len(y))
+    samples = training_samples(graph, load_data(data), chosen.loss)
+    parts = held_out_split(samples.y, held_out, split_seed)
+    rows = parts[0] if parts else np.arange(len(samples.y))
     n_steps = steps if steps is not None else epochs * len(rows)
     if n_steps <= 0:
-        raise UsageError("nothing to do: --steps / --epochs must be positive")
+        raise UsageError(f"nothing to do: {param('steps')} / {param('epochs')} must be positive")
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, n_steps)
-    order = sample_order(rows, n_steps, seed)
-    measure = _measure(graph, chosen.loss, x, y, targets)
-    tg, x = _training_step(engine, graph, chosen, config, x, targets is not None)  # C, QEMU: its device_schedule
-    runner = _Runner.make(engine, graph, tg, x, y, targets, measure, board=board, sram=sram, save_every=save_every,
-                          flash=flash)
-    info, metric = {}, "accuracy" if chosen.loss == "xent" else "error"
-    if parts:
-        info.update(n_train=int(len(rows)), n_held_out=int(len(parts[1])), held_out=held_out, split_seed=split_seed,
-                    **{f"{metric}_before": runner.score(parts[1])})
-    t0 = time.time()
+    measure = scorer(graph, chosen.loss, samples)
+    trainer = build_trainer(engine, graph, chosen, config, samples, board=board, sram_bytes=_bytes(sram),
+                            save_every=save_every, flash=flash)
     if stop_after_saves:
-        runner.trainer.train(x, y, order, stop_after_saves=stop_after_saves)
+        trainer.device.train(trainer.samples.x, trainer.samples.y, sample_order(rows, n_steps, seed),
+                             stop_after_saves=stop_after_saves)
         return None
-    losses, state = runner.train(order)
-    seconds = time.time() - t0
-    tail = losses[-min(len(losses), len(rows)):]
-    tail = tail[np.isfinite(tail)]  # the non-finite guard's steps were not applied
-    if parts:
-        info[f"{metric}_after"] = runner.score(parts[1], state)
-    return TrainResult(graph, chosen, config, engine, int(n_steps), losses, state, round(seconds, 3),
-                       runner.score(rows, state), float(tail.mean()) if len(tail) else None, int(len(rows)), info,
-                       runner.info)
+    run = run_training(trainer, measure, rows, parts[1] if parts else None, n_steps, seed, progress,
+                       "accuracy" if chosen.loss == "xent" else "error")
+    held = {} if not parts else {"n_train": int(len(rows)), "n_held_out": int(len(parts[1])), "held_out": held_out,
+                                 "split_seed": split_seed, **run.held_out}
+    return TrainResult(graph, chosen, config, engine, int(n_steps), run.losses, run.state, run.seconds,
+                       run.train_score, run.final_loss, int(len(rows)), held, trainer.info)
 
 
-@dataclass
-class _Runner:
-    """One engine's training run: ``trainer`` (the C or QEMU trainer; None: the simulator on the frozen prefix's
-    ``features``), its score (``measure`` of the engine's own outputs: accuracy or reconstruction error) and what
-    the engine reports (``info``)."""
+def _bytes(size: str | int) -> int:
+    from tinytrain.sizes import parse_size
 
-    tg: Graph
-    x: np.ndarray
-    y: np.ndarray
-    targets: np.ndarray | None
-    measure: Any
-    engine: str
-    trainer: Any = None
-    features: Any = None
-    suffix: Graph | None = None
-    info: dict = field(default_factory=dict)
-
-    @classmethod
-    def make(cls, engine: str, graph: Graph, tg: Graph, x, y, targets, measure, *, board: str, sram,
-             save_every: int, flash) -> _Runner:
-        if engine == "sim":
-            features, suffix = _frozen(graph, tg, x)
-            return cls(tg, x, y, targets, measure, engine, features=features, suffix=suffix)
-        t0 = time.time()
-        if engine == "qemu":  # the firmware of the training step on an emulated board (engine_qemu.py)
-            from tinytrain.engine_qemu import QemuTrainer
-            from tinytrain.sizes import parse_size
-
-            trainer = QemuTrainer(tg, board=board, sram_budget=sram if isinstance(sram, int) else parse_size(sram),
-                                  save_every=save_every, flash=flash)
-        else:
-            from tinytrain.engine_c import CTrainer
-
-            trainer = CTrainer(tg)
-        return cls(tg, x, y, targets, measure, engine, trainer=trainer,
-                   info={"build_seconds": round(time.time() - t0, 3)})
-
-    def score(self, rows: np.ndarray, state=None) -> float:
-        """The measure on ``rows`` of the device's outputs (tt_predict's int8 output), or the simulator's."""
-        if self.trainer is None:
-            return self.measure(_suffix_outputs(self.suffix, self.features, rows, state), rows)
-        return self.measure(self.trainer.predict(self.x[rows]), rows)
-
-    def train(self, order: np.ndarray):
-        """(per-step losses, final state) of batch-1 SGD over ``order``."""
-        if self.trainer is None:
-            from tinytrain.simulator import init_state, train as sim_train
-
-            state = init_state(self.tg)
-            losses = sim_train(self.tg, state, self.x, self.y, order, features=self.features, targets=self.targets)
-            return losses, state
-        losses = self.trainer.train(self.x, self.y, order, targets=self.targets)
-        if self.engine == "qemu":
-            self.info.update(board=self.trainer.board, insns_per_step=float(np.mean(self.trainer.step_insns)))
-        return losses, self.trainer.state()
-
-
-def _training_step(engine: str, graph: Graph, plan: Plan, config: UpdateConfig, x: np.ndarray,
-                   targets: bool) -> tuple[Graph, np.ndarray]:
-    """(training graph, its inputs). The host C engine trains the step of the layers from the first one ``plan``
-    touches, on their input tensor, computed once per image by the C forward of the frozen layers below (the
-    device recomputes it at every step, with the same result: search/measure.suffix_model): the state and the
-    outputs are the whole step's, bit for bit. Every other engine, an autoencoder (its loss reads the input) and
-    a plan without a cut (a residual across it, layer 0 trained): the whole step on the images ``x``."""
-    from dataclasses import replace
-
-    from tinytrain.engine_c import predict
-    from tinytrain.search.measure import suffix_model
-    from tinytrain.training.train_graph import build_training_graph
-
-    g, p, cut = suffix_model(graph, plan) if engine == "c" and not targets else (graph, plan, None)
-    if cut is None:
-        return build_training_graph(graph, plan, config, targets), x
-    prefix = replace(graph, nodes=graph.nodes[: len(graph.nodes) - len(g.nodes)], outputs=(cut,))
-    return build_training_graph(g, p, config), predict(prefix, x)
-
-
-def _check_classifier(graph: Graph, loss: str) -> None:
-    logits = graph.tensors[graph.outputs[0]].shape
-    if loss == "xent" and any(d != 1 for d in logits[1:-1]):
-        raise UsageError(f"{graph.name}: the output {logits} is not class logits (1, C); training needs a classifier "
-                         "(an autoencoder: --loss mse)")
-
-
-def _training_data(graph: Graph, data, loss: str):
-    """(int8 inputs, labels, float targets or None): an mse run's labels are zeros (the engines pass one; the loss
-    reads none), its targets y or None (reconstruction of the input); every engine takes both."""
-    x, y = model_data(graph, data, loss)
-    if loss == "xent":
-        return x, y, None
-    return x, np.zeros(len(x), np.int64), y
-
-
-def _check_persist_arguments(engine: str, flash, save_every: int, stop_after_saves: int) -> None:
-    if (flash or save_every or stop_after_saves) and engine != "qemu":
-        raise UsageError("--flash, --save-every and --stop-after-saves need --engine qemu")
-    if bool(flash) != (save_every > 0):
-        raise UsageError("give --flash FILE and --save-every N (N > 0) together")
-    if stop_after_saves < 0 or (stop_after_saves and not flash):
-        raise UsageError("--stop-after-saves K needs --flash and a positive K")
-
-
-_PREFIX_OUTPUTS: dict[str, dict[str, np.ndarray]] = {}  # content digest -> outputs (a few entries, in-process)
-
-
-def _prefix_outputs(prefix, x: np.ndarray) -> dict[str, np.ndarray]:
-    """``forward(prefix, x)``, remembered by content (nodes, tensors, images) so that several runs in one
-    process (benchmarks, tests) on the same frozen layers and images compute it once."""
-    import hashlib
-    import pickle
-
-    from tinytrain.simulator import forward
-
-    if not prefix.nodes:
-        return {name: x for name in prefix.outputs}
-    h = hashlib.sha256(pickle.dumps((prefix.nodes, prefix.inputs, prefix.outputs)))
-    for name in sorted({i for n in prefix.nodes for i in (*n.inputs, *n.outputs) if i}):
-        h.update(pickle.dumps(prefix.tensors[name]))
-    h.update(pickle.dumps((x.shape, x.dtype.str)) + np.ascontiguousarray(x).tobytes())
-    key = h.hexdigest()
-    if key not in _PREFIX_OUTPUTS:
-        while len(_PREFIX_OUTPUTS) >= 4:
-            _PREFIX_OUTPUTS.pop(next(iter(_PREFIX_OUTPUTS)))
-        _PREFIX_OUTPUTS[key] = forward(prefix, {prefix.inputs[0]: x})
-    return _PREFIX_OUTPUTS[key]
-
-
-def _frozen(graph, tg, x: np.ndarray):
-    """(features, forward suffix) of a training run: the outputs, for every image of ``x``, of the layers no
-    update of the training graph ``tg`` can change (simulator.split_frozen) — what the training graph's suffix
-    reads at each step and what the forward graph's suffix needs to score an image. Scoring through the
-    suffix is bit-identical to the whole forward pass."""
-    from dataclasses import replace
-
-    from tinytrain.ops import written_tensors
-    from tinytrain.simulator import split_frozen
-
-    t_prefix, _ = split_frozen(tg)
-    f_prefix, f_suffix = split_frozen(graph, live=written_tensors(tg))
-    produced = {o for n in f_prefix.nodes for o in n.outputs} | set(graph.inputs[:1])
-    both = tuple(dict.fromkeys(t_prefix.outputs + f_prefix.outputs))
-    if produced.issuperset(both):  # the usual case: one pass over the frozen forward layers serves both
-        return _prefix_outputs(replace(f_prefix, outputs=both), x), f_suffix
-    return {**_prefix_outputs(t_prefix, x), **_prefix_outputs(f_prefix, x)}, f_suffix
-
-
-def _suffix_outputs(suffix, features, rows: np.ndarray, state=None) -> np.ndarray:
-    from tinytrain.simulator import forward, with_state
-
-    g = suffix if state is None else with_state(suffix, state)
-    return forward(g, {k: features[k][rows] for k in g.inputs})[g.outputs[0]]
-
-
-def _measure(graph: Graph, loss: str, x: np.ndarray, y: np.ndarray, targets: np.ndarray | None = None):
-    """score(int8 outputs of rows, rows): accuracy of a classifier (argmax against y), or the mean reconstruction
-    error (metrics.reconstruction_errors) of an autoencoder (against ``targets`` when given)."""
-    if loss == "mse":
-        from tinytrain.metrics import reconstruction_errors
-
-        return lambda out, rows: float(reconstruction_errors(
-            graph, x[rows], out, None if targets is None else targets[rows]).mean())
-    return lambda out, rows: float((out.reshape(len(rows), -1).argmax(axis=1) == y[rows]).mean())
-
-
-def _with_loss(plan: Plan, loss: str | None, from_file: bool) -> Plan:
-    """The plan with the run's ``loss`` (a preset takes it; a plan file carries its own, which it must not contradict)."""
-    from dataclasses import replace
-
-    if loss is None or loss == plan.loss:
-        return plan
-    if loss not in LOSSES:
-        raise UsageError(f"loss {loss!r}: choose one of {', '.join(LOSSES)}")
-    if from_file:
-        raise UsageError(f"the plan's loss is {plan.loss}, --loss {loss} contradicts it; edit the plan's \"loss\" field")
-    return replace(plan, loss=loss)
+    return size if isinstance(size, int) else parse_size(size)
 
 
 @dataclass(frozen=True)
@@ -576,19 +271,19 @@ class EvalResult:
         return d
 
 
-def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None, engine: str = "sim",
-             new_head: int | None = None, seed: int = 0, held_out: float | None = None,
+def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None,
+             engine: str | None = None, new_head: int | None = None, seed: int = 0, held_out: float | None = None,
              split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None,
-             input_size: int | str | tuple[int, int] | None = None) -> EvalResult:
-    """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host), with
-    a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on that part of the split only
-    (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA without y on a model whose output
-    has its input's shape): the reconstruction error per sample, and its ROC AUC as an anomaly score against
-    ``anomaly_labels`` (a .npy file or array of 0/1, default the DATA's ``anomaly`` array)."""
+             input_size: InputSize = None, progress=None) -> EvalResult:
+    """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host; default
+    ``c`` when gcc is installed), with a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on
+    that part of the split only (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA
+    without y on a model whose output has its input's shape): the reconstruction error per sample, and its ROC AUC
+    as an anomaly score against ``anomaly_labels`` (a .npy file or array of 0/1, default the DATA's ``anomaly``
+    array). ``progress(n)``: called as n more samples are done."""
     from tinytrain.simulator import with_state
 
-    if engine not in ("sim", "c"):
-        raise UsageError(f"engine {engine!r}: evaluate runs on sim or c")
+    engine = check_engine(engine or default_engine(), ("sim", "c"))
     graph = _graph(model, new_head, seed, input_size)
     if state is not None:
         from tinytrain.state_file import load_state
@@ -596,8 +291,8 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
         graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph))
     ds = load_data(data)
     loss = loss or default_loss(graph, ds)
-    x, y, ds = _prepared(graph, ds, loss)
-    anomaly = _anomaly(ds, anomaly_labels, loss)
+    x, y = prepared(graph, ds, loss)
+    anomaly = sampling.anomaly_labels(ds, anomaly_labels, loss)
     targets = y if loss == "mse" else None
     if loss == "mse":
         y = np.zeros(len(x), np.int64)
@@ -606,7 +301,7 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
         x, y = x[parts[1]], y[parts[1]]
         anomaly = None if anomaly is None else anomaly[parts[1]]
         targets = None if targets is None else targets[parts[1]]
-    out = _forward_outputs(graph, x, engine)
+    out = forward_outputs(graph, x, engine, progress)
     return score_outputs(graph, loss, x, out, y, targets, anomaly, held_out=held_out,
                          split_seed=split_seed if parts else None)
 
@@ -627,36 +322,11 @@ def score_outputs(graph: Graph, loss: str, x: np.ndarray, out: np.ndarray, y: np
     return EvalResult(acc, int(len(y)), **split)
 
 
-def _anomaly(ds, labels, loss: str) -> np.ndarray | None:
-    if labels is None:
-        return ds.anomaly if loss == "mse" else None
-    if loss != "mse":
-        raise UsageError("--anomaly-labels score the reconstruction error of an autoencoder: use --loss mse")
-    if isinstance(labels, (str, Path)):
-        from tinytrain.metrics import load_anomaly_labels
-
-        return load_anomaly_labels(labels, len(ds))
-    from tinytrain.data import dataset_from_arrays
-
-    return dataset_from_arrays(ds.x, None, labels, ds.source).anomaly
-
-
-def _forward_outputs(graph: Graph, x: np.ndarray, engine: str) -> np.ndarray:
-    """The int8 output of every sample: the simulator's, or the emitted C forward pass's (bit-identical)."""
-    if engine == "c":
-        from tinytrain.engine_c import predict
-
-        return predict(graph, x)
-    from tinytrain.simulator import forward
-
-    return forward(graph, {graph.inputs[0]: x})[graph.outputs[0]]
-
-
 # ---- plan ------------------------------------------------------------------------------------------------
 
 def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: str | Path | None = None,
-         new_head: int | None = None, seed: int = 0, progress: bool = False,
-         input_size: int | str | tuple[int, int] | None = None, **options):
+         new_head: int | None = None, seed: int = 0, progress: bool = False, input_size: InputSize = None,
+         **options):
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
@@ -664,27 +334,13 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     searched by minus its validation reconstruction error, or with the data's anomaly labels by the ROC AUC of that
     error, fitting on the normal rows only). Returns a ``search.run.SearchResult`` (``.plan``,
     ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
-    from tinytrain.search.run import SearchOptions, search
-    from tinytrain.sizes import parse_size
+    from tinytrain.search.run import search_data
 
     graph = _graph(model, new_head, seed, input_size)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
-    ds = load_data(data)
-    loss = options.pop("loss", None) or default_loss(graph, ds)
-    anomaly = loss == "mse" and ds.anomaly is not None  # scored by the ROC AUC, fit on the normal rows
-    try:
-        opts = SearchOptions(sram_bytes=sram if isinstance(sram, int) else parse_size(sram), new_head=new_head,
-                             seed=seed, progress=progress, loss=loss, anomaly=anomaly, **options)
-    except TypeError as e:
-        raise UsageError(f"plan: {e}") from None
-    x, y, _ = _prepared(graph, ds, loss)
-    if loss == "mse" and y is not None:
-        raise UsageError(f"{ds.source}: the plan search scores an autoencoder's reconstruction of its input; float "
-                         "targets y are not searched (drop y, or train a preset: tinytrain train --loss mse)")
-    if loss == "mse":
-        y = ds.anomaly.astype(np.int64) if anomaly else np.zeros(len(x), np.int64)
-    result = search(graph, x, y, opts, names)
+    result = search_data(graph, load_data(data), names, sram_bytes=_bytes(sram), new_head=new_head, seed=seed,
+                         progress=progress, **options)
     if output is not None:
         result.write(output)
     return result

@@ -152,14 +152,27 @@ _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # all but th
 _CONTROL_ALL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # a model's error is one line, whatever its names
 
 
+def _options(parser: argparse.ArgumentParser, command: str | None):
+    """option(name): the option of ``command`` that sets the API parameter ``name`` (its dest, or ``no_`` + it for a
+    negated flag), None without one: how an error's parameters are spelled here (errors.param)."""
+    actions = parser._actions
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction) and command in a.choices:
+            actions = a.choices[command]._actions
+    options = {a.dest: max(a.option_strings, key=len) for a in actions if a.option_strings}
+    return lambda name: options.get(name) or options.get(f"no_{name}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    parser, args = build_parser(), None
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
         with np.errstate(all="ignore"):  # hostile inputs (a 1e-45 scale): the error says it, not a numpy warning
             args.func(args)
     except TinyTrainError as e:  # names from a hostile file may hold control characters: shown as "?"
         control = _CONTROL_ALL if isinstance(e, (ModelError, UnsupportedModelError)) else _CONTROL
-        print(f"tinytrain: error: {control.sub('?', str(e))}", file=sys.stderr)
+        text = e.render(_options(parser, getattr(args, "command", None)))
+        print(f"tinytrain: error: {control.sub('?', text)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tinytrain: interrupted", file=sys.stderr)

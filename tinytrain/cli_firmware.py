@@ -53,7 +53,8 @@ def cmd_firmware(args: argparse.Namespace) -> None:
 
 
 def cmd_stream(args: argparse.Namespace) -> None:
-    from tinytrain.api import load_model, sample_order
+    from tinytrain.api import load_model
+    from tinytrain.engines.order import sample_order
     from tinytrain.data import held_out_split
     from tinytrain.firmware.protocol import Board
 
@@ -106,15 +107,15 @@ class _StreamData:
 
 def _stream_data(graph: Graph, args: argparse.Namespace) -> _StreamData:
     """DATA as `train` and `eval` read it; float targets are refused (the protocol carries a sample and a label)."""
-    from tinytrain.api import _anomaly, _prepared, default_loss, load_data
+    from tinytrain.engines.samples import anomaly_labels, default_loss, load_data, prepared
 
     ds = load_data(args.data)
     loss = args.loss or default_loss(graph, ds)
     if loss == "mse" and ds.y is not None and not ds.labelled:
         raise UsageError(f"{ds.source}: float targets y do not go over the serial protocol (a sample and a class "
                          "label); train them with `tinytrain train --engine c` or `qemu`, or drop y to reconstruct")
-    x, y, ds = _prepared(graph, ds, loss)
-    anomaly = _anomaly(ds, args.anomaly_labels, loss)
+    x, y = prepared(graph, ds, loss)
+    anomaly = anomaly_labels(ds, args.anomaly_labels, loss)
     return _StreamData(graph, x, np.zeros(len(x), np.int64) if loss == "mse" else y, loss, anomaly)
 
 

@@ -1,7 +1,7 @@
 """``tinytrain train`` and ``tinytrain eval`` (docs/design.md §5a), kept apart from cli.py's other commands.
 
 train: fine-tune on the host with the device's arithmetic (``--engine sim``: the numpy simulator; ``--engine c``:
-the emitted C training step built with the host compiler, engine_c.CTrainer, scored with its tt_predict), batch-1
+the emitted C training step built with the host compiler, engines/host_c.py, scored with its tt_predict), batch-1
 SGD with QAS (``--no-qas``: plain int8 SGD, the paper's baseline) under a sparse-update plan; eval: accuracy
 of the int8 forward pass. ``--held-out FRACTION`` (both commands, same ``--split-seed``) holds out a
 stratified part of DATA: train learns on the rest and reports held-out accuracy before and after.
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.engines import ENGINES, HOST_ENGINES
 from tinytrain.errors import UsageError
 
 
@@ -111,9 +112,10 @@ def add_train_commands(sub) -> None:
     n = s.add_mutually_exclusive_group()
     n.add_argument("--epochs", type=int, default=1)
     n.add_argument("--steps", type=int)
-    s.add_argument("--engine", choices=("sim", "c", "qemu"), default="sim",
+    s.add_argument("--engine", choices=ENGINES,
                    help="sim: the numpy simulator; c: the emitted C built with the host compiler; qemu: that C as "
-                        "firmware on an emulated Cortex-M (--board, --sram)")
+                        "firmware on an emulated Cortex-M (--board, --sram). Default: c when gcc is installed, "
+                        "else sim (the fastest exact engine; every engine computes the same states)")
     s.add_argument("--board", default="qemu-m7", choices=tuple(n for n, b in BOARDS.items() if b.qemu),
                    help="--engine qemu: the emulated board (default qemu-m7)")
     s.add_argument("--sram", default="256k", help="--engine qemu: SRAM budget = the firmware's RAM region (default 256k)")
@@ -147,8 +149,9 @@ def add_train_commands(sub) -> None:
     s.add_argument("--seed", type=int, default=0, help="new-head init (as train --seed)")
     add_input_size_argument(s)
     s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
-    s.add_argument("--engine", choices=("sim", "c"), default="sim",
-                   help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler")
+    s.add_argument("--engine", choices=HOST_ENGINES,
+                   help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler. "
+                        "Default: c when gcc is installed, else sim (both exact)")
     _add_split_arguments(s, "evaluate on the held-out part only (the same split as train's)")
     s.add_argument("--loss", choices=("xent", "mse"),
                    help="mse: report the reconstruction error per sample of an autoencoder (default for DATA without "

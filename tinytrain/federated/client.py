@@ -2,7 +2,7 @@
 
 ``local_train`` is the whole client: host C (engine_c.CTrainer, the code ``tinytrain train --engine c`` runs),
 ``tt_state_load`` of the global state bytes, batch-1 SGD over the device's own rows in the order of
-``api.sample_order`` (seed: ``FleetTask.order_seed``), ``tt_state_save``. The reply carries the state bytes, their
+``engines.order.sample_order`` (seed: ``FleetTask.order_seed``), ``tt_state_save``. The reply carries the state bytes, their
 sha256 (checked by the server: a state corrupted on the way is rejected), the sample count and the mean loss.
 The same round runs on a QEMU board through the semihosting harness (``board``) or on a board over the serial
 protocol (``port``: gateway.SerialDevice). ``FlowerDevice`` wraps it as a Flower client; ``faults`` injects the
@@ -36,7 +36,7 @@ def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, 
     """``board``: a QEMU board name (engine_qemu: the same step as firmware, loaded with the global state through
     the harness's state file); ``port``: a board's serial port (pyserial URL; the serial protocol's L, T and S)
     instead of the host C engine."""
-    from tinytrain.api import sample_order
+    from tinytrain.engines.order import sample_order
 
     built = local(task)
     x, y = built.device_data(device)

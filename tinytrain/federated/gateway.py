@@ -75,7 +75,7 @@ def firmware(task: FleetTask, board: str, project: str | Path, sram: int = 256 *
              flash: int = 1024 * 1024) -> Path:
     """Build the serial-harness firmware of the task's training step for ``board`` (a serial board: netduinoplus2,
     mps2-an385, ...) in ``project`` (``make run PORT=N`` there runs an emulated one); returns the project folder."""
-    from tinytrain.engine_qemu import build, emit_compile_dir
+    from tinytrain.engines.qemu import build, emit_compile_dir
     from tinytrain.firmware import get_board
 
     b = get_board(board)

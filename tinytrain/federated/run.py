@@ -43,7 +43,8 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run: a device's step
     counter is the global state's, which advances by the steps of a round (``local_steps``, or local_epochs x
     per_device). ``server_lr``: a fraction "a/b" scaling the averaged step (aggregate.py)."""
-    from tinytrain.api import _graph, _plan
+    from tinytrain.api import load_model
+    from tinytrain.training.resolve import resolve_plan
     from tinytrain.training.schedule import check_schedule
     from tinytrain.training.sparse import with_lr_schedule
 
@@ -52,9 +53,10 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     if local_epochs < 1 or (local_steps is not None and local_steps < 1):
         raise UsageError(f"--local-epochs {local_epochs} and --local-steps {local_steps} must be positive")
     rate = _server_lr(server_lr)
-    graph = _graph(str(model), new_head, seed, input_size)
+    graph = load_model(str(model), new_head=new_head, seed=seed, input_size=input_size)
     check_schedule(lr_schedule, warmup)
-    chosen = _plan(graph, plan, update, lr, None, None, "last-k:1", remainder_bits)
+    chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, default="last-k:1",
+                          remainder_bits=remainder_bits)
     steps = local_steps if local_steps is not None else local_epochs * per_device
     chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * steps)
     if chosen.loss != "xent":

@@ -42,7 +42,7 @@ def _prefix(prefix: Graph, x: np.ndarray) -> dict[str, np.ndarray]:
     if not prefix.nodes:
         return {prefix.inputs[0]: x}
     if len(prefix.outputs) == 1:
-        from tinytrain.engine_c import predict
+        from tinytrain.engines.host_c import predict
 
         return {prefix.outputs[0]: predict(prefix, x)}
     from tinytrain.simulator import forward

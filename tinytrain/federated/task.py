@@ -55,13 +55,14 @@ class Built:
     """The parts of a task one process uses: graph, training step, its state layout, the raw data, the shards."""
 
     def __init__(self, task: FleetTask) -> None:
-        from tinytrain.api import _graph, load_data
+        from tinytrain.api import load_data, load_model
         from tinytrain.federated.shards import make_shards
         from tinytrain.training.qas import UpdateConfig
         from tinytrain.training.train_graph import build_training_graph
 
         self.task = task
-        self.graph: Graph = _graph(task.model, task.new_head, task.seed, task.input_size)
+        self.graph: Graph = load_model(task.model, new_head=task.new_head, seed=task.seed,
+                                       input_size=task.input_size)
         self.step_graph = build_training_graph(self.graph, task.plan, UpdateConfig(seed=task.seed))
         self.layout = state_layout(self.step_graph)
         self.fingerprint = fingerprint(self.layout)
@@ -73,13 +74,13 @@ class Built:
     @cached_property
     def trainer(self):
         """The host C training step (engine_c.CTrainer), built once per process."""
-        from tinytrain.engine_c import CTrainer
+        from tinytrain.engines.host_c import CTrainer
 
         return CTrainer(self.step_graph)
 
     def board(self, name: str):
         """The training step as firmware on the QEMU board ``name`` (engine_qemu.QemuTrainer), built once."""
-        from tinytrain.engine_qemu import QemuTrainer
+        from tinytrain.engines.qemu import QemuTrainer
 
         if name not in self._boards:
             self._boards[name] = QemuTrainer(self.step_graph, board=name)

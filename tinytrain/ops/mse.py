@@ -50,7 +50,8 @@ def grad_shapes(a: MseAttrs, ins) -> list[tuple[int, ...]]:
     return [ins[0].shape]
 
 
-def _real(array: np.ndarray, t) -> np.ndarray:
+def dequantized(array: np.ndarray, t) -> np.ndarray:
+    """An int8 tensor's real values, s (q - zp) in float32, or a float32 one's as they are, (N, D): the spec's o and t."""
     n = array.shape[0]
     if t.dtype is DType.FLOAT32:
         return np.asarray(array, np.float32).reshape(n, -1)
@@ -60,7 +61,7 @@ def _real(array: np.ndarray, t) -> np.ndarray:
 
 def differences(arrays, ins) -> np.ndarray:
     """d = o - t, float32 (N, D)."""
-    return _real(arrays[0], ins[0]) - _real(arrays[1], ins[1])
+    return dequantized(arrays[0], ins[0]) - dequantized(arrays[1], ins[1])
 
 
 def loss_reference(a: MseAttrs, arrays, ins, outs) -> list[np.ndarray]:

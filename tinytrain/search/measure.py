@@ -25,14 +25,17 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tinytrain.csources import Folder, c_folder
-from tinytrain.ir import Graph, Role
-from tinytrain.training.sparse import Plan, layers
+from tinytrain.engines.cut import stretch, suffix_model
+from tinytrain.engines.host_c import CTrainer, predict
+from tinytrain.engines.order import sample_order
+from tinytrain.ir import Graph
+from tinytrain.training.sparse import Plan
 
 
 @dataclass(frozen=True)
@@ -51,31 +54,6 @@ class FineTune:
     seed: int = 0
     loss: str = "xent"  # "mse": an autoencoder, scored by its validation reconstruction error (``score``)
     anomaly: bool = False  # mse with anomaly labels: scored by the ROC AUC of the error on the validation rows
-
-
-def suffix_model(graph: Graph, plan: Plan) -> tuple[Graph, Plan, str | None]:
-    """(model cut just below the first layer the plan touches, the plan re-indexed for it, the cut tensor).
-
-    The cut model's input is the (int8, quantized) input tensor of that layer; training it on that tensor's
-    values is the same training step as training the whole model on the images. Returns the model itself
-    (cut None) when the plan touches layer 0 or a later node reads another tensor from below the cut (a
-    residual crossing it)."""
-    ls = layers(graph)
-    first = min([len(ls) - plan.bias_last_k] + [w.conv for w in plan.weights])
-    if first <= 0:
-        return graph, plan, None
-    start = graph.nodes.index(ls[first])
-    cut = ls[first].inputs[0]
-    below = {o for n in graph.nodes[:start] for o in n.outputs} | set(graph.inputs)
-    nodes = graph.nodes[start:]
-    if cut not in below or any(i in below and i != cut for n in nodes for i in n.inputs):
-        return graph, plan, None
-    used = {cut} | set(graph.outputs) | {i for n in nodes for i in (*n.inputs, *n.outputs) if i}
-    tensors = {k: t for k, t in graph.tensors.items() if k in used}
-    tensors[cut] = replace(tensors[cut], role=Role.INPUT)
-    g = replace(graph, nodes=nodes, inputs=(cut,), tensors=tensors)
-    p = replace(plan, weights=tuple(replace(w, conv=w.conv - first) for w in plan.weights))
-    return g, p, cut
 
 
 def dataset_sha256(x: np.ndarray, y: np.ndarray) -> str:
@@ -160,17 +138,10 @@ def set_job(job: dict) -> None:
     _JOB.update(job)
 
 
-def sample_order(n: int, steps: int, seed: int) -> np.ndarray:
-    """The batch-1 sample order of a fine-tune: ``steps`` indices into n rows, a new permutation each epoch."""
-    rng = np.random.default_rng(seed)
-    return np.concatenate([rng.permutation(n) for _ in range(-(-steps // n))])[:steps]
-
-
 def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | None = None) -> dict:
     """Fine-tune a plan (the classifier-only baseline + one option, or a whole candidate plan) and score it on
     the validation rows: a worker task. ``steps`` / ``seed`` (sample order and rounding stream) override the
     job's ``FineTune``; the defaults give the job's order."""
-    from tinytrain.engine_c import CTrainer
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.qas import UpdateConfig
     from tinytrain.training.sparse import parse_plan, with_lr_schedule
@@ -188,7 +159,7 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     if steps is None and seed == ft.seed:
         order = job["order"]
     else:
-        order = sample_order(n_train, steps or ft.steps or n_train, seed)
+        order = sample_order(np.arange(n_train), steps or ft.steps or n_train, seed)
     p = with_lr_schedule(p, ft.lr_schedule, ft.warmup, len(order))
     config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
     trainer = CTrainer(build_training_graph(g, p, config))
@@ -227,7 +198,7 @@ def prepare_job(graph: Graph, x: np.ndarray, y: np.ndarray, train_rows: np.ndarr
     """The shared inputs of the fine-tunes: images (train rows then val rows), the sample order, and the
     frozen features at every cut the ``plans`` need (``add_features`` adds more)."""
     rows = np.concatenate([train_rows, val_rows])
-    order = sample_order(len(train_rows), ft.steps or len(train_rows), ft.seed)
+    order = sample_order(np.arange(len(train_rows)), ft.steps or len(train_rows), ft.seed)
     job = {"graph": graph, "x": np.ascontiguousarray(x[rows]), "y_train": y[train_rows], "y_val": y[val_rows],
            "train_rows": train_rows, "order": order, "features": {}, "cut_starts": {}, "finetune": ft}
     add_features(job, plans)
@@ -238,8 +209,6 @@ def add_features(job: dict, plans: list[Plan]) -> None:
     """Compute the frozen features of the cuts ``plans`` need that ``job`` does not have yet: each from the
     deepest tensor below it the job has (the images or another cut), by the C forward of the frozen layers
     between the two (``engine_c.predict``, bit-identical to the simulator's; about ten times as fast)."""
-    from tinytrain.engine_c import predict
-
     graph, starts = job["graph"], job["cut_starts"]
     new = {cut: len(graph.nodes) - len(g.nodes) for p in plans for g, _, cut in [suffix_model(graph, p)]
            if cut is not None and cut not in starts}
@@ -247,15 +216,5 @@ def add_features(job: dict, plans: list[Plan]) -> None:
         src, src_start = max(((c, s) for c, s in starts.items() if s < start), key=lambda cs: cs[1],
                              default=(graph.inputs[0], 0))
         values = job["x"] if src_start == 0 else job["features"][src]
-        job["features"][cut] = np.ascontiguousarray(predict(_stretch(graph, src, src_start, start, cut), values))
+        job["features"][cut] = np.ascontiguousarray(predict(stretch(graph, src, src_start, start, cut), values))
         starts[cut] = start
-
-
-def _stretch(graph: Graph, src: str, src_start: int, stop: int, cut: str) -> Graph:
-    """The frozen layers ``graph.nodes[src_start:stop]`` as a model from the tensor ``src`` (the model's input or
-    a cut: nothing from ``src_start`` on reads another tensor from below it) to ``cut``."""
-    nodes = graph.nodes[src_start:stop]
-    used = {src, cut} | {i for n in nodes for i in (*n.inputs, *n.outputs) if i}
-    tensors = {k: t for k, t in graph.tensors.items() if k in used}
-    tensors[src] = replace(tensors[src], role=Role.INPUT)
-    return replace(graph, nodes=nodes, inputs=(src,), outputs=(cut,), tensors=tensors)

@@ -187,7 +187,7 @@ def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     """The options checked, the data split into fit and validation rows, the recipe, the memory oracle and the
     contribution cache."""
     from tinytrain.data import held_out_split, stratified_split
-    from tinytrain.engine_c import default_cache_dir
+    from tinytrain.engines.host_c import default_cache_dir
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.search.executors import make_executor
     from tinytrain.search.measure import ContributionCache, FineTune, Measurement, dataset_sha256
@@ -614,3 +614,24 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
                               opts.epochs * len(run.rows))
     report = _report(run, chosen, contrib, (evo, evo_seconds), (exact, exact_seconds), fits, final, others)
     return SearchResult(chosen, report)
+
+
+def search_data(graph: Graph, ds, source: dict, **options) -> SearchResult:
+    """``search`` on a Dataset: the loss (``options``' or the data's default, as ``train``'s), the model's int8
+    inputs and the labels (an autoencoder's: its anomaly labels, or none); ``options``: SearchOptions' fields."""
+    from tinytrain.engines.samples import default_loss, prepared
+
+    loss = options.pop("loss", None) or default_loss(graph, ds)
+    anomaly = loss == "mse" and ds.anomaly is not None  # scored by the ROC AUC, fit on the normal rows
+    try:
+        opts = SearchOptions(loss=loss, anomaly=anomaly, **options)
+    except TypeError as e:
+        raise UsageError(f"plan: {e}") from None
+    x, y = prepared(graph, ds, loss)
+    if loss == "mse" and y is not None:
+        raise UsageError(f"{ds.source}: the plan search scores an autoencoder's reconstruction of its input; float "
+                         "targets y are not searched (drop y, or train a preset: tinytrain train --loss mse)")
+    if loss == "mse":
+        y = ds.anomaly.astype(np.int64) if anomaly else np.zeros(len(x), np.int64)
+    return search(graph, x, y, opts, source)
+

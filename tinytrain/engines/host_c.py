@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.engines import HOST_CC
 from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
 from tinytrain.names import TARGET
 from tinytrain.ops import loss_ops
 
-HOST_CC = "gcc"
 # Same C as on the device: C99, no fused multiply-add contraction, no fast-math (docs/design.md §4).
 # -fno-delete-null-pointer-checks works around a GCC 12 wrong-code bug (x86-64, -O2 and -O3): once IPA-CP has
 # propagated constant tt_arena addresses into a kernel, IVOPTs may emit a store as a zero-based TARGET_MEM_REF
@@ -58,6 +58,7 @@ HOST_CFLAGS = ("-std=c99", "-O2", "-march=native", "-ffp-contract=off", "-fno-de
 # fp32 results are unchanged, tests compare it with an -O1 build.
 TRAIN_CFLAGS = tuple("-O3" if f == "-O2" else f for f in HOST_CFLAGS)
 LIBRARY = "libtinytrain_model.so"
+PROGRESS_STEPS = 32  # training steps between progress reports
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _BUILT: dict[tuple[int, str, str], tuple[weakref.ref, Path]] = {}  # (id(graph), cache dir, planner) -> library
@@ -259,9 +260,11 @@ class CTrainer:
             raise ValueError(f"targets: expected float32 ({n},{','.join(map(str, self._target_shape))}), got {t.shape}")
         return t
 
-    def train(self, xs: np.ndarray, labels: np.ndarray, order=None, targets: np.ndarray | None = None) -> np.ndarray:
+    def train(self, xs: np.ndarray, labels: np.ndarray, order=None, targets: np.ndarray | None = None,
+              progress=None) -> np.ndarray:
         """Batch-1 SGD over ``xs[order]`` (default: in the given order); the per-step losses (float32). ``targets``:
-        each sample's float target, for a graph whose mse loss reads one (``build_training_graph(targets=True)``)."""
+        each sample's float target, for a graph whose mse loss reads one (``build_training_graph(targets=True)``);
+        ``progress(n)``: called every ``PROGRESS_STEPS`` steps and at the end with the steps done since."""
         order = np.arange(len(xs)) if order is None else np.asarray(order)
         targets = self._targets(targets, len(xs))
         xs = np.ascontiguousarray(xs)
@@ -277,6 +280,10 @@ class CTrainer:
                 self._lib.tt_set_target(targets[k].ctypes.data)
             step(base + int(k) * stride, int(labels[k]), ctypes.addressof(loss))
             losses[j] = loss.value
+            if progress is not None and (j + 1) % PROGRESS_STEPS == 0:
+                progress(PROGRESS_STEPS)
+        if progress is not None and len(order) % PROGRESS_STEPS:
+            progress(len(order) % PROGRESS_STEPS)
         return losses
 
     def predict(self, xs: np.ndarray) -> np.ndarray:

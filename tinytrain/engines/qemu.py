@@ -71,7 +71,7 @@ def _need(tool: str, package: str) -> str:
 def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budget: int, *,
                      target: str = "cortex-m7", reorder: bool = True, stream: bool = True) -> dict:
     """What `tinytrain compile` writes into ``out`` (C project + report.json) for a forward graph or a training
-    graph, scheduled and planned as ``engine_c.CTrainer`` does (``device_schedule``, in-place memory plan), so the firmware
+    graph, scheduled and planned as ``host_c.CTrainer`` does (``device_schedule``, in-place memory plan), so the firmware
     runs the very C the host engine runs; ``stream``: the streamed prefix (memory/stream.py), else every tensor
     whole. Raises BudgetError, before any linker runs, when it does not fit.
     Returns the report as JSON."""
@@ -124,13 +124,14 @@ def section_sizes(elf: str | Path, prefix: str = "arm-none-eabi-") -> tuple[int,
 def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np.ndarray] | None = None,
         test: tuple[np.ndarray, np.ndarray] | None = None, state_in: bytes | None = None,
         timeout: float = DEFAULT_TIMEOUT, work_dir: str | Path | None = None, flash: str | Path | None = None,
-        stop_after_saves: int | None = None, targets: np.ndarray | None = None) -> QemuRun | None:
+        stop_after_saves: int | None = None, targets: np.ndarray | None = None, progress=None) -> QemuRun | None:
     """Run the firmware on the board's QEMU machine: resume from ``state_in`` (tt_state_save bytes) if given,
     train on ``train`` (one sample per step, in order), then predict ``test``. Images are int8 (N, ...) in the
     model's input form, labels (N,) integers. ``flash``: the board's flash file (firmware built with save_every),
     kept between runs: the firmware resumes from the newest state there and skips the samples it had consumed.
     ``stop_after_saves``: cut the board's power (kill QEMU) right after that many saves; returns None then.
-    ``targets``: the training samples' float targets (a model whose mse loss reads them: tt_targets.bin)."""
+    ``targets``: the training samples' float targets (a model whose mse loss reads them: tt_targets.bin);
+    ``progress(1)``: called as each training step's record arrives."""
     b = get_board(board)
     if b.qemu is None:
         raise QemuError(f"{board} is not a QEMU board; use one of {', '.join(n for n, q in BOARDS.items() if q.qemu)}")
@@ -155,7 +156,8 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             if stop_after_saves is not None:
                 _run_until_saves(cmd, tmp, stop_after_saves)
                 return None
-            r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+            r = _run_reporting(cmd, tmp, progress) if progress is not None else subprocess.run(
+                cmd, cwd=tmp, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
         finally:
             if flash is not None and (tmp / "tt_flash.bin").exists():
                 shutil.copy(tmp / "tt_flash.bin", flash)
@@ -172,6 +174,19 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
         state = (tmp / "tt_state.bin").read_bytes() if (tmp / "tt_state.bin").exists() else None
     return QemuRun(out["losses"], out["step_insns"], logits, out["predict_insns"], state, out["stack_bytes"], r.stdout,
                    out["skipped"])
+
+
+def _run_reporting(cmd: list[str], cwd: Path, progress) -> subprocess.CompletedProcess:
+    """Run QEMU (under ``timeout``), calling ``progress(1)`` for each training step the harness reports; its
+    standard error goes with its output."""
+    lines = []
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          text=True) as p:
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("tt: step "):
+                progress(1)
+    return subprocess.CompletedProcess(cmd, p.returncode, "".join(lines), "")
 
 
 def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
@@ -230,7 +245,7 @@ def parse_output(text: str) -> dict:
 
 
 class QemuTrainer:
-    """``engine_c.CTrainer``'s interface on a QEMU board: the training graph's firmware, built once, run once
+    """``host_c.CTrainer``'s interface on a QEMU board: the training graph's firmware, built once, run once
     per call. The state lives on the host between runs (saved by the firmware, loaded again by the next run),
     so train / predict / state behave as on the host engine. ``step_insns`` and ``predict_insns`` collect the
     instruction counts of every run."""
@@ -260,11 +275,11 @@ class QemuTrainer:
         return r
 
     def train(self, xs: np.ndarray, labels: np.ndarray, order=None, stop_after_saves: int | None = None,
-              targets: np.ndarray | None = None) -> np.ndarray:
+              targets: np.ndarray | None = None, progress=None) -> np.ndarray:
         """Batch-1 SGD over ``xs[order]``; the per-step losses (float32), bit for bit those of the device. With a
         flash file, the steps the state there had consumed are skipped (their losses are not returned).
         ``stop_after_saves``: cut the power after that many saves (the state is then the newest in the flash file;
-        no losses are returned). ``targets``: each sample's float target (``engine_c.CTrainer.train``'s)."""
+        no losses are returned). ``targets``, ``progress``: as ``host_c.CTrainer.train``'s."""
         order = np.arange(len(xs)) if order is None else np.asarray(order)
         train = (np.ascontiguousarray(xs[order]), np.asarray(labels)[order])
         targets = None if targets is None else np.asarray(targets, np.float32)[order]
@@ -279,7 +294,7 @@ class QemuTrainer:
             saved = newest(Path(self.flash).read_bytes(), state_size(state_layout(self.graph)))
             self._state = saved.state if saved else None
             return np.zeros(0, np.float32)
-        r = self._run(train=train, targets=targets)
+        r = self._run(train=train, targets=targets, progress=progress)
         self._state = r.state
         self.nonfinite += int(r.skipped.sum())
         return r.losses
@@ -288,6 +303,12 @@ class QemuTrainer:
         """int8 logits (N, classes) with the current state."""
         xs = np.ascontiguousarray(xs)
         return self._run(test=(xs, np.zeros(len(xs), np.int32))).logits
+
+    def load_state(self, state) -> None:
+        """The next run starts from this ``simulator.TrainState``."""
+        from tinytrain.codegen.state import pack
+
+        self.load_state_bytes(pack(self.graph, state))
 
     def load_state_bytes(self, data: bytes) -> None:
         """The next run starts from this state (``tt_state_load`` by the harness, which checks its header)."""
