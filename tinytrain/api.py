@@ -200,15 +200,17 @@ class Compiled:
 
         return report_text(self.report, self.step)
 
-    def write(self, out: str | Path) -> None:
-        """The output folder of ``tinytrain compile``: the C project, report.json, report.txt, memory_timeline.png
-        (all or nothing)."""
+    def write(self, out, force: bool = False) -> None:
+        """The output folder of ``tinytrain compile`` (a path or a checked ``outputs.OutputDir``): the C project,
+        report.json, report.txt, memory_timeline.png, all or nothing; an earlier output is replaced, the files
+        tinytrain did not write are kept (tinytrain/outputs)."""
         import json
 
         from tinytrain.memory.timeline import write_timeline
-        from tinytrain.outputs import AtomicDir
+        from tinytrain.outputs import OutputDir
 
-        with AtomicDir(Path(out)) as tmp:
+        target = out if isinstance(out, OutputDir) else OutputDir(out, "compile", force=force)
+        with target as tmp:
             for name, body in self.files.items():
                 (tmp / name).write_bytes(body.encode("utf-8"))
             (tmp / "report.json").write_text(json.dumps(self.to_json(), indent=1) + "\n")

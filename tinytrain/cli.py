@@ -13,8 +13,8 @@ import numpy as np
 
 from tinytrain.version import __version__
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
-from tinytrain.cli_train import add_loss_argument
-from tinytrain.outputs import write_atomic
+from tinytrain.cli_train import add_force_argument, add_loss_argument
+from tinytrain.outputs import OutputDir, check_file, write_file
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +37,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from tinytrain.simulator import external_input_dtype, forward, to_external, to_internal
 
+    check_file(args.output, "npy", inputs=(args.input, args.model))
     graph = _load(args.model)
     try:
         x = np.load(args.input, allow_pickle=False)
@@ -50,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     y = forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]]
     buffer = io.BytesIO()
     np.save(buffer, to_external(graph, y))
-    write_atomic(args.output, buffer.getvalue())
+    write_file(args.output, buffer.getvalue(), "npy", inputs=(args.input, args.model))
 
 
 def cmd_compile(args: argparse.Namespace) -> None:
@@ -58,12 +59,13 @@ def cmd_compile(args: argparse.Namespace) -> None:
     from tinytrain.api import compile
     from tinytrain.codegen.bindings.conv2d.forward import explain_text
 
+    target = OutputDir(args.output, "compile", force=args.force, inputs=[p for p in (args.model, args.plan) if p])
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
                        inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size,
                        remainder_bits=args.remainder_bits, backward=args.backward)
     out = Path(args.output)
-    compiled.write(out)
+    compiled.write(target)
     print(compiled.text())
     if args.explain:
         print(explain_text(compiled.kernel_choices))
@@ -75,6 +77,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
 def cmd_convert(args: argparse.Namespace) -> None:
     from tinytrain.export_onnx import graph_to_onnx, save_onnx
 
+    check_file(args.output, "onnx", inputs=(args.model,))
     graph = _load(args.model)
     save_onnx(graph_to_onnx(graph), args.output)
     note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_io else ""
@@ -123,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
                    "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")
+    add_force_argument(s)
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("convert", help="write the model as an int8 QDQ ONNX file (onnxruntime quantize_static form)")

@@ -24,20 +24,19 @@ if TYPE_CHECKING:
 
 
 def cmd_firmware(args: argparse.Namespace) -> None:
-    from tinytrain.outputs import AtomicDir
+    from tinytrain.outputs import OutputDir
     from tinytrain.firmware import get_board, render_firmware
+    from tinytrain.firmware.project import write_project
     from tinytrain.sizes import parse_size
 
     board = get_board(args.board)
     if args.save_every < 0:
         raise UsageError("--save-every must be 0 (no persistent state) or a positive number of samples")
+    target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
     files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
                             save_every=args.save_every)
     out = Path(args.output)
-    with AtomicDir(out) as tmp:
-        for rel, data in files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / rel).write_bytes(data)
+    write_project(files, target)
     report = json.loads(files["report.json"])
     print(f"wrote {out}: firmware for {board.name} ({board.core}), RAM region {report['sram_budget_bytes']} bytes "
           f"(the SRAM budget), {len(files)} files")
@@ -151,12 +150,15 @@ def _stream(args, board, data: _StreamData, rows, test_rows, order, steps) -> di
               "cycles_per_step": float(np.mean(cycles)) if cycles else None,
               "cycles_per_inference": float(np.mean(predict_cycles))}
     if args.state_out:
-        Path(args.state_out).write_bytes(board.state())
+        from tinytrain.outputs import write_file
+
+        write_file(args.state_out, board.state(), "device-state")
         result["state_out"] = args.state_out
     return result
 
 
 def add_firmware_commands(sub) -> None:
+    from tinytrain.cli_train import add_force_argument
     from tinytrain.firmware import BOARDS
     from tinytrain.firmware.project import DEFAULT_BAUD
     from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
@@ -165,6 +167,7 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("dir", help="the output folder of `tinytrain compile`")
     s.add_argument("--board", required=True, choices=tuple(BOARDS))
     s.add_argument("-o", "--output", required=True, help="project folder")
+    add_force_argument(s)
     s.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
     s.add_argument("--stack", help=f"stack reserved in the RAM region (default: the board's core's, {STACK_BYTES}; "
                    f"{PORTABLE_STACK_BYTES} on Cortex-M3, M0+ and RISC-V)")

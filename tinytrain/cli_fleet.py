@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
-from tinytrain.errors import UsageError
 
 
 def cmd_fleet(args: argparse.Namespace) -> None:
     from tinytrain.federated import fleet
-    from tinytrain.outputs import write_atomic
+    from tinytrain.outputs import check_file, write_file
 
-    if args.state_out and not Path(args.state_out).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.state_out}: its folder does not exist")
+    inputs = [p for p in (args.model, args.data, args.test, args.plan) if p]
+    if args.state_out:
+        check_file(args.state_out, "device-state", inputs)
     result = fleet(args.model, args.data, rounds=args.rounds, test=args.test, state_dir=args.state_dir,
                    engine=args.engine, cpus=args.cpus, plan=args.plan, update=args.update, lr=args.lr,
                    devices=args.devices, per_device=args.per_device,
@@ -26,7 +24,7 @@ def cmd_fleet(args: argparse.Namespace) -> None:
                    new_head=args.new_head, seed=args.seed, remainder_bits=args.remainder_bits,
                    input_size=args.input_size, lr_schedule=args.lr_schedule, warmup=args.warmup)
     if args.state_out:
-        write_atomic(args.state_out, result.state)
+        write_file(args.state_out, result.state, "device-state", inputs)
     if args.json:
         print(json.dumps({**result.to_json(), "state_out": args.state_out}))
         return

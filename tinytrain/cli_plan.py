@@ -75,9 +75,13 @@ def _gain(g: float, pct: bool) -> str:
 def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain.api import plan
 
+    from tinytrain.outputs import check_file
+    from tinytrain.search.run import search_report_path
+
     out = Path(args.output)
-    if not out.resolve().parent.is_dir():
-        raise UsageError(f"cannot write {out}: its folder does not exist")
+    inputs = [p for p in (args.model, args.data) if p]
+    check_file(out, "plan", inputs)
+    check_file(search_report_path(out), "search", inputs)
     result = plan(args.model, args.data, sram=args.sram, new_head=args.new_head, seed=args.seed,
                   input_size=args.input_size,
                   progress=not args.no_progress, held_out=args.held_out, split_seed=args.split_seed, val=args.val,

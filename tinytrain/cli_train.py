@@ -22,8 +22,7 @@ from tinytrain.errors import UsageError
 def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.api import train
 
-    if args.output and not Path(args.output).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    _check_outputs(args)
     result = train(args.model, args.data, plan=args.plan, update=args.update, lr=args.lr, bias_lr=args.bias_lr,
                    head_lr=args.head_lr, epochs=args.epochs, steps=args.steps, engine=args.engine, board=args.board,
                    sram=args.sram, flash=args.flash, save_every=args.save_every,
@@ -72,6 +71,23 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"wrote {args.state_out}")
     if args.output:
         print(f"wrote {args.output} (int8 QDQ ONNX of the trained model)")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Before the work: --state-out, -o and the board's --flash may be written (tinytrain/outputs), and are not one
+    file."""
+    from tinytrain.outputs import check_file
+
+    inputs = [p for p in (args.model, args.plan, args.data) if p]
+    if args.flash:
+        check_file(args.flash, "flash", inputs)
+        inputs.append(args.flash)
+    if args.state_out and args.output and Path(args.state_out).resolve() == Path(args.output).resolve():
+        raise UsageError(f"--state-out and -o both name {args.output}; give each its own file")
+    if args.state_out:
+        check_file(args.state_out, "state", inputs)
+    if args.output:
+        check_file(args.output, "onnx", inputs)
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -158,6 +174,12 @@ def add_train_commands(sub) -> None:
                         "error (default: the DATA .npz's 'anomaly' array, if any)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object (mse: every error)")
     s.set_defaults(func=cmd_eval)
+
+
+def add_force_argument(s) -> None:
+    s.add_argument("--force", action="store_true",
+                   help="-o names a folder with files of its own: write beside them (never replacing or deleting a "
+                        "file tinytrain did not write)")
 
 
 def add_loss_argument(s) -> None:

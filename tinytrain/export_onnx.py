@@ -53,7 +53,7 @@ from tinytrain.errors import UnsupportedModelError
 from tinytrain.frontends.onnx_values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor
 from tinytrain.names import unique_name
-from tinytrain.outputs import write_atomic
+from tinytrain.outputs import write_file
 
 OPSET = 18
 IR_VERSION = 9  # onnx 1.14 / onnxruntime >= 1.15 load it; opset 18 needs >= 8
@@ -74,8 +74,9 @@ def graph_to_onnx(graph: Graph) -> onnx.ModelProto:
 
 
 def save_onnx(model: onnx.ModelProto, path: str | Path) -> None:
-    """Write ``model`` to ``path`` atomically (a partial file next to it, renamed on success)."""
-    write_atomic(path, model.SerializeToString())
+    """Write ``model`` to ``path`` all or nothing, never over a file that is not an ONNX model tinytrain wrote
+    (tinytrain/outputs)."""
+    write_file(path, model.SerializeToString(), "onnx")
 
 
 class _Exporter:

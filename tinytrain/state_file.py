@@ -7,7 +7,6 @@ Byte-identical for identical states whatever the engine: members in name order, 
 from __future__ import annotations
 
 import io
-import os
 import zipfile
 from pathlib import Path
 
@@ -19,18 +18,16 @@ from tinytrain.simulator import TrainState
 
 
 def save_state(path: str | Path, state: TrainState) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial.npz")
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
-            for name, value in [("step", np.int64(state.step)), *sorted(state.tensors.items())]:
-                buf = io.BytesIO()
-                np.lib.format.write_array(buf, np.asanyarray(value), allow_pickle=False)
-                z.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    """Write ``state`` to ``path`` (all or nothing, never over a file that is not a state: tinytrain/outputs)."""
+    from tinytrain.outputs import write_file
+
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w", zipfile.ZIP_STORED) as z:
+        for name, value in [("step", np.int64(state.step)), *sorted(state.tensors.items())]:
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asanyarray(value), allow_pickle=False)
+            z.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue())
+    write_file(path, data.getvalue(), "state")
 
 
 def load_state(path: str | Path, graph: Graph) -> TrainState:
