@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import os
 import re
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.cli_args import positive_int
 from tinytrain.version import __version__
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
 from tinytrain.cli_train import add_force_argument, add_loss_argument
@@ -18,8 +20,48 @@ from tinytrain.outputs import OutputDir, check_file, write_file
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors as one line (a UsageError) that names the closest match of a mistyped
+    command, option or choice."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> None:  # one line instead of usage + message
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        command = _command(self)
+        raise UsageError(f"{message}{_did_you_mean(self, command, message)} (see '{command.prog} --help')")
+
+
+def _closest(word: str, candidates) -> str | None:
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _command(parser: _Parser) -> argparse.ArgumentParser:
+    """The parser of the command the argv names: argparse reports a command's unknown options from the top-level
+    parser."""
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its actions there, and nowhere public
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            name = next((a for a in getattr(parser, "_argv", ()) if a in action.choices), None)
+            if name is not None:
+                return action.choices[name]
+    return parser
+
+
+def _did_you_mean(parser: _Parser, command: argparse.ArgumentParser, message: str) -> str:
+    """"; did you mean ...?" for a bad choice (a command is one) or an option the command does not have."""
+    choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+    if choice:
+        best = _closest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        return f"; did you mean '{best}'?" if best else ""
+    options = [o for a in command._actions for o in a.option_strings if o.startswith("--")]  # noqa: SLF001
+    for word in getattr(parser, "_argv", ()):
+        word = word.split("=")[0]
+        if word.startswith("--") and not any(o.startswith(word) for o in options):  # not an option or its prefix
+            best = _closest(word, options)
+            if best:
+                return f"; {word}: did you mean {best}?"
+    return ""
 
 
 def _load(path: str):
@@ -43,6 +85,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         x = np.load(args.input, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read input {args.input}: {e}; give a .npy array") from None
+    if not isinstance(x, np.ndarray):
+        x.close()
+        raise UsageError(f"input {args.input} is an .npz archive; give one .npy array (numpy.save)")
     t = graph.tensors[graph.inputs[0]]
     want = external_input_dtype(graph)
     if x.dtype != want or x.ndim != len(t.shape) or x.shape[1:] != t.shape[1:]:
@@ -113,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", choices=CORE_TARGETS, default="cortex-m7",
                    help="the core the C is for: Arm DSP instructions on m4/m7/m55/m33, their C models on m3/m0plus/"
                    "riscv32 (docs/guide/boards.md); the flash figure counts the kernels and tables chosen for it")
-    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
@@ -156,7 +201,47 @@ _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # all but th
 _CONTROL_ALL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # a model's error is one line, whatever its names
 
 
+class _QuietWhenClosed:
+    """sys.stdout / sys.stderr that, once its reader has gone (``tinytrain ... | head -3``), drops what is printed
+    instead of raising BrokenPipeError: the command finishes its work and writes its files, quietly, as a Unix
+    tool's output into a closed pipe ends without a word."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+
+    def _to_null(self) -> None:  # later writes, and the interpreter's last flush, go nowhere
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _QuietWhenClosed(sys.stdout), _QuietWhenClosed(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         with np.errstate(all="ignore"):  # hostile inputs (a 1e-45 scale): the error says it, not a numpy warning

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tinytrain.cli_args import non_negative_int, positive_float, positive_int
 from tinytrain.errors import UsageError
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ def cmd_firmware(args: argparse.Namespace) -> None:
     from tinytrain.sizes import parse_size
 
     board = get_board(args.board)
-    if args.save_every < 0:
-        raise UsageError("--save-every must be 0 (no persistent state) or a positive number of samples")
     target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
     files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
                             save_every=args.save_every)
@@ -168,10 +167,10 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("--board", required=True, choices=tuple(BOARDS))
     s.add_argument("-o", "--output", required=True, help="project folder")
     add_force_argument(s)
-    s.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
+    s.add_argument("--baud", type=positive_int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
     s.add_argument("--stack", help=f"stack reserved in the RAM region (default: the board's core's, {STACK_BYTES}; "
                    f"{PORTABLE_STACK_BYTES} on Cortex-M3, M0+ and RISC-V)")
-    s.add_argument("--save-every", type=int, default=0, metavar="N",
+    s.add_argument("--save-every", type=non_negative_int, default=0, metavar="N",
                    help="training builds: save the trained state to the board's flash every N samples (two slots, "
                         "power-loss safe) and load it at boot (default 0: state in SRAM only)")
     s.set_defaults(func=cmd_firmware)
@@ -187,8 +186,8 @@ def add_firmware_commands(sub) -> None:
     n.add_argument("--epochs", type=int, default=1)
     n.add_argument("--steps", type=int)
     s.add_argument("--held-out", type=float, help="evaluate on this stratified fraction, train on the rest")
-    s.add_argument("--split-seed", type=int, default=0)
-    s.add_argument("--seed", type=int, default=0, help="sample order")
+    s.add_argument("--split-seed", type=non_negative_int, default=0)
+    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order")
     s.add_argument("--loss", choices=("xent", "mse"),
                    help="the firmware's loss: xent (classifier) or mse (an autoencoder's reconstruction of its input; "
                         "reports the reconstruction error; default for DATA without y on a model whose output has its "
@@ -196,8 +195,8 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("--anomaly-labels", metavar="FILE.npy",
                    help="--loss mse: 0 (normal) / 1 (anomalous) per sample; reports the ROC AUC of the reconstruction "
                         "error (default: the DATA .npz's 'anomaly' array, if any)")
-    s.add_argument("--baud", type=int, default=DEFAULT_BAUD)
-    s.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
+    s.add_argument("--baud", type=positive_int, default=DEFAULT_BAUD)
+    s.add_argument("--timeout", type=positive_float, default=60.0, help="seconds to wait for one reply")
     s.add_argument("--state-out", help="write the board's trained state (tt_state_save bytes) here")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     s.set_defaults(func=cmd_stream, new_head=None)

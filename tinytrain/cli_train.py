@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.cli_args import non_negative_int, positive_float, positive_int
 from tinytrain.errors import UsageError
 
 
@@ -120,9 +121,9 @@ def add_train_commands(sub) -> None:
                         "class-folder tree, lfw or fashion-mnist[:test][:N]")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
     s.add_argument("--update", help="full | bias-only | last-k:N (default bias-only)")
-    s.add_argument("--lr", type=float, help="learning rate of an --update preset (default 0.01)")
-    s.add_argument("--bias-lr", type=float, help="learning rate of an --update preset's biases (default: --lr)")
-    s.add_argument("--head-lr", type=float,
+    s.add_argument("--lr", type=positive_float, help="learning rate of an --update preset (default 0.01)")
+    s.add_argument("--bias-lr", type=positive_float, help="learning rate of an --update preset's biases (default: --lr)")
+    s.add_argument("--head-lr", type=positive_float,
                    help="learning rate of an --update preset's last layer, weights and bias (default: --lr, --bias-lr)")
     n = s.add_mutually_exclusive_group()
     n.add_argument("--epochs", type=int, default=1)
@@ -136,10 +137,10 @@ def add_train_commands(sub) -> None:
     s.add_argument("--flash", metavar="FLASH.bin",
                    help="--engine qemu: the board's flash (a file kept between runs): the firmware saves its state there "
                         "every --save-every samples and, when it holds a state, resumes from it")
-    s.add_argument("--save-every", type=int, default=0, metavar="N", help="--engine qemu --flash: samples between saves")
-    s.add_argument("--stop-after-saves", type=int, default=0, metavar="K",
+    s.add_argument("--save-every", type=non_negative_int, default=0, metavar="N", help="--engine qemu --flash: samples between saves")
+    s.add_argument("--stop-after-saves", type=non_negative_int, default=0, metavar="K",
                    help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
-    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     add_remainder_argument(s)
@@ -150,7 +151,7 @@ def add_train_commands(sub) -> None:
                    help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
     add_loss_argument(s)
     _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
-    s.add_argument("--seed", type=int, default=0, help="sample order, rounding stream and new-head init")
+    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order, rounding stream and new-head init")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
     s.add_argument("-o", "--output", help="write the trained model as int8 QDQ ONNX (TRAINED.onnx)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
@@ -159,8 +160,8 @@ def add_train_commands(sub) -> None:
     s = sub.add_parser("eval", help="accuracy of the int8 model with the device's arithmetic")
     s.add_argument("model")
     s.add_argument("--data", required=True)
-    s.add_argument("--new-head", type=int, metavar="N", help="with a new N-class head (as train --new-head)")
-    s.add_argument("--seed", type=int, default=0, help="new-head init (as train --seed)")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="with a new N-class head (as train --new-head)")
+    s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init (as train --seed)")
     add_input_size_argument(s)
     s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
     s.add_argument("--engine", choices=("sim", "c"), default="sim",
@@ -219,4 +220,4 @@ def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets
 def _add_split_arguments(s, what: str) -> None:
     s.add_argument("--held-out", type=float, metavar="FRACTION",
                    help=f"hold out this fraction of DATA (stratified by class): {what}")
-    s.add_argument("--split-seed", type=int, default=0, help="seed of the --held-out split")
+    s.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the --held-out split")

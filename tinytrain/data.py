@@ -26,6 +26,7 @@ for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import hashlib
 import zipfile
@@ -39,6 +40,7 @@ from tinytrain.errors import UsageError
 from tinytrain.ir import Graph
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+BUILT_IN = ("lfw", "fashion-mnist")  # the data sets named, not read from a path
 MAX_LABEL = 65535  # an .npz label beyond this is not a class index
 LUMA = np.array([0.299, 0.587, 0.114])
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -81,7 +83,10 @@ def load_dataset(spec: str | Path) -> Dataset:
         return _load_folder(path)
     if path.is_file():
         return _load_npz(path)
-    raise UsageError(f"dataset {spec}: no such file or folder; give an .npz, a folder of class folders, or 'lfw'")
+    close = difflib.get_close_matches(str(spec).split(":")[0], BUILT_IN, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise UsageError(f"dataset {spec}: no such file or folder; give an .npz, a folder of class folders, 'lfw' or "
+                     f"'fashion-mnist[:test][:N]'{hint}")
 
 
 def _load_npz(path: Path) -> Dataset:
