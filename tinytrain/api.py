@@ -29,18 +29,25 @@ ENGINES = ("sim", "c", "qemu")
 
 
 def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0,
-               input_size: int | str | tuple[int, int] | None = None) -> Graph:
+               input_size: int | str | tuple[int, int] | None = None, input_mapping=None) -> Graph:
     """The int8 model as a tinytrain graph; ``input_size`` (N, "HxW" or (H, W)): its layers run at that input
-    size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``)."""
+    size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``);
+    ``input_mapping`` (a name, "SCALE,OFFSET" or an ``InputMapping``; None: the model's own): how a pixel becomes
+    its input (tinytrain/input_mapping.py)."""
     from tinytrain.frontends import load_model as load
 
-    return _graph(load(path), new_head, seed, input_size)
+    return _graph(load(path), new_head, seed, input_size, input_mapping)
 
 
 def _graph(model: str | Path | Graph, new_head: int | None, seed: int,
-           input_size: int | str | tuple[int, int] | None = None) -> Graph:
+           input_size: int | str | tuple[int, int] | None = None, input_mapping=None) -> Graph:
+    from tinytrain.input_mapping import with_mapping
+
     if not isinstance(model, Graph):
-        return load_model(model, new_head=new_head, seed=seed, input_size=input_size)
+        return load_model(model, new_head=new_head, seed=seed, input_size=input_size, input_mapping=input_mapping)
+    if new_head is not None and new_head < 1:
+        raise UsageError(f"new_head {new_head}: give the number of classes of the new head (at least 2)")
+    model = with_mapping(model, input_mapping)
     if input_size is not None:
         from tinytrain.frontends.resize import resize_input
 
@@ -223,7 +230,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
             input_size: int | str | tuple[int, int] | None = None, remainder_bits: int | None = None,
-            backward: str | None = None) -> Compiled:
+            backward: str | None = None, input_mapping=None, classes=None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
     budgets and emit its C (``loss``, ``remainder_bits``, ``backward``: as ``train``'s). Raises BudgetError when it
     does not fit."""
@@ -233,8 +240,11 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     from tinytrain.sizes import parse_size
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
-    graph = _graph(model, new_head, 0, input_size)
+    from tinytrain.codegen.contract import with_classes
+
+    graph = _graph(model, new_head, 0, input_size, input_mapping)
     chosen = _plan(graph, plan, update, None, None, None, None, remainder_bits, backward)
+    graph = with_classes(graph, classes if classes is not None else getattr(chosen, "classes", None))
     if chosen is not None:
         chosen = _with_loss(chosen, loss, plan is not None)
     elif loss is not None:
@@ -312,7 +322,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
           seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0, loss: str | None = None,
           input_size: int | str | tuple[int, int] | None = None,
-          remainder_bits: int | None = None, backward: str | None = None) -> TrainResult | None:
+          remainder_bits: int | None = None, backward: str | None = None, input_mapping=None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
@@ -331,7 +341,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         raise UsageError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
     _check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
-    graph = _graph(model, new_head, seed, input_size)
+    graph = _graph(model, new_head, seed, input_size, input_mapping)
     chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only", remainder_bits, backward)
     chosen = _with_loss(chosen, loss, plan is not None)
     _check_classifier(graph, chosen.loss)
@@ -581,7 +591,7 @@ class EvalResult:
 def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None, engine: str = "sim",
              new_head: int | None = None, seed: int = 0, held_out: float | None = None,
              split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None,
-             input_size: int | str | tuple[int, int] | None = None) -> EvalResult:
+             input_size: int | str | tuple[int, int] | None = None, input_mapping=None) -> EvalResult:
     """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host), with
     a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on that part of the split only
     (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA without y on a model whose output
@@ -591,7 +601,7 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
 
     if engine not in ("sim", "c"):
         raise UsageError(f"engine {engine!r}: evaluate runs on sim or c")
-    graph = _graph(model, new_head, seed, input_size)
+    graph = _graph(model, new_head, seed, input_size, input_mapping)
     if state is not None:
         from tinytrain.state_file import load_state
 
@@ -658,7 +668,7 @@ def _forward_outputs(graph: Graph, x: np.ndarray, engine: str) -> np.ndarray:
 
 def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: str | Path | None = None,
          new_head: int | None = None, seed: int = 0, progress: bool = False,
-         input_size: int | str | tuple[int, int] | None = None, **options):
+         input_size: int | str | tuple[int, int] | None = None, input_mapping=None, **options):
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
@@ -669,7 +679,7 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     from tinytrain.search.run import SearchOptions, search
     from tinytrain.sizes import parse_size
 
-    graph = _graph(model, new_head, seed, input_size)
+    graph = _graph(model, new_head, seed, input_size, input_mapping)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     ds = load_data(data)

@@ -8,13 +8,14 @@ import io
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from tinytrain.cli_args import positive_int
 from tinytrain.version import __version__
-from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
+from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
 from tinytrain.cli_train import add_force_argument, add_loss_argument
 from tinytrain.outputs import OutputDir, check_file, write_file
 
@@ -108,6 +109,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
                        inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size,
+                       input_mapping=args.input_mapping, classes=args.classes.split(",") if args.classes else None,
                        remainder_bits=args.remainder_bits, backward=args.backward)
     out = Path(args.output)
     compiled.write(target)
@@ -122,11 +124,15 @@ def cmd_compile(args: argparse.Namespace) -> None:
 def cmd_convert(args: argparse.Namespace) -> None:
     from tinytrain.export_onnx import graph_to_onnx, save_onnx
 
+    from tinytrain.input_mapping import from_model, with_mapping
+
     check_file(args.output, "onnx", inputs=(args.model,))
-    graph = _load(args.model)
+    graph = with_mapping(_load(args.model), args.input_mapping)
     save_onnx(graph_to_onnx(graph), args.output)
     note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_io else ""
-    print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}")
+    mapping = from_model(graph)
+    kept = f"; input mapping {mapping.describe()} in its metadata" if mapping else ""
+    print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}{kept}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
     s.set_defaults(func=cmd_run)
 
-    from tinytrain.cli_train import add_input_size_argument
+    from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
 
     s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
     s.add_argument("model")
@@ -160,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "riscv32 (docs/guide/boards.md); the flash figure counts the kernels and tables chosen for it")
     s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
+    s.add_argument("--classes", metavar="NAMES", help="comma-separated class names, one per output in label order, "
+                   "written into the C header (TT_CLASS_NAMES)")
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     add_loss_argument(s)
@@ -177,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("convert", help="write the model as an int8 QDQ ONNX file (onnxruntime quantize_static form)")
     s.add_argument("model")
     s.add_argument("-o", "--output", required=True, help="OUT.onnx")
+    add_input_mapping_argument(s)
     s.set_defaults(func=cmd_convert)
 
     from tinytrain.cli_train import add_train_commands
@@ -235,10 +245,29 @@ def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _QuietWhenClosed(sys.stdout), _QuietWhenClosed(sys.stderr)
     try:
-        return _main(argv)
+        with warnings.catch_warnings():
+            _print_notices()
+            return _main(argv)
     finally:
         sys.stdout.flush()
         sys.stdout, sys.stderr = streams
+
+
+def _print_notices() -> None:
+    """Every Notice (what a command assumed: an input mapping, a resize, the class names) as one line ``note: ...``
+    on stdout, in order with the results, each text once (stderr stays the one line of an error); other warnings as
+    Python shows them."""
+    shown, show = set(), warnings.showwarning
+    warnings.simplefilter("always", Notice)
+
+    def note(message, category, *args, **kwargs) -> None:
+        if not issubclass(category, Notice):
+            show(message, category, *args, **kwargs)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"note: {_CONTROL_ALL.sub('?', str(message))}", flush=True)
+
+    warnings.showwarning = note
 
 
 def _main(argv: list[str] | None) -> int:

@@ -59,7 +59,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
         import serial
     except ImportError:
         raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
-    graph = load_model(args.model)
+    graph = load_model(args.model, input_mapping=args.input_mapping)
     data = _stream_data(graph, args)
     parts = held_out_split(data.y, args.held_out, args.split_seed)
     rows = parts[0] if parts else np.arange(len(data.y))
@@ -157,7 +157,7 @@ def _stream(args, board, data: _StreamData, rows, test_rows, order, steps) -> di
 
 
 def add_firmware_commands(sub) -> None:
-    from tinytrain.cli_train import add_force_argument
+    from tinytrain.cli_train import add_force_argument, add_input_mapping_argument
     from tinytrain.firmware import BOARDS
     from tinytrain.firmware.project import DEFAULT_BAUD
     from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
@@ -196,6 +196,7 @@ def add_firmware_commands(sub) -> None:
                    help="--loss mse: 0 (normal) / 1 (anomalous) per sample; reports the ROC AUC of the reconstruction "
                         "error (default: the DATA .npz's 'anomaly' array, if any)")
     s.add_argument("--baud", type=positive_int, default=DEFAULT_BAUD)
+    add_input_mapping_argument(s)
     s.add_argument("--timeout", type=positive_float, default=60.0, help="seconds to wait for one reply")
     s.add_argument("--state-out", help="write the board's trained state (tt_state_save bytes) here")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")

@@ -24,7 +24,8 @@ def cmd_fleet(args: argparse.Namespace) -> None:
                    classes_per_device=args.classes_per_device or None, local_epochs=args.local_epochs,
                    local_steps=args.local_steps, server_lr=args.server_lr,
                    new_head=args.new_head, seed=args.seed, remainder_bits=args.remainder_bits,
-                   input_size=args.input_size, lr_schedule=args.lr_schedule, warmup=args.warmup)
+                   input_size=args.input_size, lr_schedule=args.lr_schedule, warmup=args.warmup,
+                   input_mapping=args.input_mapping)
     if args.state_out:
         write_file(args.state_out, result.state, "device-state", inputs)
     if args.json:
@@ -43,7 +44,8 @@ def cmd_fleet(args: argparse.Namespace) -> None:
 
 
 def add_fleet_command(sub) -> None:
-    from tinytrain.cli_train import add_input_size_argument, add_remainder_argument, add_schedule_arguments
+    from tinytrain.cli_train import (add_input_mapping_argument, add_input_size_argument, add_remainder_argument,
+                                     add_schedule_arguments)
 
     s = sub.add_parser("fleet", help="federated fine-tuning of the compiled training step over simulated devices "
                                      "(Flower)")
@@ -69,6 +71,7 @@ def add_fleet_command(sub) -> None:
     add_schedule_arguments(s, "the fleet's rounds (each device's step counter is the global state's)")
     s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
     add_remainder_argument(s)
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init, rounding stream, shards and sample order")
     s.add_argument("--engine", choices=("flower", "local"), default="flower",

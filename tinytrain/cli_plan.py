@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from tinytrain.cli_args import non_negative_float, non_negative_int, positive_float, positive_int
-from tinytrain.cli_train import add_input_size_argument, add_schedule_arguments
+from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_schedule_arguments
 from tinytrain.errors import UsageError
 from tinytrain.search.run import DEFAULT_LR
 
@@ -86,7 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a file; give a folder for the caches")
     result = plan(args.model, args.data, sram=args.sram, new_head=args.new_head, seed=args.seed,
-                  input_size=args.input_size,
+                  input_size=args.input_size, input_mapping=args.input_mapping,
                   progress=not args.no_progress, held_out=args.held_out, split_seed=args.split_seed, val=args.val,
                   lr=args.lr, bias_lr=args.bias_lr, head_lr=args.head_lr, epochs=args.epochs,
                   lr_schedule=args.lr_schedule, warmup=args.warmup,
@@ -156,6 +156,7 @@ def add_plan_command(sub) -> None:
                    help="xent: accuracy on labels y; mse: an autoencoder on DATA without y, scored by minus its "
                         "validation reconstruction error (default: mse for an autoencoder's DATA without y)")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
     s.add_argument("--held-out", type=float, metavar="FRACTION",
                    help="hold out this fraction of DATA (stratified; as train --held-out): never used here")
     s.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the --held-out and --val splits")

@@ -30,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
                    seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
-                   input_size=args.input_size, remainder_bits=args.remainder_bits,
+                   input_size=args.input_size, remainder_bits=args.remainder_bits, input_mapping=args.input_mapping,
                    backward=args.backward)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
@@ -96,7 +96,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
     result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
                       seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
-                      anomaly_labels=args.anomaly_labels, input_size=args.input_size)
+                      anomaly_labels=args.anomaly_labels, input_size=args.input_size,
+                      input_mapping=args.input_mapping)
     held = "held-out " if result.held_out is not None else ""
     if args.json:
         print(json.dumps(result.to_json()))
@@ -142,6 +143,7 @@ def add_train_commands(sub) -> None:
                    help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
     s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     add_remainder_argument(s)
     add_backward_argument(s)
@@ -163,6 +165,7 @@ def add_train_commands(sub) -> None:
     s.add_argument("--new-head", type=positive_int, metavar="N", help="with a new N-class head (as train --new-head)")
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init (as train --seed)")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
     s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
     s.add_argument("--engine", choices=("sim", "c"), default="sim",
                    help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler")
@@ -188,6 +191,13 @@ def add_loss_argument(s) -> None:
                    help="xent: softmax cross-entropy against the labels (default); mse: mean squared error of the "
                         "dequantized output reconstructing the input (an autoencoder; DATA without y). A plan file "
                         "carries its own")
+
+
+def add_input_mapping_argument(s) -> None:
+    s.add_argument("--input-mapping", metavar="MAPPING",
+                   help="how a pixel p becomes the model's input: unit (p/255), symmetric ((p-128)/128), imagenet "
+                        "((p/255 - mean)/std), raw (p), SCALE,OFFSET or per channel S1,S2,S3:O1,O2,O3 (default: the "
+                        "model's metadata, else its input quantization's range; docs/guide/data.md)")
 
 
 def add_input_size_argument(s) -> None:

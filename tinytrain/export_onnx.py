@@ -328,7 +328,7 @@ class _Exporter:
         model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tinytrain",
                                   producer_version=__version__, doc_string=doc)
         model.ir_version = IR_VERSION
-        helper.set_model_props(model, {"tinytrain.source_sha256": g.source_sha256,
+        helper.set_model_props(model, {**g.metadata, "tinytrain.source_sha256": g.source_sha256,
                                        "tinytrain.source_uint8": str(bool(g.uint8_io)).lower()})
         model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(model, full_check=True)

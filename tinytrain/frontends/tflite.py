@@ -34,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
+from tinytrain.frontends.tflite_metadata import input_normalization
 from tinytrain.frontends.tflite_ops import MORE_OPS, MoreOps
 from tinytrain.frontends.tflite_reader import (TflModel, TflOperator, TflQuant, TflTensor,
                                                builtin_name, read_model)
+from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import DType, Graph, Node, QuantParams, Role, Tensor
 from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.avg_pool2d import AvgPool2dAttrs
@@ -63,9 +65,10 @@ _CONSTANT_INPUTS = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNE
 
 
 def graph_from_tflite(data: bytes, name: str, sha256: str) -> Graph:
-    """Import a .tflite model. Raises ModelError (malformed) or UnsupportedModelError, one line each."""
+    """Import a .tflite model (with its input normalization metadata, if any, as its input mapping). Raises
+    ModelError (malformed) or UnsupportedModelError, one line each."""
     try:
-        return _Importer(read_model(data), name, sha256).run()
+        return with_mapping(_Importer(read_model(data), name, sha256).run(), input_normalization(data))
     except TinyTrainError as e:
         raise type(e)(f"{name}: {e}") from None
     except (ValueError, OverflowError) as e:  # e.g. a scale so extreme that no fixed-point multiplier exists
