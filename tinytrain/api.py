@@ -209,7 +209,8 @@ class Compiled:
 
     def write(self, out, force: bool = False) -> None:
         """The output folder of ``tinytrain compile`` (a path or a checked ``outputs.OutputDir``): the C project,
-        report.json, report.txt, memory_timeline.png, all or nothing; an earlier output is replaced, the files
+        report.json, report.txt, memory_timeline.png (a training build: persist/, the flash persistence of the
+        learned state, docs/guide/integration.md), all or nothing; an earlier output is replaced, the files
         tinytrain did not write are kept (tinytrain/outputs)."""
         import json
 
@@ -224,6 +225,13 @@ class Compiled:
             (tmp / "report.txt").write_text(self.text() + "\n")
             write_timeline(self.report, self.step, tmp / "memory_timeline.png",
                            title=f"{self.graph.name} {self.mode}: SRAM over the schedule")
+            if self.plan is not None and self.files:  # the learned state in flash: firmware/c/tt_persist.h
+                from tinytrain.csources import firmware_sources
+                from tinytrain.firmware.project import PERSIST_API
+
+                (tmp / "persist").mkdir()
+                for name in PERSIST_API:
+                    (tmp / "persist" / name).write_bytes((firmware_sources() / name).read_bytes())
 
 
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
@@ -322,7 +330,8 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
           seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0, loss: str | None = None,
           input_size: int | str | tuple[int, int] | None = None,
-          remainder_bits: int | None = None, backward: str | None = None, input_mapping=None) -> TrainResult | None:
+          remainder_bits: int | None = None, backward: str | None = None, input_mapping=None,
+          state: TrainState | str | Path | None = None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board``. ``held_out``: train on the rest of a stratified split, report held-out accuracy before and
@@ -333,7 +342,9 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     reconstruction of DATA without y: an autoencoder; accuracies become mean reconstruction errors).
     ``remainder_bits`` (0, 4 or 8; None: the plan's own): the fraction bits each trained int8 weight keeps below its
     LSB between steps (ops/sgd_update.py). ``backward`` "fp32" or "int" (None: the plan's own): the arithmetic from
-    the loss to the update, "int" the integer-only step (training/integer_step.py)."""
+    the loss to the update, "int" the integer-only step (training/integer_step.py). ``state`` (a TrainState, a
+    STATE.npz or a board's tt_state.bin): start from its weights and biases (the step counter, momentum and weight
+    remainders start at zero, as after tt_init)."""
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
 
@@ -345,6 +356,11 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     chosen = _plan(graph, plan, update, lr, bias_lr, head_lr, "bias-only", remainder_bits, backward)
     chosen = _with_loss(chosen, loss, plan is not None)
     _check_classifier(graph, chosen.loss)
+    if state is not None:
+        from tinytrain.simulator import with_state
+        from tinytrain.state_file import load_state
+
+        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, chosen))
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
     x, y, targets = _training_data(graph, data, chosen.loss)
     parts = held_out_split(y, held_out, split_seed)
@@ -591,12 +607,14 @@ class EvalResult:
 def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None, engine: str = "sim",
              new_head: int | None = None, seed: int = 0, held_out: float | None = None,
              split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None,
-             input_size: int | str | tuple[int, int] | None = None, input_mapping=None) -> EvalResult:
+             input_size: int | str | tuple[int, int] | None = None, input_mapping=None, plan=None,
+             update: str | None = None, remainder_bits: int | None = None, backward: str | None = None) -> EvalResult:
     """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host), with
     a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on that part of the split only
     (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA without y on a model whose output
     has its input's shape): the reconstruction error per sample, and its ROC AUC as an anomaly score against
-    ``anomaly_labels`` (a .npy file or array of 0/1, default the DATA's ``anomaly`` array)."""
+    ``anomaly_labels`` (a .npy file or array of 0/1, default the DATA's ``anomaly`` array). A board's saved state
+    (tt_state.bin) is read with the step's ``plan`` / ``update`` (``remainder_bits``, ``backward``: as compiled)."""
     from tinytrain.simulator import with_state
 
     if engine not in ("sim", "c"):
@@ -605,7 +623,8 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
     if state is not None:
         from tinytrain.state_file import load_state
 
-        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph))
+        step = _plan(graph, plan, update, None, None, None, None, remainder_bits, backward)
+        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, step))
     ds = load_data(data)
     loss = loss or default_loss(graph, ds)
     x, y, ds = _prepared(graph, ds, loss)

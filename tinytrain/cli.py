@@ -118,7 +118,9 @@ def cmd_compile(args: argparse.Namespace) -> None:
         print(explain_text(compiled.kernel_choices))
     if compiled.note:
         print(compiled.note)
-    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else ""))
+    persist = f", {out}/persist/ (tt_persist: the learned state in flash)" if compiled.plan and compiled.files else ""
+    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else "")
+          + persist)
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
@@ -204,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_fleet import add_fleet_command
 
     add_fleet_command(sub)
+
+    from tinytrain.cli_samples import add_samples_command
+
+    add_samples_command(sub)
     return p
 
 

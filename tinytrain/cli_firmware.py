@@ -68,15 +68,16 @@ def cmd_stream(args: argparse.Namespace) -> None:
     if steps < 0:
         raise UsageError("--steps / --epochs must not be negative")
     order = sample_order(rows, steps, args.seed)
-    try:
-        port = serial.serial_for_url(args.port, baudrate=args.baud, timeout=args.timeout)
-    except (serial.SerialException, ValueError) as e:
-        raise UsageError(f"cannot open {args.port}: {e}") from None
-    try:
-        with port:
-            result = _stream(args, Board(port), data, rows, test_rows, order, steps)
-    except serial.SerialException as e:
-        raise UsageError(f"{args.port}: {e}") from None
+    with _port_url(args.port) as url:  # qemu:PROJECT: QEMU for this command only, stopped however it ends
+        try:
+            port = serial.serial_for_url(url, baudrate=args.baud, timeout=args.timeout)
+        except (serial.SerialException, ValueError) as e:
+            raise UsageError(f"cannot open {args.port}: {e}") from None
+        try:
+            with port:
+                result = _stream(args, Board(port), data, rows, test_rows, order, steps)
+        except serial.SerialException as e:
+            raise UsageError(f"{args.port}: {e}") from None
     if args.json:
         print(json.dumps(result))
         return
@@ -88,6 +89,15 @@ def cmd_stream(args: argparse.Namespace) -> None:
         print(f"accuracy {result['accuracy']:.4f} on {len(test_rows)} samples after {steps} steps on {result['board']}")
     if args.state_out:
         print(f"wrote {args.state_out}")
+
+
+def _port_url(port: str):
+    """The pyserial URL of --port, in a context: ``qemu:PROJECT`` runs the project under QEMU meanwhile."""
+    from contextlib import nullcontext
+
+    from tinytrain.firmware.emulator import PREFIX, emulated
+
+    return emulated(port[len(PREFIX):]) if port.startswith(PREFIX) else nullcontext(port)
 
 
 @dataclass(frozen=True)
@@ -177,7 +187,8 @@ def add_firmware_commands(sub) -> None:
 
     s = sub.add_parser("stream", help="train and evaluate on a real board over its serial port")
     s.add_argument("model", help="the model the board's firmware was built from (for the input pipeline)")
-    s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0) or a pyserial URL")
+    s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0), a pyserial URL, or qemu:PROJECT: "
+                   "run that firmware project of an emulated board (netduinoplus2) under QEMU for this command")
     s.add_argument("--data", required=True,
                    help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels, or none "
                         "for an autoencoder), a "

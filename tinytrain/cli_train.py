@@ -31,6 +31,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
                    seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
                    input_size=args.input_size, remainder_bits=args.remainder_bits, input_mapping=args.input_mapping,
+                   state=args.state,
                    backward=args.backward)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
@@ -79,7 +80,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     file."""
     from tinytrain.outputs import check_file
 
-    inputs = [p for p in (args.model, args.plan, args.data) if p]
+    inputs = [p for p in (args.model, args.plan, args.data, args.state) if p]
     if args.flash:
         check_file(args.flash, "flash", inputs)
         inputs.append(args.flash)
@@ -97,7 +98,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
     result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
                       seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
                       anomaly_labels=args.anomaly_labels, input_size=args.input_size,
-                      input_mapping=args.input_mapping)
+                      input_mapping=args.input_mapping, plan=args.plan, update=args.update,
+                      remainder_bits=args.remainder_bits, backward=args.backward)
     held = "held-out " if result.held_out is not None else ""
     if args.json:
         print(json.dumps(result.to_json()))
@@ -154,6 +156,8 @@ def add_train_commands(sub) -> None:
     add_loss_argument(s)
     _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
     s.add_argument("--seed", type=non_negative_int, default=0, help="sample order, rounding stream and new-head init")
+    s.add_argument("--state", help="start from this state's weights and biases: STATE.npz of --state-out, or a "
+                   "board's tt_state.bin (of this plan)")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
     s.add_argument("-o", "--output", help="write the trained model as int8 QDQ ONNX (TRAINED.onnx)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
@@ -166,7 +170,12 @@ def add_train_commands(sub) -> None:
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init (as train --seed)")
     add_input_size_argument(s)
     add_input_mapping_argument(s)
-    s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
+    s.add_argument("--state", help="evaluate the trained model: STATE.npz of train --state-out, or a board's "
+                   "tt_state.bin (with the --plan / --update it was compiled with)")
+    s.add_argument("--plan", help="--state tt_state.bin: the plan file the board's firmware was compiled with")
+    s.add_argument("--update", help="--state tt_state.bin: the preset the board's firmware was compiled with")
+    add_remainder_argument(s)
+    add_backward_argument(s)
     s.add_argument("--engine", choices=("sim", "c"), default="sim",
                    help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler")
     _add_split_arguments(s, "evaluate on the held-out part only (the same split as train's)")

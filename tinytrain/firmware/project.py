@@ -35,6 +35,9 @@ QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
 SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
 # --save-every: the persistent state (firmware/c/tt_persist.h) and the board's flash driver (Board.flash.driver).
 PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
+# What a training build's compile output holds in persist/ for the user's own firmware: the slots and the flash
+# interface a board implements (docs/guide/integration.md "Persistence and flash slots").
+PERSIST_API = ("tt_persist.c", "tt_persist.h", "tt_flash.h", "tt_flash_port.h")
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
 # Minimum heap in the RAM region (bytes): newlib's stdio buffers on QEMU. The stack reserved is the one the memory

@@ -74,6 +74,7 @@ FILE_KINDS: dict[str, tuple[str, Callable[[Path], bool]]] = {
     "device-state": ("a device state (tt_state_save bytes)", _starts(b"TTS1")),
     "samples": ("a sample file (tt_samples.h)", _starts(b"TTDS")),
     "flash": ("a board's flash file (firmware/c/tt_persist.h)", _flash),
+    "targets": ("a float32 targets file (tt_targets.bin)", lambda path: path.stat().st_size % 4 == 0),
     "plan": ("a plan file", _json_with("version", "bias_last_k", "weights")),
     "search": ("a plan search report", _json_with("chosen", "finalists")),
     "npy": ("an int8 / uint8 .npy array", _int_npy),
