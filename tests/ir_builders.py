@@ -243,7 +243,13 @@ class ModelBuilder(builder.GraphBuilder):
         return self.softmax(h) if softmax else h
 
     def build(self, *outputs: str) -> Graph:
+        """The graph; an image model says its input mapping is pixel / 255 (tinytrain/input_mapping.py), as its
+        calibration input (``input``'s range) does not."""
+        from tinytrain.input_mapping import with_mapping
+
         g = super().build(outputs=tuple(outputs))
+        if len(g.tensors[g.inputs[0]].shape) == 4:
+            g = with_mapping(g, "unit")
         verify(g)
         return g
 

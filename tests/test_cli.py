@@ -1,6 +1,8 @@
 """The command line as a user meets it: inspect, run, compile, and their errors."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,3 +78,69 @@ def test_bad_arguments(argv, words, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["compil", "m.onnx"], "invalid choice: 'compil' (choose from 'inspect', 'run', 'compile', 'convert'"),
+    (["compil", "m.onnx"], "; did you mean 'compile'? (see 'tinytrain --help')"),
+    (["compile", "m.onnx", "-o", "b", "--sarm", "256k"],
+     "unrecognized arguments: --sarm 256k; --sarm: did you mean --sram? (see 'tinytrain compile --help')"),
+    (["compile", "m.onnx", "--outptu", "b"], "required: -o/--output; --outptu: did you mean --output?"),
+    (["compile", "m.onnx", "-o", "b", "--target", "cortex-m77"], "; did you mean 'cortex-m7'?"),
+    (["train", "m.onnx", "--data", "lfw", "--engine", "qemm"], "; did you mean 'qemu'? (see 'tinytrain train --help')"),
+    (["firmware", "b", "--board", "qemu_m7", "-o", "fw"], "; did you mean 'qemu-m7'?"),
+    (["--verison"], "; --verison: did you mean --version?"),
+    (["train", "m.onnx", "--data", "lfw", "--lr", "-1"], "argument --lr: -1 is not a positive number"),
+    (["train", "m.onnx", "--data", "lfw", "--lr", "nan"], "argument --lr: nan is not a positive number"),
+    (["train", "m.onnx", "--data", "lfw", "--seed", "-1"], "argument --seed: -1 is not a non-negative integer"),
+    (["compile", "m.onnx", "--new-head", "0", "-o", "b"], "argument --new-head: 0 is not a positive integer"),
+    (["firmware", "b", "--board", "qemu-m7", "--baud", "0", "-o", "fw"], "argument --baud: 0 is not a positive"),
+    (["plan", "m.onnx", "--data", "lfw", "--workers", "0", "-o", "p.json"], "argument --workers: 0 is not a positive"),
+    (["plan", "m.onnx", "--data", "lfw", "--time-limit", "-5", "-o", "p.json"], "argument --time-limit: -5 is not"),
+    (["plan", "m.onnx", "--data", "lfw", "--noise-floor", "-1", "-o", "p.json"], "-1 is not a non-negative number"),
+    (["fleet", "m.onnx", "--data", "lfw", "--devices", "0"], "argument --devices: 0 is not a positive integer"),
+    (["stream", "m.onnx", "--port", "x", "--data", "lfw", "--timeout", "0"], "argument --timeout: 0 is not"),
+])
+def test_a_typo_or_a_value_out_of_range_is_one_line_naming_the_fix(argv, line, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("tinytrain: error: ") and line in err, err
+
+
+def test_a_mistyped_dataset_names_the_built_in_one(tiny_onnx, capsys):
+    assert main(["eval", str(tiny_onnx), "--data", "fashion-mnst:100"]) == 2
+    assert capsys.readouterr().err.strip().endswith("did you mean 'fashion-mnist'?")
+
+
+def test_input_files_of_the_wrong_kind_are_one_line(tiny_onnx, tmp_path, capsys):
+    np.savez(tmp_path / "x.npz", x=np.zeros((1, 8, 8, 3), np.int8))
+    (tmp_path / "plan.bin").write_bytes(bytes(range(256)))
+    (tmp_path / "cache").write_text("a file")
+    for argv, words in [
+        (["run", str(tiny_onnx), "--input", str(tmp_path / "x.npz"), "--output", str(tmp_path / "y.npy")],
+         "is an .npz archive; give one .npy array"),
+        (["compile", str(tiny_onnx), "--plan", str(tmp_path / "plan.bin"), "-o", str(tmp_path / "b")],
+         "not a plan file (not text)"),
+        (["plan", str(tiny_onnx), "--data", str(tmp_path / "x.npz"), "--cache", str(tmp_path / "cache"), "-o",
+          str(tmp_path / "p.json")], "is a file; give a folder for the caches"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and words in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "plan.bin", "tiny.onnx", "x.npz"]
+
+
+def _closed_pipe(argv, cwd) -> tuple[int, str]:
+    """Run the tinytrain command with its stdout a pipe nobody reads (`| head -0`): every print meets a closed pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    p = subprocess.Popen([sys.executable, "-m", "tinytrain.cli", *argv], cwd=cwd, stdout=write,
+                         stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    err = p.stderr.read()
+    return p.wait(timeout=120), err
+
+
+def test_a_closed_pipe_is_quiet_and_the_command_still_writes_its_files(tiny_onnx, tmp_path):
+    assert _closed_pipe(["compile", str(tiny_onnx), "-o", "build"], tmp_path) == (0, "")
+    assert (tmp_path / "build" / "report.json").is_file() and (tmp_path / "build" / "tinytrain_model.c").is_file()

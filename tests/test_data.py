@@ -1,20 +1,23 @@
 """Dataset loaders and the model-derived input pipeline, checked against hand computations."""
 
+import re
+
 import numpy as np
 import pytest
 from PIL import Image
 
 from tinytrain.data import load_dataset, model_inputs, stratified_split
-from tinytrain.errors import UsageError
+from tinytrain.errors import Notice, UsageError
+from tinytrain.input_mapping import NAMED, for_model, from_model, guess, parse, with_mapping
 from tinytrain.ir import DType, Graph, QuantParams, Role, Tensor
 
 from conftest import shared_file
 
 
-def input_graph(h, w, c, scale, zp):
+def input_graph(h, w, c, scale, zp, uint8_io=False):
     """A graph that is only an input: enough for the input pipeline."""
     t = Tensor("x", (1, h, w, c), DType.INT8, Role.INPUT, QuantParams.per_tensor(scale, zp))
-    return Graph("g", {"x": t}, (), ("x",), ("x",))
+    return Graph("g", {"x": t}, (), ("x",), ("x",), uint8_io=uint8_io)
 
 
 def test_vww_npz_pixels_become_pixel_minus_128():
@@ -28,21 +31,23 @@ def test_vww_npz_pixels_become_pixel_minus_128():
 def test_grayscale_model_gets_luma_and_tf1_scale():
     x = np.zeros((1, 2, 2, 3), np.uint8)
     x[0, 0, 0] = (200, 100, 50)  # luma 0.299*200 + 0.587*100 + 0.114*50 = 124.2 -> 124
-    q = model_inputs(input_graph(2, 2, 1, 1 / 128, 0), x)  # TF1 uint8 style: real = (p - 128) / 128
+    q = model_inputs(input_graph(2, 2, 1, 1 / 128, 0, uint8_io=True), x)  # TF1 uint8 style: real = (p - 128) / 128
     assert q.shape == (1, 2, 2, 1)
     assert int(q[0, 0, 0, 0]) == 124 - 128 and int(q[0, 1, 1, 0]) == -128
 
 
-def test_other_input_quantization_uses_pixel_over_255():
+def test_a_given_mapping_is_applied_then_the_input_quantization():
     x = np.array([[[[0], [255]], [[128], [64]]]], np.uint8)
-    q = model_inputs(input_graph(2, 2, 1, 0.01, 5), x)
+    q = model_inputs(with_mapping(input_graph(2, 2, 1, 0.01, 5), "unit"), x)
     # real = p / 255; q = clamp(round(real / 0.01) + 5)
     assert q.ravel().tolist() == [5, 105, round(128 / 255 / 0.01) + 5, round(64 / 255 / 0.01) + 5]
+    q = model_inputs(with_mapping(input_graph(2, 2, 1, 0.01, 5), "0.002,-0.1"), x)
+    assert q.ravel().tolist() == [-5, 46, round((128 * 0.002 - 0.1) / 0.01) + 5, round((64 * 0.002 - 0.1) / 0.01) + 5]
 
 
 def test_model_inputs_in_chunks_equal_one_batch():
     x = np.random.default_rng(0).integers(0, 256, (7, 5, 6, 1), dtype=np.uint8)
-    g = input_graph(8, 9, 3, 1 / 128, 0)
+    g = input_graph(8, 9, 3, 1 / 128, 0, uint8_io=True)
     whole = model_inputs(g, x, chunk=7)
     assert whole.shape == (7, 8, 9, 3) and whole.dtype == np.int8
     for chunk in (1, 3):
@@ -54,9 +59,11 @@ def test_image_folder_and_resize(tmp_path):
         (tmp_path / cls).mkdir()
         for i in range(3):
             Image.fromarray(np.full((8, 8, 3), value + i, np.uint8)).save(tmp_path / cls / f"{i}.png")
-    ds = load_dataset(tmp_path)
+    with pytest.warns(Notice, match=r"2 classes: 0 cat, 1 dog"):
+        ds = load_dataset(tmp_path)
     assert ds.classes == ("cat", "dog") and ds.y.tolist() == [0, 0, 0, 1, 1, 1]
-    q = model_inputs(input_graph(4, 4, 3, 1 / 255, -128), ds.x)
+    with pytest.warns(Notice, match=r"images resized from 8x8 to 4x4 \(bilinear, aspect ratio kept\)"):
+        q = model_inputs(input_graph(4, 4, 3, 1 / 255, -128), ds.x)
     assert q.shape == (6, 4, 4, 3)
     assert int(q[4, 2, 1, 0]) == 251 - 128  # constant images survive bilinear resizing exactly
     assert load_dataset(tmp_path) is ds  # decoded once per process
@@ -149,3 +156,57 @@ def test_fashion_mnist_becomes_rgb_for_a_three_channel_raw_pixel_model():
     gray = np.stack([_resize(img, 32, 32) for img in ds.x])[..., 0]
     assert np.array_equal(q[..., 0].astype(np.int16), gray.astype(np.int16) - 128)
     assert q.min() == -128 and q.max() > 100  # the full pixel range, not pixel / 255
+
+
+def test_a_class_folder_of_mixed_sizes_is_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    Image.fromarray(np.zeros((96, 96, 3), np.uint8)).save(tmp_path / "a" / "0.png")
+    Image.fromarray(np.zeros((200, 20, 3), np.uint8)).save(tmp_path / "a" / "1.png")
+    with pytest.raises(UsageError, match=r"1.png is 20x200, .*0.png 96x96: give the images of a class folder one size"):
+        load_dataset(tmp_path)
+
+
+def test_an_npz_carries_its_class_names(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((2, 4, 4, 3), np.uint8), y=[0, 1], classes=["person", "background"])
+    with pytest.warns(Notice, match="2 classes: 0 person, 1 background"):
+        assert load_dataset(tmp_path / "d.npz").classes == ("person", "background")
+    np.savez(tmp_path / "e.npz", x=np.zeros((2, 4, 4, 3), np.uint8), y=[0, 1], classes=["one"])
+    with pytest.raises(UsageError, match="a name for each label 0..1"):
+        load_dataset(tmp_path / "e.npz")
+
+
+@pytest.mark.parametrize("scale,zp,uint8_io,mapping", [
+    (1 / 255, -128, False, "unit"),        # onnxruntime's asymmetric quantizer on p / 255: the zoo
+    (1.0, -128, False, "raw"),             # MLPerf Tiny's ResNet-8
+    (1 / 128, 0, True, "symmetric"),       # TF1 uint8 MobileNets (zero point 128)
+    (2 / 255, -1, False, "symmetric"),     # TFLM's person detection: asymmetric on [-1, 1]
+    (1 / 128, 0, False, None),             # Brevitas' symmetric int8 quantizer: [0, 1] or [-1, 1] data
+    (1 / 127, 0, False, None),             # onnxruntime's ActivationSymmetric
+    (0.01867, -14, False, None),           # calibrated on ImageNet-normalized inputs: about [-2.1, 2.6]
+])
+def test_the_input_quantization_implies_a_mapping_only_where_its_range_says_it(scale, zp, uint8_io, mapping):
+    g = input_graph(2, 2, 3, scale, zp, uint8_io)
+    assert guess(g) == (None if mapping is None else NAMED[mapping])
+    if mapping is None:
+        with pytest.raises(UsageError, match="does not say how pixels become its input; give --input-mapping unit"):
+            for_model(g)
+    else:
+        with pytest.warns(Notice, match=re.escape(f"input mapping: {NAMED[mapping].describe()}")):
+            assert for_model(g) == NAMED[mapping]
+    given = with_mapping(g, "imagenet")
+    assert for_model(given) == NAMED["imagenet"] and from_model(given) == NAMED["imagenet"]
+
+
+def test_input_mapping_forms():
+    assert parse("unit") is NAMED["unit"] and parse("0.5,-1").scale == (0.5,) and parse("0.5,-1").offset == (-1.0,)
+    m = parse("1,2,3:4,5,6")
+    assert m.scale == (1, 2, 3) and m.offset == (4, 5, 6)
+    pixels = np.array([[[[0, 255, 128]]]], np.uint8)
+    np.testing.assert_allclose(NAMED["imagenet"].real(pixels)[0, 0, 0],
+                               (np.array([0, 1, 128 / 255]) - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225], 1e-6)
+    np.testing.assert_allclose(parse(",".join(map(str, NAMED["imagenet"].scale)) + ":"
+                                     + ",".join(map(str, NAMED["imagenet"].offset))).real(pixels),
+                               NAMED["imagenet"].real(pixels), rtol=1e-5, atol=1e-5)
+    for bad in ("units", "1,2,3", "1:2,3", "0,0", "nan,1"):
+        with pytest.raises(UsageError, match="input.mapping"):
+            parse(bad)

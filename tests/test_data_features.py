@@ -4,6 +4,7 @@ one-line refusals of bad data (docs/guide/data.md)."""
 import numpy as np
 import pytest
 
+from tinytrain.input_mapping import with_mapping
 from tinytrain.api import model_data
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.errors import UsageError
@@ -45,7 +46,7 @@ def test_uint8_images_keep_working(tmp_path):
     np.savez(tmp_path / "img.npz", x=np.full((2, 4, 4), 255, np.uint8), y=np.array([0, 1]))
     ds = load_dataset(tmp_path / "img.npz")
     assert ds.x.shape == (2, 4, 4, 1)
-    g = io_graph((1, 4, 4, 1))
+    g = with_mapping(io_graph((1, 4, 4, 1)), "unit")
     assert model_inputs(g, ds.x).dtype == np.int8
 
 

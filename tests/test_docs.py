@@ -201,14 +201,15 @@ const tt_flash board_flash = {4096, 1024, 4, flash_erase, flash_program, flash_r
 @pytest.mark.skipif(ARM_GCC is None, reason="arm-none-eabi-gcc is not installed (scripts/setup.sh)")
 def test_integration_example_compiles_for_cortex_m(tiny_build, tmp_path):
     """The integration page's C, compiled for a Cortex-M4F and a Cortex-M7 against a generated project, then
-    linked with the project's C, tt_persist.c and the board's functions stubbed: every tt_* call resolves."""
+    linked with the project's C, the output's persist/tt_persist.c and the board's functions stubbed: every tt_* call
+    resolves."""
     (c_block,) = checked("c", [DOCS / "guide" / "integration.md"])
     (tmp_path / "example.c").write_text(c_block.text)
     (tmp_path / "board.c").write_text(BOARD_STUBS)
     flags = ["-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-mthumb", "-mfloat-abi=hard",
-             "-I", str(tiny_build), "-I", str(ROOT / "firmware" / "c")]
+             "-I", str(tiny_build), "-I", str(tiny_build / "persist")]
     m4, m7 = ["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"], ["-mcpu=cortex-m7", "-mfpu=fpv5-sp-d16"]
-    sources = [tmp_path / "board.c", tiny_build / "tinytrain_model.c", ROOT / "firmware" / "c" / "tt_persist.c"]
+    sources = [tmp_path / "board.c", tiny_build / "tinytrain_model.c", tiny_build / "persist" / "tt_persist.c"]
     for args in ([*m4, "-c", str(tmp_path / "example.c"), "-o", str(tmp_path / "example.o")],
                  [*m7, str(tmp_path / "example.c"), *map(str, sources), "--specs=nosys.specs", "-Wl,--gc-sections",
                   "-o", str(tmp_path / "app.elf")]):

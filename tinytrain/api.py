@@ -11,7 +11,6 @@ passes (tinytrain/training/), the memory planner, the code generator and the pla
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,17 +37,26 @@ __all__ = ["load_model", "load_data", "model_data", "compile", "Compiled", "trai
 InputSize = int | str | tuple[int, int] | None
 
 
-def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0, input_size: InputSize = None) -> Graph:
+def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0, input_size: InputSize = None,
+               input_mapping=None) -> Graph:
     """The int8 model as a tinytrain graph; ``input_size`` (N, "HxW" or (H, W)): its layers run at that input
-    size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``)."""
+    size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``);
+    ``input_mapping`` (a name, "SCALE,OFFSET" or an ``InputMapping``; None: the model's own): how a pixel becomes
+    its input (tinytrain/input_mapping.py)."""
     from tinytrain.frontends import load_model as load
 
-    return _graph(load(path), new_head, seed, input_size)
+    return _graph(load(path), new_head, seed, input_size, input_mapping)
 
 
-def _graph(model: str | Path | Graph, new_head: int | None, seed: int, input_size: InputSize = None) -> Graph:
+def _graph(model: str | Path | Graph, new_head: int | None, seed: int, input_size: InputSize = None,
+           input_mapping=None) -> Graph:
+    from tinytrain.input_mapping import with_mapping
+
     if not isinstance(model, Graph):
-        return load_model(model, new_head=new_head, seed=seed, input_size=input_size)
+        return load_model(model, new_head=new_head, seed=seed, input_size=input_size, input_mapping=input_mapping)
+    if new_head is not None and new_head < 1:
+        raise UsageError(f"new_head {new_head}: give the number of classes of the new head (at least 2)")
+    model = with_mapping(model, input_mapping)
     if input_size is not None:
         from tinytrain.frontends.resize import resize_input
 
@@ -101,37 +109,50 @@ class Compiled:
 
         return report_text(self.report, self.step)
 
-    def write(self, out: str | Path) -> None:
-        """The output folder of ``tinytrain compile``: the C project, report.json, report.txt, memory_timeline.png
-        (all or nothing)."""
+    def write(self, out, force: bool = False) -> None:
+        """The output folder of ``tinytrain compile`` (a path or a checked ``outputs.OutputDir``): the C project,
+        report.json, report.txt, memory_timeline.png (a training build: persist/, the flash persistence of the
+        learned state, docs/guide/integration.md), all or nothing; an earlier output is replaced, the files
+        tinytrain did not write are kept (tinytrain/outputs)."""
         import json
 
         from tinytrain.memory.timeline import write_timeline
-        from tinytrain.outputs import AtomicDir
+        from tinytrain.outputs import OutputDir
 
-        with AtomicDir(Path(out)) as tmp:
+        target = out if isinstance(out, OutputDir) else OutputDir(out, "compile", force=force)
+        with target as tmp:
             for name, body in self.files.items():
                 (tmp / name).write_bytes(body.encode("utf-8"))
             (tmp / "report.json").write_text(json.dumps(self.to_json(), indent=1) + "\n")
             (tmp / "report.txt").write_text(self.text() + "\n")
             write_timeline(self.report, self.step, tmp / "memory_timeline.png",
                            title=f"{self.graph.name} {self.mode}: SRAM over the schedule")
+            if self.plan is not None and self.files:  # the learned state in flash: firmware/c/tt_persist.h
+                from tinytrain.csources import firmware_sources
+                from tinytrain.firmware.project import PERSIST_API
+
+                (tmp / "persist").mkdir()
+                for name in PERSIST_API:
+                    (tmp / "persist" / name).write_bytes((firmware_sources() / name).read_bytes())
 
 
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, loss: str | None = None,
-            input_size: InputSize = None, remainder_bits: int | None = None, backward: str | None = None) -> Compiled:
+            input_size: InputSize = None, remainder_bits: int | None = None, backward: str | None = None,
+            input_mapping=None, classes=None) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
     budgets and emit its C (``loss``, ``remainder_bits``, ``backward``: as ``train``'s). Raises BudgetError when it
     does not fit."""
+    from tinytrain.codegen.contract import with_classes
     from tinytrain.compilation import compile_step
     from tinytrain.sizes import parse_size
 
     sram_bytes, flash_bytes = (v if isinstance(v, int) else parse_size(v) for v in (sram, flash))
-    graph = _graph(model, new_head, 0, input_size)
+    graph = _graph(model, new_head, 0, input_size, input_mapping)
     chosen = resolve_plan(graph, plan=plan, update=update, remainder_bits=remainder_bits, backward=backward,
                           loss=loss)
+    graph = with_classes(graph, classes if classes is not None else getattr(chosen, "classes", None))
     step, report, files, note, guard, choices = compile_step(graph, chosen, sram_bytes, flash_bytes, planner=planner,
                                                              reorder=reorder, inplace=inplace, target=target)
     return Compiled(graph, step, report, chosen, reorder, files, note, guard, choices)
@@ -184,7 +205,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
           rounding: str = "stochastic", qas: bool = True, held_out: float | None = None, split_seed: int = 0,
           seed: int = 0, lr_schedule: str | None = None, warmup: float = 0.0, loss: str | None = None,
           input_size: InputSize = None, remainder_bits: int | None = None, backward: str | None = None,
-          progress=None) -> TrainResult | None:
+          progress=None, input_mapping=None, state: TrainState | str | Path | None = None) -> TrainResult | None:
     """Fine-tune with the device's arithmetic (batch-1 SGD, QAS, a sparse plan; default the bias-only preset) on
     ``engine``: ``sim`` the numpy simulator, ``c`` the emitted C built for the host, ``qemu`` that C as firmware
     on ``board`` (default: ``c`` when gcc is installed, else ``sim``; every engine computes the same states).
@@ -196,7 +217,9 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     an autoencoder; accuracies become mean reconstruction errors). ``remainder_bits`` (0, 4 or 8; None: the plan's
     own): the fraction bits each trained int8 weight keeps below its LSB between steps (ops/sgd_update.py).
     ``backward`` "fp32" or "int" (None: the plan's own): the arithmetic from the loss to the update, "int" the
-    integer-only step (training/integer_step.py). ``progress(n)``: called as n more steps finish."""
+    integer-only step (training/integer_step.py). ``progress(n)``: called as n more steps finish. ``state`` (a
+    TrainState, a STATE.npz or a board's tt_state.bin): start from its weights and biases (the step counter,
+    momentum and weight remainders start at zero, as after tt_init)."""
     from tinytrain.engines.run import check_persist_arguments, run_training
     from tinytrain.ops.sgd_update import Rounding
     from tinytrain.training.sparse import with_lr_schedule
@@ -204,10 +227,15 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     engine = check_engine(engine or default_engine())
     check_persist_arguments(engine, flash, save_every, stop_after_saves)
     check_schedule(lr_schedule, warmup)
-    graph = _graph(model, new_head, seed, input_size)
+    graph = _graph(model, new_head, seed, input_size, input_mapping)
     chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, bias_lr=bias_lr, head_lr=head_lr,
                           default="bias-only", remainder_bits=remainder_bits, backward=backward, loss=loss)
     check_classifier(graph, chosen.loss)
+    if state is not None:
+        from tinytrain.simulator import with_state
+        from tinytrain.state_file import load_state
+
+        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, chosen))
     config = UpdateConfig(momentum=momentum, rounding=Rounding(rounding), qas=qas, seed=seed)
     samples = training_samples(graph, load_data(data), chosen.loss)
     parts = held_out_split(samples.y, held_out, split_seed)
@@ -274,21 +302,24 @@ class EvalResult:
 def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None,
              engine: str | None = None, new_head: int | None = None, seed: int = 0, held_out: float | None = None,
              split_seed: int = 0, loss: str | None = None, anomaly_labels: str | Path | np.ndarray | None = None,
-             input_size: InputSize = None, progress=None) -> EvalResult:
+             input_size: InputSize = None, progress=None, input_mapping=None, plan=None, update: str | None = None,
+             remainder_bits: int | None = None, backward: str | None = None) -> EvalResult:
     """Accuracy of the int8 forward pass (``sim``: the simulator; ``c``: the emitted C built for the host; default
     ``c`` when gcc is installed), with a trained ``state`` (a TrainState or a state file) if given; ``held_out``: on
     that part of the split only (the same rows as ``train(held_out=...)``). ``loss`` "mse" (default for DATA
     without y on a model whose output has its input's shape): the reconstruction error per sample, and its ROC AUC
     as an anomaly score against ``anomaly_labels`` (a .npy file or array of 0/1, default the DATA's ``anomaly``
-    array). ``progress(n)``: called as n more samples are done."""
+    array). ``progress(n)``: called as n more samples are done. A board's saved state (tt_state.bin) is read with
+    the step's ``plan`` / ``update`` (``remainder_bits``, ``backward``: as compiled)."""
     from tinytrain.simulator import with_state
 
     engine = check_engine(engine or default_engine(), ("sim", "c"))
-    graph = _graph(model, new_head, seed, input_size)
+    graph = _graph(model, new_head, seed, input_size, input_mapping)
     if state is not None:
         from tinytrain.state_file import load_state
 
-        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph))
+        step = resolve_plan(graph, plan=plan, update=update, remainder_bits=remainder_bits, backward=backward)
+        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, step))
     ds = load_data(data)
     loss = loss or default_loss(graph, ds)
     x, y = prepared(graph, ds, loss)
@@ -326,7 +357,7 @@ def score_outputs(graph: Graph, loss: str, x: np.ndarray, out: np.ndarray, y: np
 
 def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: str | Path | None = None,
          new_head: int | None = None, seed: int = 0, progress: bool = False, input_size: InputSize = None,
-         **options):
+         input_mapping=None, **options):
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
     trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
@@ -336,7 +367,7 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
     from tinytrain.search.run import search_data
 
-    graph = _graph(model, new_head, seed, input_size)
+    graph = _graph(model, new_head, seed, input_size, input_mapping)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
     result = search_data(graph, load_data(data), names, sram_bytes=_bytes(sram), new_head=new_head, seed=seed,

@@ -3,23 +3,66 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 
+from tinytrain.cli_args import positive_int
 from tinytrain.version import __version__
-from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError, UsageError
-from tinytrain.cli_train import add_loss_argument
-from tinytrain.outputs import write_atomic
+from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
+from tinytrain.cli_train import add_force_argument, add_loss_argument
+from tinytrain.outputs import OutputDir, check_file, write_file
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors as one line (a UsageError) that names the closest match of a mistyped
+    command, option or choice."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> None:  # one line instead of usage + message
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        command = _command(self)
+        raise UsageError(f"{message}{_did_you_mean(self, command, message)} (see '{command.prog} --help')")
+
+
+def _closest(word: str, candidates) -> str | None:
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _command(parser: _Parser) -> argparse.ArgumentParser:
+    """The parser of the command the argv names: argparse reports a command's unknown options from the top-level
+    parser."""
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its actions there, and nowhere public
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            name = next((a for a in getattr(parser, "_argv", ()) if a in action.choices), None)
+            if name is not None:
+                return action.choices[name]
+    return parser
+
+
+def _did_you_mean(parser: _Parser, command: argparse.ArgumentParser, message: str) -> str:
+    """"; did you mean ...?" for a bad choice (a command is one) or an option the command does not have."""
+    choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+    if choice:
+        best = _closest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        return f"; did you mean '{best}'?" if best else ""
+    options = [o for a in command._actions for o in a.option_strings if o.startswith("--")]  # noqa: SLF001
+    for word in getattr(parser, "_argv", ()):
+        word = word.split("=")[0]
+        if word.startswith("--") and not any(o.startswith(word) for o in options):  # not an option or its prefix
+            best = _closest(word, options)
+            if best:
+                return f"; {word}: did you mean {best}?"
+    return ""
 
 
 def _load(path: str):
@@ -37,11 +80,15 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from tinytrain.simulator import external_input_dtype, forward, to_external, to_internal
 
+    check_file(args.output, "npy", inputs=(args.input, args.model))
     graph = _load(args.model)
     try:
         x = np.load(args.input, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read input {args.input}: {e}; give a .npy array") from None
+    if not isinstance(x, np.ndarray):
+        x.close()
+        raise UsageError(f"input {args.input} is an .npz archive; give one .npy array (numpy.save)")
     t = graph.tensors[graph.inputs[0]]
     want = external_input_dtype(graph)
     if x.dtype != want or x.ndim != len(t.shape) or x.shape[1:] != t.shape[1:]:
@@ -50,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     y = forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]]
     buffer = io.BytesIO()
     np.save(buffer, to_external(graph, y))
-    write_atomic(args.output, buffer.getvalue())
+    write_file(args.output, buffer.getvalue(), "npy", inputs=(args.input, args.model))
 
 
 def cmd_compile(args: argparse.Namespace) -> None:
@@ -58,27 +105,36 @@ def cmd_compile(args: argparse.Namespace) -> None:
     from tinytrain.api import compile
     from tinytrain.codegen.bindings.conv2d.forward import explain_text
 
+    target = OutputDir(args.output, "compile", force=args.force, inputs=[p for p in (args.model, args.plan) if p])
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
                        inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size,
+                       input_mapping=args.input_mapping, classes=args.classes.split(",") if args.classes else None,
                        remainder_bits=args.remainder_bits, backward=args.backward)
     out = Path(args.output)
-    compiled.write(out)
+    compiled.write(target)
     print(compiled.text())
     if args.explain:
         print(explain_text(compiled.kernel_choices))
     if compiled.note:
         print(compiled.note)
-    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else ""))
+    persist = f", {out}/persist/ (tt_persist: the learned state in flash)" if compiled.plan and compiled.files else ""
+    print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else "")
+          + persist)
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
     from tinytrain.export_onnx import graph_to_onnx, save_onnx
 
-    graph = _load(args.model)
+    from tinytrain.input_mapping import from_model, with_mapping
+
+    check_file(args.output, "onnx", inputs=(args.model,))
+    graph = with_mapping(_load(args.model), args.input_mapping)
     save_onnx(graph_to_onnx(graph), args.output)
     note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_io else ""
-    print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}")
+    mapping = from_model(graph)
+    kept = f"; input mapping {mapping.describe()} in its metadata" if mapping else ""
+    print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}{kept}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
     s.set_defaults(func=cmd_run)
 
-    from tinytrain.cli_train import add_input_size_argument
+    from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
 
     s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
     s.add_argument("model")
@@ -110,8 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", choices=CORE_TARGETS, default="cortex-m7",
                    help="the core the C is for: Arm DSP instructions on m4/m7/m55/m33, their C models on m3/m0plus/"
                    "riscv32 (docs/guide/boards.md); the flash figure counts the kernels and tables chosen for it")
-    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
+    s.add_argument("--classes", metavar="NAMES", help="comma-separated class names, one per output in label order, "
+                   "written into the C header (TT_CLASS_NAMES)")
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     add_loss_argument(s)
@@ -123,11 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
                    "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")
+    add_force_argument(s)
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("convert", help="write the model as an int8 QDQ ONNX file (onnxruntime quantize_static form)")
     s.add_argument("model")
     s.add_argument("-o", "--output", required=True, help="OUT.onnx")
+    add_input_mapping_argument(s)
     s.set_defaults(func=cmd_convert)
 
     from tinytrain.cli_train import add_train_commands
@@ -145,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_fleet import add_fleet_command
 
     add_fleet_command(sub)
+
+    from tinytrain.cli_samples import add_samples_command
+
+    add_samples_command(sub)
     return p
 
 
@@ -163,7 +228,66 @@ def _options(parser: argparse.ArgumentParser, command: str | None):
     return lambda name: options.get(name) or options.get(f"no_{name}")
 
 
+class _QuietWhenClosed:
+    """sys.stdout / sys.stderr that, once its reader has gone (``tinytrain ... | head -3``), drops what is printed
+    instead of raising BrokenPipeError: the command finishes its work and writes its files, quietly, as a Unix
+    tool's output into a closed pipe ends without a word."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+
+    def _to_null(self) -> None:  # later writes, and the interpreter's last flush, go nowhere
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _QuietWhenClosed(sys.stdout), _QuietWhenClosed(sys.stderr)
+    try:
+        with warnings.catch_warnings():
+            _print_notices()
+            return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _print_notices() -> None:
+    """Every Notice (what a command assumed: an input mapping, a resize, the class names) as one line ``note: ...``
+    on stdout, in order with the results, each text once (stderr stays the one line of an error); other warnings as
+    Python shows them."""
+    shown, show = set(), warnings.showwarning
+    warnings.simplefilter("always", Notice)
+
+    def note(message, category, *args, **kwargs) -> None:
+        if not issubclass(category, Notice):
+            show(message, category, *args, **kwargs)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"note: {_CONTROL_ALL.sub('?', str(message))}", flush=True)
+
+    warnings.showwarning = note
+
+
+def _main(argv: list[str] | None) -> int:
     parser, args = build_parser(), None
     try:
         args = parser.parse_args(argv)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tinytrain.cli_args import non_negative_int, positive_float, positive_int
 from tinytrain.errors import UsageError
 
 if TYPE_CHECKING:
@@ -24,20 +25,17 @@ if TYPE_CHECKING:
 
 
 def cmd_firmware(args: argparse.Namespace) -> None:
-    from tinytrain.outputs import AtomicDir
+    from tinytrain.outputs import OutputDir
     from tinytrain.firmware import get_board, render_firmware
+    from tinytrain.firmware.project import write_project
     from tinytrain.sizes import parse_size
 
     board = get_board(args.board)
-    if args.save_every < 0:
-        raise UsageError("--save-every must be 0 (no persistent state) or a positive number of samples")
+    target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
     files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
                             save_every=args.save_every)
     out = Path(args.output)
-    with AtomicDir(out) as tmp:
-        for rel, data in files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / rel).write_bytes(data)
+    write_project(files, target)
     report = json.loads(files["report.json"])
     print(f"wrote {out}: firmware for {board.name} ({board.core}), RAM region {report['sram_budget_bytes']} bytes "
           f"(the SRAM budget), {len(files)} files")
@@ -62,7 +60,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
         import serial
     except ImportError:
         raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
-    graph = load_model(args.model)
+    graph = load_model(args.model, input_mapping=args.input_mapping)
     data = _stream_data(graph, args)
     parts = held_out_split(data.y, args.held_out, args.split_seed)
     rows = parts[0] if parts else np.arange(len(data.y))
@@ -71,15 +69,16 @@ def cmd_stream(args: argparse.Namespace) -> None:
     if steps < 0:
         raise UsageError("--steps / --epochs must not be negative")
     order = sample_order(rows, steps, args.seed)
-    try:
-        port = serial.serial_for_url(args.port, baudrate=args.baud, timeout=args.timeout)
-    except (serial.SerialException, ValueError) as e:
-        raise UsageError(f"cannot open {args.port}: {e}") from None
-    try:
-        with port:
-            result = _stream(args, Board(port), data, rows, test_rows, order, steps)
-    except serial.SerialException as e:
-        raise UsageError(f"{args.port}: {e}") from None
+    with _port_url(args.port) as url:  # qemu:PROJECT: QEMU for this command only, stopped however it ends
+        try:
+            port = serial.serial_for_url(url, baudrate=args.baud, timeout=args.timeout)
+        except (serial.SerialException, ValueError) as e:
+            raise UsageError(f"cannot open {args.port}: {e}") from None
+        try:
+            with port:
+                result = _stream(args, Board(port), data, rows, test_rows, order, steps)
+        except serial.SerialException as e:
+            raise UsageError(f"{args.port}: {e}") from None
     if args.json:
         print(json.dumps(result))
         return
@@ -91,6 +90,15 @@ def cmd_stream(args: argparse.Namespace) -> None:
         print(f"accuracy {result['accuracy']:.4f} on {len(test_rows)} samples after {steps} steps on {result['board']}")
     if args.state_out:
         print(f"wrote {args.state_out}")
+
+
+def _port_url(port: str):
+    """The pyserial URL of --port, in a context: ``qemu:PROJECT`` runs the project under QEMU meanwhile."""
+    from contextlib import nullcontext
+
+    from tinytrain.firmware.emulator import PREFIX, emulated
+
+    return emulated(port[len(PREFIX):]) if port.startswith(PREFIX) else nullcontext(port)
 
 
 @dataclass(frozen=True)
@@ -152,12 +160,15 @@ def _stream(args, board, data: _StreamData, rows, test_rows, order, steps) -> di
               "cycles_per_step": float(np.mean(cycles)) if cycles else None,
               "cycles_per_inference": float(np.mean(predict_cycles))}
     if args.state_out:
-        Path(args.state_out).write_bytes(board.state())
+        from tinytrain.outputs import write_file
+
+        write_file(args.state_out, board.state(), "device-state")
         result["state_out"] = args.state_out
     return result
 
 
 def add_firmware_commands(sub) -> None:
+    from tinytrain.cli_train import add_force_argument, add_input_mapping_argument
     from tinytrain.firmware import BOARDS
     from tinytrain.firmware.project import DEFAULT_BAUD
     from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
@@ -166,17 +177,19 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("dir", help="the output folder of `tinytrain compile`")
     s.add_argument("--board", required=True, choices=tuple(BOARDS))
     s.add_argument("-o", "--output", required=True, help="project folder")
-    s.add_argument("--baud", type=int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
+    add_force_argument(s)
+    s.add_argument("--baud", type=positive_int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
     s.add_argument("--stack", help=f"stack reserved in the RAM region (default: the board's core's, {STACK_BYTES}; "
                    f"{PORTABLE_STACK_BYTES} on Cortex-M3, M0+ and RISC-V)")
-    s.add_argument("--save-every", type=int, default=0, metavar="N",
+    s.add_argument("--save-every", type=non_negative_int, default=0, metavar="N",
                    help="training builds: save the trained state to the board's flash every N samples (two slots, "
                         "power-loss safe) and load it at boot (default 0: state in SRAM only)")
     s.set_defaults(func=cmd_firmware)
 
     s = sub.add_parser("stream", help="train and evaluate on a real board over its serial port")
     s.add_argument("model", help="the model the board's firmware was built from (for the input pipeline)")
-    s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0) or a pyserial URL")
+    s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0), a pyserial URL, or qemu:PROJECT: "
+                   "run that firmware project of an emulated board (netduinoplus2) under QEMU for this command")
     s.add_argument("--data", required=True,
                    help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels, or none "
                         "for an autoencoder), a "
@@ -185,8 +198,8 @@ def add_firmware_commands(sub) -> None:
     n.add_argument("--epochs", type=int, default=1)
     n.add_argument("--steps", type=int)
     s.add_argument("--held-out", type=float, help="evaluate on this stratified fraction, train on the rest")
-    s.add_argument("--split-seed", type=int, default=0)
-    s.add_argument("--seed", type=int, default=0, help="sample order")
+    s.add_argument("--split-seed", type=non_negative_int, default=0)
+    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order")
     s.add_argument("--loss", choices=("xent", "mse"),
                    help="the firmware's loss: xent (classifier) or mse (an autoencoder's reconstruction of its input; "
                         "reports the reconstruction error; default for DATA without y on a model whose output has its "
@@ -194,8 +207,9 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("--anomaly-labels", metavar="FILE.npy",
                    help="--loss mse: 0 (normal) / 1 (anomalous) per sample; reports the ROC AUC of the reconstruction "
                         "error (default: the DATA .npz's 'anomaly' array, if any)")
-    s.add_argument("--baud", type=int, default=DEFAULT_BAUD)
-    s.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
+    s.add_argument("--baud", type=positive_int, default=DEFAULT_BAUD)
+    add_input_mapping_argument(s)
+    s.add_argument("--timeout", type=positive_float, default=60.0, help="seconds to wait for one reply")
     s.add_argument("--state-out", help="write the board's trained state (tt_state_save bytes) here")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     s.set_defaults(func=cmd_stream, new_head=None)

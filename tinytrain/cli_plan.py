@@ -30,7 +30,8 @@ import argparse
 import json
 from pathlib import Path
 
-from tinytrain.cli_train import add_input_size_argument, add_schedule_arguments
+from tinytrain.cli_args import non_negative_float, non_negative_int, positive_float, positive_int
+from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_schedule_arguments
 from tinytrain.errors import UsageError
 from tinytrain.search.run import DEFAULT_LR
 
@@ -75,11 +76,17 @@ def _gain(g: float, pct: bool) -> str:
 def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain.api import plan
 
+    from tinytrain.outputs import check_file
+    from tinytrain.search.run import search_report_path
+
     out = Path(args.output)
-    if not out.resolve().parent.is_dir():
-        raise UsageError(f"cannot write {out}: its folder does not exist")
+    inputs = [p for p in (args.model, args.data) if p]
+    check_file(out, "plan", inputs)
+    check_file(search_report_path(out), "search", inputs)
+    if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
+        raise UsageError(f"--cache {args.cache} is a file; give a folder for the caches")
     result = plan(args.model, args.data, sram=args.sram, new_head=args.new_head, seed=args.seed,
-                  input_size=args.input_size,
+                  input_size=args.input_size, input_mapping=args.input_mapping,
                   progress=not args.no_progress, held_out=args.held_out, split_seed=args.split_seed, val=args.val,
                   lr=args.lr, bias_lr=args.bias_lr, head_lr=args.head_lr, epochs=args.epochs,
                   lr_schedule=args.lr_schedule, warmup=args.warmup,
@@ -143,40 +150,41 @@ def add_plan_command(sub) -> None:
                    help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
     s.add_argument("--sram", default="256k", help="SRAM budget of the training step (default 256k)")
-    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
-    s.add_argument("--seed", type=int, default=0, help="new-head init, sample order, rounding, search")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
+    s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init, sample order, rounding, search")
     s.add_argument("--loss", choices=("xent", "mse"),
                    help="xent: accuracy on labels y; mse: an autoencoder on DATA without y, scored by minus its "
                         "validation reconstruction error (default: mse for an autoencoder's DATA without y)")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
     s.add_argument("--held-out", type=float, metavar="FRACTION",
                    help="hold out this fraction of DATA (stratified; as train --held-out): never used here")
-    s.add_argument("--split-seed", type=int, default=0, help="seed of the --held-out and --val splits")
+    s.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the --held-out and --val splits")
     s.add_argument("--val", type=float, default=0.25,
                    help="fraction of the (non-held-out) data the contributions are scored on (default 0.25)")
-    s.add_argument("--lr", type=float, default=DEFAULT_LR, help="learning rate of the fine-tunes and the plan")
-    s.add_argument("--bias-lr", type=float, help="learning rate of the biases (default: --lr)")
-    s.add_argument("--head-lr", type=float, help="learning rate of the last layer (default: --lr / --bias-lr)")
+    s.add_argument("--lr", type=positive_float, default=DEFAULT_LR, help="learning rate of the fine-tunes and the plan")
+    s.add_argument("--bias-lr", type=positive_float, help="learning rate of the biases (default: --lr)")
+    s.add_argument("--head-lr", type=positive_float, help="learning rate of the last layer (default: --lr / --bias-lr)")
     s.add_argument("--epochs", type=int, default=2,
                    help="epochs over the fit rows of the finalists' last rung, the recipe (default 2)")
     n = s.add_mutually_exclusive_group()
-    n.add_argument("--ft-epochs", type=int, default=1, help="epochs of each contribution fine-tune (default 1)")
-    n.add_argument("--ft-steps", type=int, help="steps of each contribution fine-tune")
+    n.add_argument("--ft-epochs", type=positive_int, default=1, help="epochs of each contribution fine-tune (default 1)")
+    n.add_argument("--ft-steps", type=positive_int, help="steps of each contribution fine-tune")
     add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data)",
                            "cosine")
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     s.add_argument("--bias-k", help="comma-separated k values of the bias option (default: 1-6, even k to 16, "
                    "every 4th, and all layers)")
-    s.add_argument("--noise-floor", type=float, default=2.0, metavar="Z",
+    s.add_argument("--noise-floor", type=non_negative_float, default=2.0, metavar="Z",
                    help="gains below Z standard deviations of a gain (from --repeats runs of the baseline) count "
                         "as 0 in the gain model (default 2; 0: all, as published)")
     s.add_argument("--repeats", type=int, default=3, help="runs of the baseline (seeds) the noise floor is "
                    "measured from (default 3)")
-    s.add_argument("--proposals", type=int, default=4,
+    s.add_argument("--proposals", type=non_negative_int, default=4,
                    help="finalists from the evolutionary search's population, beside the exact search's plan "
                         "and the presets (default 4)")
-    s.add_argument("--max-rungs", type=int, default=2,
+    s.add_argument("--max-rungs", type=positive_int, default=2,
                    help="successive-halving rungs at most (default 2: --rung-fraction of the recipe, then the "
                         "whole)")
     s.add_argument("--rung-fraction", type=float, default=0.75, metavar="F",
@@ -191,7 +199,7 @@ def add_plan_command(sub) -> None:
     s.add_argument("--no-rank-check", action="store_true",
                    help="skip the last phase: every finalist trained at full length (the reference ranking each "
                         "rung's Spearman correlation is measured against; the winner is then the best of them)")
-    s.add_argument("--workers", type=int, default=1,
+    s.add_argument("--workers", type=positive_int, default=1,
                    help="fine-tune processes (default 1); --executor ray: the CPUs of the local Ray instance it "
                         "starts (default: every core)")
     s.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -199,12 +207,12 @@ def add_plan_command(sub) -> None:
                         "'tinytrain[cluster]'); the results and the cache are the same")
     s.add_argument("--address", help="--executor ray: the Ray cluster to connect to (e.g. auto, HOST:6379, "
                    "ray://HOST:10001; default: start a local Ray instance)")
-    s.add_argument("--time-limit", type=float, metavar="SECONDS",
+    s.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
                    help="cap on the contribution measurement: options not measured by then are left out of the "
                         "gain model (the finalists are always trained)")
     s.add_argument("--search-seconds-min", type=float, default=20.0, help=argparse.SUPPRESS)
-    s.add_argument("--population", type=int, default=100, help="evolutionary search: population (default 100)")
-    s.add_argument("--generations", type=int, default=30, help="evolutionary search: generations (default 30)")
+    s.add_argument("--population", type=positive_int, default=100, help="evolutionary search: population (default 100)")
+    s.add_argument("--generations", type=positive_int, default=30, help="evolutionary search: generations (default 30)")
     s.add_argument("--cache", help="folder of the contribution / memory caches (default $TINYTRAIN_CACHE/contrib)")
     s.add_argument("--no-cache", action="store_true", help="measure everything again, keep nothing")
     s.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.cli_args import non_negative_int, positive_float, positive_int
 from tinytrain.engines import ENGINES, HOST_ENGINES
 from tinytrain.errors import UsageError
 
@@ -23,15 +24,15 @@ from tinytrain.errors import UsageError
 def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.api import train
 
-    if args.output and not Path(args.output).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    _check_outputs(args)
     result = train(args.model, args.data, plan=args.plan, update=args.update, lr=args.lr, bias_lr=args.bias_lr,
                    head_lr=args.head_lr, epochs=args.epochs, steps=args.steps, engine=args.engine, board=args.board,
                    sram=args.sram, flash=args.flash, save_every=args.save_every,
                    stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
                    rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
                    seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
-                   input_size=args.input_size, remainder_bits=args.remainder_bits,
+                   input_size=args.input_size, remainder_bits=args.remainder_bits, input_mapping=args.input_mapping,
+                   state=args.state,
                    backward=args.backward)
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
@@ -75,12 +76,31 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"wrote {args.output} (int8 QDQ ONNX of the trained model)")
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Before the work: --state-out, -o and the board's --flash may be written (tinytrain/outputs), and are not one
+    file."""
+    from tinytrain.outputs import check_file
+
+    inputs = [p for p in (args.model, args.plan, args.data, args.state) if p]
+    if args.flash:
+        check_file(args.flash, "flash", inputs)
+        inputs.append(args.flash)
+    if args.state_out and args.output and Path(args.state_out).resolve() == Path(args.output).resolve():
+        raise UsageError(f"--state-out and -o both name {args.output}; give each its own file")
+    if args.state_out:
+        check_file(args.state_out, "state", inputs)
+    if args.output:
+        check_file(args.output, "onnx", inputs)
+
+
 def cmd_eval(args: argparse.Namespace) -> None:
     from tinytrain.api import evaluate
 
     result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
                       seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
-                      anomaly_labels=args.anomaly_labels, input_size=args.input_size)
+                      anomaly_labels=args.anomaly_labels, input_size=args.input_size,
+                      input_mapping=args.input_mapping, plan=args.plan, update=args.update,
+                      remainder_bits=args.remainder_bits, backward=args.backward)
     held = "held-out " if result.held_out is not None else ""
     if args.json:
         print(json.dumps(result.to_json()))
@@ -105,9 +125,9 @@ def add_train_commands(sub) -> None:
                         "class-folder tree, lfw or fashion-mnist[:test][:N]")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
     s.add_argument("--update", help="full | bias-only | last-k:N (default bias-only)")
-    s.add_argument("--lr", type=float, help="learning rate of an --update preset (default 0.01)")
-    s.add_argument("--bias-lr", type=float, help="learning rate of an --update preset's biases (default: --lr)")
-    s.add_argument("--head-lr", type=float,
+    s.add_argument("--lr", type=positive_float, help="learning rate of an --update preset (default 0.01)")
+    s.add_argument("--bias-lr", type=positive_float, help="learning rate of an --update preset's biases (default: --lr)")
+    s.add_argument("--head-lr", type=positive_float,
                    help="learning rate of an --update preset's last layer, weights and bias (default: --lr, --bias-lr)")
     n = s.add_mutually_exclusive_group()
     n.add_argument("--epochs", type=int, default=1)
@@ -122,11 +142,12 @@ def add_train_commands(sub) -> None:
     s.add_argument("--flash", metavar="FLASH.bin",
                    help="--engine qemu: the board's flash (a file kept between runs): the firmware saves its state there "
                         "every --save-every samples and, when it holds a state, resumes from it")
-    s.add_argument("--save-every", type=int, default=0, metavar="N", help="--engine qemu --flash: samples between saves")
-    s.add_argument("--stop-after-saves", type=int, default=0, metavar="K",
+    s.add_argument("--save-every", type=non_negative_int, default=0, metavar="N", help="--engine qemu --flash: samples between saves")
+    s.add_argument("--stop-after-saves", type=non_negative_int, default=0, metavar="K",
                    help="--engine qemu --flash: cut the board's power right after its K-th save (then run again to resume)")
-    s.add_argument("--new-head", type=int, metavar="N", help="replace the last layer by a new N-class head")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
+    add_input_mapping_argument(s)
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     add_remainder_argument(s)
     add_backward_argument(s)
@@ -136,7 +157,9 @@ def add_train_commands(sub) -> None:
                    help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
     add_loss_argument(s)
     _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
-    s.add_argument("--seed", type=int, default=0, help="sample order, rounding stream and new-head init")
+    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order, rounding stream and new-head init")
+    s.add_argument("--state", help="start from this state's weights and biases: STATE.npz of --state-out, or a "
+                   "board's tt_state.bin (of this plan)")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
     s.add_argument("-o", "--output", help="write the trained model as int8 QDQ ONNX (TRAINED.onnx)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
@@ -145,10 +168,16 @@ def add_train_commands(sub) -> None:
     s = sub.add_parser("eval", help="accuracy of the int8 model with the device's arithmetic")
     s.add_argument("model")
     s.add_argument("--data", required=True)
-    s.add_argument("--new-head", type=int, metavar="N", help="with a new N-class head (as train --new-head)")
-    s.add_argument("--seed", type=int, default=0, help="new-head init (as train --seed)")
+    s.add_argument("--new-head", type=positive_int, metavar="N", help="with a new N-class head (as train --new-head)")
+    s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init (as train --seed)")
     add_input_size_argument(s)
-    s.add_argument("--state", help="STATE.npz from train --state-out: evaluate the trained model")
+    add_input_mapping_argument(s)
+    s.add_argument("--state", help="evaluate the trained model: STATE.npz of train --state-out, or a board's "
+                   "tt_state.bin (with the --plan / --update it was compiled with)")
+    s.add_argument("--plan", help="--state tt_state.bin: the plan file the board's firmware was compiled with")
+    s.add_argument("--update", help="--state tt_state.bin: the preset the board's firmware was compiled with")
+    add_remainder_argument(s)
+    add_backward_argument(s)
     s.add_argument("--engine", choices=HOST_ENGINES,
                    help="sim: the numpy simulator; c: the emitted C forward pass built with the host compiler. "
                         "Default: c when gcc is installed, else sim (both exact)")
@@ -163,11 +192,24 @@ def add_train_commands(sub) -> None:
     s.set_defaults(func=cmd_eval)
 
 
+def add_force_argument(s) -> None:
+    s.add_argument("--force", action="store_true",
+                   help="-o names a folder with files of its own: write beside them (never replacing or deleting a "
+                        "file tinytrain did not write)")
+
+
 def add_loss_argument(s) -> None:
     s.add_argument("--loss", choices=("xent", "mse"),
                    help="xent: softmax cross-entropy against the labels (default); mse: mean squared error of the "
                         "dequantized output reconstructing the input (an autoencoder; DATA without y). A plan file "
                         "carries its own")
+
+
+def add_input_mapping_argument(s) -> None:
+    s.add_argument("--input-mapping", metavar="MAPPING",
+                   help="how a pixel p becomes the model's input: unit (p/255), symmetric ((p-128)/128), imagenet "
+                        "((p/255 - mean)/std), raw (p), SCALE,OFFSET or per channel S1,S2,S3:O1,O2,O3 (default: the "
+                        "model's metadata, else its input quantization's range; docs/guide/data.md)")
 
 
 def add_input_size_argument(s) -> None:
@@ -200,4 +242,4 @@ def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets
 def _add_split_arguments(s, what: str) -> None:
     s.add_argument("--held-out", type=float, metavar="FRACTION",
                    help=f"hold out this fraction of DATA (stratified by class): {what}")
-    s.add_argument("--split-seed", type=int, default=0, help="seed of the --held-out split")
+    s.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the --held-out split")

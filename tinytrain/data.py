@@ -16,17 +16,20 @@ A dataset is uint8 images (N,H,W,C) or features (N, ...) with integer labels, fl
   read in place; ``:N`` keeps a stratified subset of N images (``stratified_subset``, seed 0: the same rows
   on every machine).
 
-``model_inputs`` resizes (bilinear), converts channels and quantizes images to the model's int8 input, and checks
-and quantizes features (``features_for_model``).
-Input quantization assumes the model's float input is pixel/255 (a quantized span of 1.0), (pixel-128)/128
-(a span of 2.0, TF1 style) or the raw pixel (a span of 255, scale 1: MLPerf Tiny's ResNet-8);
-q = clamp(round(real / s) + zp), which is pixel - 128
-for the usual s = 1/255, zp = -128 and for TF1 uint8 models fed raw pixels.
+A folder's class names (its sub-folders, sorted) or an .npz's ``classes`` array (strings, one per label) travel
+with the data and are stated (a ``Notice``); the images of a class folder have one size (mixed sizes are refused).
+``model_inputs`` resizes (bilinear; stated), converts channels and quantizes images to the model's int8 input, and
+checks and quantizes features (``features_for_model``). A pixel becomes the model's real input by the input mapping
+(tinytrain/input_mapping.py: given, carried by the model, or read off its input quantization), then
+q = clamp(round(real / s) + zp), which is pixel - 128 for pixel / 255 with the usual s = 1/255, zp = -128 and for
+TF1 uint8 models fed raw pixels.
 """
 
 from __future__ import annotations
 
+import difflib
 import gzip
+import warnings
 import hashlib
 import zipfile
 import zlib
@@ -35,10 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain.errors import UsageError
+from tinytrain.errors import Notice, UsageError
+from tinytrain.input_mapping import for_model
 from tinytrain.ir import Graph
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+BUILT_IN = ("lfw", "fashion-mnist")  # the data sets named, not read from a path
 MAX_LABEL = 65535  # an .npz label beyond this is not a class index
 LUMA = np.array([0.299, 0.587, 0.114])
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -71,7 +76,14 @@ class Dataset:
 
 
 def load_dataset(spec: str | Path) -> Dataset:
-    """Read a dataset from an .npz, a class-folder tree, or a built-in name (``lfw``, ``fashion-mnist...``)."""
+    """Read a dataset from an .npz, a class-folder tree, or a built-in name (``lfw``, ``fashion-mnist...``); its
+    class names, where it has them, are stated (a Notice)."""
+    ds = _load(spec)
+    _state_classes(ds)
+    return ds
+
+
+def _load(spec: str | Path) -> Dataset:
     if str(spec) == "lfw":
         return _load_lfw()
     if str(spec) == "fashion-mnist" or str(spec).startswith("fashion-mnist:"):
@@ -81,7 +93,10 @@ def load_dataset(spec: str | Path) -> Dataset:
         return _load_folder(path)
     if path.is_file():
         return _load_npz(path)
-    raise UsageError(f"dataset {spec}: no such file or folder; give an .npz, a folder of class folders, or 'lfw'")
+    close = difflib.get_close_matches(str(spec).split(":")[0], BUILT_IN, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise UsageError(f"dataset {spec}: no such file or folder; give an .npz, a folder of class folders, 'lfw' or "
+                     f"'fashion-mnist[:test][:N]'{hint}")
 
 
 def _load_npz(path: Path) -> Dataset:
@@ -97,13 +112,15 @@ def _load_npz(path: Path) -> Dataset:
             x = f["x"]
             y = f["y"] if "y" in f.files else None
             anomaly = f["anomaly"] if "anomaly" in f.files else None
+            classes = f["classes"] if "classes" in f.files else None
     except (OSError, ValueError, EOFError, NotImplementedError, zipfile.BadZipFile, zlib.error) as e:  # damaged
         raise UsageError(f"{path}: cannot read as .npz ({e})") from None
-    return dataset_from_arrays(x, y, anomaly, str(path))
+    return dataset_from_arrays(x, y, anomaly, str(path), classes)
 
 
-def dataset_from_arrays(x, y=None, anomaly=None, source: str = "the data") -> Dataset:
-    """A Dataset of arrays as an .npz holds them (``x``, ``y`` or None, ``anomaly`` or None), checked."""
+def dataset_from_arrays(x, y=None, anomaly=None, source: str = "the data", classes=None) -> Dataset:
+    """A Dataset of arrays as an .npz holds them (``x``, ``y`` or None, ``anomaly`` or None, ``classes``: a name per
+    label or None), checked."""
     x = _checked_x(source, np.asarray(x))
     y = None if y is None else _checked_y(source, np.asarray(y), len(x))
     if anomaly is not None:
@@ -111,7 +128,26 @@ def dataset_from_arrays(x, y=None, anomaly=None, source: str = "the data") -> Da
     if x.dtype == np.uint8 and x.ndim == 3:
         x = x[..., None]
     n_classes = int(y.max()) + 1 if y is not None and y.dtype == np.int64 and len(y) else 0
-    return Dataset(x, y, tuple(str(i) for i in range(n_classes)), source, anomaly)
+    names = tuple(str(i) for i in range(n_classes)) if classes is None else _checked_classes(source, classes, n_classes)
+    return Dataset(x, y, names, source, anomaly)
+
+
+def _checked_classes(source: str, classes, n_classes: int) -> tuple[str, ...]:
+    classes = np.asarray(classes)
+    if classes.ndim != 1 or classes.dtype.kind not in "US" or len(classes) < n_classes:
+        raise UsageError(f"{source}: 'classes' must be (K,) strings, a name for each label 0..{n_classes - 1}, got "
+                         f"{classes.dtype}{classes.shape}")
+    names = tuple(str(c.decode() if isinstance(c, bytes) else c) for c in classes)
+    if len(set(names)) != len(names):
+        raise UsageError(f"{source}: 'classes' names a class twice")
+    return names
+
+
+def _state_classes(ds: Dataset) -> None:
+    """A Notice of the class names, label by label, where the data name them (not labels 0..K-1 alone)."""
+    if ds.classes and ds.classes != tuple(str(i) for i in range(len(ds.classes))):
+        shown = ", ".join(f"{k} {name}" for k, name in enumerate(ds.classes))
+        warnings.warn(Notice(f"{ds.source}: {len(ds.classes)} classes: {shown}"))
 
 
 def _checked_x(path: str, x: np.ndarray) -> np.ndarray:
@@ -176,9 +212,10 @@ def _load_folder(path: Path) -> Dataset:
         except OSError as e:
             raise UsageError(f"{f}: cannot decode image ({e})") from None
         if size is None:
-            size = rgb.shape[:2]
+            size, first = rgb.shape[:2], f
         if rgb.shape[:2] != size:
-            rgb = _resize(rgb, *size)
+            raise UsageError(f"{f} is {rgb.shape[1]}x{rgb.shape[0]}, {first} {size[1]}x{size[0]}: give the images of a "
+                             "class folder one size (resize or crop them as your camera will see them)")
         images.append(rgb)
         labels.append(classes.index(c))
     ds = Dataset(np.stack(images), np.asarray(labels, np.int64), tuple(classes), str(path))
@@ -260,21 +297,11 @@ def images_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def quantize_images(graph: Graph, x: np.ndarray) -> np.ndarray:
-    """uint8 images of the model's shape -> the model's internal int8 input.
-
-    The float input the model expects is read off its input quantization: a representable span of
-    about 2 means (pixel - 128) / 128 (TF1 style), a span of about 255 (scale 1) the raw pixel value,
-    otherwise pixel / 255.
-    """
+def quantize_images(graph: Graph, x: np.ndarray, mapping=None) -> np.ndarray:
+    """uint8 images of the model's shape -> the model's internal int8 input, through the input mapping (the
+    model's, ``input_mapping.for_model``, unless given)."""
     q = graph.tensors[graph.inputs[0]].quant
-    pixels = x.astype(np.float32)
-    if abs(q.s * 255 / 2 - 1.0) < 0.02:
-        real = (pixels - np.float32(128)) / np.float32(128)
-    elif abs(q.s - 1.0) < 0.02:  # a span of 255: the model was trained on raw pixels (MLPerf Tiny's ResNet-8)
-        real = pixels
-    else:
-        real = pixels / np.float32(255)
+    real = (mapping or for_model(graph)).real(x)
     return np.clip(np.round(real / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8)
 
 
@@ -289,10 +316,25 @@ def model_inputs(graph: Graph, x: np.ndarray, chunk: int = 1000) -> np.ndarray:
     if x.dtype != np.uint8 or len(shape) != 4:
         return features_for_model(graph, x)
     _, h, w, c = shape
+    mapping = for_model(graph)
+    _state_conversion(x.shape[1:], (h, w, c))
     out = np.empty((len(x), h, w, c), np.int8)
     for i in range(0, len(x), chunk):
-        out[i: i + chunk] = quantize_images(graph, images_for_model(graph, x[i: i + chunk]))
+        out[i: i + chunk] = quantize_images(graph, images_for_model(graph, x[i: i + chunk]), mapping)
     return out
+
+
+def _state_conversion(have: tuple[int, ...], want: tuple[int, int, int]) -> None:
+    """A Notice of what ``images_for_model`` does to images of shape ``have`` (H, W, C) for the model's ``want``."""
+    (h0, w0, c0), (h, w, c) = have, want
+    done = []
+    if (h0, w0) != (h, w):
+        keeps = "aspect ratio kept" if h0 * w == w0 * h else "aspect ratio not kept"
+        done.append(f"resized from {w0}x{h0} to {w}x{h} (bilinear, {keeps})")
+    if c0 != c:
+        done.append("RGB to luma (0.299 R + 0.587 G + 0.114 B)" if c == 1 else f"{c0} channel replicated to {c}")
+    if done:
+        warnings.warn(Notice(f"images {' and '.join(done)} for the model's {w}x{h}x{c} input"))
 
 
 def features_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:

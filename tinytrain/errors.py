@@ -56,6 +56,11 @@ class UnsupportedModelError(TinyTrainError):
     """The model is valid but uses something tinytrain does not support (op, dtype, dynamic shape, ...)."""
 
 
+class Notice(UserWarning):
+    """What a command assumed or changed, said rather than done silently (a guessed input mapping, resized
+    images): a warning of the API, one line ``note: ...`` on stdout from the command line."""
+
+
 class UsageError(TinyTrainError):
     """Bad command-line arguments or input files."""
 

@@ -52,7 +52,7 @@ from tinytrain.frontends.onnx.values import onnx_shape, reshape_keeps_order
 from tinytrain.ir import DType, Graph, Node, Tensor
 from tinytrain.ops import all_ops, get_op
 from tinytrain.names import unique_name
-from tinytrain.outputs import write_atomic
+from tinytrain.outputs import write_file
 
 OPSET = 18
 IR_VERSION = 9  # onnx 1.14 / onnxruntime >= 1.15 load it; opset 18 needs >= 8
@@ -73,8 +73,9 @@ def graph_to_onnx(graph: Graph) -> onnx.ModelProto:
 
 
 def save_onnx(model: onnx.ModelProto, path: str | Path) -> None:
-    """Write ``model`` to ``path`` atomically (a partial file next to it, renamed on success)."""
-    write_atomic(path, model.SerializeToString())
+    """Write ``model`` to ``path`` all or nothing, never over a file that is not an ONNX model tinytrain wrote
+    (tinytrain/outputs)."""
+    write_file(path, model.SerializeToString(), "onnx")
 
 
 class _Exporter:
@@ -222,7 +223,7 @@ class _Exporter:
         model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tinytrain",
                                   producer_version=__version__, doc_string=doc)
         model.ir_version = IR_VERSION
-        helper.set_model_props(model, {"tinytrain.source_sha256": g.source_sha256,
+        helper.set_model_props(model, {**g.metadata, "tinytrain.source_sha256": g.source_sha256,
                                        "tinytrain.source_uint8": str(bool(g.uint8_io)).lower()})
         model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(model, full_check=True)

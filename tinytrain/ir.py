@@ -147,6 +147,8 @@ class Graph:
 
     ``uint8_io`` records that the source model exchanged uint8 tensors (TF1 style); inside, everything
     is int8 (q_int8 = q_uint8 - 128, zero points shifted alike) and only the boundary converts.
+    ``metadata``: the model's key / value strings (ONNX ``metadata_props``; a TFLite model's normalization as
+    ``tinytrain.input_mapping``, tinytrain/input_mapping.py), kept by every pass and written back by the exporter.
     """
 
     name: str
@@ -156,9 +158,11 @@ class Graph:
     outputs: tuple[str, ...]
     source_sha256: str = ""
     uint8_io: bool = False
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tensors", MappingProxyType(dict(self.tensors)))
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]

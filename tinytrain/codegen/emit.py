@@ -13,6 +13,7 @@ from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Context, Kernel, arena_offsets,
                                        arm_dsp, bind_call, dsp_kernels, environment, runtime_files, step_comment,
                                        streamed_input)
+from tinytrain.codegen.contract import header_contract
 from tinytrain.codegen.emit_stream import render_region
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import Graph
@@ -82,8 +83,9 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
         "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
         "streamed_input": streamed_input(plan),
     }
+    contract = header_contract(graph, graph.inputs[0], graph.outputs[0], "TT_OUTPUT")
     files = {
-        MODEL_HEADER: env.get_template("model.h.j2").render(**common),
+        MODEL_HEADER: env.get_template("model.h.j2").render(**common, contract=contract),
         MODEL_SOURCE: env.get_template("model.c.j2").render(
             **common, planner=plan.planner, steps=steps, kernels=[text for _, text in kernels.values()],
             constants=constants, pointers=pointers,

@@ -31,6 +31,7 @@ from tinytrain.codegen.bindings import BINDINGS
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,
                                        arena_offsets, arm_dsp, bind_call, dsp_kernels, environment, fpv5, runtime_files,
                                        step_comment, streamed_input)
+from tinytrain.codegen.contract import header_contract
 from tinytrain.codegen.emit_stream import render_region
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
@@ -336,7 +337,8 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
         "trainable_bytes": sum(a.values.nbytes for a in ctx.sram.values()),
     }
     files = {
-        MODEL_HEADER: env.get_template("train_model.h.j2").render(**common),
+        MODEL_HEADER: env.get_template("train_model.h.j2").render(
+            **common, contract=header_contract(graph, image, logits, "TT_LOGITS")),
         MODEL_SOURCE: env.get_template("train_model.c.j2").render(
             **common, planner=plan.planner, kernels=[text for _, text in kernels.values()],
             constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,22 +29,42 @@ def task_id(task) -> str:
 
 
 def save(folder: Path, task, progress: Progress) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    """Persist ``progress``; of the folder's files only the ones this run wrote are replaced or deleted."""
+    from tinytrain.outputs import write_file
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot write {folder}: {e.strerror or e}") from None
+    previous = _previous_state(folder)
     name = f"global-r{progress.round}.tts"
-    _atomic(folder / name, progress.state)
+    write_file(folder / name, progress.state, "device-state")
     meta = {"task": task_id(task), "round": progress.round, "state": name,
             "sha256": hashlib.sha256(progress.state).hexdigest(), "counts": progress.counts,
             "history": progress.history}
-    _atomic(folder / "fleet.json", (json.dumps(meta, indent=1) + "\n").encode("utf-8"))
-    for old in folder.glob("global-r*.tts"):
-        if old.name != name:
-            old.unlink(missing_ok=True)
+    write_file(folder / "fleet.json", (json.dumps(meta, indent=1) + "\n").encode("utf-8"), "fleet")
+    if previous is not None and previous != name:
+        (folder / previous).unlink(missing_ok=True)
+
+
+def _previous_state(folder: Path) -> str | None:
+    """The state file the folder's fleet.json names (this run's, written by an earlier round), or None."""
+    try:
+        name = json.loads((folder / "fleet.json").read_text())["state"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) and Path(name).name == name and name.startswith("global-r") else None
 
 
 def load(folder: Path, task) -> Progress | None:
     """The persisted progress of ``task`` in ``folder``, or None when the folder holds none."""
     path = folder / "fleet.json"
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--state-dir {folder} is a file; give a folder (a new one, or one of an earlier run)")
     if not path.exists():
+        if folder.exists() and any(folder.iterdir()):
+            raise UsageError(f"--state-dir {folder} holds files and no fleet.json (not a fleet run's folder); give a "
+                             "new or empty folder")
         return None
     try:
         meta = json.loads(path.read_text())
@@ -58,9 +77,3 @@ def load(folder: Path, task) -> Progress | None:
     if hashlib.sha256(state).hexdigest() != meta["sha256"]:
         raise UsageError(f"{folder}/{meta['state']} does not match its sha256 in fleet.json; remove the folder")
     return Progress(int(meta["round"]), state, meta["counts"], meta["history"])
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -38,7 +38,8 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
                devices: int = 20, per_device: int = 200, classes_per_device: int | None = 2, local_epochs: int = 1,
                new_head: int | None = None, seed: int = 0, input_size: str | None = None,
                remainder_bits: int | None = None, lr_schedule: str | None = None, warmup: float = 0.0,
-               rounds: int = 10, local_steps: int | None = None, server_lr: str = "1") -> FleetTask:
+               rounds: int = 10, local_steps: int | None = None, server_lr: str = "1",
+               input_mapping: str | None = None) -> FleetTask:
     """The task every process of the run rebuilds: the model path, a DATA spec, the plan (default classifier-only:
     the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run: a device's step
     counter is the global state's, which advances by the steps of a round (``local_steps``, or local_epochs x
@@ -53,7 +54,7 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     if local_epochs < 1 or (local_steps is not None and local_steps < 1):
         raise UsageError(f"--local-epochs {local_epochs} and --local-steps {local_steps} must be positive")
     rate = _server_lr(server_lr)
-    graph = load_model(str(model), new_head=new_head, seed=seed, input_size=input_size)
+    graph = load_model(str(model), new_head=new_head, seed=seed, input_size=input_size, input_mapping=input_mapping)
     check_schedule(lr_schedule, warmup)
     chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, default="last-k:1",
                           remainder_bits=remainder_bits)
@@ -65,7 +66,8 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
         raise UsageError("fleet averages every weight with the plan's remainder_bits: remove the layers' own "
                          "remainder_bits from the plan (or give --remainder-bits)")
     return FleetTask(str(model), data, json.dumps(chosen.to_json(), sort_keys=True), devices, per_device,
-                     classes_per_device, local_epochs, new_head, seed, input_size, local_steps, str(rate))
+                     classes_per_device, local_epochs, new_head, seed, input_size, local_steps, str(rate),
+                     input_mapping)
 
 
 def _server_lr(text) -> Fraction:

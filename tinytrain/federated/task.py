@@ -33,6 +33,7 @@ class FleetTask:
     input_size: str | None = None
     local_steps: int | None = None  # steps per round (None: local_epochs x per_device)
     server_lr: str = "1"        # the aggregation's server lr, a fraction "a/b" (aggregate.py)
+    input_mapping: str | None = None  # --input-mapping (tinytrain/input_mapping.py; None: the model's own)
 
     @property
     def steps_per_round(self) -> int:
@@ -62,7 +63,7 @@ class Built:
 
         self.task = task
         self.graph: Graph = load_model(task.model, new_head=task.new_head, seed=task.seed,
-                                       input_size=task.input_size)
+                                       input_size=task.input_size, input_mapping=task.input_mapping)
         self.step_graph = build_training_graph(self.graph, task.plan, UpdateConfig(seed=task.seed))
         self.layout = state_layout(self.step_graph)
         self.fingerprint = fingerprint(self.layout)

@@ -5,6 +5,8 @@
     PROJECT/platformio.ini    real boards: a PlatformIO project over the same sources (+ tinytrain_flags.py)
     PROJECT/src/              the compile's C (model, runtime) + startup, tick counter, harness, UART driver
     PROJECT/report.json       the compile's memory report, copied
+    PROJECT/.tinytrain-manifest.json  the files above with their sha256 (tinytrain/outputs: a second run replaces
+                              them and keeps the files the user added, e.g. src/main.c)
 
 The firmware is bare metal on every board (no vendor framework): the same startup code and linker script,
 so the SRAM budget is enforced by the linker everywhere and nothing else takes RAM.
@@ -33,6 +35,9 @@ QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
 SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
 # --save-every: the persistent state (firmware/c/tt_persist.h) and the board's flash driver (Board.flash.driver).
 PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
+# What a training build's compile output holds in persist/ for the user's own firmware: the slots and the flash
+# interface a board implements (docs/guide/integration.md "Persistence and flash slots").
+PERSIST_API = ("tt_persist.c", "tt_persist.h", "tt_flash.h", "tt_flash_port.h")
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
 # Minimum heap in the RAM region (bytes): newlib's stdio buffers on QEMU. The stack reserved is the one the memory
@@ -61,10 +66,21 @@ def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
     except (ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{report_path}: not a tinytrain memory report ({e})") from None
     report.update(sizes)
-    sources = {p.name: p.read_bytes() for p in sorted(compile_dir.iterdir()) if p.suffix in (".c", ".h")}
+    sources = {p.name: p.read_bytes() for p in _compile_files(compile_dir) if p.suffix in (".c", ".h")}
     if MODEL_HEADER not in sources or MODEL_SOURCE not in sources:
         raise UsageError(f"{compile_dir} has no tinytrain_model.c / .h; run `tinytrain compile` again")
     return report, sources
+
+
+def _compile_files(compile_dir: Path) -> list[Path]:
+    """The files `tinytrain compile` wrote in ``compile_dir`` (its manifest's; without one, an older output: every
+    file at the top): a user's own .c or .h beside them is not a source of the firmware."""
+    from tinytrain.outputs import read_manifest
+
+    manifest = read_manifest(compile_dir)
+    if manifest is None:
+        return sorted(p for p in compile_dir.iterdir() if p.is_file())
+    return [compile_dir / rel for rel in sorted(manifest["files"]) if "/" not in rel]
 
 
 def has_training_api(header: str) -> bool:
@@ -138,13 +154,21 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
     return files
 
 
-def write_firmware(compile_dir: str | Path, board: str | Board, out_dir: str | Path, **options) -> list[Path]:
-    """Write the firmware project of ``compile_dir`` for ``board`` into ``out_dir``; return the files written."""
-    out = Path(out_dir)
-    written = []
-    for rel, data in render_firmware(compile_dir, board, **options).items():
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        written.append(path)
-    return written
+def write_firmware(compile_dir: str | Path, board: str | Board, out_dir: str | Path, *, force: bool = False,
+                   **options) -> list[Path]:
+    """Write the firmware project of ``compile_dir`` for ``board`` into ``out_dir`` (``tinytrain firmware -o``: an
+    earlier project is replaced, the files tinytrain did not write there are kept); return the files written."""
+    from tinytrain.outputs import OutputDir
+
+    target = OutputDir(out_dir, "firmware", force=force, inputs=(compile_dir,))
+    files = render_firmware(compile_dir, board, **options)
+    write_project(files, target)
+    return [Path(out_dir) / rel for rel in files]
+
+
+def write_project(files: dict[str, bytes], target) -> None:
+    """Write ``files`` (relative path -> bytes) through ``target``, an ``outputs.OutputDir``: all or nothing."""
+    with target as stage:
+        for rel, data in files.items():
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            (stage / rel).write_bytes(data)

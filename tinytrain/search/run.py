@@ -28,7 +28,6 @@ contribution and the timings. With ``held_out`` the held-out part of the data (t
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -93,16 +92,20 @@ class SearchResult:
     report: dict   # PLAN.search.json
 
     def write(self, out: str | Path) -> Path:
-        """PLAN.json (version 1) at ``out`` and PLAN.search.json beside it; returns the latter."""
+        """PLAN.json (version 1) at ``out`` and PLAN.search.json beside it, both or neither (tinytrain/outputs);
+        returns the latter."""
+        from tinytrain.outputs import write_files
+
         out = Path(out)
-        if not out.resolve().parent.is_dir():
-            raise UsageError(f"cannot write {out}: its folder does not exist")
-        tmp = out.with_name(out.name + ".partial")
-        tmp.write_text(json.dumps(self.plan.to_json(), indent=1) + "\n")
-        os.replace(tmp, out)
-        details = out.with_name(out.stem + ".search.json")
-        details.write_text(json.dumps(self.report, indent=1) + "\n")
+        details = search_report_path(out)
+        write_files({out: (json.dumps(self.plan.to_json(), indent=1) + "\n").encode(),
+                     details: (json.dumps(self.report, indent=1) + "\n").encode()}, {out: "plan", details: "search"})
         return details
+
+
+def search_report_path(plan: Path) -> Path:
+    """PLAN.search.json, beside PLAN.json."""
+    return plan.with_name(plan.stem + ".search.json")
 
 
 def _bar(total: int, desc: str, enabled: bool):

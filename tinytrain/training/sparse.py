@@ -205,6 +205,8 @@ def load_plan(path: str | Path) -> Plan:
         text = Path(path).read_text()
     except OSError as e:
         raise PlanError(f"cannot read plan {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"{path}: not a plan file (not text); give the PLAN.json `tinytrain plan` wrote") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:

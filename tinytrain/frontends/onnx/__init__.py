@@ -15,6 +15,8 @@ handlers are their modules' (``tinytrain/ops/<op>.py``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import onnx
 from google.protobuf.message import DecodeError
 
@@ -87,5 +89,5 @@ def convert_onnx(data: bytes, name: str = "model", sha256: str = "") -> tuple[Gr
     else:
         raise UnsupportedModelError(f"{name}: the model is float-only (no QuantizeLinear / DequantizeLinear / QLinear "
                                     f"ops); quantize it to int8 with onnxruntime quantize_static first")
-    graph = converter.run()
+    graph = replace(converter.run(), metadata={p.key: p.value for p in model.metadata_props})
     return graph, dict(converter.ir_names)

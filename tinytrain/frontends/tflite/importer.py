@@ -31,8 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
+from tinytrain.frontends.tflite.metadata import input_normalization
 from tinytrain.frontends.tflite.reader import BUILTIN, TflModel, TflOperator, builtin_name, read_model
 from tinytrain.frontends.tflite.tensors import QUANTIZED, TensorReader
+from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import Graph, Node, Tensor
 from tinytrain.ops import TfliteRead, declared
 from tinytrain.ops.requantize import RequantizeAttrs
@@ -47,11 +49,13 @@ def readers_of_builtins() -> dict[str, TfliteRead]:
 
 
 def graph_from_tflite(data: bytes, name: str, sha256: str) -> Graph:
-    """Import a .tflite model. Raises ModelError (malformed) or UnsupportedModelError, one line each."""
+    """Import a .tflite model (with its input normalization metadata, if any, as its input mapping). Raises
+    ModelError (malformed) or UnsupportedModelError, one line each."""
     try:
         readers = readers_of_builtins()
-        return _Importer(read_model(data, {BUILTIN[k]: r.options for k, r in readers.items() if r.options}), name,
-                         sha256, readers).run()
+        graph = _Importer(read_model(data, {BUILTIN[k]: r.options for k, r in readers.items() if r.options}), name,
+                          sha256, readers).run()
+        return with_mapping(graph, input_normalization(data))
     except TinyTrainError as e:
         raise type(e)(f"{name}: {e}") from None
     except (ValueError, OverflowError) as e:  # e.g. a scale so extreme that no fixed-point multiplier exists

@@ -1,0 +1,63 @@
+"""A serial board's firmware on QEMU for the length of one command (``tinytrain stream --port qemu:PROJECT``).
+
+The serial harness waits for its next frame forever, as a real board does, and QEMU has no way to end when the
+host closes the TCP connection: a ``make run PORT=N`` started by hand keeps QEMU busy polling the emulated UART
+(63 % of a core) until its ``timeout`` (600 s). ``emulated`` starts ``make run`` of the project itself, in a
+process group of its own, on a free local port, yields the pyserial URL once QEMU waits for the connection, and
+ends the group (SIGTERM, then SIGKILL) when the command ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+from tinytrain.errors import UsageError
+
+PREFIX = "qemu:"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def emulated(project: str | Path):
+    """Run ``project`` (a `tinytrain firmware` project of an emulated serial board, built) under QEMU; yields
+    ``socket://127.0.0.1:N``."""
+    project = Path(project)
+    if not (project / "Makefile").is_file() or "run: firmware.bin" not in (project / "Makefile").read_text():
+        raise UsageError(f"--port {PREFIX}{project}: not the firmware project of a board QEMU emulates over a serial "
+                         "port (tinytrain firmware BUILD --board netduinoplus2 -o PROJECT)")
+    port = _free_port()
+    p = subprocess.Popen(["make", "-s", "run", f"PORT={port}"], cwd=project, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        line = p.stdout.readline()
+        if "waiting for connection" not in line:
+            raise UsageError(f"QEMU did not start for {project}: {(line + p.stdout.read(2000)).strip()[-300:]}; "
+                             f"build it first (make -C {project})")
+        yield f"socket://127.0.0.1:{port}"
+    finally:
+        stop(p)
+
+
+def stop(p: subprocess.Popen) -> None:
+    """End the process group of ``p`` (make, timeout, QEMU): SIGTERM, then SIGKILL after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(p.pid, sig)
+            p.wait(timeout=wait)
+            break
+        except ProcessLookupError:
+            p.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    p.stdout.close()
