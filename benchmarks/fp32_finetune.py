@@ -3,7 +3,7 @@ Fashion-MNIST studies (transfer_study.py's upper-bound row, transfer_ceiling.py'
 
 Two optimizers: batch-1 SGD (the device's) and Adam on batches of 32 (not available on the device: 8 bytes of
 state per parameter and a batch of activations). Either runs under a lr schedule over its steps (constant, or
-cosine from ``tinytrain.training.schedule``, the device's); the last ``last_k`` conv / fully-connected layers are
+cosine from ``tinytrain.lr_schedule``, the device's); the last ``last_k`` conv / fully-connected layers are
 trained (weights and biases), the head (the last of them) at its own lr. ``grid_bits`` 8 keeps every trained weight
 on its int8 grid (stochastic rounding after each step, as the device stores it), the arithmetic otherwise fp32: it
 isolates what storing the weights in int8 costs; 16 a grid 256 times finer (an int16 copy of each trained weight).
@@ -80,7 +80,7 @@ def fit_predict(graph, x: np.ndarray, y: np.ndarray, rows: np.ndarray, x_eval: n
     import torch
     import torch.nn.functional as F
 
-    from tinytrain.training.schedule import Schedule
+    from tinytrain.lr_schedule import Schedule
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)

@@ -11,7 +11,7 @@ training graph is planned three ways:
 - reorder: the device step (training/device_step.py): 1-bit clamp masks where the backward reads an int8 output
   only through its clamp (training/masks.py), each weight gradient fused with its update, computed and applied a
   block of output-channel rows at a time (training/fuse.py), updates applied as soon as their gradient exists,
-  backward list-scheduled (memory/schedule.py);
+  backward list-scheduled (training/reorder.py);
 - reorder + in-place: and outputs overwriting dead inputs where ops allow it (memory/inplace.py) — the
   default of ``tinytrain compile``.
 

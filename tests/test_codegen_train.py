@@ -33,7 +33,7 @@ from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.fuse_masks import fuse_mean_masks
 from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
-from tinytrain.training.schedule import Schedule
+from tinytrain.lr_schedule import Schedule
 from tinytrain.training.sparse import Plan, WeightUpdate, preset
 from tinytrain.training.train_graph import build_training_graph
 from tinytrain.version import __version__
@@ -229,7 +229,7 @@ def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config,
     """8 steps of the C with each weight gradient fused into its update, in blocks of one row, of a few rows (some
     blocks shorter) and as compile chooses them (with clamp masks in bits): the same losses and the same state
     (weights, biases, momentum) bit for bit as the C with whole gradients and int8 saved outputs."""
-    from tinytrain.memory.schedule import reorder
+    from tinytrain.training.reorder import reorder
 
     g, mb = model
     plan, update_config = FUSION_CONFIGS[config](g)

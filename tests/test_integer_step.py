@@ -22,7 +22,7 @@ from tinytrain.ops.softmax_xent import SoftmaxXentAttrs, SoftmaxXentGradIntAttrs
 from tinytrain.simulator import init_state, train
 from tinytrain.training.finite import INT32_LIMIT, gradient_bounds
 from tinytrain.training.qas import UpdateConfig
-from tinytrain.training.schedule import Schedule
+from tinytrain.lr_schedule import Schedule
 from tinytrain.training.sparse import Plan, WeightUpdate, parse_plan, preset
 from tinytrain.training.train_graph import build_training_graph
 

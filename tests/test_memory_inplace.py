@@ -161,7 +161,7 @@ def test_mbv2_forward_in_place_pairs_and_arena():
 def test_saved_activations_are_never_overwritten_before_their_last_use():
     from tinytrain.frontends import load_model
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
+    from tinytrain.training.reorder import reorder
     from tinytrain.training.sparse import load_plan
     from tinytrain.training.train_graph import build_training_graph
 

@@ -7,7 +7,7 @@ import pytest
 
 from tinytrain.cli import main
 from tinytrain.memory.report import RUNTIME_BYTES, STACK_BYTES, plan_memory, trainable_copies
-from tinytrain.memory.schedule import reorder
+from tinytrain.training.reorder import reorder
 from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.sparse import Plan, WeightUpdate, load_plan, preset
 from tinytrain.training.train_graph import build_training_graph

@@ -7,7 +7,7 @@ import pytest
 
 from tinytrain.memory.lifetimes import buffer_lifetimes
 from tinytrain.memory.report import plan_memory
-from tinytrain.memory.schedule import reorder, update_steps
+from tinytrain.training.reorder import reorder, update_steps
 from tinytrain.ops import get_op
 from tinytrain.training.autodiff import is_forward
 from tinytrain.training.qas import UpdateConfig

@@ -302,7 +302,7 @@ def test_noise_floor_comes_from_the_repeated_runs():
 
 def test_memory_oracle_is_compiles_peak_and_is_cached(tiny, tmp_path):
     from tinytrain.memory.report import plan_memory
-    from tinytrain.memory.schedule import reorder
+    from tinytrain.training.reorder import reorder
     from tinytrain.search.memory import MemoryOracle
     from tinytrain.training.fuse import fuse_updates
 

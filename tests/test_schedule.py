@@ -1,4 +1,4 @@
-"""The lr schedule's factor (training/schedule.py, the spec) against the C runtime's tt_lr_factor (tt_float.h):
+"""The lr schedule's factor (lr_schedule.py, the spec) against the C runtime's tt_lr_factor (tt_float.h):
 bit for bit at every step of several schedules, built with the host compiler as the emitted C is; the same for the
 integer step's Q15 factor (factor_q15, tt_lr_factor_q15), which stays within 2^-14 of the float one."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from tinytrain.csources import codegen_runtime
 from tinytrain.errors import PlanError
-from tinytrain.training.schedule import Schedule
+from tinytrain.lr_schedule import Schedule
 
 SCHEDULES = [Schedule(0, 1), Schedule(0, 97), Schedule(5, 40, 0.25), Schedule(700, 7000), Schedule(1, 3, 1.0)]
 PROGRAM = r"""

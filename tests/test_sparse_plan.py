@@ -8,7 +8,7 @@ from ir_builders import tiny_mobilenet
 from tinytrain.errors import PlanError, UsageError
 from tinytrain.training.sparse import (Plan, WeightUpdate, check_plan, layers, load_plan, parse_plan, preset,
                                        select_channels, updated_params)
-from tinytrain.training.schedule import Schedule
+from tinytrain.lr_schedule import Schedule
 from tinytrain.training.train_graph import build_training_graph
 
 EXAMPLE = {"version": 1, "bias_last_k": 20, "weights": [{"conv": 36, "ratio": 0.25}, {"conv": 39, "ratio": 1.0}],

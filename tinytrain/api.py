@@ -28,7 +28,7 @@ from tinytrain.memory.report import MemoryReport
 from tinytrain.simulator import TrainState
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.resolve import resolve_plan
-from tinytrain.training.schedule import check_schedule
+from tinytrain.lr_schedule import check_schedule
 from tinytrain.training.sparse import Plan
 
 __all__ = ["load_model", "load_data", "model_data", "compile", "Compiled", "train", "TrainResult", "evaluate",

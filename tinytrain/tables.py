@@ -45,6 +45,13 @@ class TableAttrs:
             raise ValueError(f"a table op needs 256 int8 outputs, got {len(self.table)}")
 
 
+@dataclass(frozen=True)
+class TableGradAttrs:
+    """The attributes of ``table_grad`` (ops/table_grad.py), the backward of every table op."""
+
+    slope: tuple[float, ...]  # 256 float32 values, by int8 input value + 128
+
+
 Slope = Callable[[np.ndarray, TableAttrs], np.ndarray]  # the real function's derivative at real inputs
 
 
@@ -66,8 +73,6 @@ def slope_table(a: TableAttrs, xq: QuantParams, slope: Slope) -> tuple[float, ..
 def backward_with(slope: Slope):
     """The backward rule of a table op whose real function has derivative ``slope``: g_x = g * slope[x + 128]."""
     def backward(b, node, out_grads) -> list[str | None]:
-        from tinytrain.ops.table_grad import TableGradAttrs
-
         x = node.inputs[0]
         if not b.needs_grad(x):
             return [None]

@@ -1,6 +1,6 @@
 /* tt_float.h — the fp32 helpers of the training step (docs/design.md §3-4): exp / log for the loss, the
  * integer rounding of an SGD step, the stochastic-rounding hash of tinytrain/ops/sgd_update.py and the lr
- * schedule's factor of tinytrain/training/schedule.py.
+ * schedule's factor of tinytrain/lr_schedule.py.
  *
  * Everything here uses only IEEE-754 float32 + - * / and fused multiply-add, and integer arithmetic, never libm,
  * so the host build and the Cortex-M build give the same bits (glibc's and newlib's expf / logf differ in

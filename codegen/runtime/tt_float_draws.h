@@ -27,7 +27,7 @@ static inline float tt_sr_uniform(uint32_t key, uint32_t i) {
     return (float)(tt_mix32(key + i * TT_GOLDEN) >> 8) * (1.0f / 16777216.0f);
 }
 
-/* The lr schedule's factor at a step (training/schedule.py, the spec): linear warm-up over `warmup` steps,
+/* The lr schedule's factor at a step (lr_schedule.py, the spec): linear warm-up over `warmup` steps,
  * cosine decay until `steps`, then `lr_floor`. sin(pi/2 u) by its degree-9 odd Taylor polynomial (float32
  * coefficients), so no libm; counts below 2^24 convert to float exactly. */
 static inline float tt_lr_factor(uint32_t step, uint32_t warmup, uint32_t steps, float lr_floor) {
@@ -49,7 +49,7 @@ static inline float tt_lr_factor(uint32_t step, uint32_t warmup, uint32_t steps,
     return lr_floor + (1.0f - lr_floor) * c;
 }
 
-/* The same factor in Q15 (0 .. 32768), integers only, for the integer step (training/schedule.py factor_q15, the
+/* The same factor in Q15 (0 .. 32768), integers only, for the integer step (lr_schedule.py factor_q15, the
  * spec): sin(pi/2 u) by the same polynomial with Q30 coefficients; counts below 2^24, so every product fits int64.
  * Right shifts of negative int64 are arithmetic (floor), as GCC does. */
 static inline int32_t tt_lr_factor_q15(uint32_t step, uint32_t warmup, uint32_t steps, int32_t floor_q15) {

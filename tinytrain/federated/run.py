@@ -46,7 +46,7 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     per_device). ``server_lr``: a fraction "a/b" scaling the averaged step (aggregate.py)."""
     from tinytrain.api import load_model
     from tinytrain.training.resolve import resolve_plan
-    from tinytrain.training.schedule import check_schedule
+    from tinytrain.lr_schedule import check_schedule
     from tinytrain.training.sparse import with_lr_schedule
 
     if not isinstance(model, (str, Path)) or not isinstance(data, str):

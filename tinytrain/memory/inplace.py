@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from tinytrain.ir import Graph, Role
 from tinytrain.memory.lifetimes import BufferUse
 from tinytrain.memory.planner import ALIGNMENT, align
+from tinytrain.ops import get_op, min_gap
 
 SLACK = 1 / 16
 GRADIENT_SLACK = 1 / 8
@@ -50,21 +50,9 @@ class InPlace:
     saving: int  # bytes saved at that step against separate buffers
 
 
-def min_gap(min_read: np.ndarray, out_itemsize: int, in_itemsize: int) -> int:
-    """The smallest delta (bytes, may be negative) for which writing the output in order is safe."""
-    min_read = np.asarray(min_read, np.int64)
-    if min_read.size <= 1:
-        return -(1 << 62)
-    later = np.minimum.accumulate(min_read[::-1])[::-1][1:]  # R(q + 1) for q = 0 .. n-2
-    q1 = np.arange(1, min_read.size, dtype=np.int64)
-    return int((q1 * out_itemsize - later * in_itemsize).max())
-
-
 def candidates(graph: Graph, uses: list[BufferUse], alignment: int = ALIGNMENT, first_step: int = 0) -> list[InPlace]:
     """Per node from ``first_step`` on (the nodes before it run streamed), the best input its output 0 may
     overwrite (if any), with its delta and saving."""
-    from tinytrain.ops import get_op
-
     by_name = {u.tensor: u for u in uses}
     viewed = {v for u in uses for v in u.views} | {u.tensor for u in uses if u.views}
     result = []

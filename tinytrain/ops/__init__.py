@@ -187,6 +187,16 @@ def elementwise_min_read(attrs: Any, ins: Sequence[Tensor | None], outs: Sequenc
     return np.arange(outs[0].size, dtype=np.int64)
 
 
+def min_gap(min_read: np.ndarray, out_itemsize: int, in_itemsize: int) -> int:
+    """The smallest delta (bytes, may be negative) for which writing the output in order is safe."""
+    min_read = np.asarray(min_read, np.int64)
+    if min_read.size <= 1:
+        return -(1 << 62)
+    later = np.minimum.accumulate(min_read[::-1])[::-1][1:]  # R(q + 1) for q = 0 .. n-2
+    q1 = np.arange(1, min_read.size, dtype=np.int64)
+    return int((q1 * out_itemsize - later * in_itemsize).max())
+
+
 def elementwise_rows(attrs: Any, ins: Sequence[Tensor | None], outs: Sequence[Tensor], k: int) -> RowWindow | None:
     """``rows`` of an op whose output element q reads element q of each input (same NHWC shape)."""
     return RowWindow(1, 0, 1) if len(outs[0].shape) == 4 and ins[k] is not None else None

@@ -12,7 +12,7 @@ Per element, in this order, every operation in IEEE float32 (C: -ffp-contract=of
     d = g                                  (no momentum)
     M = mu * M;  M = M + g;  d = M          (momentum mu: two float32 operations)
     v = d * scale[c]                       (one float32 multiply; c = the element's selected channel)
-    v = v * f                              (an lr schedule only: f = schedule.factor(step), training/schedule.py)
+    v = v * f                              (an lr schedule only: f = schedule.factor(step), lr_schedule.py)
     r = rintf(v)                           (NEAREST: ties to even)
     r = floorf(v + u)                      (STOCHASTIC: u below, one float32 add)
     r = min(max(r, -2^30), 2^30)           (then exactly an integer)
@@ -45,9 +45,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tinytrain.errors import PlanError
+from tinytrain.lr_schedule import Schedule
 from tinytrain.ops import OpDef
 from tinytrain.quant import INT32_MAX, INT32_MIN
-from tinytrain.training.schedule import Schedule
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9

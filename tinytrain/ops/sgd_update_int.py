@@ -9,7 +9,7 @@ step factor (M, n) with k = M 2^-n (``fixed_point``; k = 2^F lr s_g / s[c], QAS 
 the gradients behind an input gradient carry one), so the step factor is M 2^-(n+e).
 
 With an lr schedule, each channel's M first becomes (M f) >> 15, f = schedule.factor_q15(step) the schedule's Q15
-factor in integers (training/schedule.py); 0 <= f <= 2^15, so it stays below 2^31. Then per element i of channel c,
+factor in integers (lr_schedule.py); 0 <= f <= 2^15, so it stays below 2^31. Then per element i of channel c,
 integers only, with n the channel's shift plus e (when n + e > 62, t is first shifted by the excess, n = 62; when
 n + e < 0, r = t 2^-n exactly, clamped: +-2^30 where |t| > 2^30 >> -n, and nothing else below):
     t = g * M                                        (int64, exact: |g| < 2^31, 0 <= M < 2^31, so |t| < 2^62)

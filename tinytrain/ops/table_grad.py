@@ -8,11 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.ops import OpDef, elementwise_min_read, no_macs
-
-
-@dataclass(frozen=True)
-class TableGradAttrs:
-    slope: tuple[float, ...]  # 256 float32 values, by int8 input value + 128
+from tinytrain.tables import TableGradAttrs
 
 
 def infer_shapes(a: TableGradAttrs, ins) -> list[tuple[int, ...]]:

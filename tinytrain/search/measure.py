@@ -87,7 +87,7 @@ class Measurement:
 def arithmetic_fingerprint() -> str:
     """sha256 of the sources that decide a fine-tune's numbers (op rules, training passes, the emitted C and its
     runtime): a contribution measured by other arithmetic is not reused."""
-    return source_fingerprint(("ops", "training", "codegen", "quant.py", "memory/schedule.py"), ("codegen",))
+    return source_fingerprint(("ops", "training", "codegen", "quant.py", "training/reorder.py"), ("codegen",))
 
 
 def source_fingerprint(subs: tuple[str, ...], c_folders: tuple[Folder, ...] = ()) -> str:

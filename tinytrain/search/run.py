@@ -168,7 +168,7 @@ class _Contributions:
 
 
 def _check_options(opts: SearchOptions) -> None:
-    from tinytrain.training.schedule import check_schedule
+    from tinytrain.lr_schedule import check_schedule
 
     if not 0 < opts.val < 1:
         raise UsageError(f"--val {opts.val}: give a fraction between 0 and 1")

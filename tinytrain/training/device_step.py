@@ -14,17 +14,16 @@ so the simulator may run the training graph before or after them.
 from __future__ import annotations
 
 from tinytrain.ir import Graph
+from tinytrain.training.fuse import fuse_updates
+from tinytrain.training.fuse_masks import fuse_mean_masks
+from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.reorder import reorder
 from tinytrain.training.sparse import Plan
 
 
 def device_schedule(training_graph: Graph) -> Graph:
     """The device's schedule of a training graph (``build_training_graph``'s result, fused or not)."""
-    from tinytrain.memory.schedule import reorder
-    from tinytrain.training.fuse import fuse_updates
-    from tinytrain.training.fuse_masks import fuse_mean_masks
-    from tinytrain.training.masks import save_masks
-
     return reorder(fuse_updates(fuse_mean_masks(save_masks(training_graph))))
 
 

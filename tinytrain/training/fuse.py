@@ -1,7 +1,7 @@
 """Fuse each weight gradient with its SGD update, so a layer's whole fp32 weight gradient never exists.
 
 A pass (Graph in -> Graph out) on a training graph (``training.build_training_graph``), run before
-``memory.schedule.reorder`` wherever the device's schedule is made (compile, the C and QEMU engines, the plan
+``training.reorder.reorder`` wherever the device's schedule is made (compile, the C and QEMU engines, the plan
 search's memory model, ``train``). Each pair grad-weight node -> ``sgd_update`` becomes one node of the fused op
 (ops/grad_weight_sgd_update.py), whose kernel computes and applies the gradient a block of output-channel rows
 at a time in a small scratch buffer the memory plan reserves (``OpDef.scratch``).

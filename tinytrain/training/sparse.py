@@ -19,7 +19,7 @@ from tinytrain.ir import Graph, Node
 from tinytrain.names import LOSS, grad_name
 from tinytrain.ops import get_op
 from tinytrain.training.autodiff import param_gradients
-from tinytrain.training.schedule import Schedule, parse_schedule
+from tinytrain.lr_schedule import Schedule, parse_schedule
 
 VERSION = 1
 RATIOS = (1.0, 0.5, 0.25, 0.125)

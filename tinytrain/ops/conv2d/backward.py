@@ -10,6 +10,7 @@ import numpy as np
 
 from tinytrain import f32
 from tinytrain.ir import Tensor
+from tinytrain.ops import min_gap
 from tinytrain.ops.conv2d.forward import Conv2dAttrs, output_hw
 from tinytrain.quant import Requant
 
@@ -232,8 +233,6 @@ def grad_input_block(a: Conv2dGradInputAttrs, ins, outs) -> int:
     the most channels of g_x that fit BLOCK_SCRATCH_BYTES, at least one, are fewer bytes than the distance the
     C-order kernel keeps ahead of g_z (a row and a pixel for 3x3, three rows and three pixels for 7x7). A block is
     then the most channels whose g_x and taps (dequantized once, ``grad_input_scratch``) fit that scratch."""
-    from tinytrain.memory.inplace import min_gap
-
     g, gx = ins[0], outs[0]
     if a.groups == 1 or g.shape != gx.shape:
         return 0

@@ -26,12 +26,11 @@ from dataclasses import replace
 
 from tinytrain.ir import Graph
 from tinytrain.memory.planner import align
+from tinytrain.ops import get_op
+from tinytrain.training.autodiff import is_forward
 
 
 def reorder(graph: Graph) -> Graph:
-    from tinytrain.ops import get_op
-    from tinytrain.training.autodiff import is_forward
-
     nodes = graph.nodes
     n = len(nodes)
     ops = [get_op(node.op) for node in nodes]
