@@ -137,6 +137,14 @@ def test_no_import_cycle_between_packages():
     assert _cycles(packages) == []
 
 
+def test_no_template_is_longer_than_250_lines():
+    """Issue 42: one kernel variant, one template (a family's variants are included from its selecting template)."""
+    root = Path(__file__).resolve().parents[1]
+    long = {str(p.relative_to(root)): n for p in [*root.glob("codegen/**/*.j2"), *root.glob("firmware/**/*.j2")]
+            if (n := len(p.read_text().splitlines())) > 250}
+    assert long == {}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
