@@ -31,18 +31,31 @@ from tinytrain.training.autodiff import is_forward
 
 
 def reorder(graph: Graph) -> Graph:
-    nodes = graph.nodes
-    n = len(nodes)
-    ops = [get_op(node.op) for node in nodes]
-    is_update = [bool(op.writes) for op in ops]
-    producer = {o: k for k, node in enumerate(nodes) for o in node.outputs}
+    ops = [get_op(node.op) for node in graph.nodes]
+    root = _view_roots(graph, ops)
+    deps, readers = _dependencies(graph, ops, root)
+    order = _list_schedule(graph, ops, root, deps, readers)
+    if len(order) != len(graph.nodes):
+        raise ValueError(f"graph {graph.name}: the nodes have a dependency cycle; cannot schedule them")
+    return replace(graph, nodes=tuple(graph.nodes[k] for k in order))
+
+
+def _view_roots(graph: Graph, ops) -> dict[str, str]:
+    """A view's output -> the buffer it views (views of views followed to the end)."""
     root: dict[str, str] = {}
-    for k, node in enumerate(nodes):
+    for k, node in enumerate(graph.nodes):
         if ops[k].view:
             root[node.outputs[0]] = root.get(node.inputs[0], node.inputs[0])
+    return root
 
-    deps: list[set[int]] = [set() for _ in range(n)]
-    readers: dict[str, set[int]] = {}  # computed buffer (root) -> nodes reading it
+
+def _dependencies(graph: Graph, ops, root: dict[str, str]) -> tuple[list[set[int]], dict[str, set[int]]]:
+    """(the nodes each node waits for: producers, the previous forward node, and for an update every reader of the
+    parameter it writes; computed buffer -> the nodes that read it)."""
+    nodes = graph.nodes
+    producer = {o: k for k, node in enumerate(nodes) for o in node.outputs}
+    deps: list[set[int]] = [set() for _ in nodes]
+    readers: dict[str, set[int]] = {}
     param_readers: dict[str, set[int]] = {}
     previous_forward = None
     for k, node in enumerate(nodes):
@@ -53,7 +66,7 @@ def reorder(graph: Graph) -> Graph:
                 deps[k].add(producer[i])
             if i in producer or i in graph.inputs:
                 readers.setdefault(root.get(i, i), set()).add(k)
-            elif not is_update[k]:
+            elif not ops[k].writes:
                 param_readers.setdefault(i, set()).add(k)
         if is_forward(graph, node):
             if previous_forward is not None:
@@ -63,9 +76,15 @@ def reorder(graph: Graph) -> Graph:
         for w in ops[k].writes:
             if w < len(node.inputs) and node.inputs[w]:
                 deps[k] |= param_readers.get(node.inputs[w], set())
-    deps = [d - {k} for k, d in enumerate(deps)]
+    return [d - {k} for k, d in enumerate(deps)], readers
 
-    users: list[list[int]] = [[] for _ in range(n)]
+
+def _list_schedule(graph: Graph, ops, root: dict[str, str], deps: list[set[int]],
+                   readers: dict[str, set[int]]) -> list[int]:
+    """The list schedule: a ready update first, else the ready node that grows the arena least (ties: the
+    original order)."""
+    nodes = graph.nodes
+    users: list[list[int]] = [[] for _ in nodes]
     for k, d in enumerate(deps):
         for j in d:
             users[j].append(k)
@@ -75,16 +94,15 @@ def reorder(graph: Graph) -> Graph:
     size = {name: align(t.nbytes) for name, t in graph.tensors.items()}
 
     def growth(k: int) -> int:
-        node = nodes[k]
-        new = 0 if ops[k].view else sum(size[o] for o in node.outputs)
-        freed = sum(size[r] for r in {root.get(i, i) for i in node.inputs if i}
+        new = 0 if ops[k].view else sum(size[o] for o in nodes[k].outputs)
+        freed = sum(size[r] for r in {root.get(i, i) for i in nodes[k].inputs if i}
                     if remaining.get(r) == 1 and r not in kept)
         return new - freed
 
-    ready = [k for k in range(n) if waiting[k] == 0]
+    ready = [k for k in range(len(nodes)) if waiting[k] == 0]
     order: list[int] = []
     while ready:
-        updates = [k for k in ready if is_update[k]]
+        updates = [k for k in ready if ops[k].writes]
         k = min(updates) if updates else min(ready, key=lambda j: (growth(j), j))
         ready.remove(k)
         order.append(k)
@@ -95,13 +113,9 @@ def reorder(graph: Graph) -> Graph:
             waiting[j] -= 1
             if waiting[j] == 0:
                 ready.append(j)
-    if len(order) != n:
-        raise ValueError(f"graph {graph.name}: the nodes have a dependency cycle; cannot schedule them")
-    return replace(graph, nodes=tuple(nodes[k] for k in order))
+    return order
 
 
 def update_steps(graph: Graph) -> list[int]:
     """The steps of the update nodes (for reports: how early the gradients are consumed)."""
-    from tinytrain.ops import get_op
-
     return [k for k, node in enumerate(graph.nodes) if get_op(node.op).writes]
