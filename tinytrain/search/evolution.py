@@ -26,17 +26,17 @@ def _choice(k: int, ratios: dict[int, float]) -> Choice:
     return Choice(k, tuple((i, r) for i, r in sorted(ratios.items()) if r > 0))
 
 
-def evolve(gains: Gains, fits, *, population: int = 100, generations: int = 30, parent_ratio: float = 0.25,
-           mutate_ratio: float = 0.5, mutate_prob: float = 0.1, seed: int = 0, deadline: float | None = None,
-           progress=None) -> dict:
-    """Best feasible Choice found: {"choice", "score", "generations", "history" (best score per generation),
-    "population" (the last population, distinct, best first)}."""
-    rng = random.Random(seed)
-    ks, options = _genes(gains)
+class _Breeder:
+    """The genetic operators over the search space, each returning a genome that ``fits`` (drawn with ``rng``)."""
 
-    def repair(k: int, ratios: dict[int, float]) -> Choice:
+    def __init__(self, gains: Gains, fits, rng: random.Random, mutate_prob: float):
+        self.fits, self.rng, self.mutate_prob = fits, rng, mutate_prob
+        self.ks, self.options = _genes(gains)
+
+    def repair(self, k: int, ratios: dict[int, float]) -> Choice:
+        ks, rng = self.ks, self.rng
         c = _choice(k, ratios)
-        while not fits(c):  # drop a random update (or shallow the biases) until it fits; the baseline fits
+        while not self.fits(c):  # drop a random update (or shallow the biases) until it fits; the baseline fits
             nonzero = [i for i, r in ratios.items() if r > 0]
             if nonzero and (k == ks[0] or rng.random() < 0.5):
                 ratios[rng.choice(nonzero)] = 0.0
@@ -47,40 +47,51 @@ def evolve(gains: Gains, fits, *, population: int = 100, generations: int = 30, 
             c = _choice(k, ratios)
         return c
 
-    def sample() -> Choice:
+    def sample(self) -> Choice:
+        rng = self.rng
         for _ in range(MAX_TRIES):
             p_on = rng.random()  # a random density per draw: shallow and deep plans both get sampled
-            k = rng.choice(ks)
+            k = rng.choice(self.ks)
             ratios = {i: (rng.choice(opts[1:]) if rng.random() < p_on and len(opts) > 1 else 0.0)
-                      for i, opts in options.items()}
+                      for i, opts in self.options.items()}
             c = _choice(k, ratios)
-            if fits(c):
+            if self.fits(c):
                 return c
-        return repair(k, ratios)
+        return self.repair(k, ratios)
 
-    def mutate(c: Choice) -> Choice:
+    def mutate(self, c: Choice) -> Choice:
+        rng = self.rng
         for _ in range(MAX_TRIES):
-            k = rng.choice(ks) if rng.random() < mutate_prob else c.k
-            ratios = dict.fromkeys(options, 0.0) | dict(c.weights)
-            for i, opts in options.items():
-                if rng.random() < mutate_prob:
+            k = rng.choice(self.ks) if rng.random() < self.mutate_prob else c.k
+            ratios = dict.fromkeys(self.options, 0.0) | dict(c.weights)
+            for i, opts in self.options.items():
+                if rng.random() < self.mutate_prob:
                     ratios[i] = rng.choice(opts)
             m = _choice(k, ratios)
-            if fits(m):
+            if self.fits(m):
                 return m
         return c
 
-    def crossover(a: Choice, b: Choice) -> Choice:
+    def crossover(self, a: Choice, b: Choice) -> Choice:
+        rng = self.rng
         for _ in range(MAX_TRIES):
             k = rng.choice((a.k, b.k))
             ra, rb = dict(a.weights), dict(b.weights)
-            ratios = {i: rng.choice((ra.get(i, 0.0), rb.get(i, 0.0))) for i in options}
+            ratios = {i: rng.choice((ra.get(i, 0.0), rb.get(i, 0.0))) for i in self.options}
             m = _choice(k, ratios)
-            if fits(m):
+            if self.fits(m):
                 return m
         return a
 
-    pop = [Choice(ks[0])] + [sample() for _ in range(population - 1)]
+
+def evolve(gains: Gains, fits, *, population: int = 100, generations: int = 30, parent_ratio: float = 0.25,
+           mutate_ratio: float = 0.5, mutate_prob: float = 0.1, seed: int = 0, deadline: float | None = None,
+           progress=None) -> dict:
+    """Best feasible Choice found: {"choice", "score", "generations", "history" (best score per generation),
+    "population" (the last population, distinct, best first)}."""
+    rng = random.Random(seed)
+    breed = _Breeder(gains, fits, rng, mutate_prob)
+    pop = [Choice(breed.ks[0])] + [breed.sample() for _ in range(population - 1)]
     history = []
     n_parents = max(2, int(round(population * parent_ratio)))
     n_mutants = int(round(population * mutate_ratio))
@@ -91,8 +102,8 @@ def evolve(gains: Gains, fits, *, population: int = 100, generations: int = 30, 
         if deadline is not None and time.time() > deadline:
             break
         parents = pop[:n_parents]
-        children = [mutate(rng.choice(parents)) for _ in range(n_mutants)]
-        children += [crossover(*rng.sample(parents, 2)) if len(parents) > 1 else mutate(parents[0])
+        children = [breed.mutate(rng.choice(parents)) for _ in range(n_mutants)]
+        children += [breed.crossover(*rng.sample(parents, 2)) if len(parents) > 1 else breed.mutate(parents[0])
                      for _ in range(population - n_parents - n_mutants)]
         pop = parents + children
         done += 1
