@@ -29,8 +29,39 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
                                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
     env = environment()
     ctx = Context(graph, arena_offsets(graph, plan), plan.target, plan.plain)
-    ctx.act(graph.inputs[0])
     kernels: dict[str, tuple[Kernel, str]] = {}
+    steps, used = _forward_steps(graph, plan, env, ctx, kernels)
+    common = {
+        "version": __version__,
+        "model_name": cformat.comment(graph.name),
+        "sha256": graph.source_sha256 or "(none: graph built in memory)",
+        "arena_bytes": plan.arena_bytes,
+        "input": _io(graph, ctx, graph.inputs[0]),
+        "output": _io(graph, ctx, graph.outputs[0]),
+        "uint8_io": graph.uint8_io,
+        "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
+        "streamed_input": streamed_input(plan),
+    }
+    contract = header_contract(graph, graph.inputs[0], graph.outputs[0], "TT_OUTPUT")
+    constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
+                  "body": cformat.array_body(c.values)} for c in ctx.constants.values()]
+    files = {
+        MODEL_HEADER: env.get_template("model.h.j2").render(**common, contract=contract),
+        MODEL_SOURCE: env.get_template("model.c.j2").render(
+            **common, planner=plan.planner, steps=steps, kernels=[text for _, text in kernels.values()],
+            constants=constants, pointers=_pointers(graph, ctx, used),
+            const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
+    }
+    files.update(runtime_files(RUNTIME_FILES))
+    if choices is not None:
+        choices.extend(ctx.choices)
+    return files
+
+
+def _forward_steps(graph: Graph, plan: MemoryReport, env, ctx: Context,
+                   kernels: dict[str, tuple[Kernel, str]]) -> tuple[list[dict], set[str]]:
+    """(each step's comment and call, the pointer variables the calls use); the streamed region is one step."""
+    ctx.act(graph.inputs[0])
     steps = []
     used: set[str] = set()  # pointer variables some kernel call reads or writes
     for k, node in enumerate(graph.nodes):
@@ -49,8 +80,12 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
         call = bind_call(env, BINDINGS, node, ctx, kernels)
         steps.append({"comment": step_comment(k, node, graph), "code": f"{call.kernel.name}({', '.join(call.args)});"})
         used.update(call.args)
-
     ctx.act(graph.outputs[0])
+    return steps, used
+
+
+def _pointers(graph: Graph, ctx: Context, used: set[str]) -> list[dict]:
+    """The arena pointer variables some call uses, with their offsets, padded to align the offsets."""
     pointers = []
     for name, var in ctx.pointers.items():
         if var not in used:  # e.g. a view that is the graph output: tt_predict reads it by offset
@@ -62,36 +97,12 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
     width = max((len(p["name"]) + len(str(p["offset"])) for p in pointers), default=0)
     for p in pointers:
         p["pad"] = width - len(p["name"]) - len(str(p["offset"]))
-    constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
-                  "body": cformat.array_body(c.values)} for c in ctx.constants.values()]
+    return pointers
 
-    def io(name: str) -> dict:
-        t = graph.tensors[name]
-        return {"shape": cformat.shape(t.shape), "nbytes": t.nbytes, "offset": ctx.offsets[name],
-                "zp": t.quant.zp if t.quant else 0, "scale": repr(t.quant.s) if t.quant else "1.0",
-                "rows": t.shape[1] if len(t.shape) > 2 else 1,
-                "row_bytes": t.nbytes // t.shape[1] if len(t.shape) > 2 else t.nbytes}
 
-    common = {
-        "version": __version__,
-        "model_name": cformat.comment(graph.name),
-        "sha256": graph.source_sha256 or "(none: graph built in memory)",
-        "arena_bytes": plan.arena_bytes,
-        "input": io(graph.inputs[0]),
-        "output": io(graph.outputs[0]),
-        "uint8_io": graph.uint8_io,
-        "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
-        "streamed_input": streamed_input(plan),
-    }
-    contract = header_contract(graph, graph.inputs[0], graph.outputs[0], "TT_OUTPUT")
-    files = {
-        MODEL_HEADER: env.get_template("model.h.j2").render(**common, contract=contract),
-        MODEL_SOURCE: env.get_template("model.c.j2").render(
-            **common, planner=plan.planner, steps=steps, kernels=[text for _, text in kernels.values()],
-            constants=constants, pointers=pointers,
-            const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
-    }
-    files.update(runtime_files(RUNTIME_FILES))
-    if choices is not None:
-        choices.extend(ctx.choices)
-    return files
+def _io(graph: Graph, ctx: Context, name: str) -> dict:
+    t = graph.tensors[name]
+    return {"shape": cformat.shape(t.shape), "nbytes": t.nbytes, "offset": ctx.offsets[name],
+            "zp": t.quant.zp if t.quant else 0, "scale": repr(t.quant.s) if t.quant else "1.0",
+            "rows": t.shape[1] if len(t.shape) > 2 else 1,
+            "row_bytes": t.nbytes // t.shape[1] if len(t.shape) > 2 else t.nbytes}

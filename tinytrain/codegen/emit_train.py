@@ -291,7 +291,6 @@ def _flash_bytes(ctx, graph: Graph) -> int:
 def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
     choices appended to ``choices``."""
-
     image = graph.inputs[0]
     layout = _checked_layout(graph)
     env = environment()
@@ -312,26 +311,17 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
     state, sram = _state_and_sram(ctx, graph, layout)
     constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
                   "body": cformat.array_body(c.values)} for c in ctx.constants.values()]
-    x, q = graph.tensors[image], graph.tensors[logits]
     common = {
         "version": __version__,
         "model_name": cformat.comment(graph.name),
         "sha256": graph.source_sha256 or "(none: graph built in memory)",
         "arena_bytes": plan.arena_bytes,
-        "input": {"shape": cformat.shape(x.shape), "nbytes": x.nbytes, "offset": offsets[image], "zp": x.quant.zp,
-                  "scale": repr(x.quant.s), "rows": x.shape[1] if len(x.shape) > 2 else 1,
-                  "row_bytes": x.nbytes // x.shape[1] if len(x.shape) > 2 else x.nbytes},
-        "logits": {"shape": cformat.shape(q.shape), "nbytes": q.nbytes, "offset": offsets[logits], "zp": q.quant.zp,
-                   "scale": repr(q.quant.s), "classes": q.shape[-1]},
+        **_io(graph, offsets, image, logits),
         "uint8_io": graph.uint8_io,
         "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
         "fpv5": fpv5(plan.target),
         "streamed_input": streamed_input(plan),
-        "state": state,
-        "state_bytes": state_size(layout),
-        "state_magic": MAGIC.decode("ascii"),
-        "state_version": VERSION,
-        "state_fingerprint": f"0x{fingerprint(layout):08X}u",
+        **_state_file(state, layout),
         "stochastic": STEP_INPUT in graph.inputs,
         "target_floats": graph.tensors[TARGET].size if TARGET in graph.inputs else 0,
         "trainable_bytes": sum(a.values.nbytes for a in ctx.sram.values()),
@@ -352,3 +342,18 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
         choices.extend(ctx.choices)
     return files
 
+
+def _io(graph: Graph, offsets: dict[str, int], image: str, logits: str) -> dict[str, dict]:
+    """The template's values of the input image and the logits."""
+    x, q = graph.tensors[image], graph.tensors[logits]
+    return {"input": {"shape": cformat.shape(x.shape), "nbytes": x.nbytes, "offset": offsets[image], "zp": x.quant.zp,
+                      "scale": repr(x.quant.s), "rows": x.shape[1] if len(x.shape) > 2 else 1,
+                      "row_bytes": x.nbytes // x.shape[1] if len(x.shape) > 2 else x.nbytes},
+            "logits": {"shape": cformat.shape(q.shape), "nbytes": q.nbytes, "offset": offsets[logits],
+                       "zp": q.quant.zp, "scale": repr(q.quant.s), "classes": q.shape[-1]}}
+
+
+def _state_file(state: list, layout) -> dict:
+    """The template's values of the state file: its tensors, size, magic, version and layout fingerprint."""
+    return {"state": state, "state_bytes": state_size(layout), "state_magic": MAGIC.decode("ascii"),
+            "state_version": VERSION, "state_fingerprint": f"0x{fingerprint(layout):08X}u"}
