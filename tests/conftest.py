@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,3 +14,17 @@ def shared_file(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent (../shared is only beside the project on developer and CI machines)")
     return path
+
+
+# The tools a marked test needs (pyproject.toml declares the markers; scripts/setup.sh installs the tools): a test
+# marked ``cross`` builds with the Arm cross compiler, one marked ``qemu`` also runs the firmware on QEMU. Without
+# them the test is skipped, saying which tool is missing; ``pytest -m "not qemu and not cross"`` runs the rest.
+TOOLS = {"cross": ("arm-none-eabi-gcc",), "qemu": ("arm-none-eabi-gcc", "qemu-system-arm")}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for marker, tools in TOOLS.items():
+            missing = [t for t in tools if shutil.which(t) is None]
+            if item.get_closest_marker(marker) and missing:
+                item.add_marker(pytest.mark.skip(reason=f"{' and '.join(missing)} not installed (scripts/setup.sh)"))
