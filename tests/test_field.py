@@ -102,3 +102,12 @@ def test_refusals():
         field_program(g, preset("last-k:1", g), FieldConfig(replay=0, replay_k=2))
     with pytest.raises(PlanError, match="head only"):
         field_program(g, preset("last-k:2", g), FieldConfig(known=2))
+
+
+def test_status_and_predict_agree(program):
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    xs, ys, _ = stream(program, 80)
+    for x, y in zip(xs, ys):
+        sim.learn(x, int(y)), c.learn(x, int(y))
+    assert sim.status() == c.status()
+    assert np.array_equal(sim.predict(xs), c.predict(xs))

@@ -14,6 +14,7 @@ from tinytrain.codegen import MODEL_SOURCE, render_project
 from tinytrain.codegen.emit_field import FIELD_SOURCE, field_memory, render_field
 from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
 from tinytrain.field.program import FieldProgram
+from tinytrain.field.runtime import STATUS
 from tinytrain.memory.report import plan_memory
 from tinytrain.training.device_step import device_schedule
 
@@ -36,7 +37,8 @@ class HostField:
         vp, i32, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
         for name, args, res in (("tt_field_init", [], None), ("tt_learn", [vp, i32], i32),
                                 ("tt_observe", [vp, vp], i32), ("tt_drift", [vp], i32),
-                                ("tt_field_save", [vp], u32), ("tt_field_rollbacks", [], u32)):
+                                ("tt_field_save", [vp], u32), ("tt_field_rollbacks", [], u32),
+                                ("tt_field_predict", [vp], i32), ("tt_field_status", [vp], None)):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
         self._save = ctypes.create_string_buffer(field_memory(program).save)
@@ -49,6 +51,15 @@ class HostField:
     def observe(self, latent: np.ndarray) -> int:
         x = np.ascontiguousarray(latent, np.int8)
         return int(self._lib.tt_observe(x.ctypes.data, None))
+
+    def predict(self, latents: np.ndarray) -> np.ndarray:
+        xs = np.ascontiguousarray(latents, np.int8)
+        return np.array([self._lib.tt_field_predict(xs[i].ctypes.data) for i in range(len(xs))], np.int64)
+
+    def status(self) -> dict:
+        out = np.zeros(8, np.int32)
+        self._lib.tt_field_status(out.ctypes.data)
+        return dict(zip(STATUS, (int(v) for v in out)))
 
     def state_bytes(self) -> bytes:
         n = self._lib.tt_field_save(self._save)

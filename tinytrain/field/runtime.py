@@ -17,7 +17,6 @@ state back to the last good one (``rollbacks`` counts), else the state becomes t
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +28,7 @@ from tinytrain.field.program import FieldProgram
 from tinytrain.field.rng import Rng
 
 LEARNED, HELD, BAD_LABEL = 0, 1, -1
+STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")
 
 
 @dataclass
@@ -121,16 +121,44 @@ class FieldRuntime:
         self.step.load(now)
         self.good = now
 
-    def state_bytes(self) -> bytes:
-        """Everything the runtime holds, in the byte layout of the C's ``tt_field_save`` (field.c.j2)."""
+    def status(self) -> dict:
         d, n = self.drift, self.n
-        parts = [struct.pack("<I", self.rng.x), self.step.save(), self.good]
-        for s in (self.buffer, self.guard):
-            parts += [struct.pack("<I", s.filled), s.x.tobytes(), s.y.astype("<i2").tobytes(),
-                      s.offered.astype("<u4").tobytes()]
-        parts += [self.seen.astype(np.uint8).tobytes(), self.count.astype("<u4").tobytes(),
-                  d.m.astype("<i4").tobytes(), d.r.astype("<i4").tobytes(),
-                  struct.pack("<10i", d.conf, d.conf_ref, d.seen, d.dmax, d.threshold, d.score, d.active, d.since,
-                              d.alarms, 0),
-                  struct.pack("<5I", n.labelled, n.learned, n.steps, n.rollbacks, n.checks)]
-        return b"".join(parts)
+        return dict(zip(STATUS, (n.labelled, n.learned, n.steps, n.rollbacks, n.checks, d.alarms, d.active,
+                                 d.since)))
+
+    def predict(self, latents: np.ndarray) -> np.ndarray:
+        """The predicted class (over the seen ones) of each latent, the statistics untouched."""
+        return np.array([predicted(o, self.seen)[0] for o in self.step.predict(latents)], np.int64)
+
+    def state_bytes(self) -> bytes:
+        """Everything the runtime holds, in the byte layout of the C's ``tt_field_save`` (``state_parts``)."""
+        d, n = self.drift, self.n
+        s = self.step.save()
+        values = dict(rng=self.rng.x, state=np.frombuffer(s, np.uint8), good=np.frombuffer(self.good, np.uint8),
+                      seen=self.seen, count=self.count, m=d.m, r=d.r,
+                      drift=[d.conf, d.conf_ref, d.seen, d.dmax, d.threshold, d.score, d.active, d.since, d.alarms, 0],
+                      counters=[n.labelled, n.learned, n.steps, n.rollbacks, n.checks])
+        for prefix, slots in (("buffer", self.buffer), ("guard", self.guard)):
+            values.update({f"{prefix}_filled": slots.filled, f"{prefix}_x": slots.x, f"{prefix}_y": slots.y,
+                           f"{prefix}_offered": slots.offered})
+        return b"".join(np.asarray(values[name]).astype(dt).reshape(-1).tobytes()
+                        for name, dt, _ in state_parts(self.program, len(s)))
+
+
+def state_parts(program: FieldProgram, state_size: int) -> list[tuple[str, str, int]]:
+    """(name, little-endian dtype, count) of each part of the saved runtime, in order (the C's ``tt_field_save``)."""
+    cfg, k, c = program.cfg, program.width, program.classes
+    return [("rng", "<u4", 1), ("state", "u1", state_size), ("good", "u1", state_size),
+            ("buffer_filled", "<u4", 1), ("buffer_x", "i1", cfg.replay * k), ("buffer_y", "<i2", cfg.replay),
+            ("buffer_offered", "<u4", c), ("guard_filled", "<u4", 1), ("guard_x", "i1", cfg.guard * k),
+            ("guard_y", "<i2", cfg.guard), ("guard_offered", "<u4", 1), ("seen", "u1", c), ("count", "<u4", c),
+            ("m", "<i4", k), ("r", "<i4", k), ("drift", "<i4", 10), ("counters", "<u4", 5)]
+
+
+def split_state(program: FieldProgram, data: bytes, state_size: int) -> dict[str, np.ndarray]:
+    """The parts of a saved runtime (``state_bytes`` / ``tt_field_save``) by name."""
+    out, at = {}, 0
+    for name, dt, count in state_parts(program, state_size):
+        out[name] = np.frombuffer(data, dt, count, at)
+        at += out[name].nbytes
+    return out
