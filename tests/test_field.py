@@ -96,9 +96,9 @@ def test_xorshift32():
 
 def test_refusals():
     g, _ = tiny_mobilenet(seed=0, n_classes=5)
-    with pytest.raises(UsageError, match="known-classes"):
+    with pytest.raises(UsageError, match="known_classes"):
         field_program(g, preset("last-k:1", g), FieldConfig(known=6))
-    with pytest.raises(UsageError, match="replay-k"):
+    with pytest.raises(UsageError, match="replay_k"):
         field_program(g, preset("last-k:1", g), FieldConfig(replay=0, replay_k=2))
     with pytest.raises(PlanError, match="head only"):
         field_program(g, preset("last-k:2", g), FieldConfig(known=2))

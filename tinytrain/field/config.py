@@ -51,10 +51,10 @@ class FieldConfig:
         for name, (lo, hi) in ranges.items():
             v = getattr(self, name)
             if not isinstance(v, int) or not lo <= v <= hi:
-                raise UsageError(f"{param(name.replace('_', '-'), v)}: expected an integer from {lo} to {hi}")
+                raise UsageError(f"{param(name, v)}: expected an integer from {lo} to {hi}")
         known = classes if self.known == -1 else self.known
         if not 0 <= known <= classes:
-            raise UsageError(f"{param('known-classes', self.known)}: the head has {classes} classes (max-classes)")
+            raise UsageError(f"{param('known_classes', self.known)}: the head has {classes} classes ({param('max_classes')})")
         if self.replay_k and not self.replay:
-            raise UsageError(f"{param('replay-k', self.replay_k)}: replay needs a buffer (--replay N, N > 0)")
+            raise UsageError(f"{param('replay_k', self.replay_k)}: replay needs a buffer ({param('replay')} above 0)")
         return FieldConfig(**{**self.__dict__, "known": known})

@@ -38,11 +38,18 @@ class HostField:
         for name, args, res in (("tt_field_init", [], None), ("tt_learn", [vp, i32], i32),
                                 ("tt_observe", [vp, vp], i32), ("tt_drift", [vp], i32),
                                 ("tt_field_save", [vp], u32), ("tt_field_rollbacks", [], u32),
-                                ("tt_field_predict", [vp], i32), ("tt_field_status", [vp], None)):
+                                ("tt_field_predict", [vp], i32), ("tt_field_status", [vp], None),
+                                ("tt_field_start", [vp], i32)):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
         self._save = ctypes.create_string_buffer(field_memory(program).save)
+
         lib.tt_field_init()
+
+    def start(self, state: bytes) -> None:
+        """Start from the model state ``state`` (tt_state_load bytes of the cut model's step)."""
+        if self._lib.tt_field_start(state) != 0:
+            raise ValueError("the library refused the state (magic, version or layout differ)")
 
     def learn(self, latent: np.ndarray, label: int) -> int:
         x = np.ascontiguousarray(latent, np.int8)

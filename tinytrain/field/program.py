@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.engines import cut
 from tinytrain.errors import PlanError, UsageError
 from tinytrain.field.config import FieldConfig
@@ -34,6 +35,11 @@ class FieldProgram:
     @property
     def width(self) -> int:
         return int(np.prod(self.cut_graph.tensors[self.cut].shape[1:]))
+
+    @property
+    def state_size(self) -> int:
+        """Bytes of the cut model's saved state (tt_state_save)."""
+        return state_size(state_layout(self.tg))
 
     @property
     def classes(self) -> int:

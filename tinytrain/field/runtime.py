@@ -63,6 +63,11 @@ class FieldRuntime:
         self.n = Counters()
         self.good = step.save()
 
+    def start(self, state: bytes) -> None:
+        """Start from the model state ``state`` (state bytes of the cut model's step): it is the last good one."""
+        self.step.load(state)
+        self.good = self.step.save()
+
     def observe(self, latent: np.ndarray) -> int:
         cls, margin = predicted(self.step.predict(latent[None])[0], self.seen)
         observe_drift(self.drift, self.cfg, latent, margin)
@@ -142,23 +147,23 @@ class FieldRuntime:
             values.update({f"{prefix}_filled": slots.filled, f"{prefix}_x": slots.x, f"{prefix}_y": slots.y,
                            f"{prefix}_offered": slots.offered})
         return b"".join(np.asarray(values[name]).astype(dt).reshape(-1).tobytes()
-                        for name, dt, _ in state_parts(self.program, len(s)))
+                        for name, dt, _ in state_parts(self.program))
 
 
-def state_parts(program: FieldProgram, state_size: int) -> list[tuple[str, str, int]]:
+def state_parts(program: FieldProgram) -> list[tuple[str, str, int]]:
     """(name, little-endian dtype, count) of each part of the saved runtime, in order (the C's ``tt_field_save``)."""
-    cfg, k, c = program.cfg, program.width, program.classes
-    return [("rng", "<u4", 1), ("state", "u1", state_size), ("good", "u1", state_size),
+    cfg, k, c, size = program.cfg, program.width, program.classes, program.state_size
+    return [("rng", "<u4", 1), ("state", "u1", size), ("good", "u1", size),
             ("buffer_filled", "<u4", 1), ("buffer_x", "i1", cfg.replay * k), ("buffer_y", "<i2", cfg.replay),
             ("buffer_offered", "<u4", c), ("guard_filled", "<u4", 1), ("guard_x", "i1", cfg.guard * k),
             ("guard_y", "<i2", cfg.guard), ("guard_offered", "<u4", 1), ("seen", "u1", c), ("count", "<u4", c),
             ("m", "<i4", k), ("r", "<i4", k), ("drift", "<i4", 10), ("counters", "<u4", 5)]
 
 
-def split_state(program: FieldProgram, data: bytes, state_size: int) -> dict[str, np.ndarray]:
+def split_state(program: FieldProgram, data: bytes) -> dict[str, np.ndarray]:
     """The parts of a saved runtime (``state_bytes`` / ``tt_field_save``) by name."""
     out, at = {}, 0
-    for name, dt, count in state_parts(program, state_size):
+    for name, dt, count in state_parts(program):
         out[name] = np.frombuffer(data, dt, count, at)
         at += out[name].nbytes
     return out
