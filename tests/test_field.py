@@ -1,4 +1,4 @@
-"""The field runtime (tinytrain/field/): the simulator's spec and the emitted C (tt_field.c) on the host, bit for bit;
+"""The field runtime (tinytrain/field_runtime/): the simulator's spec and the emitted C (tt_field.c) on the host, bit for bit;
 the buffer's selection rule, imprinting, drift alarms, the guard's rollbacks, bad labels."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import pytest
 
 from ir_builders import tiny_mobilenet
 from tinytrain.errors import PlanError, UsageError
-from tinytrain.field.buffer import Slots, offer_replay
-from tinytrain.field.config import FieldConfig
-from tinytrain.field.host import HostField
-from tinytrain.field.program import field_program
-from tinytrain.field.rng import Rng, next_u32
-from tinytrain.field.runtime import BAD_LABEL, HELD, FieldRuntime, predicted
-from tinytrain.field.step import SimStep
+from tinytrain.field_runtime.buffer import Slots, offer_replay
+from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.host import HostField
+from tinytrain.field_runtime.program import field_program
+from tinytrain.field_runtime.rng import Rng, next_u32
+from tinytrain.field_runtime.runtime import BAD_LABEL, HELD, FieldRuntime, predicted
+from tinytrain.field_runtime.step import SimStep
 from tinytrain.training.sparse import preset
 
 CFG = FieldConfig(replay=12, replay_k=2, known=2, imprint=3, guard=6, guard_every=3, guard_period=4, guard_drop=0,

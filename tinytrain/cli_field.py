@@ -3,7 +3,7 @@
     tinytrain field MODEL --stream STREAM.npz [--test DATA] [--engine sim|c] [--json OUT.json] ...
     tinytrain compile MODEL --update last-k:1 --replay N [--replay-k K] [--max-classes C] ... -o OUT
 
-The work is ``tinytrain.field`` (field/api.py); ``compile --replay`` adds OUT/field/: the cut model's training
+The work is ``tinytrain.field`` (field_runtime/api.py); ``compile --replay`` adds OUT/field/: the cut model's training
 step, tt_field.c / tt_field.h and field.json (what the runtime adds to SRAM).
 """
 
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
-from tinytrain.field.config import FieldConfig
+from tinytrain.field_runtime.config import FieldConfig
 
 _DEFAULTS = FieldConfig()
 _SETTINGS = {  # option -> (help); every default is FieldConfig's
@@ -56,7 +56,7 @@ def _settings(args: argparse.Namespace) -> dict:
 
 
 def cmd_field(args: argparse.Namespace) -> None:
-    from tinytrain.field.api import field
+    from tinytrain.field_runtime.api import field
     from tinytrain.outputs import check_file, write_file
 
     inputs = [p for p in (args.model, args.stream, args.test, args.plan) if p]
@@ -96,8 +96,8 @@ def prepare_field(args: argparse.Namespace):
     if getattr(args, "replay", None) is None:
         return None
     from tinytrain.codegen.emit_field import field_memory
-    from tinytrain.field.api import field_model
-    from tinytrain.field.host import field_files
+    from tinytrain.field_runtime.api import field_model
+    from tinytrain.field_runtime.host import field_files
     from tinytrain.outputs import OutputDir
 
     heads = args.max_classes or args.new_head  # compile's new head is the field head

@@ -1,5 +1,5 @@
 """The field runtime's C (codegen/templates/field*.j2): ``tt_field.h`` / ``tt_field.c`` beside the cut model's
-training step, sized at compile time (tinytrain/field/ is their spec)."""
+training step, sized at compile time (tinytrain/field_runtime/ is their spec)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from tinytrain.codegen.context import environment
 from tinytrain.codegen.state import state_layout, state_size
-from tinytrain.field.head import DEFAULT_NORM
-from tinytrain.field.program import FieldProgram
+from tinytrain.field_runtime.head import DEFAULT_NORM
+from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.version import __version__
 
 FIELD_HEADER, FIELD_SOURCE = "tt_field.h", "tt_field.c"

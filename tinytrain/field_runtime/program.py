@@ -15,8 +15,8 @@ import numpy as np
 from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.engines import cut
 from tinytrain.errors import PlanError, UsageError
-from tinytrain.field.config import FieldConfig
-from tinytrain.field.head import HeadLayout, check_sums, head_layout
+from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.head import HeadLayout, check_sums, head_layout
 from tinytrain.ir import Graph
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan

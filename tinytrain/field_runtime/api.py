@@ -11,10 +11,10 @@ from tinytrain.api import load_model
 from tinytrain.engines import default_engine
 from tinytrain.engines.samples import load_data, training_samples
 from tinytrain.errors import Notice, UsageError, param
-from tinytrain.field.config import FieldConfig
-from tinytrain.field.program import FieldProgram, field_program
-from tinytrain.field.run import FIELD_ENGINES, FieldResult, run_stream
-from tinytrain.field.stream import load_stream
+from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.program import FieldProgram, field_program
+from tinytrain.field_runtime.run import FIELD_ENGINES, FieldResult, run_stream
+from tinytrain.field_runtime.stream import load_stream
 from tinytrain.ir import Graph
 from tinytrain.ops.sgd_update import Rounding
 from tinytrain.training.head import new_head

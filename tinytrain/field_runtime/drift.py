@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.field.config import FieldConfig
+from tinytrain.field_runtime.config import FieldConfig
 
 
 @dataclass

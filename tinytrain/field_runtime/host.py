@@ -13,8 +13,8 @@ import numpy as np
 from tinytrain.codegen import MODEL_SOURCE, render_project
 from tinytrain.codegen.emit_field import FIELD_SOURCE, field_memory, render_field
 from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
-from tinytrain.field.program import FieldProgram
-from tinytrain.field.runtime import STATUS
+from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.field_runtime.runtime import STATUS
 from tinytrain.memory.report import plan_memory
 from tinytrain.training.device_step import device_schedule
 

@@ -17,10 +17,10 @@ import numpy as np
 from tinytrain.codegen.emit_field import field_memory
 from tinytrain.engines import default_engine
 from tinytrain.engines.trainer import check_engine
-from tinytrain.field.host import HostField
-from tinytrain.field.program import FieldProgram
-from tinytrain.field.runtime import FieldRuntime, split_state
-from tinytrain.field.step import SimStep
+from tinytrain.field_runtime.host import HostField
+from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.field_runtime.runtime import FieldRuntime, split_state
+from tinytrain.field_runtime.step import SimStep
 
 FIELD_ENGINES = ("sim", "c")
 

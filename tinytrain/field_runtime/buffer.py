@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.field.rng import Rng
+from tinytrain.field_runtime.rng import Rng
 
 
 @dataclass

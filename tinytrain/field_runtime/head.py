@@ -19,7 +19,7 @@ import numpy as np
 
 from tinytrain.codegen.state import HEADER_BYTES, state_layout
 from tinytrain.errors import UsageError
-from tinytrain.field.buffer import Slots
+from tinytrain.field_runtime.buffer import Slots
 from tinytrain.ir import Graph
 from tinytrain.training.sparse import layers
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.field.buffer import Slots, offer_guard, offer_replay
-from tinytrain.field.drift import Drift, observe_drift
-from tinytrain.field.head import imprint
-from tinytrain.field.program import FieldProgram
-from tinytrain.field.rng import Rng
+from tinytrain.field_runtime.buffer import Slots, offer_guard, offer_replay
+from tinytrain.field_runtime.drift import Drift, observe_drift
+from tinytrain.field_runtime.head import imprint
+from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.field_runtime.rng import Rng
 
 LEARNED, HELD, BAD_LABEL = 0, 1, -1
 STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")
