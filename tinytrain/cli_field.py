@@ -40,7 +40,7 @@ def add_field_options(s: argparse.ArgumentParser, compile_command: bool = False)
     g.add_argument("--replay-k", type=non_negative_int, default=_DEFAULTS.replay_k, metavar="K",
                    help=f"replayed samples per learned one (default {_DEFAULTS.replay_k})")
     g.add_argument("--max-classes", type=positive_int, metavar="C",
-                   help="head rows (default: the model's outputs; another count: a new head, no class known)")
+                   help="head rows (default: the model's outputs, or --new-head's; another count: a new head)")
     g.add_argument("--known-classes", type=non_negative_int, metavar="N",
                    help="classes 0..N-1 known at the start (default all; none with a new head)")
     g.add_argument("--guard", type=non_negative_int, default=_DEFAULTS.guard, metavar="N",
