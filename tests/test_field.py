@@ -111,3 +111,14 @@ def test_status_and_predict_agree(program):
         sim.learn(x, int(y)), c.learn(x, int(y))
     assert sim.status() == c.status()
     assert np.array_equal(sim.predict(xs), c.predict(xs))
+
+
+def test_no_buffer_no_guard_sim_equals_host_c():
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    program = field_program(g, preset("last-k:1", g, lr=0.05), FieldConfig(replay=0, replay_k=0, guard=0, known=3,
+                                                                            drift_warmup=8))
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    xs, ys, _ = stream(program, 40)
+    for x, y in zip(xs, ys):
+        assert sim.learn(x, int(y)) == c.learn(x, int(y))
+    assert sim.state_bytes() == c.state_bytes() and sim.seen.all()
