@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/field_study.py [--pool 3000 --test 2000 --lr 0.03 --no-exact]
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head (seed 0),
-the plan the head only (``last-k:1``, lr 0.03: the fleet study's choice for this model and plan, made on a
-validation split by ``benchmarks/fleet_tune.py``), batch-1 SGD, QAS, stochastic rounding. Fashion-MNIST from the
+the plan the head only (``last-k:1``, lr 0.003: chosen by the sweep this script prints, offline training on the
+pretraining set scored on 1,000 validation images of the stream pool, never on the test images), batch-1 SGD, QAS, stochastic rounding. Fashion-MNIST from the
 Debian package ``dataset-fashion-mnist``, read in place: a pretraining set (1,000 train images), a stream pool
 (``--pool`` other train images) and ``--test`` test images, each also under two domain shifts (``contrast``:
 x/2 + 96; ``noise``: Gaussian, sigma 40). Every image's latent (the 256-byte frozen prefix output) is computed once by
@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pool", type=int, default=3000)
     p.add_argument("--test", type=int, default=2000)
-    p.add_argument("--lr", type=float, default=0.03)
+    p.add_argument("--lr", type=float, default=0.003, help="the plan's lr (default: the sweep's choice)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
     return p.parse_args(argv)
@@ -94,11 +94,11 @@ def latents(program, graph, args) -> dict:
     return out
 
 
-def offline(program, start: bytes, x: np.ndarray, y: np.ndarray, seed: int) -> CTrainer:
-    """The plan trained offline from ``start``: EPOCHS shuffled epochs over the labelled (x, y), host C."""
+def offline(program, start: bytes, x: np.ndarray, y: np.ndarray, seed: int, epochs: int = EPOCHS) -> CTrainer:
+    """The plan trained offline from ``start``: ``epochs`` shuffled epochs over the labelled (x, y), host C."""
     t = CTrainer(program.tg)
     t.load_state_bytes(start)
-    order = np.concatenate([np.random.default_rng(seed + e).permutation(len(y)) for e in range(EPOCHS)])
+    order = np.concatenate([np.random.default_rng(seed + e).permutation(len(y)) for e in range(epochs)])
     if len(y):
         t.train(x.reshape(len(x), 1, 1, -1), y, order)
     return t
@@ -178,6 +178,22 @@ def scarce(pool, rng) -> dict:
     return dict(name="scarce-labels", x=sx, y=y, test="noise", known=10, shift=None)
 
 
+def lr_sweep(graph, lat: dict) -> list[dict]:
+    """Validation accuracy of offline training on the pretraining set (1 and 3 epochs) per lr."""
+    px, py = lat["pretrain"]["clean"]
+    vx, vy = lat["pool"]["clean"][0][:1000], lat["pool"]["clean"][1][:1000]
+    out = []
+    for lr in (0.001, 0.003, 0.01, 0.03):
+        program = field_program(graph, preset("last-k:1", graph, lr=lr), FieldConfig(replay=0, replay_k=0, guard=0))
+        init = CTrainer(program.tg).state_bytes()
+        row = {"lr": lr}
+        for epochs in (1, EPOCHS):
+            t = offline(program, init, px, py, 0, epochs)
+            row[f"epochs_{epochs}"] = float(accuracy_of(t, vx, vy, list(range(10))).mean())
+        out.append(row)
+    return out
+
+
 def start_state(program, lat: dict, known: int, seed: int = 0) -> bytes:
     """The head pretrained offline on the pretraining set's classes 0 .. known-1 (from the new head)."""
     x, y = lat["pretrain"]["clean"]
@@ -251,6 +267,8 @@ def main(argv=None) -> dict:
     lat = latents(field_program(graph, plan, FieldConfig()), graph, args)
     base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
     starts = {k: start_state(base, lat, k) for k in (5, 9, 10)}
+    sweep = lr_sweep(graph, lat)
+    print("lr sweep (validation accuracy):", sweep, flush=True)
     rows, exact = [], []
     for sc in runs_of(lat, args.pool):
         for cfg_name in CONFIGS:
@@ -267,7 +285,7 @@ def main(argv=None) -> dict:
         r.pop("final_bytes")
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
                   model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test,
-                  offline_epochs=EPOCHS, configs=CONFIGS, rows=rows, exact=exact,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, configs=CONFIGS, rows=rows, exact=exact,
                   seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
     return record
@@ -300,6 +318,9 @@ def write(rec: dict, out: Path) -> None:
               f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
               f"{rec['rows'][0]['memory']['sram']} B. Buffer and states are in SRAM; flash storage of the buffer "
               "is not implemented, so no flash erases are counted.", ""]
+    lines += ["lr sweep (offline on the pretraining set, validation accuracy % on 1,000 pool images): " + "; ".join(
+        f"{r['lr']}: {fmt(r['epochs_1'])} (1 epoch), {fmt(r['epochs_' + str(rec['offline_epochs'])])} "
+        f"({rec['offline_epochs']})" for r in rec["lr_sweep"]), ""]
     if rec["exact"]:
         ok = sum(e["identical"] for e in rec["exact"])
         lines.append(f"Simulator == host C (replay+guard, final tt_field_save bytes, accuracy curve, alarms): "

@@ -35,9 +35,9 @@ class FieldConfig:
     guard_every: int = 10
     guard_period: int = 32
     guard_drop: int = 2
-    drift_shift: int = 5
-    drift_warmup: int = 128
-    drift_factor: int = 3
+    drift_shift: int = 6
+    drift_warmup: int = 256
+    drift_factor: int = 2
     drift_min: int = 64
     drift_rebase: int = 512
     seed: int = 0x2545F491

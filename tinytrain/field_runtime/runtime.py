@@ -70,7 +70,10 @@ class FieldRuntime:
 
     def observe(self, latent: np.ndarray) -> int:
         cls, margin = predicted(self.step.predict(latent[None])[0], self.seen)
+        alarms = self.drift.alarms
         observe_drift(self.drift, self.cfg, latent, margin)
+        if self.drift.alarms > alarms:  # the guard's samples are of the old distribution: it starts again
+            self.guard.filled, self.guard.offered[0] = 0, 0
         return cls
 
     def learn(self, latent: np.ndarray, label: int) -> int:
@@ -114,9 +117,13 @@ class FieldRuntime:
         return sum(predicted(o, self.seen)[0] == y for o, y in zip(out, g.y[: g.filled]))
 
     def check(self) -> None:
-        """The guard's check: roll back to the last good state, or make the state the last good one."""
-        self.n.checks += 1
+        """The guard's check: roll back to the last good state, or make the state the last good one (without
+        comparing while the guard set is less than half full)."""
         now = self.step.save()
+        if 2 * self.guard.filled < self.cfg.guard:
+            self.good = now
+            return
+        self.n.checks += 1
         mine = self.score()
         self.step.load(self.good)
         good = self.score()
