@@ -3,6 +3,8 @@ the buffer's selection rule, imprinting, drift alarms, the guard's rollbacks, ba
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from tinytrain.field_runtime.buffer import Slots, offer_replay
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.host import HostField
 from tinytrain.field_runtime.program import field_program
+from tinytrain.field_runtime.qemu import qemu_field
 from tinytrain.field_runtime.rng import Rng, next_u32
 from tinytrain.field_runtime.runtime import BAD_LABEL, HELD, FieldRuntime, predicted
 from tinytrain.field_runtime.step import SimStep
@@ -122,3 +125,17 @@ def test_no_buffer_no_guard_sim_equals_host_c():
     for x, y in zip(xs, ys):
         assert sim.learn(x, int(y)) == c.learn(x, int(y))
     assert sim.state_bytes() == c.state_bytes() and sim.seen.all()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="needs arm-none-eabi-gcc and qemu-system-arm")
+def test_qemu_m4_equals_simulator(program):
+    xs, ys, labelled = stream(program, 60)
+    labels = np.where(labelled, ys, -1)
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    results = [sim.learn(x, int(y)) if y >= 0 else sim.observe(x) for x, y in zip(xs, labels)]
+    run = qemu_field(program, xs, labels, "qemu-m4")
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
+    trained = run.learned & (run.results != HELD)
+    assert run.insns[trained].min() > run.insns[~run.learned].max() > 0
