@@ -45,7 +45,10 @@ from tinytrain.engines.host_c import CTrainer  # noqa: E402
 from tinytrain.errors import Notice  # noqa: E402
 from tinytrain.field_runtime.config import FieldConfig  # noqa: E402
 from tinytrain.field_runtime.program import field_program  # noqa: E402
+from tinytrain.field_runtime.qemu import qemu_field  # noqa: E402
 from tinytrain.field_runtime.run import run_stream  # noqa: E402
+from tinytrain.field_runtime.runtime import HELD, FieldRuntime  # noqa: E402
+from tinytrain.field_runtime.step import SimStep  # noqa: E402
 from tinytrain.training.sparse import preset  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
@@ -64,6 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--test", type=int, default=2000)
     p.add_argument("--lr", type=float, default=0.003, help="the plan's lr (default: the sweep's choice)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
+    p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
     return p.parse_args(argv)
 
@@ -194,6 +198,23 @@ def lr_sweep(graph, lat: dict) -> list[dict]:
     return out
 
 
+def on_boards(graph, plan, sc: dict, n: int = 200) -> list[dict]:
+    """Instructions per tt_learn / tt_observe on qemu-m4 and qemu-m7 (replay+guard, from the new head, the first
+    ``n`` samples of ``sc``), and whether the board's tt_field_save bytes and results equal the simulator's."""
+    program = field_program(graph, plan, FieldConfig(known=sc["known"], **CONFIGS["replay+guard"]))
+    x, y = sc["x"][:n], sc["y"][:n]
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    results = [sim.learn(a, int(b)) if b >= 0 else sim.observe(a) for a, b in zip(x, y)]
+    out = []
+    for board in ("qemu-m4", "qemu-m7"):
+        run = qemu_field(program, x, y, board)
+        trained = run.learned & (run.results != HELD)
+        out.append(dict(board=board, samples=n, learn_insns=float(run.insns[trained].mean()),
+                        observe_insns=float(run.insns[~run.learned].mean()),
+                        identical=run.results.tolist() == results and run.state == sim.state_bytes()))
+    return out
+
+
 def start_state(program, lat: dict, known: int, seed: int = 0) -> bytes:
     """The head pretrained offline on the pretraining set's classes 0 .. known-1 (from the new head)."""
     x, y = lat["pretrain"]["clean"]
@@ -270,7 +291,8 @@ def main(argv=None) -> dict:
     sweep = lr_sweep(graph, lat)
     print("lr sweep (validation accuracy):", sweep, flush=True)
     rows, exact = [], []
-    for sc in runs_of(lat, args.pool):
+    scenarios = runs_of(lat, args.pool)
+    for sc in scenarios:
         for cfg_name in CONFIGS:
             rows.append(run_one(graph, plan, sc, lat, cfg_name, starts))
             print(f"{sc['name']:18} {cfg_name:13} accuracy {rows[-1]['accuracy']:.4f} offline "
@@ -283,9 +305,11 @@ def main(argv=None) -> dict:
             print(f"{sc['name']:18} simulator == host C: {exact[-1]['identical']}", flush=True)
     for r in rows:
         r.pop("final_bytes")
+    boards = [] if args.no_qemu else on_boards(graph, plan, scenarios[2])
+    print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
                   model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test,
-                  offline_epochs=EPOCHS, lr_sweep=sweep, configs=CONFIGS, rows=rows, exact=exact,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, configs=CONFIGS, rows=rows, exact=exact,
                   seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
     return record
@@ -321,6 +345,12 @@ def write(rec: dict, out: Path) -> None:
     lines += ["lr sweep (offline on the pretraining set, validation accuracy % on 1,000 pool images): " + "; ".join(
         f"{r['lr']}: {fmt(r['epochs_1'])} (1 epoch), {fmt(r['epochs_' + str(rec['offline_epochs'])])} "
         f"({rec['offline_epochs']})" for r in rec["lr_sweep"]), ""]
+    for b in rec["boards"]:
+        lines.append(f"{b['board']} (replay+guard, the first {b['samples']} samples of shift-noise, from the new "
+                     f"head): {b['learn_insns']:,.0f} instructions per tt_learn that trains (1 + K steps), "
+                     f"{b['observe_insns']:,.0f} per tt_observe; results and tt_field_save bytes "
+                     f"{'identical to' if b['identical'] else 'DIFFERENT from'} the simulator's.")
+    lines.append("")
     if rec["exact"]:
         ok = sum(e["identical"] for e in rec["exact"])
         lines.append(f"Simulator == host C (replay+guard, final tt_field_save bytes, accuracy curve, alarms): "
