@@ -74,3 +74,12 @@ def test_compile_replay(tmp_path, capsys):
     assert main(["compile", MODEL, "--update", "last-k:1", "--replay", "16", "--known-classes", "3",
                  "-o", str(bad)]) == 2
     assert not bad.exists()
+
+
+def test_guide_table_is_the_study_s():
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "field-learning.md").read_text()
+    block = guide.split("<!-- field-study-table -->\n")[1].split("<!-- /field-study-table -->")[0]
+    result = (root / "benchmarks" / "results" / "field_study.md").read_text()
+    table = [line for line in result.splitlines() if line.startswith("|")]
+    assert block.strip().splitlines() == table
