@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from tinytrain.codegen.context import environment
 from tinytrain.codegen.state import state_layout, state_size
+from tinytrain.csources import firmware_sources
 from tinytrain.field_runtime.head import DEFAULT_NORM
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.version import __version__
 
 FIELD_HEADER, FIELD_SOURCE = "tt_field.h", "tt_field.c"
+FLASH_FILES = {"tt_field_flash.h": "field_flash.h.j2", "tt_field_flash.c": "field_flash.c.j2"}
 
 
 @dataclass(frozen=True)
@@ -49,5 +51,15 @@ def render_field(program: FieldProgram) -> dict[str, str]:
     ctx = dict(version=__version__, cfg=program.cfg, width=program.width, classes=program.classes,
                replay=program.cfg.replay, guard=program.cfg.guard, seed=program.cfg.seed, head=program.head,
                default_norm=DEFAULT_NORM, sram_bytes=mem.sram, save_bytes=mem.save)
-    return {FIELD_HEADER: env.get_template("field.h.j2").render(**ctx),
-            FIELD_SOURCE: env.get_template("field.c.j2").render(**ctx)}
+    files = {FIELD_HEADER: env.get_template("field.h.j2").render(**ctx),
+             FIELD_SOURCE: env.get_template("field.c.j2").render(**ctx)}
+    return {**files, **flash_store(program.cfg.replay, program.width)}
+
+
+def flash_store(slots: int, width: int) -> dict[str, str]:
+    """The replay buffer's flash store (tt_field_flash.c / .h, on firmware/c's tt_flash.h) for ``slots`` latents of
+    ``width`` bytes."""
+    env = environment()
+    files = {name: env.get_template(t).render(version=__version__, slots=max(slots, 1), width=width)
+             for name, t in FLASH_FILES.items()}
+    return {**files, "tt_flash.h": (firmware_sources() / "tt_flash.h").read_text()}
