@@ -1,7 +1,7 @@
 """tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers.
 
 The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate`` and
-``fleet`` (tinytrain/federated/run.py); errors are the
+``fleet`` (tinytrain/federated/run.py), ``field`` (tinytrain/field_runtime/api.py); errors are the
 classes of tinytrain/errors.py (``TinyTrainError`` and its subclasses).
 """
 
@@ -9,7 +9,7 @@ from tinytrain.errors import (BudgetError, ModelError, PlanError, TinyTrainError
                               UsageError)
 from tinytrain.version import __version__
 
-API = ("load_model", "compile", "plan", "train", "evaluate", "fleet")
+API = ("load_model", "compile", "plan", "train", "evaluate", "fleet", "field")
 __all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError", "UnsupportedModelError",
            "UsageError"]
 
@@ -20,6 +20,10 @@ def __getattr__(name: str):
         from tinytrain.federated import fleet
 
         return fleet
+    if name == "field":  # field_runtime/api.py builds on api.py too
+        from tinytrain.field_runtime.api import field
+
+        return field
     if name in API:
         from tinytrain import api
 

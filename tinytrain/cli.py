@@ -17,6 +17,7 @@ from tinytrain.cli_args import positive_int
 from tinytrain.version import __version__
 from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
 from tinytrain.cli_train import add_force_argument, add_loss_argument
+from tinytrain.cli_field import add_field_command, add_field_options, prepare_field
 from tinytrain.outputs import OutputDir, check_file, write_file
 
 
@@ -112,6 +113,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
                        input_mapping=args.input_mapping, classes=args.classes.split(",") if args.classes else None,
                        remainder_bits=args.remainder_bits, backward=args.backward)
     out = Path(args.output)
+    write_field = prepare_field(args)  # compile --replay: the field runtime (cli_field.py), checked before writing
     compiled.write(target)
     print(compiled.text())
     if args.explain:
@@ -121,6 +123,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
     persist = f", {out}/persist/ (tt_persist: the learned state in flash)" if compiled.plan and compiled.files else ""
     print(f"wrote {out}/report.json, report.txt, memory_timeline.png" + (", the C project" if compiled.files else "")
           + persist)
+    if write_field:
+        write_field()
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
@@ -183,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")
     add_force_argument(s)
+    add_field_options(s, compile_command=True)
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("convert", help="write the model as an int8 QDQ ONNX file (onnxruntime quantize_static form)")
@@ -210,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_samples import add_samples_command
 
     add_samples_command(sub)
+    add_field_command(sub)
     return p
 
 

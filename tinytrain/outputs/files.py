@@ -79,6 +79,7 @@ FILE_KINDS: dict[str, tuple[str, Callable[[Path], bool]]] = {
     "search": ("a plan search report", _json_with("chosen", "finalists")),
     "npy": ("an int8 / uint8 .npy array", _int_npy),
     "fleet": ("a fleet run's fleet.json", _json_with("task", "round", "state")),
+    "field": ("a field run's result (tinytrain field --json)", _json_with("engine", "checkpoints", "drift_alarms")),
 }
 
 

@@ -1,0 +1,376 @@
+"""Field study: the field runtime (replay, drift, class-incremental head, guard) on Fashion-MNIST streams.
+
+    .venv/bin/python benchmarks/field_study.py [--pool 3000 --test 2000 --lr 0.03 --no-exact]
+
+ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head (seed 0),
+the plan the head only (``last-k:1``, lr 0.003: chosen by the sweep this script prints, offline training on the
+pretraining set scored on 1,000 validation images of the stream pool, never on the test images), batch-1 SGD, QAS, stochastic rounding. Fashion-MNIST from the
+Debian package ``dataset-fashion-mnist``, read in place: a pretraining set (1,000 train images), a stream pool
+(``--pool`` other train images) and ``--test`` test images, each also under two domain shifts (``contrast``:
+x/2 + 96; ``noise``: Gaussian, sigma 40). Every image's latent (the 256-byte frozen prefix output) is computed once by
+the C forward (cached in build/field_study). Every run starts from the head pretrained offline (3 shuffled epochs)
+on the classes known at the start, runs on the host C field runtime, and is scored on the test images of the
+scenario's distribution over the classes seen. With ``--exact`` (default) the replay+guard run of every scenario is
+repeated on the simulator and must give the same final runtime bytes (tt_field_save) and status.
+
+Scenarios: ``stationary`` (10,000 draws from the clean pool, 10 % labelled: false alarms), ``shift-contrast`` and
+``shift-noise`` (1,000 clean samples, then 2,000 shifted, 30 % labelled), ``class-incremental`` (classes 0-4 known;
+5..9 arrive one by one, 600 samples apart, all labelled), ``new-class-10`` (classes 0-8 known, 300 old samples, then
+ten examples of class 9 among old ones), ``scarce-labels`` (the noise shift, 10 % labelled in runs of 20 of one
+class), ``wrong-labels`` (3,000 labelled clean samples, 30 % of labels wrong from 1,000 to 1,600). Configurations:
+``none`` (no buffer, no guard: the newest sample alone), ``replay`` (240 slots, 61,964 B, K 2), ``replay+guard`` (and the
+guard's 32 slots). Offline: the same plan from the same start, 3 shuffled epochs over the same labelled samples.
+Writes benchmarks/results/field_study.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tinytrain.api import load_model  # noqa: E402
+from tinytrain.codegen.emit_field import field_memory  # noqa: E402
+from tinytrain.data import load_dataset, model_inputs  # noqa: E402
+from tinytrain.engines.host_c import CTrainer  # noqa: E402
+from tinytrain.errors import Notice  # noqa: E402
+from tinytrain.field_runtime.config import FieldConfig  # noqa: E402
+from tinytrain.field_runtime.program import field_program  # noqa: E402
+from tinytrain.field_runtime.qemu import qemu_field  # noqa: E402
+from tinytrain.field_runtime.run import run_stream  # noqa: E402
+from tinytrain.field_runtime.runtime import HELD, FieldRuntime  # noqa: E402
+from tinytrain.field_runtime.step import SimStep  # noqa: E402
+from tinytrain.training.sparse import preset  # noqa: E402
+
+MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
+WORK = ROOT / "build" / "field_study"
+SHIFTS = {"clean": lambda x, rng: x,
+          "contrast": lambda x, rng: (x.astype(np.int32) // 2 + 96).astype(np.uint8),
+          "noise": lambda x, rng: np.clip(x + rng.normal(0, 40, x.shape), 0, 255).astype(np.uint8)}
+CONFIGS = {"none": dict(replay=0, replay_k=0, guard=0), "replay": dict(replay=240, replay_k=2, guard=0),
+           "replay+guard": dict(replay=240, replay_k=2, guard=32)}  # 240 slots: a buffer under 64 KB
+EPOCHS = 3
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pool", type=int, default=3000)
+    p.add_argument("--test", type=int, default=2000)
+    p.add_argument("--lr", type=float, default=0.003, help="the plan's lr (default: the sweep's choice)")
+    p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
+    p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
+    return p.parse_args(argv)
+
+
+def latents(program, graph, args) -> dict:
+    """{split: {shift: (latents, labels)}} for pretrain / pool / test, cached in build/field_study."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    cache = WORK / f"latents-{args.pool}-{args.test}.npz"
+    if cache.exists():
+        with np.load(cache) as f:
+            return {s: {h: (f[f"{s}-{h}-x"], f[f"{s}-{h}-y"]) for h in SHIFTS} for s in ("pretrain", "pool", "test")}
+    train, test = load_dataset("fashion-mnist:train"), load_dataset("fashion-mnist:test")
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(train.y))
+    parts = {"pretrain": (train.x[order[:1000]], train.y[order[:1000]]),
+             "pool": (train.x[order[1000 : 1000 + args.pool]], train.y[order[1000 : 1000 + args.pool]]),
+             "test": (test.x[: args.test], test.y[: args.test])}
+    out = {}
+    for split, (x, y) in parts.items():
+        out[split] = {}
+        for name, shift in SHIFTS.items():
+            if split == "pretrain" and name != "clean":
+                out[split][name] = out[split]["clean"]
+                continue
+            out[split][name] = (program.latents(model_inputs(graph, shift(x, np.random.default_rng(1)))), y)
+    np.savez(cache, **{f"{s}-{h}-{k}": v for s, d in out.items() for h, (x, y) in d.items()
+                       for k, v in (("x", x), ("y", y))})
+    return out
+
+
+def offline(program, start: bytes, x: np.ndarray, y: np.ndarray, seed: int, epochs: int = EPOCHS) -> CTrainer:
+    """The plan trained offline from ``start``: ``epochs`` shuffled epochs over the labelled (x, y), host C."""
+    t = CTrainer(program.tg)
+    t.load_state_bytes(start)
+    order = np.concatenate([np.random.default_rng(seed + e).permutation(len(y)) for e in range(epochs)])
+    if len(y):
+        t.train(x.reshape(len(x), 1, 1, -1), y, order)
+    return t
+
+
+def accuracy_of(trainer: CTrainer, x: np.ndarray, y: np.ndarray, seen: list[int]) -> np.ndarray:
+    """Per test sample, 1 where the prediction among ``seen`` is right (samples of seen classes only)."""
+    keep = np.isin(y, seen)
+    logits = trainer.predict(x[keep].reshape(int(keep.sum()), 1, 1, -1)).astype(np.int32)
+    mask = np.isin(np.arange(logits.shape[1]), seen)
+    return (np.argmax(np.where(mask, logits, -1000), axis=1) == y[keep]).astype(np.float64)
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(mean of a - b in points, the half-width of its 95 % normal interval) over paired samples."""
+    d = (a - b) * 100
+    return float(d.mean()), float(1.96 * d.std(ddof=1) / np.sqrt(len(d)))
+
+
+def runs_of(lat: dict, n_pool: int) -> list[dict]:
+    """The scenarios: stream latents / labels (-1: none), the test set, classes known, the shift's sample."""
+    rng = np.random.default_rng(2)
+    px, py = lat["pool"]["clean"]
+    out = []
+    draws = rng.integers(0, n_pool, 10000)
+    lab = np.where(rng.random(10000) < 0.1, py[draws], -1)
+    out.append(dict(name="stationary", x=px[draws], y=lab, test="clean", known=10, shift=None))
+    for shift in ("contrast", "noise"):
+        sx, sy = lat["pool"][shift]
+        idx = rng.permutation(n_pool)
+        x = np.concatenate([px[idx[:1000]], sx[idx[1000:3000]]])
+        y = np.concatenate([py[idx[:1000]], sy[idx[1000:3000]]])
+        out.append(dict(name=f"shift-{shift}", x=x, y=np.where(rng.random(len(y)) < 0.3, y, -1), test=shift,
+                        known=10, shift=1000))
+    out.append(incremental(px, py, rng))
+    out.append(new_class(px, py, rng))
+    out.append(scarce(lat["pool"]["noise"], rng))
+    idx = rng.permutation(n_pool)
+    y = py[idx].copy()
+    burst = (np.arange(len(y)) >= 1000) & (np.arange(len(y)) < 1600) & (rng.random(len(y)) < 0.3)
+    y[burst] = (y[burst] + rng.integers(1, 10, int(burst.sum()))) % 10
+    out.append(dict(name="wrong-labels", x=px[idx], y=y, test="clean", known=10, shift=None, burst=(1000, 1600)))
+    return out
+
+
+def incremental(px, py, rng) -> dict:
+    """Classes 0-4 known; class 5 + j joins at sample 600 j; every sample labelled, of the classes present."""
+    order, x, y = rng.permutation(len(py)), [], []
+    for j in range(5):
+        rows = [r for r in order if py[r] < 5 + j + 1][:600]
+        x.append(px[rows]), y.append(py[rows])
+        order = np.setdiff1d(order, rows, assume_unique=True)
+        order = rng.permutation(order)
+    return dict(name="class-incremental", x=np.concatenate(x), y=np.concatenate(y), test="clean", known=5,
+                shift=None)
+
+
+def new_class(px, py, rng) -> dict:
+    """Classes 0-8 known: 300 old samples, then ten class-9 examples, each followed by 4 old ones."""
+    old, nine = rng.permutation(np.flatnonzero(py < 9)), rng.permutation(np.flatnonzero(py == 9))[:10]
+    rows = list(old[:300])
+    for k in range(10):
+        rows += [nine[k], *old[300 + 4 * k : 304 + 4 * k]]
+    return dict(name="new-class-10", x=px[rows], y=py[rows], test="clean", known=9, shift=None, before=300)
+
+
+def scarce(pool, rng) -> dict:
+    """The noise shift from the first sample, 10 % labelled in runs of 20 labels of one class."""
+    sx, sy = pool
+    y = np.full(len(sy), -1)
+    at = 0
+    while at < len(sy):
+        c = rng.integers(0, 10)
+        rows = [r for r in range(at, min(len(sy), at + 200)) if sy[r] == c][:20]
+        y[rows] = c
+        at += 200
+    return dict(name="scarce-labels", x=sx, y=y, test="noise", known=10, shift=None)
+
+
+def lr_sweep(graph, lat: dict) -> list[dict]:
+    """Validation accuracy of offline training on the pretraining set (1 and 3 epochs) per lr."""
+    px, py = lat["pretrain"]["clean"]
+    vx, vy = lat["pool"]["clean"][0][:1000], lat["pool"]["clean"][1][:1000]
+    out = []
+    for lr in (0.001, 0.003, 0.01, 0.03):
+        program = field_program(graph, preset("last-k:1", graph, lr=lr), FieldConfig(replay=0, replay_k=0, guard=0))
+        init = CTrainer(program.tg).state_bytes()
+        row = {"lr": lr}
+        for epochs in (1, EPOCHS):
+            t = offline(program, init, px, py, 0, epochs)
+            row[f"epochs_{epochs}"] = float(accuracy_of(t, vx, vy, list(range(10))).mean())
+        out.append(row)
+    return out
+
+
+def on_boards(graph, plan, sc: dict, n: int = 200) -> list[dict]:
+    """Instructions per tt_learn / tt_observe on qemu-m4 and qemu-m7 (replay+guard, from the new head, the first
+    ``n`` samples of ``sc``), and whether the board's tt_field_save bytes and results equal the simulator's."""
+    program = field_program(graph, plan, FieldConfig(known=sc["known"], **CONFIGS["replay+guard"]))
+    x, y = sc["x"][:n], sc["y"][:n]
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    results = [sim.learn(a, int(b)) if b >= 0 else sim.observe(a) for a, b in zip(x, y)]
+    out = []
+    for board in ("qemu-m4", "qemu-m7"):
+        run = qemu_field(program, x, y, board)
+        trained = run.learned & (run.results != HELD)
+        out.append(dict(board=board, samples=n, learn_insns=float(run.insns[trained].mean()),
+                        observe_insns=float(run.insns[~run.learned].mean()),
+                        identical=run.results.tolist() == results and run.state == sim.state_bytes()))
+    return out
+
+
+def start_state(program, lat: dict, known: int, seed: int = 0) -> bytes:
+    """The head pretrained offline on the pretraining set's classes 0 .. known-1 (from the new head)."""
+    x, y = lat["pretrain"]["clean"]
+    keep = y < known
+    return offline(program, CTrainer(program.tg).state_bytes(), x[keep], y[keep], seed).state_bytes()
+
+
+def final_trainer(program, state: bytes) -> CTrainer:
+    t = CTrainer(program.tg)
+    t.load_state_bytes(state)
+    return t
+
+
+def run_one(graph, plan, sc: dict, lat: dict, cfg_name: str, starts: dict, engine: str = "c") -> dict:
+    """One scenario under one configuration: the field run, its final state's test scores, the offline baseline."""
+    cfg = FieldConfig(known=sc["known"], **CONFIGS[cfg_name])
+    program = field_program(graph, plan, cfg)
+    tx, ty = lat["test"][sc["test"]]
+    res = run_stream(program, sc["x"], sc["y"], (tx, ty), engine=engine, every=200, start=starts[sc["known"]])
+    state = bytes(np.frombuffer(res.state, np.uint8, program.state_size, 4))
+    seen = res.classes_seen
+    mine = accuracy_of(final_trainer(program, state), tx, ty, seen)
+    rec = dict(scenario=sc["name"], config=cfg_name, engine=engine, samples=res.samples, labelled=res.labelled,
+               accuracy=float(mine.mean()), curve=[(c["sample"], c["accuracy"]) for c in res.checkpoints],
+               alarms=res.alarms, rollbacks=res.status["rollbacks"], checks=res.status["checks"],
+               memory=field_memory(program).as_dict(), seconds=round(res.seconds, 2), seen=seen,
+               final_bytes=res.state)
+    lab = sc["y"] >= 0
+    off = offline(program, starts[sc["known"]], sc["x"][lab], sc["y"][lab], 7)
+    theirs = accuracy_of(off, tx, ty, seen)
+    rec.update(offline=float(theirs.mean()), vs_offline=paired(mine, theirs))
+    rec.update(scenario_metrics(sc, program, res, state, tx, ty, starts))
+    return rec
+
+
+def scenario_metrics(sc, program, res, state, tx, ty, starts) -> dict:
+    out = {}
+    if sc["shift"] is not None:
+        after = [a for a in res.alarms if a >= sc["shift"]]
+        out.update(delay=(after[0] - sc["shift"]) if after else None,
+                   false_alarms=len([a for a in res.alarms if a < sc["shift"]]))
+    if sc["name"] == "stationary":
+        out.update(false_alarms=len(res.alarms))
+    if sc["name"] == "class-incremental":
+        old = list(range(sc["known"]))
+        start = accuracy_of(final_trainer(program, starts[sc["known"]]), tx, ty, old).mean()
+        keep = np.isin(ty, old)
+        end = accuracy_of(final_trainer(program, state), tx[keep], ty[keep], res.classes_seen).mean()
+        out.update(old_start=float(start), old_end=float(end), forgetting=float(100 * (start - end)))
+    if sc["name"] == "new-class-10":
+        t, n = final_trainer(program, state), sc["before"]
+        nine, old = ty == 9, ty < 9
+        prefix = run_stream(program, sc["x"][:n], sc["y"][:n], (tx[:0], ty[:0]), engine=res.engine,
+                            start=starts[sc["known"]])
+        b = final_trainer(program, bytes(np.frombuffer(prefix.state, np.uint8, program.state_size, 4)))
+        out.update(new_class=float(accuracy_of(t, tx[nine], ty[nine], res.classes_seen).mean()),
+                   old_before=float(accuracy_of(b, tx[old], ty[old], prefix.classes_seen).mean()),
+                   old_after=float(accuracy_of(t, tx[old], ty[old], res.classes_seen).mean()))
+    if "burst" in sc:
+        curve = dict((c["sample"], c["accuracy"]) for c in res.checkpoints)
+        out.update(before_burst=curve[sc["burst"][0]], after_burst=curve[sc["burst"][1]])
+    return out
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    warnings.simplefilter("ignore", Notice)
+    t0 = time.time()
+    graph = load_model(MODEL, new_head=10)
+    plan = preset("last-k:1", graph, lr=args.lr)
+    lat = latents(field_program(graph, plan, FieldConfig()), graph, args)
+    base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
+    starts = {k: start_state(base, lat, k) for k in (5, 9, 10)}
+    sweep = lr_sweep(graph, lat)
+    print("lr sweep (validation accuracy):", sweep, flush=True)
+    rows, exact = [], []
+    scenarios = runs_of(lat, args.pool)
+    for sc in scenarios:
+        for cfg_name in CONFIGS:
+            rows.append(run_one(graph, plan, sc, lat, cfg_name, starts))
+            print(f"{sc['name']:18} {cfg_name:13} accuracy {rows[-1]['accuracy']:.4f} offline "
+                  f"{rows[-1]['offline']:.4f} alarms {rows[-1]['alarms']} rollbacks {rows[-1]['rollbacks']} "
+                  f"({rows[-1]['seconds']} s)", flush=True)
+        if not args.no_exact:
+            sim = run_one(graph, plan, sc, lat, "replay+guard", starts, engine="sim")
+            exact.append(dict(scenario=sc["name"], identical=sim["final_bytes"] == rows[-1]["final_bytes"]
+                              and sim["curve"] == rows[-1]["curve"] and sim["alarms"] == rows[-1]["alarms"]))
+            print(f"{sc['name']:18} simulator == host C: {exact[-1]['identical']}", flush=True)
+    for r in rows:
+        r.pop("final_bytes")
+    boards = [] if args.no_qemu else on_boards(graph, plan, scenarios[2])
+    print("boards:", boards, flush=True)
+    record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
+                  model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, configs=CONFIGS, rows=rows, exact=exact,
+                  seconds=round(time.time() - t0, 1))
+    write(record, Path(args.out))
+    return record
+
+
+def fmt(v, pct: bool = True) -> str:
+    if v is None:
+        return "—"
+    return f"{100 * v:.1f}" if pct else str(v)
+
+
+def write(rec: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
+    lines = [f"# Field study\n\n`{rec['command']}` ({rec['seconds']} s)\n",
+             f"{rec['model']} with a new 10-class head, plan {rec['plan']}, lr {rec['lr']}; Fashion-MNIST, "
+             f"{rec['pool']} stream-pool images, {rec['test']} test images; host C field runtime. Accuracy (%) on the "
+             "test images of the scenario's distribution over the classes seen; offline: the same plan from the "
+             f"same start, {rec['offline_epochs']} shuffled epochs over the same labelled samples; field - offline "
+             "with its paired 95 % interval.\n",
+             "| scenario | config | labelled | accuracy | offline | field - offline | drift alarms (sample) | "
+             "rollbacks | scenario's measure |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rec["rows"]:
+        d, h = r["vs_offline"]
+        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']} | {fmt(r['accuracy'])} | "
+                     f"{fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {', '.join(map(str, r['alarms'])) or 'none'} | "
+                     f"{r['rollbacks']} / {r['checks']} | {measure(r)} |")
+    m = rec["rows"][-1]["memory"]
+    lines += ["", f"SRAM the runtime adds (replay+guard): {m['sram']} B (buffer {m['buffer']}, guard {m['guard']}, "
+              f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
+              f"{rec['rows'][0]['memory']['sram']} B. Buffer and states are in SRAM; flash storage of the buffer "
+              "is not implemented, so no flash erases are counted.", ""]
+    lines += ["lr sweep (offline on the pretraining set, validation accuracy % on 1,000 pool images): " + "; ".join(
+        f"{r['lr']}: {fmt(r['epochs_1'])} (1 epoch), {fmt(r['epochs_' + str(rec['offline_epochs'])])} "
+        f"({rec['offline_epochs']})" for r in rec["lr_sweep"]), ""]
+    for b in rec["boards"]:
+        lines.append(f"{b['board']} (replay+guard, the first {b['samples']} samples of shift-noise, from the new "
+                     f"head): {b['learn_insns']:,.0f} instructions per tt_learn that trains (1 + K steps), "
+                     f"{b['observe_insns']:,.0f} per tt_observe; results and tt_field_save bytes "
+                     f"{'identical to' if b['identical'] else 'DIFFERENT from'} the simulator's.")
+    lines.append("")
+    if rec["exact"]:
+        ok = sum(e["identical"] for e in rec["exact"])
+        lines.append(f"Simulator == host C (replay+guard, final tt_field_save bytes, accuracy curve, alarms): "
+                     f"{ok} of {len(rec['exact'])} scenarios identical.")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def measure(r: dict) -> str:
+    if r["scenario"] == "class-incremental":
+        return f"old classes {fmt(r['old_start'])} → {fmt(r['old_end'])} (forgetting {r['forgetting']:.1f})"
+    if r["scenario"] == "new-class-10":
+        return (f"class 9 {fmt(r['new_class'])}; classes 0-8 {fmt(r['old_before'])} → {fmt(r['old_after'])}")
+    if "before_burst" in r:
+        return f"before burst {fmt(r['before_burst'])}, after {fmt(r['after_burst'])}"
+    if r.get("delay") is not None or "delay" in r:
+        return f"drift delay {fmt(r['delay'], False)} samples, false alarms {r['false_alarms']}"
+    if "false_alarms" in r:
+        return f"false alarms {r['false_alarms']} in {r['samples']} samples"
+    return ""
+
+
+if __name__ == "__main__":
+    main()

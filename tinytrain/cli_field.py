@@ -1,0 +1,122 @@
+"""``tinytrain field`` (docs/guide/field-learning.md) and the field runtime's ``compile`` options.
+
+    tinytrain field MODEL --stream STREAM.npz [--test DATA] [--engine sim|c] [--json OUT.json] ...
+    tinytrain compile MODEL --update last-k:1 --replay N [--replay-k K] [--max-classes C] ... -o OUT
+
+The work is ``tinytrain.field`` (field_runtime/api.py); ``compile --replay`` adds OUT/field/: the cut model's training
+step, tt_field.c / tt_field.h and field.json (what the runtime adds to SRAM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.field_runtime.config import FieldConfig
+
+_DEFAULTS = FieldConfig()
+_SETTINGS = {  # option -> (help); every default is FieldConfig's
+    "guard-every": "every Nth labelled sample of an established class is held back for the guard",
+    "guard-period": "learning steps between guard checks",
+    "guard-drop": "roll back when the state scores more than this many guard samples below the last good one",
+    "imprint": "a new class's head row is imprinted from the buffer at each of its first N examples",
+    "drift-shift": "the feature-mean EMA's weight is 2^-N",
+    "drift-warmup": "samples before the drift reference is taken (and as many to calibrate the threshold)",
+    "drift-factor": "the drift threshold is this times the largest shift seen while calibrating",
+    "drift-min": "the smallest drift threshold (mean |EMA - reference| per channel, 1/256 LSB)",
+    "drift-rebase": "samples after an alarm when the reference is taken anew",
+}
+
+
+def add_field_options(s: argparse.ArgumentParser, compile_command: bool = False) -> None:
+    """The field runtime's sizes and thresholds (compile: only with --replay)."""
+    g = s.add_argument_group("field runtime" + (" (with --replay: OUT/field/, docs/guide/field-learning.md)"
+                                                if compile_command else ""))
+    g.add_argument("--replay", type=non_negative_int, default=None if compile_command else _DEFAULTS.replay,
+                   metavar="N", help=f"replay buffer slots (latents at the frozen prefix's output; default "
+                   f"{_DEFAULTS.replay}{'; compile: emit the field runtime' if compile_command else ''})")
+    g.add_argument("--replay-k", type=non_negative_int, default=_DEFAULTS.replay_k, metavar="K",
+                   help=f"replayed samples per learned one (default {_DEFAULTS.replay_k})")
+    g.add_argument("--max-classes", type=positive_int, metavar="C",
+                   help="head rows (default: the model's outputs, or --new-head's; another count: a new head)")
+    g.add_argument("--known-classes", type=non_negative_int, metavar="N",
+                   help="classes 0..N-1 known at the start (default all; none with a new head)")
+    g.add_argument("--guard", type=non_negative_int, default=_DEFAULTS.guard, metavar="N",
+                   help=f"guard set slots (0: no guard; default {_DEFAULTS.guard})")
+    for name, text in _SETTINGS.items():
+        default = getattr(_DEFAULTS, name.replace("-", "_"))
+        g.add_argument(f"--{name}", type=non_negative_int, default=default, metavar="N",
+                       help=f"{text} (default {default})")
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    return {name.replace("-", "_"): getattr(args, name.replace("-", "_")) for name in _SETTINGS}
+
+
+def cmd_field(args: argparse.Namespace) -> None:
+    from tinytrain.field_runtime.api import field
+    from tinytrain.outputs import check_file, write_file
+
+    inputs = [p for p in (args.model, args.stream, args.test, args.plan) if p]
+    if args.json:
+        check_file(args.json, "field", inputs)
+    result = field(args.model, args.stream, args.test, plan=args.plan, update=args.update, lr=args.lr,
+                   max_classes=args.max_classes, known_classes=args.known_classes, replay=args.replay,
+                   replay_k=args.replay_k, guard=args.guard, engine=args.engine, checkpoints=args.checkpoints,
+                   seed=args.seed, **_settings(args))
+    print(result.text())
+    if args.json:
+        write_file(args.json, (json.dumps(result.to_json(), indent=1) + "\n").encode(), "field", inputs)
+        print(f"wrote {args.json}")
+
+
+def add_field_command(sub) -> None:
+    s = sub.add_parser("field", help="run a stream through the field runtime: replay, drift, new classes, guard")
+    s.add_argument("model")
+    s.add_argument("--stream", required=True, metavar="STREAM.npz",
+                   help="x: the samples in arrival order (any DATA kind train takes); y: labels, -1 for none")
+    s.add_argument("--test", metavar="DATA", help="DATA spec scored at every checkpoint (e.g. fashion-mnist:test)")
+    s.add_argument("--plan", help="sparse-update plan file (version 1)")
+    s.add_argument("--update", help="full | bias-only | last-k:N (default last-k:1: the head)")
+    s.add_argument("--lr", type=positive_float, help="learning rate of an --update preset (default 0.01)")
+    add_field_options(s)
+    s.add_argument("--engine", choices=("sim", "c"), help="sim: the simulator (the spec); c: the emitted C on the "
+                   "host (default with gcc); the same decisions, states and buffer")
+    s.add_argument("--checkpoints", type=positive_int, default=10, help="test accuracy this many times (default 10)")
+    s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init and rounding stream")
+    s.add_argument("--json", metavar="OUT.json", help="write the result as JSON")
+    s.set_defaults(func=cmd_field)
+
+
+def prepare_field(args: argparse.Namespace):
+    """compile --replay N: check the field runtime's options now and return what writes OUT/field/ after the
+    compile's output (None without --replay)."""
+    if getattr(args, "replay", None) is None:
+        return None
+    from tinytrain.codegen.emit_field import field_memory
+    from tinytrain.field_runtime.api import field_model
+    from tinytrain.field_runtime.host import field_files
+    from tinytrain.outputs import OutputDir
+
+    heads = args.max_classes or args.new_head  # compile's new head is the field head
+    program = field_model(args.model, plan=args.plan, update=args.update, max_classes=heads,
+                          known_classes=args.known_classes, replay=args.replay, replay_k=args.replay_k,
+                          guard=args.guard, **_settings(args))
+    files = field_files(program)
+    report = {"cut": program.cut, "latent_bytes": program.width, "classes": program.classes,
+              "config": program.cfg.__dict__, "memory": field_memory(program).as_dict()}
+    target = OutputDir(Path(args.output) / "field", "compile-field", inputs=[args.model])
+
+    def write() -> None:
+        with target as tmp:
+            for name, body in files.items():
+                (tmp / name).write_bytes(body.encode("utf-8"))
+            (tmp / "field.json").write_text(json.dumps(report, indent=1) + "\n")
+        m = report["memory"]
+        print(f"wrote {args.output}/field/: the field runtime (tt_field.c/h) beside the training step of the model "
+              f"from {program.cut}; it adds {m['sram']} B SRAM (buffer {m['buffer']}, guard {m['guard']}, "
+              f"states {m['states']})")
+
+    return write

@@ -1,0 +1,65 @@
+"""The field runtime's C (codegen/templates/field*.j2): ``tt_field.h`` / ``tt_field.c`` beside the cut model's
+training step, sized at compile time (tinytrain/field_runtime/ is their spec)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinytrain.codegen.context import environment
+from tinytrain.codegen.state import state_layout, state_size
+from tinytrain.csources import firmware_sources
+from tinytrain.field_runtime.head import DEFAULT_NORM
+from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.version import __version__
+
+FIELD_HEADER, FIELD_SOURCE = "tt_field.h", "tt_field.c"
+FLASH_FILES = {"tt_field_flash.h": "field_flash.h.j2", "tt_field_flash.c": "field_flash.c.j2"}
+
+
+@dataclass(frozen=True)
+class FieldMemory:
+    """Bytes the field runtime adds: SRAM of its statics, by part, and what ``tt_field_save`` writes."""
+
+    buffer: int
+    guard: int
+    states: int  # the last good state and a scratch copy
+    statistics: int
+    save: int
+
+    @property
+    def sram(self) -> int:
+        return self.buffer + self.guard + self.states + self.statistics
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "sram": self.sram}
+
+
+def field_memory(program: FieldProgram) -> FieldMemory:
+    cfg, k, c = program.cfg, program.width, program.classes
+    s = state_size(state_layout(program.tg))
+    buffer = cfg.replay * (k + 2) + 4 * c + 4
+    guard = cfg.guard * (k + 2) + 8
+    stats = 8 * k + 40 + 20 + 4 + c * 6  # EMA, reference, drift words, counters, rng, seen / count / logits
+    save = 4 + 2 * s + buffer + guard + c * 5 + 8 * k + 60
+    return FieldMemory(buffer, guard, 2 * s, stats, save)
+
+
+def render_field(program: FieldProgram) -> dict[str, str]:
+    """File name -> text of the field runtime of ``program``."""
+    env = environment()
+    mem = field_memory(program)
+    ctx = dict(version=__version__, cfg=program.cfg, width=program.width, classes=program.classes,
+               replay=program.cfg.replay, guard=program.cfg.guard, seed=program.cfg.seed, head=program.head,
+               default_norm=DEFAULT_NORM, sram_bytes=mem.sram, save_bytes=mem.save)
+    files = {FIELD_HEADER: env.get_template("field.h.j2").render(**ctx),
+             FIELD_SOURCE: env.get_template("field.c.j2").render(**ctx)}
+    return {**files, **flash_store(program.cfg.replay, program.width)}
+
+
+def flash_store(slots: int, width: int) -> dict[str, str]:
+    """The replay buffer's flash store (tt_field_flash.c / .h, on firmware/c's tt_flash.h) for ``slots`` latents of
+    ``width`` bytes."""
+    env = environment()
+    files = {name: env.get_template(t).render(version=__version__, slots=max(slots, 1), width=width)
+             for name, t in FLASH_FILES.items()}
+    return {**files, "tt_flash.h": (firmware_sources() / "tt_flash.h").read_text()}

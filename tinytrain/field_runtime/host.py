@@ -1,0 +1,73 @@
+"""The field runtime's emitted C built for the host: the cut model's training step and tt_field.c in one library.
+
+``HostField`` has the ``FieldRuntime`` calls (``learn``, ``observe``, ``drift_state``, ``state_bytes``) through
+ctypes; its results are the simulator's, bit for bit (tests/test_field.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from tinytrain.codegen import MODEL_SOURCE, render_project
+from tinytrain.codegen.emit_field import FIELD_SOURCE, field_memory, render_field
+from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
+from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.field_runtime.runtime import STATUS
+from tinytrain.memory.report import plan_memory
+from tinytrain.training.device_step import device_schedule
+
+
+def field_files(program: FieldProgram) -> dict[str, str]:
+    """The emitted project: the cut model's training step and the field runtime (tt_field.c / .h)."""
+    schedule = device_schedule(program.tg)
+    files = dict(render_project(schedule, plan_memory(schedule, 1 << 62, 1 << 62)))
+    files.update(render_field(program))
+    return files
+
+
+class HostField:
+    def __init__(self, program: FieldProgram) -> None:
+        self.program = program
+        files = field_files(program)
+        unity = dict(files)  # one translation unit: the runtime calls the step's functions
+        unity[MODEL_SOURCE] = files[MODEL_SOURCE] + f'\n#include "{FIELD_SOURCE}"\n'
+        lib = self._lib = _private_copy(compile_files(unity, cflags=TRAIN_CFLAGS))
+        vp, i32, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
+        for name, args, res in (("tt_field_init", [], None), ("tt_learn", [vp, i32], i32),
+                                ("tt_observe", [vp, vp], i32), ("tt_drift", [vp], i32),
+                                ("tt_field_save", [vp], u32), ("tt_field_rollbacks", [], u32),
+                                ("tt_field_predict", [vp], i32), ("tt_field_status", [vp], None),
+                                ("tt_field_start", [vp], i32)):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        self._save = ctypes.create_string_buffer(field_memory(program).save)
+
+        lib.tt_field_init()
+
+    def start(self, state: bytes) -> None:
+        """Start from the model state ``state`` (tt_state_load bytes of the cut model's step)."""
+        if self._lib.tt_field_start(state) != 0:
+            raise ValueError("the library refused the state (magic, version or layout differ)")
+
+    def learn(self, latent: np.ndarray, label: int) -> int:
+        x = np.ascontiguousarray(latent, np.int8)
+        return int(self._lib.tt_learn(x.ctypes.data, int(label)))
+
+    def observe(self, latent: np.ndarray) -> int:
+        x = np.ascontiguousarray(latent, np.int8)
+        return int(self._lib.tt_observe(x.ctypes.data, None))
+
+    def predict(self, latents: np.ndarray) -> np.ndarray:
+        xs = np.ascontiguousarray(latents, np.int8)
+        return np.array([self._lib.tt_field_predict(xs[i].ctypes.data) for i in range(len(xs))], np.int64)
+
+    def status(self) -> dict:
+        out = np.zeros(8, np.int32)
+        self._lib.tt_field_status(out.ctypes.data)
+        return dict(zip(STATUS, (int(v) for v in out)))
+
+    def state_bytes(self) -> bytes:
+        n = self._lib.tt_field_save(self._save)
+        return self._save.raw[:n]

@@ -1,0 +1,81 @@
+"""The field runtime as firmware on an emulated board: the cut model's step and tt_field.c built with the board's
+cross compiler, a stream baked into the harness (codegen/templates/field_harness.c.j2), run under QEMU.
+
+``qemu_field`` returns each call's result and instruction count and the whole runtime's bytes (tt_field_save), the
+simulator's bit for bit (tests/test_field.py).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tinytrain.codegen.context import environment
+from tinytrain.codegen.emit_field import render_field
+from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
+from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.firmware import get_board
+from tinytrain.firmware.project import render_firmware
+from tinytrain.version import __version__
+
+HARNESS = "src/tt_harness_qemu.c"
+_CALL = re.compile(r"^tt: (learn|observe) (\d+) result (-?\d+) ticks (\d+)$")
+
+
+@dataclass(frozen=True)
+class QemuField:
+    results: np.ndarray  # (N,) tt_learn's code or tt_observe's class
+    insns: np.ndarray  # (N,) instructions of each call
+    learned: np.ndarray  # (N,) bool: the call was tt_learn
+    state: bytes  # tt_field_save after the stream
+
+
+def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray) -> str:
+    rows = [", ".join(map(str, r)) for r in np.asarray(latents, np.int8).reshape(len(latents), -1)]
+    return environment().get_template("field_harness.c.j2").render(
+        version=__version__, n=len(rows), rows=rows, labels=", ".join(map(str, np.asarray(labels, int))))
+
+
+def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
+               timeout: int = 600) -> QemuField:
+    b = get_board(board)
+    _need(b.tools.prefix + "gcc", b.tools.package)
+    qemu = _need(b.tools.qemu, b.tools.qemu_package)
+    with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
+        tmp = Path(tmp)
+        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, 1 << 20)
+        files = render_firmware(tmp / "compile", board)
+        files[HARNESS] = harness(program, latents, labels).encode()
+        files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
+        for rel, data in files.items():
+            (tmp / "fw" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / "fw" / rel).write_bytes(data)
+        r = subprocess.run(["make", "-s", ELF], cwd=tmp / "fw", capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise QemuError(f"the field firmware does not link:\n{(r.stderr or r.stdout)[-3000:]}")
+        cmd = ["timeout", "--kill-after=5", str(timeout), qemu, "-M", b.qemu.machine, *b.qemu.args, "-nographic",
+               "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(tmp / "fw" / ELF)]
+        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, stdin=subprocess.DEVNULL).stdout
+    return parse(out)
+
+
+def parse(text: str) -> QemuField:
+    calls, state, tick = [], None, None
+    for line in text.splitlines():
+        m = _CALL.match(line)
+        if m:
+            calls.append((m.group(1) == "learn", int(m.group(3)), int(m.group(4))))
+        elif line.startswith("tt: field "):
+            state = bytes.fromhex(line[len("tt: field "):])
+        elif line.startswith("tt: tick "):
+            num, den = line[len("tt: tick "):].split("/")
+            tick = (int(num), int(den))
+    if state is None or tick is None or "tt: done" not in text:
+        raise QemuError(f"the field firmware did not finish:\n{text[-2000:]}")
+    c = np.array(calls, np.int64).reshape(-1, 3)
+    return QemuField(c[:, 1], c[:, 2] * tick[0] // tick[1], c[:, 0].astype(bool), state)
