@@ -1,7 +1,7 @@
 """tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers.
 
 The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate`` and
-``fleet`` (tinytrain/federated/run.py); errors are the
+``fleet`` (tinytrain/federated/run.py), ``quantize`` (tinytrain/quantizer.py: a float ONNX model to int8); errors are the
 classes of tinytrain/errors.py (``TinyTrainError`` and its subclasses).
 """
 
@@ -10,8 +10,8 @@ from tinytrain.errors import (BudgetError, ModelError, PlanError, TinyTrainError
 from tinytrain.version import __version__
 
 API = ("load_model", "compile", "plan", "train", "evaluate", "fleet")
-__all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError", "UnsupportedModelError",
-           "UsageError"]
+__all__ = [*API, "quantize", "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError",
+           "UnsupportedModelError", "UsageError"]
 
 
 def __getattr__(name: str):
@@ -20,6 +20,10 @@ def __getattr__(name: str):
         from tinytrain.federated import fleet
 
         return fleet
+    if name == "quantize":
+        from tinytrain.quantizer import quantize
+
+        return quantize
     if name in API:
         from tinytrain import api
 

@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_samples import add_samples_command
 
     add_samples_command(sub)
+    from tinytrain.cli_quantize import add_quantize_command
+
+    add_quantize_command(sub)
     return p
 
 

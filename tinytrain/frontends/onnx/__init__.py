@@ -88,6 +88,6 @@ def convert_onnx(data: bytes, name: str = "model", sha256: str = "") -> tuple[Gr
         converter = Converter(model, name, sha256, qdq.handlers(), "QDQ")
     else:
         raise UnsupportedModelError(f"{name}: the model is float-only (no QuantizeLinear / DequantizeLinear / QLinear "
-                                    f"ops); quantize it to int8 with onnxruntime quantize_static first")
+                                    f"ops); quantize it: tinytrain quantize {name}.onnx --data CALIB -o {name}_int8.onnx")
     graph = replace(converter.run(), metadata={p.key: p.value for p in model.metadata_props})
     return graph, dict(converter.ir_names)
