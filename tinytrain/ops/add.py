@@ -6,7 +6,8 @@ Requant says (double rounding for TFLite imports; single rounding for ONNX impor
 rescales are exact to 2^-20 and the sum is rounded once, like onnxruntime's float add).
 
 Imports: TFLite ADD of two activations of one shape; ONNX Add of two dequantized activations and com.microsoft
-QLinearAdd (a constant added to a convolution's or fully-connected layer's output folds into its bias instead);
+QLinearAdd (a constant added to a convolution's or fully-connected layer's output folds into its bias instead; ONNX
+Sub of a constant folds likewise, frontends/onnx/fold.py);
 exported as Add.
 """
 
@@ -133,6 +134,20 @@ def onnx_add(cv, node) -> None:
     raise cv.unsupported(f"{label}: unsupported Add pattern")
 
 
+def onnx_sub(cv, node) -> None:
+    """x - c and c - x, c a constant (per channel or scalar): folded into the Conv / Gemm computing x
+    (frontends/onnx/fold.py); the difference of two activations is refused."""
+    const = cv.constant_operand(node)
+    if const is None:
+        raise cv.unsupported(f"{cv.label(node)} subtracts two activations, which tinytrain does not support; "
+                             f"only a constant can be subtracted")
+    k, c = const
+    if k == 1:
+        cv.fold_affine(node, cv.value(node, 0), shift=-np.asarray(c), what="subtracts a constant from")
+    else:
+        cv.fold_affine(node, cv.value(node, 1), scale=-1.0, shift=c, what="subtracts from a constant")
+
+
 def onnx_qlinear_add(cv, node) -> None:
     """com.microsoft QLinearAdd (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
     label = cv.label(node)
@@ -179,7 +194,7 @@ def twin(t, node, xs, params, clamp):
     return t.torch.clamp(xs[0] + xs[1], *clamp)
 
 
-ONNX = {"Add": onnx_add}
+ONNX = {"Add": onnx_add, "Sub": onnx_sub}
 ONNX_QOPERATOR = {"com.microsoft.QLinearAdd": onnx_qlinear_add}
 TFLITE = {"ADD": TfliteRead(tflite_add, (11, (("activation", 0, "<b", 0),)), required=2)}
 DOC = OpDoc("ADD", "Add / QLinearAdd", "TFLite fixed point", "g to both inputs", "clamp mask")

@@ -17,13 +17,14 @@ import onnx
 
 from tinytrain.frontends.onnx.constants import QConst
 from tinytrain.frontends.onnx.emit import IRBuilder
+from tinytrain.frontends.onnx.fold import AffineFolds
 from tinytrain.frontends.onnx.parse import attrs_of, elem_type_name, node_label, resolve_padding
 from tinytrain.frontends.onnx.values import (Act, FVal, Pending, SoftmaxOut, ir_shape, onnx_shape, reshape_keeps_order,
                                             same_quant)
 from tinytrain.ir import DType, QuantParams, Role, Tensor
 
 
-class Reader(IRBuilder):
+class Reader(IRBuilder, AffineFolds):
     """The ONNX values during conversion and the reading / recording methods of the op handlers."""
 
     def __init__(self, model: onnx.ModelProto, name: str):
