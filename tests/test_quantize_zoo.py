@@ -1,5 +1,5 @@
-"""The quantizer zoo (tests/quantizers/: small models in the forms Brevitas, NNCF and PyTorch exports write, built by
-make_zoo.py): each imports, its forward equals onnxruntime's, a last-k:2 step compiles within 256 KB and 3 steps
+"""The quantizer zoo (tests/quantizers/: small models in the forms Brevitas, NNCF, PyTorch and LiteRT-torch exports
+write, built by make_zoo.py): each imports, its forward equals onnxruntime's (tflite-micro's for the TFLite one), a last-k:2 step compiles within 256 KB and 3 steps
 train alike on the simulator and the emitted C; and each form tinytrain cannot take exactly is refused in one line
 naming the node, what it is and what to do.
 
@@ -54,13 +54,35 @@ def test_zoo_model_matches_onnxruntime(name):
     assert (diff == 0).mean() >= 0.99
 
 
-@pytest.mark.parametrize("name", list(make_zoo.ZOO))
+def test_litert_transpose_matches_tflite_micro():
+    """The NCHW input's TRANSPOSE dropped (stated), the rest byte for byte with tflite-micro."""
+    pytest.importorskip("tflite_micro")
+    from oracles import tflm_run
+
+    path = HERE / "litert_transpose.tflite"
+    with pytest.warns(Notice, match=r"operator 1 \(TRANSPOSE of the \[1, 3, 8, 8\] NCHW input to NHWC\) dropped"):
+        graph = load_model(path)
+    xs = np.random.default_rng(2).random((50, 3, 8, 8), np.float32)
+    q = graph.tensors[graph.inputs[0]].quant
+    xq = np.clip(np.floor(xs / np.float32(q.s) + 0.5) + q.zp, -128, 127).astype(np.int8)  # TFLite rounds half up
+    ours = forward(graph, {graph.inputs[0]: ir_layout(xq)})[graph.outputs[0]]
+    oq = graph.tensors[graph.outputs[0]].quant
+    theirs = np.rint(tflm_run(path.read_bytes(), xs[:, None]) / np.float32(oq.s)) + oq.zp
+    np.testing.assert_array_equal(ours, theirs.reshape(ours.shape))
+    assert len(np.unique(ours, axis=0)) > 10
+
+
+STEP_MODELS = [f"{name}.onnx" for name in make_zoo.ZOO] + ["litert_transpose.tflite"]
+
+
+@pytest.mark.parametrize("name", STEP_MODELS)
 def test_zoo_model_compiles_a_step_in_256k_and_trains_alike_on_sim_and_c(name, tmp_path):
-    path = HERE / f"{name}.onnx"
+    path = HERE / name
     compiled = tinytrain.compile(path, update="last-k:2", sram="256k")
     assert compiled.plan is not None
     rng = np.random.default_rng(0)
-    data = rng.integers(0, 256, (3, 16, 16, 3), dtype=np.uint8), rng.integers(0, 4, 3)
+    size = 8 if name.endswith(".tflite") else 16
+    data = rng.integers(0, 256, (3, size, size, 3), dtype=np.uint8), rng.integers(0, 3, 3)
     runs = [tinytrain.train(path, data, update="last-k:2", steps=3, engine=e, input_mapping="unit")
             for e in ("sim", "c")]
     assert np.array_equal(runs[0].losses, runs[1].losses)
@@ -69,8 +91,9 @@ def test_zoo_model_compiles_a_step_in_256k_and_trains_alike_on_sim_and_c(name, t
 
 
 def test_the_zoo_files_are_what_make_zoo_writes(tmp_path):
+    pytest.importorskip("tflite_micro")
     for name, path in make_zoo.build(tmp_path).items():
-        assert path.read_bytes() == (HERE / f"{name}.onnx").read_bytes(), name
+        assert path.read_bytes() == (HERE / path.name).read_bytes(), name
 
 
 def test_a_float_output_is_quantized_to_its_reachable_range_and_stated():

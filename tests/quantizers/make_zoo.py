@@ -16,13 +16,18 @@ Brevitas nor NNCF installed:
   point per channel (all equal, as NNCF writes them for a per-tensor range);
 - ``float_output.onnx`` (NNCF without output quantization): the Gemm's output is the float graph output;
 - ``const_ops.onnx`` (PyTorch's ``x * s + t`` and ``x - m``): Mul, Add and Sub with per-channel constant operands
-  between the depthwise Conv and its QuantizeLinear.
+  between the depthwise Conv and its QuantizeLinear;
+
+and one TFLite model written with the test schema builder (tests/oracles.py ``TfliteBuilder``, tflite-micro's
+schema), ``litert_transpose.tflite`` (LiteRT-torch's export of an NCHW PyTorch model): float NCHW input -> QUANTIZE
+-> TRANSPOSE [0, 2, 3, 1] -> CONV_2D (RELU) -> MEAN -> FULLY_CONNECTED -> DEQUANTIZE.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import sys
 import tempfile
 from pathlib import Path
 
@@ -205,6 +210,40 @@ def const_ops(q: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+def litert_transpose() -> bytes:
+    sys.path.insert(0, str(HERE.parent))
+    from oracles import TfliteBuilder
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    rng = np.random.default_rng(5)
+    b = TfliteBuilder()
+    fin = b.tensor("x", (1, 3, 8, 8), "FLOAT32")
+    q = b.tensor("x_q", (1, 3, 8, 8), "INT8", 1 / 255, -128)
+    b.op("QUANTIZE", [fin], [q])
+    perm = b.tensor("perm", (4,), "INT32", data=np.array([0, 2, 3, 1], np.int32))
+    t = b.tensor("x_nhwc", (1, 8, 8, 3), "INT8", 1 / 255, -128)
+    b.op("TRANSPOSE", [q, perm], [t])
+    w_scale = rng.uniform(0.002, 0.006, 4)
+    w = b.tensor("conv_w", (4, 3, 3, 3), "INT8", w_scale, 0, 0, rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8))
+    bias = b.tensor("conv_b", (4,), "INT32", np.float32(1 / 255) * w_scale.astype(np.float32), 0, 0,
+                    rng.integers(-2000, 2000, 4).astype(np.int32))
+    c = b.tensor("conv", (1, 4, 4, 4), "INT8", 0.01, -128)
+    b.op("CONV_2D", [t, w, bias], [c], s.Conv2DOptionsT(padding=s.Padding.SAME, strideW=2, strideH=2,
+                                                         fusedActivationFunction=s.ActivationFunctionType.RELU))
+    axes = b.tensor("axes", (2,), "INT32", data=np.array([1, 2], np.int32))
+    m = b.tensor("mean", (1, 4), "INT8", 0.008, -128)
+    b.op("MEAN", [c, axes], [m], s.ReducerOptionsT(keepDims=False))
+    fs = rng.uniform(0.004, 0.01, 3)
+    fw = b.tensor("fc_w", (3, 4), "INT8", fs, 0, 0, rng.integers(-127, 128, (3, 4)).astype(np.int8))
+    fb = b.tensor("fc_b", (3,), "INT32", np.float32(0.008) * fs.astype(np.float32), 0, 0,
+                  rng.integers(-500, 500, 3).astype(np.int32))
+    y = b.tensor("logits_q", (1, 3), "INT8", 0.02, 0)
+    b.op("FULLY_CONNECTED", [m, fw, fb], [y], s.FullyConnectedOptionsT())
+    out = b.tensor("logits", (1, 3), "FLOAT32")
+    b.op("DEQUANTIZE", [y], [out])
+    return b.finish([fin], [out])
+
+
 ZOO = {"qcdq": qcdq, "bn_unfolded": bn_unfolded, "per_channel_act": per_channel_act, "float_output": float_output,
        "const_ops": const_ops}
 
@@ -218,6 +257,8 @@ def build(out: Path = HERE) -> dict[str, Path]:
         onnx.checker.check_model(m)
         paths[name] = out / f"{name}.onnx"
         onnx.save(m, str(paths[name]))
+    paths["litert_transpose"] = out / "litert_transpose.tflite"
+    paths["litert_transpose"].write_bytes(litert_transpose())
     return paths
 
 
