@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 import make_zoo  # noqa: E402
 
 pytest.importorskip("onnxruntime")
-FOLDED = {"bn_unfolded", "const_ops"}  # at most 1 LSB (module docstring)
+FOLDED = {"bn_unfolded", "const_ops", "transpose_const"}  # at most 1 LSB (module docstring)
 pytestmark = pytest.mark.filterwarnings("ignore::tinytrain.errors.Notice")
 
 

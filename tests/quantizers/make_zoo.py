@@ -17,6 +17,8 @@ Brevitas nor NNCF installed:
 - ``float_output.onnx`` (NNCF without output quantization): the Gemm's output is the float graph output;
 - ``const_ops.onnx`` (PyTorch's ``x * s + t`` and ``x - m``): Mul, Add and Sub with per-channel constant operands
   between the depthwise Conv and its QuantizeLinear;
+- ``transpose_const.onnx`` (PyTorch's ``x.permute(0, 2, 3, 1) * s + t`` and back): Transpose to NHWC, Mul and Add
+  with constants along the last axis, Transpose back, between the depthwise Conv and its QuantizeLinear;
 
 and one TFLite model written with the test schema builder (tests/oracles.py ``TfliteBuilder``, tflite-micro's
 schema), ``litert_transpose.tflite`` (LiteRT-torch's export of an NCHW PyTorch model): float NCHW input -> QUANTIZE
@@ -244,8 +246,22 @@ def litert_transpose() -> bytes:
     return b.finish([fin], [out])
 
 
+def transpose_const(q: onnx.ModelProto) -> onnx.ModelProto:
+    m = copy.deepcopy(q)
+    rng = np.random.default_rng(6)
+    consts = {"t_scale": rng.uniform(0.7, 1.3, 8), "t_shift": rng.normal(0, 0.05, 8)}
+    m.graph.initializer.extend(numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items())
+    conv_out = next(n for n in m.graph.node if n.name == "conv2").output[0]
+    _insert_after(m, conv_out, lambda t, new: [
+        helper.make_node("Transpose", [t], [t + "_nhwc"], "to_nhwc", perm=[0, 2, 3, 1]),
+        helper.make_node("Mul", [t + "_nhwc", "t_scale"], [t + "_m"], "channel_scale"),
+        helper.make_node("Add", [t + "_m", "t_shift"], [t + "_a"], "channel_shift"),
+        helper.make_node("Transpose", [t + "_a"], [new], "to_nchw", perm=[0, 3, 1, 2])])
+    return m
+
+
 ZOO = {"qcdq": qcdq, "bn_unfolded": bn_unfolded, "per_channel_act": per_channel_act, "float_output": float_output,
-       "const_ops": const_ops}
+       "const_ops": const_ops, "transpose_const": transpose_const}
 
 
 def build(out: Path = HERE) -> dict[str, Path]:

@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 import onnx
 
+from tinytrain.frontends.onnx.layout import Permuted, nchw_constant
 from tinytrain.frontends.onnx.parse import node_label
 from tinytrain.frontends.onnx.values import FVal, Pending
 from tinytrain.ir import DType, QuantParams, Role
@@ -104,6 +105,11 @@ class AffineFolds:
         """Record output 0 as ``scale * v + shift`` (constants broadcast as ONNX does, or with ``per_channel`` one
         value per channel, BatchNormalization's; None: 1 / 0), folded."""
         label = node_label(node)
+        if isinstance(v, Permuted):  # an NHWC view (layout.py): fold into the NCHW value, keep the view
+            self.fold_affine(node, v.inner, None if scale is None else nchw_constant(scale),
+                             None if shift is None else nchw_constant(shift), what, per_channel)
+            self.values[node.output[0]] = Permuted(self.values[node.output[0]], v.source)
+            return
         p = self.foldable(node, v, what)
 
         def vector(c):
