@@ -1,7 +1,8 @@
 """tinytrain: an ahead-of-time compiler for on-device training of int8 MobileNets on microcontrollers.
 
 The Python API (tinytrain/api.py): ``load_model``, ``compile``, ``plan``, ``train``, ``evaluate`` and
-``fleet`` (tinytrain/federated/run.py), ``field`` (tinytrain/field_runtime/api.py); errors are the
+``fleet`` (tinytrain/federated/run.py), ``field`` (tinytrain/field_runtime/api.py) and ``quantize``
+(tinytrain/quantizer.py: a float ONNX model to int8); errors are the
 classes of tinytrain/errors.py (``TinyTrainError`` and its subclasses).
 """
 
@@ -9,7 +10,7 @@ from tinytrain.errors import (BudgetError, ModelError, PlanError, TinyTrainError
                               UsageError)
 from tinytrain.version import __version__
 
-API = ("load_model", "compile", "plan", "train", "evaluate", "fleet", "field")
+API = ("load_model", "compile", "plan", "train", "evaluate", "fleet", "field", "quantize")
 __all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyTrainError", "UnsupportedModelError",
            "UsageError"]
 
@@ -24,6 +25,10 @@ def __getattr__(name: str):
         from tinytrain.field_runtime.api import field
 
         return field
+    if name == "quantize":
+        from tinytrain.quantizer import quantize
+
+        return quantize
     if name in API:
         from tinytrain import api
 

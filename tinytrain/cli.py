@@ -216,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_samples_command(sub)
     add_field_command(sub)
+    from tinytrain.cli_quantize import add_quantize_command
+
+    add_quantize_command(sub)
     return p
 
 

@@ -285,7 +285,12 @@ def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
 
 def images_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:
     """uint8 images (N,H,W,C) -> uint8 images of the model's size and channel count."""
-    _, h, w, c = graph.tensors[graph.inputs[0]].shape
+    return images_for_shape(x, graph.tensors[graph.inputs[0]].shape[1:])
+
+
+def images_for_shape(x: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    """uint8 images (N,H,W,C) -> uint8 images of ``shape`` (H, W, C)."""
+    h, w, c = shape
     if x.shape[3] == 3 and c == 1:
         x = np.round(x.astype(np.float64) @ LUMA).astype(np.uint8)[..., None]
     elif x.shape[3] == 1 and c == 3:

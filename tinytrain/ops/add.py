@@ -6,7 +6,8 @@ Requant says (double rounding for TFLite imports; single rounding for ONNX impor
 rescales are exact to 2^-20 and the sum is rounded once, like onnxruntime's float add).
 
 Imports: TFLite ADD of two activations of one shape; ONNX Add of two dequantized activations and com.microsoft
-QLinearAdd (a constant added to a convolution's or fully-connected layer's output folds into its bias instead);
+QLinearAdd (a constant added to a convolution's or fully-connected layer's output folds into its bias instead; ONNX
+Sub of a constant folds likewise, frontends/onnx/fold.py);
 exported as Add.
 """
 
@@ -98,21 +99,6 @@ def onnx_emit(cv, p, yq, out_hint: str) -> str:
     return cv.add_node("add", p.source, [ta.name, tb.name], out_hint, yq, attrs, p.source)
 
 
-def _fold_constant(cv, node, v, const) -> bool:
-    """Fold the constant ``const`` added to float value ``v`` into the bias of the layer that computes v."""
-    label = cv.label(node)
-    real = cv.real(const.qconst) if const.kind == "qconst" else const.array
-    p = None
-    if v.kind == "pending" and v.pending.has_bias and (v.pending.lo, v.pending.hi) == (None, None):
-        p = v.pending
-    elif v.kind == "dq":
-        p = cv.pending_from_producer(v.act, label)
-    if p is None:
-        return False
-    cv.values[node.output[0]] = cv.pending_value(cv.fold_bias(p, real, label))
-    return True
-
-
 def onnx_add(cv, node) -> None:
     label = cv.label(node)
     va, vb = cv.value(node, 0), cv.value(node, 1)
@@ -120,17 +106,27 @@ def onnx_add(cv, node) -> None:
     if kinds == ["dq", "dq"]:
         cv.defer(node, "add", va.act.shape, onnx_emit, reopens=True, a=va.act.ir, b=vb.act.ir)
         return
-    const = [k in ("qconst", "fconst") for k in kinds]
-    if const[0] and not const[1]:
-        va, vb, kinds = vb, va, kinds[::-1]
-    if kinds[0] is not None and kinds[1] in ("qconst", "fconst"):
-        if _fold_constant(cv, node, va, vb):
-            return
-        raise cv.unsupported(f"{label} adds a constant to '{node.input[0]}'; a constant can only be added as the bias "
-                             f"of a Conv/Gemm/MatMul")
+    const = cv.constant_operand(node)
+    if const is not None:  # folded into the bias of the Conv / Gemm / MatMul computing the other operand
+        cv.fold_affine(node, cv.value(node, 1 - const[0]), shift=const[1], what="adds a constant to")
+        return
     cv.dq_input(node, 0)  # leave the detailed message to dq_input
     cv.dq_input(node, 1)
     raise cv.unsupported(f"{label}: unsupported Add pattern")
+
+
+def onnx_sub(cv, node) -> None:
+    """x - c and c - x, c a constant (per channel or scalar): folded into the Conv / Gemm computing x
+    (frontends/onnx/fold.py); the difference of two activations is refused."""
+    const = cv.constant_operand(node)
+    if const is None:
+        raise cv.unsupported(f"{cv.label(node)} subtracts two activations, which tinytrain does not support; "
+                             f"only a constant can be subtracted")
+    k, c = const
+    if k == 1:
+        cv.fold_affine(node, cv.value(node, 0), shift=-np.asarray(c), what="subtracts a constant from")
+    else:
+        cv.fold_affine(node, cv.value(node, 1), scale=-1.0, shift=c, what="subtracts from a constant")
 
 
 def onnx_qlinear_add(cv, node) -> None:
@@ -179,7 +175,7 @@ def twin(t, node, xs, params, clamp):
     return t.torch.clamp(xs[0] + xs[1], *clamp)
 
 
-ONNX = {"Add": onnx_add}
+ONNX = {"Add": onnx_add, "Sub": onnx_sub}
 ONNX_QOPERATOR = {"com.microsoft.QLinearAdd": onnx_qlinear_add}
 TFLITE = {"ADD": TfliteRead(tflite_add, (11, (("activation", 0, "<b", 0),)), required=2)}
 DOC = OpDoc("ADD", "Add / QLinearAdd", "TFLite fixed point", "g to both inputs", "clamp mask")

@@ -9,7 +9,8 @@ Backward (real y = a * b, after the clamp mask): g_a = g * b, summed over the di
 alike for b (``mul_grad``, one node per operand that needs it, reading the other operand's saved int8 values).
 
 Imports: TFLite MUL of two activations (broadcast); ONNX Mul of two dequantized activations and com.microsoft
-QLinearMul; exported as Mul.
+QLinearMul; exported as Mul. ONNX Mul / Div by a constant (per channel or scalar) is no mul: it folds into the Conv /
+Gemm before it (frontends/onnx/fold.py).
 """
 
 from __future__ import annotations
@@ -87,7 +88,18 @@ def _same_rank(cv, node, a, b) -> None:
 
 
 def onnx_mul(cv, node) -> None:
-    """DQ(a) * DQ(b) -> Q (QDQ): a broadcast multiply of two activations, deferred to its QuantizeLinear."""
+    """DQ(a) * DQ(b) -> Q (QDQ): a broadcast multiply of two activations, deferred to its QuantizeLinear; times a
+    constant (per channel or scalar): folded into the Conv / Gemm before it (frontends/onnx/fold.py)."""
+    const = cv.constant_operand(node)
+    if const is not None:
+        k, c = const
+        if node.op_type == "Div" and k == 0:
+            raise cv.unsupported(f"{cv.label(node)} divides a constant by an activation, which tinytrain does not "
+                                 f"support")
+        cv.fold_affine(node, cv.value(node, 1 - k), 1 / c if node.op_type == "Div" else c, what="scales")
+        return
+    if node.op_type == "Div":
+        raise cv.unsupported(f"{cv.label(node)} divides two activations, which tinytrain does not support")
     a, b = cv.dq_input(node, 0), cv.dq_input(node, 1)
     _same_rank(cv, node, a, b)
     cv.defer(node, "mul", tuple(max(x, y) for x, y in zip(a.shape, b.shape)), onnx_emit, a=a.ir, b=b.ir)
@@ -129,7 +141,7 @@ def twin(t, node, xs, params, clamp):
     return t.torch.clamp(xs[0] * xs[1], *clamp)
 
 
-ONNX = {"Mul": onnx_mul}
+ONNX = {"Div": onnx_mul, "Mul": onnx_mul}
 ONNX_QOPERATOR = {"com.microsoft.QLinearMul": onnx_qlinear_mul}
 TFLITE = {"MUL": TfliteRead(tflite_mul, (21, (("activation", 0, "<b", 0),)), required=2)}
 DOC = OpDoc("MUL (two activations, broadcast)", "Mul / QLinearMul", "(a - za)(b - zb) requantized",

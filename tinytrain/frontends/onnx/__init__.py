@@ -82,12 +82,17 @@ def convert_onnx(data: bytes, name: str = "model", sha256: str = "") -> tuple[Gr
     if dynamic:
         raise UnsupportedModelError(f"{name}: the model is dynamically quantized ({', '.join(dynamic)}); quantize it "
                                     f"with onnxruntime quantize_static (QDQ or QOperator) instead")
+    if "FakeQuantize" in ops:
+        raise UnsupportedModelError(f"{name}: the model is quantized with OpenVINO FakeQuantize nodes (NNCF's default "
+                                    f"export); export QuantizeLinear / DequantizeLinear instead (NNCF: "
+                                    f"strip(model) then torch.onnx.export, or nncf.quantize on the ONNX model)")
     if ops & qoperator.MARKERS:
         converter = Converter(model, name, sha256, qoperator.handlers(), "QOperator")
     elif ops & QDQ_MARKERS:
         converter = Converter(model, name, sha256, qdq.handlers(), "QDQ")
     else:
         raise UnsupportedModelError(f"{name}: the model is float-only (no QuantizeLinear / DequantizeLinear / QLinear "
-                                    f"ops); quantize it to int8 with onnxruntime quantize_static first")
+                                    f"ops); quantize it with `tinytrain quantize MODEL --data CALIB -o MODEL_int8.onnx` "
+                                    f"(onnxruntime quantize_static on your images)")
     graph = replace(converter.run(), metadata={p.key: p.value for p in model.metadata_props})
     return graph, dict(converter.ir_names)

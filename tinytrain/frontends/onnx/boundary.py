@@ -13,6 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from tinytrain.frontends.onnx.convert import Converter, Handler
+from tinytrain.frontends.onnx.layout import through_view
 from tinytrain.frontends.onnx.parse import attrs_of, elem_type_name, node_label
 from tinytrain.frontends.onnx.requant import round_half_even
 from tinytrain.frontends.onnx.values import Act, FVal, SoftmaxOut, same_quant
@@ -102,8 +103,8 @@ def h_qlinear_softmax(cv: Converter, node: onnx.NodeProto) -> None:
 
 
 HANDLERS: dict[str, Handler] = {
-    "QuantizeLinear": h_quantize_linear,
-    "DequantizeLinear": h_dequantize_linear,
+    "QuantizeLinear": through_view(h_quantize_linear),
+    "DequantizeLinear": through_view(h_dequantize_linear),
     "Identity": h_identity,
     "Softmax": h_softmax,
     "LogSoftmax": h_softmax,

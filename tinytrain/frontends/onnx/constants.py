@@ -137,10 +137,22 @@ class ConstantReader:
             raise self.unsupported(f"{node_label(node)}: {what} is {dtype}; tinytrain supports int8 and uint8 activations "
                                    f"(quantize with activation_type=QuantType.QInt8 or QUInt8)")
         if s.size != 1 or zp.size != 1:
-            raise self.unsupported(f"{node_label(node)}: {what} is quantized per channel ({s.size} scales); "
-                                   f"activations must be quantized per tensor")
+            s, zp = self._per_tensor(node, s, zp, what)
         z = int(zp[0]) - (128 if dtype == "uint8" else 0)
         return QuantParams.per_tensor(float(s[0]), z), dtype
+
+    def _per_tensor(self, node: onnx.NodeProto, s: np.ndarray, zp: np.ndarray, what: str):
+        """A per-channel activation quantization as the per-tensor one it is when every channel has the same
+        scale and zero point (NNCF exports them so); otherwise refused: requantizing to one scale would round."""
+        s32 = np.asarray(s, np.float32).ravel()
+        zps = np.asarray(zp).ravel()
+        if np.all(s32 == s32[0]) and np.all(zps == zps[0]):
+            return s32[:1].astype(np.float64), zps[:1]
+        c = int(np.flatnonzero((s32 != s32[0]) | (np.resize(zps, s32.size) != zps[0]))[0])
+        raise self.unsupported(f"{node_label(node)}: {what} is quantized per channel ({s32.size} scales; channel 0 "
+                               f"s={s32[0]:.6g}, channel {c} s={s32[c]:.6g}) and tinytrain's activations have one "
+                               f"scale; quantize activations per tensor (NNCF: the default preset, not "
+                               f"per-channel activations; onnxruntime: per_channel applies to weights only)")
 
     def qconst(self, node: onnx.NodeProto, data_idx: int, s_idx: int, zp_idx: int, axis: int | None,
                what: str) -> QConst:

@@ -27,6 +27,7 @@ import onnx
 from onnx import TensorProto
 
 from tinytrain.errors import TinyTrainError
+from tinytrain.frontends.onnx.float_output import quantized_float_output
 from tinytrain.frontends.onnx.reader import Reader
 from tinytrain.frontends.onnx.parse import INT_ACT_TYPES, elem_type_name, graph_inputs, node_label, static_input_shape
 from tinytrain.frontends.onnx.values import Act, FVal, SoftmaxOut, ir_shape, same_quant
@@ -144,8 +145,9 @@ class Converter(Reader):
             if v.kind == "softmax":
                 return v.act
             if v.kind == "pending":
-                raise self.unsupported(f"graph output '{name}' is the float result of {v.pending.source} with no "
-                                       f"QuantizeLinear after it; quantize the model's outputs too (quantize_static does)")
+                act = quantized_float_output(self, name, v.pending, self.input_act.dtype)
+                self.values[name] = act
+                return act
             if v.kind == "input":
                 raise self.unsupported(f"graph output '{name}' is the float input itself")
         raise self.unsupported(f"graph output '{name}' is not computed from a quantized tensor")

@@ -17,16 +17,18 @@ pending computation its Q emits (convert.py); the ops' own handlers (``ONNX`` of
   element order (spatial 1x1); ``Pad`` (constant zero);
 
 and the converter's own: Q / DQ / Identity and a trailing ``Softmax`` (dropped; the IR outputs the logits:
-boundary.py), standalone ``Relu`` / ``Clip`` (clamp.py).
+boundary.py), standalone ``Relu`` / ``Clip`` (clamp.py; a Clip between Q and DQ clips integers), a
+``BatchNormalization`` after a Conv (folded into it: batchnorm.py, fold.py), ``Transpose`` to NHWC and back around
+per-channel constant ops (layout.py).
 """
 
 from __future__ import annotations
 
-from tinytrain.frontends.onnx import boundary, clamp
+from tinytrain.frontends.onnx import batchnorm, boundary, clamp, layout
 from tinytrain.frontends.onnx.convert import Handler
 from tinytrain.ops import declared
 
 
 def handlers() -> dict[str, Handler]:
     """ONNX op type -> handler of the QDQ reader."""
-    return {**boundary.HANDLERS, **clamp.HANDLERS, **declared("ONNX")}
+    return {**boundary.HANDLERS, **clamp.HANDLERS, **batchnorm.HANDLERS, **layout.HANDLERS, **declared("ONNX")}

@@ -17,13 +17,15 @@ import onnx
 
 from tinytrain.frontends.onnx.constants import QConst
 from tinytrain.frontends.onnx.emit import IRBuilder
+from tinytrain.frontends.onnx.fold import AffineFolds
+from tinytrain.frontends.onnx.layout import Permuted
 from tinytrain.frontends.onnx.parse import attrs_of, elem_type_name, node_label, resolve_padding
 from tinytrain.frontends.onnx.values import (Act, FVal, Pending, SoftmaxOut, ir_shape, onnx_shape, reshape_keeps_order,
                                             same_quant)
 from tinytrain.ir import DType, QuantParams, Role, Tensor
 
 
-class Reader(IRBuilder):
+class Reader(IRBuilder, AffineFolds):
     """The ONNX values during conversion and the reading / recording methods of the op handlers."""
 
     def __init__(self, model: onnx.ModelProto, name: str):
@@ -113,6 +115,10 @@ class Reader(IRBuilder):
         v = self.resolved(node, idx)
         if isinstance(v, FVal) and v.kind == "dq":
             return v.act
+        if isinstance(v, Permuted):
+            raise self.unsupported(f"{node_label(node)} reads '{node.input[idx]}', the NHWC transpose made by "
+                                   f"{v.source}; only constant Mul / Div / Add / Sub, QuantizeLinear / DequantizeLinear "
+                                   f"and the transpose back may read it")
         if isinstance(v, FVal) and v.kind == "softmax" or isinstance(v, SoftmaxOut):
             raise self.unsupported(f"{node_label(node)} consumes a Softmax output; Softmax is only supported as the "
                                    f"last op")

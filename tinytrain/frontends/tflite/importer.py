@@ -23,14 +23,19 @@ Choices (each matches what the device runs):
   depthwise weights (1, KH, KW, C*m) become (C*m, KH, KW, 1). Bias quantization is taken per output
   channel whatever ``quantized_dimension`` says (person_detect.tflite stores 3 for its 1-D biases,
   which tflite-micro ignores too).
+- A TRANSPOSE of the input from NCHW to NHWC (LiteRT-torch's export of a PyTorch model), before or after its
+  QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images.
 - Graphs are built for batch 1 (a -1 batch in shape_signature is fine); the simulator runs batches.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
-from tinytrain.errors import ModelError, TinyTrainError, UnsupportedModelError
+import numpy as np
+
+from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError
 from tinytrain.frontends.tflite.metadata import input_normalization
 from tinytrain.frontends.tflite.reader import BUILTIN, TflModel, TflOperator, builtin_name, read_model
 from tinytrain.frontends.tflite.tensors import QUANTIZED, TensorReader
@@ -87,12 +92,12 @@ class _Importer(TensorReader):
             raise UnsupportedModelError("this is a float model; quantize it to int8 first (full-integer "
                                         "post-training quantization, e.g. TFLiteConverter with "
                                         "optimizations=[DEFAULT] and a representative dataset)")
-        for op in m.operators:
-            if builtin_name(op.opcode) not in self.readers:
-                raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
-                                            f"supported ops: {', '.join(sorted(self.readers))}")
         inputs = [self._graph_input(i) for i in m.inputs]
         outputs = [self._graph_output(o) for o in m.outputs]
+        for op in m.operators:
+            if op.index not in self.skip and builtin_name(op.opcode) not in self.readers:
+                raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
+                                            f"supported ops: {', '.join(sorted(self.readers))}")
         self.graph_inputs, self.graph_outputs = set(inputs), set(outputs)
         for i in inputs:
             self.act(i)
@@ -118,6 +123,7 @@ class _Importer(TensorReader):
         return [op for op in self.model.operators if index in op.inputs]
 
     def _graph_input(self, index: int) -> int:
+        index = self._leading_transpose(index)
         t = self.tensor(index)
         if t.type != "FLOAT32":
             return index
@@ -126,7 +132,25 @@ class _Importer(TensorReader):
             raise UnsupportedModelError(f"float input {t.name!r} must feed exactly one QUANTIZE (float ops are "
                                         "not supported; quantize the model to int8)")
         self.skip.add(users[0].index)
-        return users[0].outputs[0]
+        return self._leading_transpose(users[0].outputs[0])
+
+    def _leading_transpose(self, index: int) -> int:
+        """The NHWC tensor after the input's NCHW -> NHWC TRANSPOSE (LiteRT-torch's export of a PyTorch model: its
+        input is NCHW), the TRANSPOSE dropped and stated: tinytrain feeds NHWC images, as the device would."""
+        users = self._consumers(index)
+        if len(users) != 1 or builtin_name(users[0].opcode) != "TRANSPOSE":
+            return index
+        op = users[0]
+        perm = [int(v) for v in np.asarray(self.const_data(op.inputs[1], "TRANSPOSE perm")).ravel()]
+        if perm != [0, 2, 3, 1]:
+            raise UnsupportedModelError(f"operator {op.index} (TRANSPOSE) permutes the input by {perm}; only the "
+                                        "NCHW -> NHWC [0, 2, 3, 1] transpose of an input is supported (export the "
+                                        "model with NHWC layout)")
+        self.skip.add(op.index)
+        shape = list(self.tensor(index).shape)
+        warnings.warn(Notice(f"operator {op.index} (TRANSPOSE of the {shape} NCHW input to NHWC) dropped: the model "
+                             f"takes NHWC images, as tinytrain feeds them"))
+        return op.outputs[0]
 
     def _graph_output(self, index: int) -> int:
         t = self.tensor(index)
