@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 
 from onnx_models import write_tiny_task
+from tinytrain import cli_reference
 from tinytrain.cli import build_parser
+from tinytrain.codegen.context import CORE_TARGETS
+from tinytrain.firmware.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -114,31 +117,31 @@ def test_mkdocs_build_strict(tmp_path):
     assert all(str(p.relative_to(DOCS)) in nav for p in PAGES)  # strict fails on a page left out, too
 
 
-def _documented_options(section: str) -> set[str]:
-    rows = re.findall(r"^\| `([^`]+)` \|", section, re.M)
-    names = set()
-    for row in rows:  # `MODEL`, `--sram SRAM`, `-o, --output OUTPUT`: the positional or the option strings
-        first, *rest = row.replace(",", " ").split()
-        names |= {first} | {name for name in rest if name.startswith("-")}
-    return names
-
-
-def _argparse_options(parser: argparse.ArgumentParser) -> set[str]:
-    names = set()
-    for a in parser._actions:
-        if isinstance(a, argparse._HelpAction) or a.help == argparse.SUPPRESS:
-            continue
-        names |= set(a.option_strings) if a.option_strings else {a.dest.upper()}
-    return names
-
-
-def test_cli_page_documents_every_command_and_option():
+def test_cli_page_is_the_parsers_reference():
+    """cli.md's synopsis, option tables and board list are python -m tinytrain.cli_reference's output for this
+    parser and board table (its prose is the page's own): the page cannot disagree with the program."""
     page = (DOCS / "guide" / "cli.md").read_text()
-    sections = dict(re.findall(r"^## tinytrain (\w+)\n(.*?)(?=^## |\Z)", page, re.M | re.S))
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sections) == set(sub.choices)
-    for name, parser in sub.choices.items():
-        assert _documented_options(sections[name]) == _argparse_options(parser), name
+    assert page == cli_reference.page(page), "docs/guide/cli.md is stale: run python -m tinytrain.cli_reference"
+    sections = re.findall(r"^## tinytrain (\w+)$", page, re.M)
+    assert sections == list(cli_reference.commands())
+    for name in BOARDS:
+        assert f"| `{name}` |" in page and name in page[page.index("## tinytrain firmware"):]
+    assert all(f"`{t}`" in page for t in CORE_TARGETS)
+
+
+def test_cli_reference_tolerates_a_new_command_and_option():
+    """A command or option added to the parser appears in the page with its help; the prose stays."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    s = sub.add_parser("frobnicate", help="a command added later")
+    s.add_argument("--level", choices=("low", "high"), default="low", help="how much")
+    sub.choices["compile"].add_argument("--brand-new", action="store_true", help="an option added later")
+    page = (DOCS / "guide" / "cli.md").read_text()
+    text = cli_reference.page(page, parser)
+    assert "## tinytrain frobnicate\n\na command added later\n" in text
+    assert "| `--level {low,high}` | low | how much |" in text and "| `--brand-new` |  | an option added later |" in text
+    assert "Writes the output folder all or nothing" in text  # compile's own prose is kept
+    assert cli_reference.page(text, parser) == text
 
 
 @pytest.fixture(scope="module")

@@ -145,7 +145,7 @@ def _print_report(result, out: Path, details: Path) -> None:
 
 def add_plan_command(sub) -> None:
     s = sub.add_parser("plan", help="search the sparse-update plan with the best measured gain under the SRAM budget")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True,
                    help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
@@ -173,7 +173,8 @@ def add_plan_command(sub) -> None:
     add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data)",
                            "cosine")
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
-    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
+    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic",
+                   help="rounding of the int8 update: stochastic (a deterministic hash PRNG) or to nearest")
     s.add_argument("--bias-k", help="comma-separated k values of the bias option (default: 1-6, even k to 16, "
                    "every 4th, and all layers)")
     s.add_argument("--noise-floor", type=non_negative_float, default=2.0, metavar="Z",
