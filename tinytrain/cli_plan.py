@@ -209,8 +209,10 @@ def add_plan_command(sub) -> None:
     s.add_argument("--address", help="--executor ray: the Ray cluster to connect to (e.g. auto, HOST:6379, "
                    "ray://HOST:10001; default: start a local Ray instance)")
     s.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
-                   help="cap on the contribution measurement: options not measured by then are left out of the "
-                        "gain model (the finalists are always trained)")
+                   help="seconds from the start of the search (after loading) by which the contribution fine-tunes "
+                        "stop, 20 s early to leave the proposals' searches their time; options not measured by then "
+                        "are left out of the gain model. The finalists are trained after it in full: the whole run "
+                        "takes longer")
     s.add_argument("--search-seconds-min", type=float, default=20.0, help=argparse.SUPPRESS)
     s.add_argument("--population", type=positive_int, default=100, help="evolutionary search: population (default 100)")
     s.add_argument("--generations", type=positive_int, default=30, help="evolutionary search: generations (default 30)")
