@@ -5,7 +5,7 @@
 One of benchmarks/step_time.py's models (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
 the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags:
 ``engine_c.TRAIN_CFLAGS``) whose tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel
-call, as benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
+call, as benchmarks/common/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
 per step is the best of ``--repeats`` runs of ``--steps`` steps (the machine may be shared); "outside kernels" is the
 step's wall time less the kernels' (the streamed region's row bookkeeping, the calls themselves, the guard). The clock
 reads add roughly 20 ns per call, so the total is a little above an uninstrumented step. Caveat: the timed calls
@@ -25,11 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
-from qemu_profile import FAMILIES, family, instrument  # noqa: E402
+from common.qemu_profile import FAMILIES, family, instrument  # noqa: E402
 from step_time import fashion_images  # noqa: E402
 
 TICKS_H = """#ifndef TT_TICKS_H

@@ -17,7 +17,7 @@ per cycle (SMLAD), fp32 MACs (backward and everything float) at 1 per cycle (VFM
 best one per cycle); the instructions QEMU counted. Instructions are not cycles: a Cortex-M7 issues up to two
 instructions per cycle and stalls on memory, so this compares orders of magnitude, not exact timing.
 Images are synthetic (uniform random pixels, seed 0): the counts vary by well under 1 % across images.
-Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/qemu_profile.py
+Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/common/qemu_profile.py
 (two more firmwares per model, instrumented copies of the same C).
 
 Writes benchmarks/results/qemu_instructions.json and .md. ``benchmarks/speed.py`` takes the same measurement
@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from qemu_profile import FAMILIES, profile
+from common.qemu_profile import FAMILIES, profile
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs
 from tinytrain.memory.report import STACK_BYTES
@@ -49,7 +49,7 @@ from tinytrain.ops import get_op
 from tinytrain.training.sparse import load_plan, parse_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 SHARED = ROOT.parent / "shared"
 KB, MB = 1024, 1024 * 1024
 CLOCK_HZ = 216e6
@@ -226,7 +226,7 @@ def markdown(rows, meta) -> str:
               "the whole RAM region the linker placed (stack + data + arena + trainable copies + heap), within the "
               f"256 KB budget; stack used is the measured high-water mark ({STACK_BYTES:,} B reserved)."]
     keys = [k for k, _, _ in FAMILIES] + ["outside_kernels"]
-    lines += ["", "Per op family (`benchmarks/qemu_profile.py`: SysTick read around every kernel call of a training "
+    lines += ["", "Per op family (`benchmarks/common/qemu_profile.py`: SysTick read around every kernel call of a training "
               "step; requantization, which runs inside the int8 kernels, by difference with a firmware whose int8 "
               "requantization helpers are a shift): instructions per training step, share of the step. "
               + "; ".join(f"{k}: {what}" for k, what, _ in FAMILIES) + ".", "",

@@ -38,9 +38,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from transfer_study import DEFAULT_RECIPE, Task, paired, rel, study_of, validation_correct  # noqa: E402
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common import paired  # noqa: E402
+from transfer_study import DEFAULT_RECIPE, Task, rel, study_of, validation_correct  # noqa: E402
 
 BUDGET = 256 * 1024
 RATIO = 0.25

@@ -15,7 +15,7 @@ arithmetic, bit for bit the Cortex-M step).
    the finer grid, and momentum 0.9 (4 bytes per weight, lr / 10) on int8 weights. Kept: the most accurate per byte
    (the fewest bytes within one standard error of the best).
 2. Report (official test images, trained on the whole subset): the device with the chosen state against its fp32
-   twin trained the same way (fp32_finetune.py: the same layers, batch-1 SGD, lrs, schedule, epochs and sample
+   twin trained the same way (common/fp32.py: the same layers, batch-1 SGD, lrs, schedule, epochs and sample
    count; fp32 weights), on last-k:14 and classifier-only, with the int8-only device beside them; differences paired
    per test image (95 %).
 
@@ -41,9 +41,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common import accuracy_ci, paired  # noqa: E402
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 OUT = ROOT / "benchmarks" / "results"
 HEAD, SEED, VAL = 10, 0, 0.3
@@ -115,7 +114,7 @@ def device_predictions(config: Config, rows: np.ndarray, eval_x: str, epochs: in
 
 def twin_predictions(last_k: int, epochs: int) -> np.ndarray:
     """The fp32 twin trained as the device is (batch-1 SGD, same layers, lrs, schedule, epochs): test predictions."""
-    from fp32_finetune import Fp32Recipe, fit_predict
+    from common.fp32 import Fp32Recipe, fit_predict
 
     d = _DATA
     recipe = Fp32Recipe(last_k, "sgd", epochs, LR, HEAD_LR)
@@ -131,16 +130,6 @@ def run_jobs(jobs: dict[str, tuple], workers: int) -> dict[str, np.ndarray]:
     with mp.get_context("fork").Pool(workers) as pool:
         pending = {name: pool.apply_async(_job, (job,)) for name, job in jobs.items()}
         return {name: res.get() for name, res in pending.items()}
-
-
-def ci(correct: np.ndarray) -> float:
-    p = float(correct.mean())
-    return 1.96 * math.sqrt(p * (1 - p) / len(correct))
-
-
-def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    diff = a.astype(np.float64) - b.astype(np.float64)
-    return float(diff.mean()), 1.96 * float(diff.std(ddof=1)) / math.sqrt(len(diff))
 
 
 def stored_validation(path: Path, n: int) -> dict[str, float]:
@@ -208,7 +197,7 @@ def write(args, chosen: Config, choice_rows: list[dict], test: dict[str, np.ndar
               "lr": LR, "head_lr": HEAD_LR, "seconds": round(seconds, 1),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "chosen": asdict(chosen),
               "validation": choice_rows,
-              "test": [{"row": name, "accuracy": float(c.mean()), "ci95": ci(c)} for name, c in test.items()],
+              "test": [{"row": name, "accuracy": float(c.mean()), "ci95": accuracy_ci(c)[1]} for name, c in test.items()],
               "paired": [{"a": a, "b": b, "diff": paired(test[a], test[b])[0], "ci95": paired(test[a], test[b])[1]}
                          for a, b in pairs]}
     OUT.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 SRAM, FLASH = 256 * 1024, 1024 * 1024
 STEPS = 2  # samples trained; the power is cut after the first one's save
 

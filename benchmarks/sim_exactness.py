@@ -31,7 +31,7 @@ from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
 
 def measure(plan_path: Path, steps: int, cache: Path) -> dict:

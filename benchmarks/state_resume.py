@@ -37,7 +37,7 @@ from tinytrain.memory.report import STACK_BYTES, STACK_MEASURED_BYTES
 from tinytrain.training.sparse import load_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 SRAM = 256 * 1024
 
 

@@ -55,8 +55,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
 from qemu_instructions import ModelPlan, node_macs, shipped_plans  # noqa: E402
 

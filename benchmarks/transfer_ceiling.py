@@ -4,8 +4,8 @@ memory-unconstrained ceiling for the transfer study (transfer_study.py).
     .venv/bin/python benchmarks/transfer_ceiling.py [--workers 2]
 
 (about 30 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the study's new
-10-class head (torch_twin.py: every weight dequantized, every activation clamped to its int8 range) is
-fine-tuned (fp32_finetune.py) on the study's training subset (``fashion-mnist:5000``) and scored on the official
+10-class head (common/fp32.py: every weight dequantized, every activation clamped to its int8 range) is
+fine-tuned (common/fp32.py) on the study's training subset (``fashion-mnist:5000``) and scored on the official
 10,000 test images:
 
 - batch-1 SGD, the device's optimizer, cosine lr schedule: the study's recipe (backbone and bias lr 0.003, head lr
@@ -44,10 +44,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from fp32_finetune import Fp32Recipe, fit_predict  # noqa: E402
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common import paired  # noqa: E402
+from common.fp32 import Fp32Recipe, fit_predict  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 OUT = ROOT / "benchmarks" / "results"
@@ -96,11 +95,6 @@ def test_correct(run: Run) -> list[bool]:
     x, x_test = model_inputs(graph, train.x), model_inputs(graph, test.x)
     pred = fit_predict(graph, x, train.y, np.arange(len(train.y)), x_test, run.recipe, SEED)
     return (pred == test.y).tolist()
-
-
-def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    d = a.astype(np.float64) - b.astype(np.float64)
-    return float(d.mean()), 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ ceiling for the VWW study (vww_study.py).
     .venv/bin/python benchmarks/vww_ceiling.py [--folds 4] [--epochs 4]
 
 (about 15-25 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the study's new
-2-class head (torch_twin.py: every weight dequantized, every activation clamped to its int8 range) is
+2-class head (common/fp32.py: every weight dequantized, every activation clamped to its int8 range) is
 fine-tuned on ../shared/data/vww96/vww96_dev800.npz with stratified ``--folds``-fold cross-validation (every
 one of the 800 images is held out exactly once), batch-1 SGD, ``--epochs`` epochs, for each configuration:
 
@@ -39,10 +39,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from torch_twin import torch_twin  # noqa: E402
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common.fp32 import torch_twin  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 MODEL = "../shared/models/mobilenet_v1_0.25_128_quant.tflite"

@@ -257,6 +257,48 @@ def test_model_descriptions_match_the_zoo():
             assert not re.search(rf"{re.escape(name)}[^.]{{0,80}}trained on (VWW|Visual Wake Words)", text), p.name
 
 
+FIGURES = json.loads((ROOT / "benchmarks" / "figures.json").read_text())
+
+
+def _figure(entry: dict) -> str:
+    """A quoted figure's text as its result file gives it: each value at its key path, times ``scale``, through
+    ``expr`` (of the values v) if given, into ``format``."""
+    data = json.loads((ROOT / "benchmarks" / "results" / entry["file"]).read_text())
+    values = []
+    for path in entry["values"]:
+        node = data
+        for key in path:
+            node = node[key]
+        values.append(node * entry.get("scale", 1))
+    if "expr" in entry:
+        values = eval(entry["expr"], {"min": min, "max": max}, {"v": values})  # noqa: S307 - our own table
+    text = entry["format"].format(*values)
+    return re.sub(r"-(?=\d)", "−", text) if "−" in entry["text"] else text  # the guide's minus sign
+
+
+@pytest.mark.parametrize("entry", FIGURES, ids=lambda e: f"{e['page']}:{e['text'][:40]}")
+def test_a_quoted_figure_is_its_result_files(entry):
+    """Every figure benchmarks/figures.json lists is on its page, and is what its result file holds (rounded as
+    quoted): a re-run that changes a result fails here until the page says the new figure."""
+    page = " ".join((ROOT / entry["page"]).read_text().split())
+    assert entry["text"] in page, f"{entry['page']} no longer quotes {entry['text']!r}"
+    assert _figure(entry) == entry["text"], f"{entry['file']} now gives {_figure(entry)!r}"
+
+
+def test_every_result_file_names_its_command():
+    """benchmarks/results: each .md names the command that produced it (a benchmark script that exists, or a
+    tinytrain command) and each .json records it under "command" (or its "meta")."""
+    results = ROOT / "benchmarks" / "results"
+    for md in sorted(results.glob("*.md")):
+        scripts = re.findall(r"benchmarks/(\w+)\.py", md.read_text())
+        assert scripts, f"{md.name} names no command"
+        assert all((ROOT / "benchmarks" / f"{s}.py").is_file() for s in scripts[:1]), md.name
+    for js in sorted(results.glob("*.json")):
+        data = json.loads(js.read_text())
+        meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
+        assert {"command", "commands"} & (set(data) | set(meta)), f"{js.name} records no command"
+
+
 DOC_OUTPUTS = runpy.run_path(str(ROOT / "scripts" / "doc_outputs.py"))
 MAIN_PAGES = (README, DOCS / "guide" / "getting-started.md", DOCS / "guide" / "memory-report.md")
 
