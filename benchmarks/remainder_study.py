@@ -4,7 +4,7 @@
 
 ImageNet MobileNetV1-0.25 128x128 (uint8 TF1 ``.tflite`` from ../shared/models) with a new 10-class head on
 Fashion-MNIST (Debian package ``dataset-fashion-mnist``): a stratified subset of ``--train-images`` training images,
-the official 10,000 test images. The recipe is the ceiling study's (benchmarks/transfer_ceiling.py): batch-1 SGD,
+the official 10,000 test images. The recipe is the ceiling study's (benchmarks/fp32_ceiling.py): batch-1 SGD,
 cosine lr schedule, lr 0.003, head lr 0.01, 6 epochs, on last-k:14 (the deep preset where fp32 gained +2.9 points
 over classifier-only) and on classifier-only. Every device run is the emitted C (``--engine c``: the device's
 arithmetic, bit for bit the Cortex-M step).
