@@ -78,8 +78,8 @@ import numpy as np  # noqa: E402
 
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 from common import accuracy_ci as ci, paired  # noqa: E402
-from study_fp32 import Fp32Rows  # noqa: E402
-from study_markdown import markdown  # noqa: E402
+from common.study_fp32 import Fp32Rows  # noqa: E402
+from common.study_report import markdown  # noqa: E402
 
 
 
