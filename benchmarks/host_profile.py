@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/host_profile.py [--model mbv2-w0.35] [--steps 200] [--repeats 3] [--top 25]
 
-One of benchmarks/step_time.py's models (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
+One of benchmarks/speed.py's host models (common/step_time.py) (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
 the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags:
 ``engine_c.TRAIN_CFLAGS``) whose tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel
 call, as benchmarks/common/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
@@ -28,7 +28,7 @@ import numpy as np
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
 from common.qemu_profile import FAMILIES, family, instrument  # noqa: E402
-from step_time import fashion_images  # noqa: E402
+from common.step_time import fashion_images  # noqa: E402
 
 TICKS_H = """#ifndef TT_TICKS_H
 #define TT_TICKS_H
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
 
-    from qemu_instructions import shipped_plans
+    from common.qemu_instructions import shipped_plans
     from tinytrain.codegen import MODEL_SOURCE
     from tinytrain.data import model_inputs
     from tinytrain.engines.host_c import TRAIN_CFLAGS, CTrainer, _private_copy, compile_files

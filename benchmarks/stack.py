@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from qemu_instructions import SHARED, VWW_PLAN, models
+from common.qemu_instructions import SHARED, VWW_PLAN, models
 
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs

@@ -5,7 +5,8 @@ A benchmark is ``python benchmarks/NAME.py [ARGS]`` from the checkout; it writes
 (a table for people, its first line the command) and ``benchmarks/results/NAME.json`` (the numbers, with
 ``"command"``). The README and the guide quote figures from those files; tests/test_docs.py checks each quoted
 figure against its file (benchmarks/figures.py lists them). Importing this module puts the checkout on sys.path, so
-``import tinytrain`` and ``import models`` work without PYTHONPATH.
+``import tinytrain`` and ``import models`` work without PYTHONPATH; it loads no numpy (a benchmark may fix its BLAS
+threads after importing it).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import math
 import shlex
 import sys
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -36,15 +35,17 @@ def command(argv: list[str] | None = None) -> str:
     return " ".join(["python", script_text, *map(shlex.quote, argv[1:])])
 
 
-def accuracy_ci(correct: np.ndarray) -> tuple[float, float]:
+def accuracy_ci(correct) -> tuple[float, float]:
     """Accuracy of 0/1 outcomes and the half-width of its 95 % normal-approximation interval."""
-    p = float(np.mean(correct))
+    p = sum(map(float, correct)) / len(correct)
     return p, 1.96 * math.sqrt(p * (1 - p) / len(correct))
 
 
-def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+def paired(a, b) -> tuple[float, float]:
     """Mean of a − b over the same test items and the half-width of its paired 95 % interval (1.96 standard
     errors of the mean difference): how two models are compared on one test split."""
+    import numpy as np  # not at the top: a benchmark fixes its BLAS threads before numpy loads, after this import
+
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
     return float(d.mean()), 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
 

@@ -1,9 +1,18 @@
-"""Every shipped plan on qemu-m4 / m7 / m55 at --sram 256k --flash 1m: fits, trains, saves, resumes after a power cut,
-bit for bit the host C's and the simulator's training.
+"""Every engine equals the spec, bit for bit, on every shipped plan (models/plans): the simulator against the host
+C (``--on host``), and the host C against the firmware on the QEMU boards at --sram 256k --flash 1m, through a power
+cut and a resume (``--on qemu``). Default: both; exit 1 if anything differs.
 
-    .venv/bin/python benchmarks/shipped_plans_exactness.py [--boards qemu-m4,qemu-m7,qemu-m55] [--plan NAME ...]
+    python benchmarks/exactness.py [--on host,qemu] [--plan NAME ...] [--steps 4] [--boards qemu-m4,qemu-m7,qemu-m55]
+                                   [--from-json JSON]     # --on qemu: only re-render an earlier run's table
 
-For each plan of models/plans (with its model models/<model>.onnx, the plan's state: 4-bit weight remainders by
+**host** -> results/sim_exactness.{json,md}. For each plan of models/plans (with its model models/<model>.onnx): the training graph, STEPS synthetic samples
+(seed 0), both engines free-running from the initial state — the simulator (simulator.train) and the host C
+(engine_c.CTrainer, what `train --engine c` runs) — then one more image through the trained weights. Compared: the
+losses' float32 bits, the packed state (tt_state.bin) and the int8 logits; beside them each engine's time per step
+(the simulator's is the fp32 backward in the kernels' float32 order, docs/design.md §3b). A few minutes on 2 cores.
+The QEMU cores equal the host C (--on qemu).
+
+**qemu** -> results/shipped_plans_exactness.{json,md}. For each plan of models/plans (with its model models/<model>.onnx, the plan's state: 4-bit weight remainders by
 default) and each board: the compile for the board's core at `tinytrain train`'s defaults (--sram 256k --flash 1m,
 `engine_qemu.emit_compile_dir`) -> the firmware, its RAM region the 256 KB budget, its state saved to the board's
 flash after every sample -> QEMU trains 2 samples (synthetic images, seed 0) and is killed right after the first save
@@ -12,8 +21,6 @@ inference. Compared with the host C (engine_c.CTrainer) training both samples un
 final state (tt_state.bin), the newest state in flash and the logits, byte for byte; and with the simulator (the spec:
 simulator.train from simulator.init_state): both losses' bits and the packed state. The report's peak SRAM and flash are
 set beside the firmware's linked RAM and flash (arm-none-eabi-size: vectors + code + constants + .data image).
-
-Writes benchmarks/results/shipped_plans_exactness.json and .md.
 """
 
 from __future__ import annotations
@@ -28,19 +35,85 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain import simulator
-from tinytrain.engines import qemu as engine_qemu
-from tinytrain.codegen.state import pack, state_layout, state_size, unpack
-from tinytrain.data import model_inputs
-from tinytrain.engines.host_c import CTrainer
-from tinytrain.errors import TinyTrainError
-from tinytrain.firmware import BOARDS
-from tinytrain.firmware.persist import newest
-from tinytrain.frontends import load_model
-from tinytrain.training.sparse import load_plan
-from tinytrain.training.train_graph import build_training_graph
+from common import RESULTS, ROOT  # (puts the checkout on sys.path)
 
-from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from tinytrain import simulator  # noqa: E402
+from tinytrain.codegen.state import pack, state_layout, state_size, unpack  # noqa: E402
+from tinytrain.data import model_inputs  # noqa: E402
+from tinytrain.engines import qemu as engine_qemu  # noqa: E402
+from tinytrain.engines.host_c import CTrainer  # noqa: E402
+from tinytrain.errors import TinyTrainError  # noqa: E402
+from tinytrain.firmware import BOARDS  # noqa: E402
+from tinytrain.firmware.persist import newest  # noqa: E402
+from tinytrain.frontends import load_model  # noqa: E402
+from tinytrain.training.sparse import load_plan  # noqa: E402
+from tinytrain.training.train_graph import build_training_graph  # noqa: E402
+
+# ---- the simulator against the host C -----------------------------------------------------------------------
+
+def host_measure(plan_path: Path, steps: int, cache: Path) -> dict:
+    """One plan: both engines trained on the same samples, compared byte for byte."""
+    g = load_model(ROOT / "models" / (plan_path.stem.rsplit("-", 1)[0] + ".onnx"))
+    tg = build_training_graph(g, load_plan(plan_path))
+    rng = np.random.default_rng(0)
+    x = model_inputs(g, rng.integers(0, 256, (steps + 1, *g.tensors[g.inputs[0]].shape[1:]), dtype=np.uint8))
+    y = rng.integers(0, g.tensors[g.outputs[0]].shape[-1], steps + 1)
+    c = CTrainer(tg, cache)
+    t0 = time.process_time()
+    losses = np.asarray(c.train(x[:steps], y[:steps]), np.float32)
+    c_ms = (time.process_time() - t0) / steps * 1000
+    state = simulator.init_state(tg)
+    t0 = time.process_time()
+    sim_losses = np.asarray(simulator.train(tg, state, x[:steps], y[:steps]), np.float32)
+    sim_ms = (time.process_time() - t0) / steps * 1000
+    host = unpack(tg, c.state_bytes()).tensors
+    equal = sum(int(np.sum(np.asarray(state.tensors[k]) == v)) for k, v in host.items())
+    logits = simulator.forward(simulator.with_state(g, state), {g.inputs[0]: x[steps:]})[g.outputs[0]]
+    return {"model": plan_path.stem.rsplit("-", 1)[0], "plan": str(plan_path.relative_to(ROOT)), "steps": steps,
+            "same_losses": bool(np.array_equal(sim_losses.view(np.uint32), losses.view(np.uint32))),
+            "same_state": pack(tg, state) == c.state_bytes(),
+            "state_equal_fraction": equal / sum(v.size for v in host.values()),
+            "same_logits": bool(np.array_equal(logits.reshape(len(logits), -1), c.predict(x[steps:]))),
+            "losses": [float(v) for v in losses], "sim_ms_per_step": round(sim_ms, 1),
+            "c_ms_per_step": round(c_ms, 2)}
+
+
+def host_markdown(rows: list[dict], meta: dict) -> str:
+    yes = lambda v: "identical" if v else "DIFFERENT"  # noqa: E731
+    lines = ["# The simulator against the host C on every shipped plan: bit for bit", "",
+             f"`{meta['command']}` — {meta['date']}. {rows[0]['steps'] if rows else 0} synthetic samples (seed 0), "
+             "both engines free-running from the initial state (4-bit weight remainders, the default), then one "
+             "more image through the trained weights. The simulator's fp32 backward sums in the kernels' float32 "
+             "order with their fused multiply-adds (docs/design.md §3b, tinytrain/f32.py); the QEMU cores equal the "
+             "host C (shipped_plans_exactness.md). Times: CPU time per training step on a shared 2-core host "
+             "(indicative).", "",
+             "| plan | losses (float32 bits) | state (tt_state.bin) | logits after training | simulator ms / step "
+             "| host C ms / step |",
+             "|---|---|---|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {Path(r['plan']).stem} | {yes(r['same_losses'])} | {yes(r['same_state'])} "
+                     f"| {yes(r['same_logits'])} | {r['sim_ms_per_step']:.0f} | {r['c_ms_per_step']:.1f} |")
+    return "\n".join(lines + [""])
+
+
+def host(args: argparse.Namespace) -> bool:
+    out = str(RESULTS / "sim_exactness") if args.out is None else args.out + "sim_exactness"
+    meta = {"command": " ".join(["python benchmarks/exactness.py", *sys.argv[1:]]),
+            "date": time.strftime("%Y-%m-%d")}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tt-sim-exact-") as cache:
+        for plan_path in sorted((ROOT / "models" / "plans").glob("*.json")):
+            if args.plan and plan_path.stem not in args.plan:
+                continue
+            rows.append(host_measure(plan_path, args.steps, Path(cache)))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    Path(out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    Path(out + ".md").write_text(host_markdown(rows, meta))
+    print(host_markdown(rows, meta))
+    return all(r["same_losses"] and r["same_state"] and r["same_logits"] for r in rows)
+
+# ---- the host C against the QEMU boards, through a power cut --------------------------------------------------
+
 SRAM, FLASH = 256 * 1024, 1024 * 1024
 STEPS = 2  # samples trained; the power is cut after the first one's save
 
@@ -69,7 +142,7 @@ def reference(plan_path: Path) -> dict:
             "sim_state_equal_fraction": equal / sum(v.size for v in host.values())}
 
 
-def measure(ref: dict, board: str, work: Path) -> dict:
+def qemu_measure(ref: dict, board: str, work: Path) -> dict:
     """One plan on one board: link at 256 KB / 1 MB, train with a power cut after the first save, resume, compare."""
     tg, x, y = ref["graph"], ref["x"], ref["y"]
     n = state_size(state_layout(tg))
@@ -104,7 +177,7 @@ def identical(r: dict) -> bool:
     return r["fits"] and all(r[k] for k in DEVICE_CHECKS)
 
 
-def markdown(rows: list[dict], meta: dict) -> str:
+def qemu_markdown(rows: list[dict], meta: dict) -> str:
     kb = lambda b: f"{b / 1024:.1f} KB"  # noqa: E731
     lines = ["# Every shipped plan on qemu-m4 / m7 / m55 at --sram 256k --flash 1m: trains, saves, resumes after a "
              "power cut, bit for bit", "",
@@ -131,7 +204,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines += ["", "## The simulator against the host C (same samples, same plan)", "",
               "The simulator is the spec: its fp32 backward sums in the kernels' float32 order with their fused "
               "multiply-adds (docs/design.md §3b, tinytrain/f32.py), so its losses (float32 bits) and its state "
-              "(tt_state.bin) equal the host C's (tests/test_codegen_train_models.py; benchmarks/sim_exactness.py "
+              "(tt_state.bin) equal the host C's (tests/test_codegen_train_models.py; benchmarks/exactness.py --on host "
               "measures only this part, in a few minutes).", "",
               "| plan | int8 logits of the initial model | losses | state |", "|---|---|---|---|"]
     yes = lambda v: "identical" if v else "DIFFERENT"  # noqa: E731
@@ -148,18 +221,13 @@ def first_line(cmd: list[str]) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.splitlines()[0]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55")
-    ap.add_argument("--plan", nargs="+", help="plan names (models/plans/NAME.json); default: every shipped plan")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "shipped_plans_exactness"))
-    ap.add_argument("--from-json", metavar="JSON", help="measure nothing: the table of an earlier run's JSON file")
-    args = ap.parse_args()
+def qemu(args: argparse.Namespace) -> bool:
+    out = str(RESULTS / "shipped_plans_exactness") if args.out is None else args.out + "shipped_plans_exactness"
     if args.from_json:
         run = json.loads(Path(args.from_json).read_text())
-        Path(args.out + ".md").write_text(markdown(run["rows"], run["meta"]))
-        return
-    meta = {"command": " ".join(["python benchmarks/shipped_plans_exactness.py", *sys.argv[1:]]),
+        Path(out + ".md").write_text(qemu_markdown(run["rows"], run["meta"]))
+        return True
+    meta = {"command": " ".join(["python benchmarks/exactness.py", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d"), "host": platform.machine(),
             "qemu": first_line(["qemu-system-arm", "--version"]), "gcc": first_line(["arm-none-eabi-gcc", "--version"])}
     rows = []
@@ -169,14 +237,29 @@ def main() -> None:
         ref = reference(plan_path)
         for board in args.boards.split(","):
             with tempfile.TemporaryDirectory(prefix="tt-exact-") as tmp:
-                row = measure(ref, board, Path(tmp))
+                row = qemu_measure(ref, board, Path(tmp))
             rows.append({"model": plan_path.stem.rsplit("-", 1)[0], "plan": str(plan_path.relative_to(ROOT)), **row,
                          **{k: ref[k] for k in SIM_KEYS}})
             rows[-1]["identical"] = identical(rows[-1])
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-            Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-            Path(args.out + ".md").write_text(markdown(rows, meta))
-    print(markdown(rows, meta))
+            Path(out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+            Path(out + ".md").write_text(qemu_markdown(rows, meta))
+    print(qemu_markdown(rows, meta))
+    return all(r["identical"] for r in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--on", default="host,qemu", help="host, qemu or both (default host,qemu)")
+    ap.add_argument("--plan", nargs="+", help="plan names (models/plans/NAME.json); default: every shipped plan")
+    ap.add_argument("--steps", type=int, default=4, help="host: samples trained")
+    ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55", help="qemu: the boards")
+    ap.add_argument("--from-json", metavar="JSON", help="qemu: measure nothing, the table of an earlier run's JSON")
+    ap.add_argument("--out", help="a prefix for the result files (default: benchmarks/results/)")
+    args = ap.parse_args()
+    on = args.on.split(",")
+    ok = (host(args) if "host" in on else True) & (qemu(args) if "qemu" in on else True)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
