@@ -3,7 +3,7 @@
 The twin (``torch_twin``): every weight and bias dequantized, every activation clamped to its dequantized int8
 range, the same new head's initial weights; residual adds read their shortcut by name. Each op computes itself as its
 module says (``OpDef.twin``, tinytrain/ops/<op>.py). Used by transfer_study.py's upper-bound row, fp32_ceiling.py,
-remainder_study.py and ic_demo.py.
+remainders.py and ic_demo.py.
 
 Fine-tuning it (``fit_predict``): two optimizers, batch-1 SGD (the device's) and Adam on batches of 32 (not available
 on the device: 8 bytes of state per parameter and a batch of activations). Either runs under a lr schedule over its
