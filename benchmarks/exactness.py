@@ -1,8 +1,10 @@
 """Every engine equals the spec, bit for bit, on every shipped plan (models/plans): the simulator against the host
-C (``--on host``), and the host C against the firmware on the QEMU boards at --sram 256k --flash 1m, through a power
-cut and a resume (``--on qemu``). Default: both; exit 1 if anything differs.
+C (``--on host``), the host C against the firmware on the QEMU boards at --sram 256k --flash 1m, through a power
+cut and a resume (``--on qemu``), and the same at each board's flash with the state streamed and saved every
+``--save-every`` samples, with the stack it takes (``--on resume``). Default: host,qemu; exit 1 if anything differs.
 
-    python benchmarks/exactness.py [--on host,qemu] [--plan NAME ...] [--steps 4] [--boards qemu-m4,qemu-m7,qemu-m55]
+    python benchmarks/exactness.py [--on host,qemu,resume] [--plan NAME ...] [--steps 4] [--save-every 2]
+                                   [--boards qemu-m4,qemu-m7,qemu-m55]
                                    [--from-json JSON]     # --on qemu: only re-render an earlier run's table
 
 **host** -> results/sim_exactness.{json,md}. For each plan of models/plans (with its model models/<model>.onnx): the training graph, STEPS synthetic samples
@@ -21,6 +23,15 @@ inference. Compared with the host C (engine_c.CTrainer) training both samples un
 final state (tt_state.bin), the newest state in flash and the logits, byte for byte; and with the simulator (the spec:
 simulator.train from simulator.init_state): both losses' bits and the packed state. The report's peak SRAM and flash are
 set beside the firmware's linked RAM and flash (arm-none-eabi-size: vectors + code + constants + .data image).
+
+**resume** -> results/state_resume.{json,md}. For each plan of models/plans on its model (models/<model>.onnx) and each board: the training firmware at 256 KB of
+SRAM (flash budget: the board's), its state saved to the board's flash every --save-every samples, run on --steps
+samples until its first save and killed (a power cut), run again on the same flash (it resumes from the saved state
+and skips the samples it had consumed) to the end; compared with the host C's uninterrupted training: the resumed
+losses, the final state (tt_state.bin) and the newest state in flash, byte for byte. Also the state's bytes, the
+firmware's RAM sections and the stack high-water mark of the run (streaming included) against the measured
+reservation of the memory report. A plan whose firmware the board cannot hold (e.g. more weights than its flash) is
+listed as not run, with the reason.
 """
 
 from __future__ import annotations
@@ -45,7 +56,10 @@ from tinytrain.engines.host_c import CTrainer  # noqa: E402
 from tinytrain.errors import TinyTrainError  # noqa: E402
 from tinytrain.firmware import BOARDS  # noqa: E402
 from tinytrain.firmware.persist import newest  # noqa: E402
+from tinytrain.engines.qemu import QemuTrainer, run as qemu_run  # noqa: E402
+from tinytrain.firmware.boards import get_board  # noqa: E402
 from tinytrain.frontends import load_model  # noqa: E402
+from tinytrain.memory.report import STACK_BYTES, STACK_MEASURED_BYTES  # noqa: E402
 from tinytrain.training.sparse import load_plan  # noqa: E402
 from tinytrain.training.train_graph import build_training_graph  # noqa: E402
 
@@ -248,17 +262,95 @@ def qemu(args: argparse.Namespace) -> bool:
     return all(r["identical"] for r in rows)
 
 
+# ---- resume: the state streamed to each board's flash, saved every N samples, and the stack it takes ----------
+
+def resume_measure(plan_path: Path, board: str, steps: int, save_every: int, work: Path) -> dict:
+    model = ROOT / "models" / (plan_path.stem.rsplit("-", 1)[0] + ".onnx")
+    g = load_model(model)
+    tg = build_training_graph(g, load_plan(plan_path))
+    n = state_size(state_layout(tg))
+    rng = np.random.default_rng(0)
+    x = model_inputs(g, rng.integers(0, 256, (steps, *g.tensors[g.inputs[0]].shape[1:]), dtype=np.uint8))
+    y = rng.integers(0, g.tensors[g.outputs[0]].shape[-1], steps)
+    flash = work / "flash.bin"
+    row = {"model": model.name, "plan": str(plan_path.relative_to(ROOT)), "board": board, "sram_budget": SRAM,
+           "state_bytes": n}
+    t0 = time.time()
+    try:
+        q = QemuTrainer(tg, board=board, sram_budget=SRAM, flash_budget=get_board(board).flash_max,
+                        save_every=save_every, flash=flash)
+    except TinyTrainError as e:  # the board's memory map cannot hold it: the linker's own words
+        lines = str(e).splitlines()
+        reason = [line.split("ld: ")[-1] for line in lines if "overflowed" in line or "tinytrain:" in line]
+        return {**row, "not_run": "; ".join(reason) or lines[0]}
+    q.train(x, y, stop_after_saves=1)
+    cut = newest(flash.read_bytes(), n)
+    r = qemu_run(q.firmware, board, train=(x, y), flash=flash)
+    seconds = time.time() - t0
+    c = CTrainer(tg)
+    want = c.train(x, y)
+    saved = newest(flash.read_bytes(), n)
+    return {**row, "firmware_ram_bytes": q.firmware.ram_bytes, "position_at_cut": cut.position,
+            "losses_equal": bool(np.array_equal(r.losses.view(np.uint32), want[save_every:].view(np.uint32))),
+            "state_equal": r.state == c.state_bytes(), "flash_state_equal": saved.state == c.state_bytes(),
+            "stack_used_bytes": r.stack_bytes, "qemu_seconds": round(seconds, 1)}
+
+
+def resume_markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# Train, save to flash, power cut, resume on QEMU at --sram 256k (the state streamed)", "",
+             f"`{meta['command']}` — {meta['date']}; {meta['steps']} samples, a save every {meta['save_every']}, "
+             "QEMU killed right after the first save, run again on the same flash to the end; compared byte for byte "
+             "with the host C's uninterrupted training. Stack: the run's high-water mark (saves and loads included) "
+             f"against the measured {STACK_MEASURED_BYTES} B the reservation ({STACK_BYTES} B) rests on.", "",
+             "| model | plan | board | state | firmware RAM | resumed at | losses | tt_state.bin | flash state "
+             "| stack |",
+             "|---|---|---|---:|---:|---:|---|---|---|---:|"]
+    ok = {True: "identical", False: "DIFFERENT"}
+    for r in rows:
+        if "not_run" in r:
+            lines.append(f"| {r['model']} | {r['plan']} | {r['board']} | {r['state_bytes']} B | not run: "
+                         f"{r['not_run']} | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['plan']} | {r['board']} | {r['state_bytes']} B | "
+                     f"{r['firmware_ram_bytes']} B | sample {r['position_at_cut']} | {ok[r['losses_equal']]} | "
+                     f"{ok[r['state_equal']]} | "
+                     f"{ok[r['flash_state_equal']]} | {r['stack_used_bytes']} B |")
+    return "\n".join(lines + [""])
+
+
+def resume(args: argparse.Namespace) -> bool:
+    out = str(RESULTS / "state_resume") if args.out is None else args.out + "state_resume"
+    rows = []
+    for plan_path in sorted((ROOT / "models" / "plans").glob("*.json")):
+        if args.plan and plan_path.stem not in args.plan:
+            continue
+        for board in args.boards.split(","):
+            with tempfile.TemporaryDirectory(prefix="tt-resume-") as tmp:
+                rows.append(resume_measure(plan_path, board, args.steps, args.save_every, Path(tmp)))
+            print(rows[-1], flush=True)
+    command = (f"python benchmarks/exactness.py --on resume --boards {args.boards} --steps {args.steps} "
+               f"--save-every {args.save_every}")
+    meta = {"command": command, "date": time.strftime("%Y-%m-%d"), "host": platform.node(), "steps": args.steps,
+            "save_every": args.save_every}
+    Path(out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    Path(out + ".md").write_text(resume_markdown(rows, meta))
+    print(resume_markdown(rows, meta))
+    return all(r.get("not_run") or (r["losses_equal"] and r["state_equal"] and r["flash_state_equal"]) for r in rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--on", default="host,qemu", help="host, qemu or both (default host,qemu)")
+    ap.add_argument("--on", default="host,qemu", help="comma-separated, of host, qemu, resume (default host,qemu)")
     ap.add_argument("--plan", nargs="+", help="plan names (models/plans/NAME.json); default: every shipped plan")
-    ap.add_argument("--steps", type=int, default=4, help="host: samples trained")
-    ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55", help="qemu: the boards")
+    ap.add_argument("--steps", type=int, default=4, help="host, resume: samples trained")
+    ap.add_argument("--save-every", type=int, default=2, help="resume: samples between saves")
+    ap.add_argument("--boards", default="qemu-m4,qemu-m7,qemu-m55", help="qemu, resume: the boards")
     ap.add_argument("--from-json", metavar="JSON", help="qemu: measure nothing, the table of an earlier run's JSON")
     ap.add_argument("--out", help="a prefix for the result files (default: benchmarks/results/)")
     args = ap.parse_args()
     on = args.on.split(",")
-    ok = (host(args) if "host" in on else True) & (qemu(args) if "qemu" in on else True)
+    ok = all([host(args) if "host" in on else True, qemu(args) if "qemu" in on else True,
+              resume(args) if "resume" in on else True])
     sys.exit(0 if ok else 1)
 
 

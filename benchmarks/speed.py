@@ -27,7 +27,8 @@ Columns of speed.md (one row per model):
   below the table).
 
 Writes OUT/speed.json and .md, OUT/qemu_instructions.json and .md, OUT/step_time.json and .md (OUT:
-benchmarks/results). ``--only qemu`` (every model of ``qemu_instructions.models()``) or ``--only host`` (the shipped
+benchmarks/results). ``speed.py profile-host [--model M]`` prints where the host step's time goes per kernel
+and op family (common/host_profile.py; it writes nothing). ``--only qemu`` (every model of ``qemu_instructions.models()``) or ``--only host`` (the shipped
 plans, on ``--threads``) takes one half alone and writes only its files. The halves are common/qemu_instructions.py
 (with common/qemu_profile.py: where the instructions go, per op family) and common/step_time.py.
 """
@@ -43,7 +44,7 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from common import qemu_instructions  # noqa: E402
+from common import host_profile, qemu_instructions  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -191,4 +192,7 @@ def main() -> None:
     print(write_all(args, qemu_rows, host_rows, time.perf_counter() - t0))
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["profile-host"]:  # where the host step's time goes, per kernel (common/host_profile.py)
+        host_profile.main(sys.argv[2:])
+    else:
+        main()

@@ -299,6 +299,16 @@ def test_every_result_file_names_its_command():
         assert {"command", "commands"} & (set(data) | set(meta)), f"{js.name} records no command"
 
 
+def test_benchmarks_are_few_scripts_on_one_shared_module():
+    """benchmarks/: at most 20 scripts (one per question), each taking its paths from benchmarks/common (no ROOT
+    of its own)."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) <= 20, [s.name for s in scripts]
+    for script in scripts:
+        text = script.read_text()
+        assert not re.search(r"^ROOT = ", text, re.M), f"{script.name} defines its own ROOT (use common.ROOT)"
+
+
 DOC_OUTPUTS = runpy.run_path(str(ROOT / "scripts" / "doc_outputs.py"))
 MAIN_PAGES = (README, DOCS / "guide" / "getting-started.md", DOCS / "guide" / "memory-report.md")
 

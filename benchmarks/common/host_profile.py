@@ -1,6 +1,6 @@
 """Where the host C training step's time goes, per kernel and per op family (one zoo model, shipped sparse plan).
 
-    .venv/bin/python benchmarks/host_profile.py [--model mbv2-w0.35] [--steps 200] [--repeats 3] [--top 25]
+    python benchmarks/speed.py profile-host [--model mbv2-w0.35] [--steps 200] [--repeats 3] [--top 25]
 
 One of benchmarks/speed.py's host models (common/step_time.py) (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
 the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags:
@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
-
 from common.qemu_profile import FAMILIES, family, instrument  # noqa: E402
 from common.step_time import fashion_images  # noqa: E402
 
@@ -64,13 +63,13 @@ void tt_profile_take(uint64_t *out)
 """
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mbv2-w0.35", help="a zoo model with a shipped sparse plan")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from common.qemu_instructions import shipped_plans
     from tinytrain.codegen import MODEL_SOURCE
@@ -134,6 +133,3 @@ def main() -> None:
     for name, t in sorted(us.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"{name:<48}{t:>10.1f}{100 * t / total:>7.1f}")
 
-
-if __name__ == "__main__":
-    main()
