@@ -27,7 +27,7 @@ zoo: setup
 
 # Peak SRAM of the training step per model and plan, beside the published figures and PyTorch's.
 memory-table: setup
-	$(PY) benchmarks/memory_table.py
+	$(PY) benchmarks/memory.py --study training
 
 # The user guide (docs/, mkdocs.yml) as a static site; `.venv/bin/mkdocs serve` serves it while you edit.
 docs: setup

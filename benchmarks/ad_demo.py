@@ -34,8 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 MODEL = ROOT.parent / "shared" / "models" / "ad01_int8.tflite"
 OUT = ROOT / "benchmarks" / "results"
 RATE, N_FFT, HOP, N_MELS, FRAMES = 16000, 1024, 512, 128, 5

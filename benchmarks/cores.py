@@ -42,7 +42,7 @@ from tinytrain.frontends import load_model
 from tinytrain.training.sparse import load_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 KB, MB = 1024, 1024 * 1024
 CORE_BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55", "qemu-m33", "qemu-m3", "qemu-m0plus", "qemu-riscv32", "qemu-riscv32f")
 

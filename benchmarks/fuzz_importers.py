@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 SHARED_TFLITE = ("person_detect.tflite", "vww_96_int8.tflite", "mobilenet_v1_0.25_128_quant.tflite",
                  "vww_96_float.tflite")

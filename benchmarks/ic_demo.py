@@ -13,7 +13,7 @@ Each row is then trained on the whole training subset and scored once on the off
 Rows: classifier-only, bias-only, last-k:2, last-k:4 and the deepest last-k:N whose training step fits 256 KB (peak
 SRAM from ``tinytrain compile``'s planner, every preset's in the json), a plan searched by ``tinytrain plan --sram
 256k`` (short fine-tunes, a time limit), and the fp32 twin (PyTorch, every parameter, Adam on batches of 32,
-cosine: fp32_finetune.py, 5 epochs: the reference a device does not have). The int8 rows run the emitted C
+cosine: common/fp32.py, 5 epochs: the reference a device does not have). The int8 rows run the emitted C
 (``--engine c``: the device's arithmetic: batch-1 SGD, QAS, stochastic rounding), 2 epochs.
 Accuracies with 95 % intervals; differences paired per test image. Writes benchmarks/results/ic_demo.{json,md,png};
 work files in build/ic_demo.
@@ -37,11 +37,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
-from transfer_study import ci, paired  # noqa: E402
+from common import accuracy_ci as ci, paired  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "pretrainedResnet_quant.tflite"
 LRS = (0.01, 0.03)  # each int8 row's lr is the better of these on the validation rows
@@ -150,7 +148,7 @@ def searched_plan(task: Task, lr: float, build: Path, log: list) -> dict:
 
 def fp32_twin(task: Task) -> dict:
     """Every parameter of the fp32 twin, Adam (batch 32, cosine), FP32_EPOCHS; lr chosen on the validation rows."""
-    from fp32_finetune import Fp32Recipe, fit_predict
+    from common.fp32 import Fp32Recipe, fit_predict
 
     n_layers = sum(n.op in ("conv2d", "fully_connected") for n in task.graph.nodes)
     recipes = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr) for lr in FP32_LRS}

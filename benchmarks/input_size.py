@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.5_160_quant.tflite"
 SRAM, FLASH, HEAD = 256 * 1024, 1024 * 1024, 10

@@ -44,8 +44,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 ZOO = ROOT / "models" / "mbv1-0.25-vww.onnx"
 OUT = ROOT / "benchmarks" / "results"

@@ -33,12 +33,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
 import kws_data  # noqa: E402
-from transfer_study import ci, paired  # noqa: E402
+from common import accuracy_ci as ci, paired  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "kws_ref_model.tflite"
 LRS = (0.003, 0.01, 0.03, 0.1)

@@ -13,7 +13,7 @@ The data (what is synthetic is said here and in the provenance):
   input's range (the reconstruction loss, ``--loss`` mse from DATA without y);
 - vww_96_int8 (VWW): the first 80 images of each class of ../shared/data/vww96/vww96_dev800.npz (real images).
 The plans are for the engines' agreement tests (tests/test_mlperf_plans.py) and the peak table
-(benchmarks/user_ops_memory.py), not accuracy claims: a search on 160 rows and ~40-step fine-tunes.
+(benchmarks/memory.py --study user-ops), not accuracy claims: a search on 160 rows and ~40-step fine-tunes.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 SHARED = ROOT.parent / "shared"
 OUT = ROOT / "models" / "plans" / "mlperf"
 MODELS = ("pretrainedResnet_quant", "kws_ref_model", "ad01_int8", "vww_96_int8")

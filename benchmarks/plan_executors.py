@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 MODEL = ROOT / "models" / "mbv1-0.25-vww.onnx"
 EXECUTORS = {"local, --workers 2": ["--workers", "2"], "ray, local instance of 2 CPUs": ["--executor", "ray", "--workers", "2"]}
 

@@ -32,7 +32,7 @@ from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import layers, preset
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 SHARED = ROOT.parent / "shared"
 
 

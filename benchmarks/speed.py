@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/speed.py [--steps 3] [--inferences 2] [--board qemu-m7]
                                          [--steps-c 200] [--steps-sim 20] [--steps-torch 100] [--model NAME ...]
-                                         [--out benchmarks/results]
+                                         [--only qemu|host] [--threads 1] [--out benchmarks/results]
 
 For each 128x128 zoo model with its shipped sparse plan (models/plans/NAME-sparse.json) it takes two measurements:
 ``qemu_instructions.measure_row`` (the firmware, linked at 256 KB, trains --steps steps and runs --inferences
@@ -27,12 +27,15 @@ Columns of speed.md (one row per model):
   below the table).
 
 Writes OUT/speed.json and .md, OUT/qemu_instructions.json and .md, OUT/step_time.json and .md (OUT:
-benchmarks/results).
+benchmarks/results). ``speed.py profile-host [--model M]`` prints where the host step's time goes per kernel
+and op family (common/host_profile.py; it writes nothing). ``--only qemu`` (every model of ``qemu_instructions.models()``) or ``--only host`` (the shipped
+plans, on ``--threads``) takes one half alone and writes only its files. The halves are common/qemu_instructions.py
+(with common/qemu_profile.py: where the instructions go, per op family) and common/step_time.py.
 """
 
 from __future__ import annotations
 
-import step_time  # first: it fixes the BLAS / OpenMP threads (1: no --threads here) before numpy loads
+from common import step_time  # first: it fixes the BLAS / OpenMP threads (--threads, default 1) before numpy loads
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -41,7 +44,7 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import qemu_instructions  # noqa: E402
+from common import host_profile, qemu_instructions  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -135,15 +138,17 @@ def markdown(rows: list[SpeedRow], meta: dict) -> str:
 
 
 def measure_all(args: argparse.Namespace) -> tuple[list[dict], list[step_time.StepTime]]:
-    """qemu_instructions' rows of every selected model, step_time's of those with a shipped plan."""
+    """qemu_instructions' rows of every selected model, step_time's of those with a shipped plan (``--only``: one
+    of the two)."""
     timing = step_time.timing_of(args)
     shipped = {t.name for t in qemu_instructions.shipped_plans()}
     qemu_rows, host_rows = [], []
     for target in qemu_instructions.models():
         if args.model and target.name not in args.model:
             continue
-        qemu_rows.append(qemu_instructions.measure_row(target, args))
-        if target.name in shipped:
+        if args.only != "host":
+            qemu_rows.append(qemu_instructions.measure_row(target, args))
+        if target.name in shipped and args.only != "qemu":
             host_rows.append(step_time.measure(target, timing))
     return qemu_rows, host_rows
 
@@ -153,9 +158,13 @@ def write_all(args: argparse.Namespace, qemu_rows: list[dict], host_rows: list[s
     """speed, qemu_instructions and step_time (.json and .md) under --out; returns speed.md."""
     command = " ".join(["python benchmarks/speed.py", *sys.argv[1:]])
     qemu_meta = qemu_instructions.meta(args, command)
-    host_meta = step_time.meta(step_time.timing_of(args), 1, command)
+    host_meta = step_time.meta(step_time.timing_of(args), args.threads, command)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.only == "host":
+        return step_time.write(host_rows, host_meta, out / "step_time")
+    if args.only == "qemu":
+        return qemu_instructions.write(qemu_rows, qemu_meta, str(out / "qemu_instructions"))
     qemu_instructions.write(qemu_rows, qemu_meta, str(out / "qemu_instructions"))
     step_time.write(host_rows, host_meta, out / "step_time")
     by_name = {q["model"]: q for q in qemu_rows}
@@ -172,13 +181,18 @@ def main() -> None:
     qemu_instructions.add_arguments(ap)
     step_time.add_arguments(ap)
     ap.add_argument("--model", action="append", help="only these models (repeatable; default: all)")
+    ap.add_argument("--only", choices=("qemu", "host"), help="one half alone: its result files only")
+    ap.add_argument("--threads", type=int, default=1, help="host half: threads of every engine (default 1)")
     ap.add_argument("--out", default=str(qemu_instructions.ROOT / "benchmarks" / "results"),
                     help="directory of the results")
     args = ap.parse_args()
-    step_time.pin_threads(1)
+    step_time.pin_threads(args.threads)
     t0 = time.perf_counter()
     qemu_rows, host_rows = measure_all(args)
     print(write_all(args, qemu_rows, host_rows, time.perf_counter() - t0))
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["profile-host"]:  # where the host step's time goes, per kernel (common/host_profile.py)
+        host_profile.main(sys.argv[2:])
+    else:
+        main()

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from qemu_instructions import SHARED, VWW_PLAN, models
+from common.qemu_instructions import SHARED, VWW_PLAN, models
 
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs
@@ -36,7 +36,7 @@ from tinytrain.memory.report import STACK_BYTES, STACK_MARGIN_BYTES
 from tinytrain.training.sparse import load_plan, parse_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55")
 PROBE_STACK = 16 * 1024   # reserved while measuring: far above any measured use, so the mark is never clipped
 KB = 1024

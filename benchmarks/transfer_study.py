@@ -37,7 +37,7 @@ chosen on the test images: the plans (and with ``--choose-recipe`` the recipe) a
    fits 256 KB (4-bit remainders), the sparse presets, the searched plans (a searched plan equal to a preset is
    that preset's run), the searched 256 KB plan without QAS (at its own best lr on the validation split), the
    stronger backbone MobileNetV1-0.5 at ``--input-size 128`` on every preset that fits 256 KB (``wide_rows``; not
-   searched), and three fp32 rows (an fp32 twin of the graph, vww_study.torch_twin; fp32_finetune.py), trained
+   searched), and three fp32 rows (an fp32 twin of the graph, common/fp32.py), trained
    beside the device rows (``Fp32Rows``): the twin trained the device's way (batch-1 SGD, the recipe's lrs,
    schedule and epochs) on classifier-only and on the deepest last-k:N that fits 256 KB, each paired against its
    device row (device = fp32), and full fine-tuning (every parameter, Adam on batches of 32, cosine, 10 epochs, at
@@ -76,11 +76,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from study_fp32 import Fp32Rows  # noqa: E402
-from study_markdown import markdown  # noqa: E402
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common import accuracy_ci as ci, paired  # noqa: E402
+from common.study_fp32 import Fp32Rows  # noqa: E402
+from common.study_report import markdown  # noqa: E402
 
 
 
@@ -400,16 +399,6 @@ def train_row(study: Study, task: Task, name: str, plan_file: str, epochs: int, 
     correct = task.test_correct(rel(state))
     return {"plan_file": plan_file, "train_seconds": out["seconds"], "final_loss": out["final_loss"],
             "correct": correct}
-
-
-def ci(correct: np.ndarray) -> tuple[float, float]:
-    p = float(correct.mean())
-    return p, 1.96 * math.sqrt(p * (1 - p) / len(correct))
-
-
-def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    d = a.astype(np.float64) - b.astype(np.float64)
-    return float(d.mean()), 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
 
 
 def search_rows(searches: dict, classifier_lr: float) -> dict[str, dict]:

@@ -149,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("inspect", help="ops, shapes, quantization, params, MACs, memory estimate")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("run", help="int8 forward pass of a quantized input batch (.npy, NHWC)")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--input", required=True, help="X.npy: quantized input batch in the model's input dtype")
     s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
     s.set_defaults(func=cmd_run)
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
 
     s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--sram", default="256k", help="SRAM budget, e.g. 256k, 256KB, 262144 (default 256k)")
     s.add_argument("--flash", default="1m", help="flash budget (default 1m)")
     s.add_argument("--plan", help="sparse-update plan file (version 1): plan the training step")
@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_input_mapping_argument(s)
     s.add_argument("--classes", metavar="NAMES", help="comma-separated class names, one per output in label order, "
                    "written into the C header (TT_CLASS_NAMES)")
-    s.add_argument("--planner", choices=("greedy", "linear"), default="greedy")
+    s.add_argument("--planner", choices=("greedy", "linear"), default="greedy",
+                   help="memory planner: greedy-by-size (several orders, seeded perturbations) or linear")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     add_loss_argument(s)
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
@@ -191,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("convert", help="write the model as an int8 QDQ ONNX file (onnxruntime quantize_static form)")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("-o", "--output", required=True, help="OUT.onnx")
     add_input_mapping_argument(s)
     s.set_defaults(func=cmd_convert)

@@ -175,7 +175,7 @@ def add_firmware_commands(sub) -> None:
 
     s = sub.add_parser("firmware", help="a firmware project (QEMU board or PlatformIO) from a compile output folder")
     s.add_argument("dir", help="the output folder of `tinytrain compile`")
-    s.add_argument("--board", required=True, choices=tuple(BOARDS))
+    s.add_argument("--board", required=True, choices=tuple(BOARDS), help="the board (docs/guide/firmware.md)")
     s.add_argument("-o", "--output", required=True, help="project folder")
     add_force_argument(s)
     s.add_argument("--baud", type=positive_int, default=DEFAULT_BAUD, help=f"serial boards: UART baud rate (default {DEFAULT_BAUD})")
@@ -195,8 +195,8 @@ def add_firmware_commands(sub) -> None:
                         "for an autoencoder), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
     n = s.add_mutually_exclusive_group()
-    n.add_argument("--epochs", type=int, default=1)
-    n.add_argument("--steps", type=int)
+    n.add_argument("--epochs", type=int, default=1, help="passes over the training rows")
+    n.add_argument("--steps", type=int, help="steps instead of --epochs (the rows in order, then again)")
     s.add_argument("--held-out", type=float, help="evaluate on this stratified fraction, train on the rest")
     s.add_argument("--split-seed", type=non_negative_int, default=0)
     s.add_argument("--seed", type=non_negative_int, default=0, help="sample order")

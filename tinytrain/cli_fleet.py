@@ -49,7 +49,7 @@ def add_fleet_command(sub) -> None:
 
     s = sub.add_parser("fleet", help="federated fine-tuning of the compiled training step over simulated devices "
                                      "(Flower)")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True, help="DATA spec of the training pool the devices' shards come from "
                                                  "(e.g. fashion-mnist:20000)")
     s.add_argument("--test", help="DATA spec the global model is scored on after every round")

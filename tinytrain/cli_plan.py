@@ -145,7 +145,7 @@ def _print_report(result, out: Path, details: Path) -> None:
 
 def add_plan_command(sub) -> None:
     s = sub.add_parser("plan", help="search the sparse-update plan with the best measured gain under the SRAM budget")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True,
                    help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
@@ -173,7 +173,8 @@ def add_plan_command(sub) -> None:
     add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data)",
                            "cosine")
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
-    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
+    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic",
+                   help="rounding of the int8 update: stochastic (a deterministic hash PRNG) or to nearest")
     s.add_argument("--bias-k", help="comma-separated k values of the bias option (default: 1-6, even k to 16, "
                    "every 4th, and all layers)")
     s.add_argument("--noise-floor", type=non_negative_float, default=2.0, metavar="Z",
@@ -208,8 +209,10 @@ def add_plan_command(sub) -> None:
     s.add_argument("--address", help="--executor ray: the Ray cluster to connect to (e.g. auto, HOST:6379, "
                    "ray://HOST:10001; default: start a local Ray instance)")
     s.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
-                   help="cap on the contribution measurement: options not measured by then are left out of the "
-                        "gain model (the finalists are always trained)")
+                   help="seconds from the start of the search (after loading) by which the contribution fine-tunes "
+                        "stop, 20 s early to leave the proposals' searches their time; options not measured by then "
+                        "are left out of the gain model. The finalists are trained after it in full: the whole run "
+                        "takes longer")
     s.add_argument("--search-seconds-min", type=float, default=20.0, help=argparse.SUPPRESS)
     s.add_argument("--population", type=positive_int, default=100, help="evolutionary search: population (default 100)")
     s.add_argument("--generations", type=positive_int, default=30, help="evolutionary search: generations (default 30)")

@@ -117,7 +117,7 @@ def add_samples_command(sub) -> None:
     from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
 
     s = sub.add_parser("samples", help="write the sample files a QEMU board's harness reads, or read what it wrote")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", help="DATA of the samples (as train --data)")
     s.add_argument("-o", "--output", metavar="DIR", help="write DIR/tt_train.bin and DIR/tt_test.bin (DIR exists: "
                    "the firmware project of a QEMU board, where `make run` runs)")
@@ -129,8 +129,8 @@ def add_samples_command(sub) -> None:
     add_input_mapping_argument(s)
     s.add_argument("--loss", choices=("xent", "mse"), help="as train --loss")
     n = s.add_mutually_exclusive_group()
-    n.add_argument("--epochs", type=positive_int, default=1)
-    n.add_argument("--steps", type=positive_int)
+    n.add_argument("--epochs", type=positive_int, default=1, help="passes over the training rows")
+    n.add_argument("--steps", type=positive_int, help="steps instead of --epochs (the rows in order, then again)")
     s.add_argument("--held-out", type=float, metavar="FRACTION", help="tt_test.bin: this stratified fraction (as "
                    "train --held-out); tt_train.bin: the rest")
     s.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the --held-out split")

@@ -119,7 +119,7 @@ def add_train_commands(sub) -> None:
     from tinytrain.firmware import BOARDS
 
     s = sub.add_parser("train", help="fine-tune with the device's arithmetic (batch-1 SGD, QAS, sparse update)")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True,
                    help=".npz (x: uint8 NHWC images or int8 / float32 features; y: labels, or none with --loss mse), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N]")
@@ -130,8 +130,8 @@ def add_train_commands(sub) -> None:
     s.add_argument("--head-lr", type=positive_float,
                    help="learning rate of an --update preset's last layer, weights and bias (default: --lr, --bias-lr)")
     n = s.add_mutually_exclusive_group()
-    n.add_argument("--epochs", type=int, default=1)
-    n.add_argument("--steps", type=int)
+    n.add_argument("--epochs", type=int, default=1, help="passes over the training rows")
+    n.add_argument("--steps", type=int, help="steps instead of --epochs (the rows in order, then again)")
     s.add_argument("--engine", choices=ENGINES,
                    help="sim: the numpy simulator; c: the emitted C built with the host compiler; qemu: that C as "
                         "firmware on an emulated Cortex-M (--board, --sram). Default: c when gcc is installed, "
@@ -151,7 +151,8 @@ def add_train_commands(sub) -> None:
     s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
     add_remainder_argument(s)
     add_backward_argument(s)
-    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
+    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic",
+                   help="rounding of the int8 update: stochastic (a deterministic hash PRNG) or to nearest")
     add_schedule_arguments(s, "this run's steps")
     s.add_argument("--no-qas", action="store_true",
                    help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
@@ -166,7 +167,7 @@ def add_train_commands(sub) -> None:
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("eval", help="accuracy of the int8 model with the device's arithmetic")
-    s.add_argument("model")
+    s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True)
     s.add_argument("--new-head", type=positive_int, metavar="N", help="with a new N-class head (as train --new-head)")
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init (as train --seed)")

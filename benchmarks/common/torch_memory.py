@@ -1,6 +1,6 @@
 """PyTorch's memory for one fp32 training step (batch 1) of a zoo model under an update plan.
 
-Run as a script in a fresh process (``python benchmarks/torch_memory.py MODEL PLAN_SPEC``) so the process
+Run as a script in a fresh process (``python benchmarks/common/torch_memory.py MODEL PLAN_SPEC``) so the process
 figures are its own; prints one JSON object. Method:
 
 - the zoo model (models/, BatchNorm folded into the convolutions: the same layers as the int8 graph, so a
@@ -28,8 +28,8 @@ import resource
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: this file runs as a script
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
 
 def _rss_now() -> int:

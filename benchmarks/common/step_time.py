@@ -1,7 +1,9 @@
 """Time per training step (batch 1) of the emitted C, the numpy simulator and PyTorch eager fp32, in one run.
 
-    .venv/bin/python benchmarks/step_time.py [--threads 1] [--steps-c 200] [--steps-sim 20] [--steps-torch 100]
-                                             [--model NAME ...]
+    python benchmarks/speed.py --only host [--threads 1] [--steps-c 200] [--steps-sim 20] [--steps-torch 100]
+                                           [--model NAME ...]
+
+(the host half of benchmarks/speed.py).
 
 For each 128x128 zoo model with its shipped sparse plan (``qemu_instructions.shipped_plans()``: models/NAME.onnx and
 models/plans/NAME-sparse.json; default: all three), the same Fashion-MNIST images (train[:64], resized to the input),
@@ -55,10 +57,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
-from qemu_instructions import ModelPlan, node_macs, shipped_plans  # noqa: E402
+from common.qemu_instructions import ModelPlan, node_macs, shipped_plans  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -309,21 +310,3 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def timing_of(args: argparse.Namespace) -> Timing:
     return Timing(c=args.steps_c, sim=args.steps_sim, torch=args.steps_torch)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
-    add_arguments(ap)
-    ap.add_argument("--model", action="append", help="only these models (repeatable; default: all three)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step_time"))
-    args = ap.parse_args()
-    pin_threads(args.threads)
-    timing = timing_of(args)
-    rows = [measure(t, timing) for t in shipped_plans() if not args.model or t.name in args.model]
-    command = " ".join(["python benchmarks/step_time.py", *sys.argv[1:]])
-    print(write(rows, meta(timing, args.threads, command), Path(args.out)))
-
-
-if __name__ == "__main__":
-    main()

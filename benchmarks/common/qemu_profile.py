@@ -1,4 +1,4 @@
-"""Where a QEMU board's instructions go, per op family (benchmarks/qemu_instructions.py).
+"""Where a QEMU board's instructions go, per op family (common/qemu_instructions.py, benchmarks/speed.py --only qemu).
 
 A copy of a compile's C whose tt_forward / tt_backward read the SysTick counter (firmware/c/tt_ticks.h, under QEMU
 -icount shift=0 a tick is a fixed number of instructions) around every kernel call and add the ticks to that kernel's

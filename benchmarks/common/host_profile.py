@@ -1,11 +1,11 @@
 """Where the host C training step's time goes, per kernel and per op family (one zoo model, shipped sparse plan).
 
-    .venv/bin/python benchmarks/host_profile.py [--model mbv2-w0.35] [--steps 200] [--repeats 3] [--top 25]
+    python benchmarks/speed.py profile-host [--model mbv2-w0.35] [--steps 200] [--repeats 3] [--top 25]
 
-One of benchmarks/step_time.py's models (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
+One of benchmarks/speed.py's host models (common/step_time.py) (default models/mbv2-w0.35.onnx, models/plans/mbv2-w0.35-sparse.json), on
 the same images. A copy of the step's emitted C (``engine_c.CTrainer``'s files, the same flags:
 ``engine_c.TRAIN_CFLAGS``) whose tt_forward / tt_backward read ``clock_gettime(CLOCK_MONOTONIC)`` around every kernel
-call, as benchmarks/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
+call, as benchmarks/common/qemu_profile.py reads SysTick on QEMU (its ``instrument`` and ``FAMILIES``). Each kernel's time
 per step is the best of ``--repeats`` runs of ``--steps`` steps (the machine may be shared); "outside kernels" is the
 step's wall time less the kernels' (the streamed region's row bookkeeping, the calls themselves, the guard). The clock
 reads add roughly 20 ns per call, so the total is a little above an uninstrumented step. Caveat: the timed calls
@@ -25,12 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from qemu_profile import FAMILIES, family, instrument  # noqa: E402
-from step_time import fashion_images  # noqa: E402
+from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common.qemu_profile import FAMILIES, family, instrument  # noqa: E402
+from common.step_time import fashion_images  # noqa: E402
 
 TICKS_H = """#ifndef TT_TICKS_H
 #define TT_TICKS_H
@@ -66,15 +63,15 @@ void tt_profile_take(uint64_t *out)
 """
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mbv2-w0.35", help="a zoo model with a shipped sparse plan")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
-    from qemu_instructions import shipped_plans
+    from common.qemu_instructions import shipped_plans
     from tinytrain.codegen import MODEL_SOURCE
     from tinytrain.data import model_inputs
     from tinytrain.engines.host_c import TRAIN_CFLAGS, CTrainer, _private_copy, compile_files
@@ -136,6 +133,3 @@ def main() -> None:
     for name, t in sorted(us.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"{name:<48}{t:>10.1f}{100 * t / total:>7.1f}")
 
-
-if __name__ == "__main__":
-    main()

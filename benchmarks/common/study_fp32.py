@@ -24,8 +24,8 @@ _FORKED: dict = {}  # the task, set before the fp32 workers fork: its arrays are
 
 def _fit_predict(rows: str, evaluate: str, recipe, seed: int) -> np.ndarray:
     """A forked worker's fp32 run: train on the ``rows`` ("fit" or "all") of the task, predict ``evaluate``
-    ("validation" or "test"); one torch thread, seeded (fp32_finetune.fit_predict)."""
-    from fp32_finetune import fit_predict
+    ("validation" or "test"); one torch thread, seeded (common.fp32.fit_predict)."""
+    from common.fp32 import fit_predict
 
     t = _FORKED["task"]
     train_rows = t.fit if rows == "fit" else np.arange(len(t.y))
@@ -47,7 +47,7 @@ class Fp32Rows:
     def __init__(self, task: Task, recipe: Recipe, twin_ks: list[int], study: Study, choose_lr: bool) -> None:
         import multiprocessing as mp
 
-        from fp32_finetune import Fp32Recipe
+        from common.fp32 import Fp32Recipe
 
         n_layers = sum(n.op in ("conv2d", "fully_connected") for n in task.graph.nodes)
         self.full = {lr: Fp32Recipe(n_layers, "adam", FP32_EPOCHS, lr, lr)

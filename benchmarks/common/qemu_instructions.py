@@ -1,7 +1,9 @@
 """Instructions per training step and per inference on the emulated Cortex-M7 (qemu-m7), beside the published
 latencies and a lower bound from MAC counts; RAM and flash of each firmware.
 
-    .venv/bin/python benchmarks/qemu_instructions.py [--steps 3] [--inferences 2] [--board qemu-m7] [--model NAME ...]
+    python benchmarks/speed.py --only qemu [--steps 3] [--inferences 2] [--board qemu-m7] [--model NAME ...]
+
+(the QEMU half of benchmarks/speed.py).
 
 For each shipped model (models/*.onnx) with its shipped sparse plan (models/plans/NAME-sparse.json; the
 MobileNetV1-0.25 VWW models have none shipped and use VWW_PLAN below), and the MLPerf VWW model from ../shared
@@ -17,7 +19,7 @@ per cycle (SMLAD), fp32 MACs (backward and everything float) at 1 per cycle (VFM
 best one per cycle); the instructions QEMU counted. Instructions are not cycles: a Cortex-M7 issues up to two
 instructions per cycle and stalls on memory, so this compares orders of magnitude, not exact timing.
 Images are synthetic (uniform random pixels, seed 0): the counts vary by well under 1 % across images.
-Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/qemu_profile.py
+Where the instructions go, per op family and per kernel, and what the requantization costs: benchmarks/common/qemu_profile.py
 (two more firmwares per model, instrumented copies of the same C).
 
 Writes benchmarks/results/qemu_instructions.json and .md. ``benchmarks/speed.py`` takes the same measurement
@@ -32,14 +34,14 @@ import platform
 import re
 import subprocess
 import tempfile
-import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from qemu_profile import FAMILIES, profile
+from common import ROOT, SHARED  # (puts the checkout on sys.path)
+from common.qemu_profile import FAMILIES, profile
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs
 from tinytrain.memory.report import STACK_BYTES
@@ -49,8 +51,6 @@ from tinytrain.ops import get_op
 from tinytrain.training.sparse import load_plan, parse_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 KB, MB = 1024, 1024 * 1024
 CLOCK_HZ = 216e6
 PUBLISHED_MS = {"mbv2-w0.35": 373, "proxyless-w0.3": 443, "mcunet-5fps": 546}
@@ -226,7 +226,7 @@ def markdown(rows, meta) -> str:
               "the whole RAM region the linker placed (stack + data + arena + trainable copies + heap), within the "
               f"256 KB budget; stack used is the measured high-water mark ({STACK_BYTES:,} B reserved)."]
     keys = [k for k, _, _ in FAMILIES] + ["outside_kernels"]
-    lines += ["", "Per op family (`benchmarks/qemu_profile.py`: SysTick read around every kernel call of a training "
+    lines += ["", "Per op family (`benchmarks/common/qemu_profile.py`: SysTick read around every kernel call of a training "
               "step; requantization, which runs inside the int8 kernels, by difference with a firmware whose int8 "
               "requantization helpers are a shift): instructions per training step, share of the step. "
               + "; ".join(f"{k}: {what}" for k, what, _ in FAMILIES) + ".", "",
@@ -276,18 +276,3 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--inferences", type=int, default=2)
     ap.add_argument("--board", default="qemu-m7")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(ap)
-    ap.add_argument("--model", action="append", help="only these models (repeatable; default: all)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "qemu_instructions"))
-    args = ap.parse_args()
-    rows = [measure_row(t, args) for t in models() if not args.model or t.name in args.model]
-    command = " ".join(["python benchmarks/qemu_instructions.py", *sys.argv[1:]])
-    print(write(rows, meta(args, command), args.out))
-
-
-if __name__ == "__main__":
-    main()

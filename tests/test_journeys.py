@@ -1,0 +1,221 @@
+"""The guide's journeys end to end, as a user types them (issue 40, must show): their own model, their own images
+in a folder, their own plan file; compile -> train -> eval -> firmware -> one QEMU run; the same from Python. Then the
+mistakes a user makes in the first hour: each ends in one line on stderr and exit code 2 (0 for a closed pipe), no
+traceback, nothing of theirs touched, nothing half-written."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinytrain
+from onnx_models import write_tiny_task
+from tinytrain.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ARM_GCC = shutil.which("arm-none-eabi-gcc")
+QEMU = shutil.which("qemu-system-arm")
+SENTINEL = b"the user's own file\n"
+# the user's plan for the tiny model: the biases of the last 2 layers, half of conv6's output channels, the head
+PLAN = {"version": 1, "bias_last_k": 2, "weights": [{"conv": 9, "ratio": 0.5}, {"conv": 10, "ratio": 1.0}],
+        "lr": 0.02}
+
+
+def _photos(folder: Path, n: int = 12) -> Path:
+    """A folder of PNG images, one sub-folder per class, as a user's camera leaves them: dark and bright scenes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    for label, (name, level) in enumerate((("dark", 60), ("bright", 190))):
+        (folder / name).mkdir(parents=True)
+        for k in range(n):
+            pixels = np.clip(rng.normal(level, 30, (16, 16, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(folder / name / f"img{k:02d}.png")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory) -> Path:
+    """A user's working folder: their model (tiny.onnx, tiny.npz), a photos/ tree, a plan file."""
+    home = tmp_path_factory.mktemp("journey")
+    write_tiny_task(home)
+    _photos(home / "photos")
+    (home / "plan.json").write_text(json.dumps(PLAN))
+    return home
+
+
+def tt(*argv: str) -> int:
+    return main([str(a) for a in argv])
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_compile_train_eval_with_own_images_and_own_plan(user, monkeypatch, capsys):
+    """compile (the plan fits) -> train on the photos folder with the plan, a quarter held out -> eval of the trained
+    state on the same held-out rows reports the accuracy train reported."""
+    monkeypatch.chdir(user)
+    assert tt("compile", "tiny.onnx", "--sram", "64k", "--new-head", "2", "--plan", "plan.json", "-o", "build") == 0
+    out = capsys.readouterr().out
+    assert "(fits)" in out and (user / "build" / "tinytrain_model.c").is_file()
+    assert tt("train", "tiny.onnx", "--data", "photos", "--new-head", "2", "--plan", "plan.json", "--held-out",
+              "0.25", "--epochs", "2", "--engine", "c", "--state-out", "state.npz", "--json") == 0
+    trained = _json(capsys)
+    assert trained["steps"] == 2 * 18 and trained["n_held_out"] == 6
+    assert tt("eval", "tiny.onnx", "--data", "photos", "--new-head", "2", "--held-out", "0.25", "--state",
+              "state.npz", "--json") == 0
+    assert _json(capsys)["accuracy"] == trained["accuracy_after"]
+
+
+def test_the_python_api_computes_what_the_cli_does(user, monkeypatch, capsys):
+    """The API guide's journey on the user's .npz: compile, train, evaluate; the CLI's train gives the same loss."""
+    monkeypatch.chdir(user)
+    compiled = tinytrain.compile("tiny.onnx", sram="64k", plan="plan.json", new_head=2)
+    assert compiled.report.fits and "tinytrain_model.h" in compiled.files
+    result = tinytrain.train("tiny.onnx", "tiny.npz", plan="plan.json", new_head=2, steps=20, engine="sim")
+    evaluated = tinytrain.evaluate("tiny.onnx", "tiny.npz", state=result.state, new_head=2, engine="sim")
+    assert 0.0 <= evaluated.accuracy <= 1.0
+    assert tt("train", "tiny.onnx", "--data", "tiny.npz", "--new-head", "2", "--plan", "plan.json", "--steps", "20",
+              "--engine", "sim", "--json") == 0
+    assert _json(capsys)["final_loss"] == result.final_loss
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(ARM_GCC is None or QEMU is None, reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_firmware_and_one_qemu_run_meet_the_host(user, monkeypatch, capsys):
+    """firmware of the compile output builds with make; train --engine qemu runs the same step on the emulated
+    Cortex-M7 and ends on the host C's loss and state, to the bit."""
+    monkeypatch.chdir(user)
+    assert tt("compile", "tiny.onnx", "--sram", "64k", "--new-head", "2", "--plan", "plan.json", "-o", "fwbuild") == 0
+    assert tt("firmware", "fwbuild", "--board", "qemu-m7", "-o", "fw") == 0
+    capsys.readouterr()
+    r = subprocess.run(["make", "-C", "fw"], capture_output=True, text=True)
+    assert r.returncode == 0 and (user / "fw" / "firmware.elf").is_file(), r.stderr[-2000:]
+    runs = {}
+    for engine in ("c", "qemu"):
+        assert tt("train", "tiny.onnx", "--data", "photos", "--new-head", "2", "--plan", "plan.json", "--steps", "6",
+                  "--engine", engine, "--state-out", f"{engine}.npz", "--json") == 0
+        runs[engine] = _json(capsys)
+    assert runs["qemu"]["final_loss"] == runs["c"]["final_loss"]
+    c, q = np.load(user / "c.npz"), np.load(user / "qemu.npz")
+    assert sorted(c.files) == sorted(q.files) and all(np.array_equal(c[k], q[k]) for k in c.files)
+
+
+# ---- the mistakes a user makes -------------------------------------------------------------------------------
+
+# name -> argv (M: the model, D: the .npz, P: the photos folder). Run in the user's folder holding a sentinel file.
+MISTAKES = {
+    "missing model": "compile nosuch.onnx --sram 64k -o out",
+    "model is an image": "inspect photos/dark/img00.png",
+    "model is a folder": "inspect photos",
+    "missing data": "train M --data nosuch.npz --new-head 2 --steps 2",
+    "data is a text file": "train M --data notes.txt --new-head 2 --steps 2",
+    "data folder without classes": "train M --data photos/dark --new-head 2 --steps 2",
+    "npz without x": "eval M --data bad.npz --new-head 2",
+    "labels and images of other counts": "train M --data wrong_count.npz --new-head 2 --steps 2",
+    "features of the wrong shape": "train M --data features.npz --new-head 2 --steps 2",
+    "-o .": "compile M --sram 64k --update last-k:1 --new-head 2 -o .",
+    "-o a non-empty folder": "compile M --sram 64k --update last-k:1 --new-head 2 -o mine",
+    "-o a file": "compile M --sram 64k --update last-k:1 --new-head 2 -o notes.txt",
+    "-o the model's folder": "compile model/tiny.onnx --sram 64k --update last-k:1 --new-head 2 -o model",
+    "train -o onto the model": "train M --data D --new-head 2 --steps 2 -o tiny.onnx",
+    "a typo in a command": "compil M -o out",
+    "a typo in an option": "compile M --sram 64k --udpate last-k:1 -o out",
+    "a typo in a choice": "compile M --sram 64k --update last-k:1 --target cortex-m8 -o out",
+    "a bad preset": "compile M --sram 64k --update last-kk:1 -o out",
+    "a bad size": "compile M --sram 64kk --update last-k:1 -o out",
+    "a plan for another model": "compile M --sram 64k --plan big_plan.json -o out",
+    "not a plan": "compile M --sram 64k --plan notes.txt -o out",
+    "over budget": "compile M --sram 1k --update full --new-head 2 -o out",
+    "firmware of a folder that is no compile output": "firmware photos --board qemu-m7 -o fw",
+    "an unknown board": "firmware build --board qemu-m8 -o fw",
+    "-o inside a file": "compile M --sram 64k --update last-k:1 --new-head 2 -o notes.txt/out",
+    "a state that is no state": "eval M --data D --new-head 2 --state notes.txt",
+    "both --plan and --update": "train M --data D --new-head 2 --plan plan.json --update last-k:1 --steps 2",
+    "both --epochs and --steps": "train M --data D --new-head 2 --epochs 1 --steps 3",
+    "--sram on a host engine": "train M --data D --new-head 2 --steps 2 --engine sim --sram 32k",
+    "a held-out fraction of 1": "train M --data D --new-head 2 --held-out 1.0",
+    "a new head of 0 classes": "compile M --sram 64k --new-head 0 --update last-k:1 -o out",
+    "labels beyond the head": "train M --data D --new-head 1 --steps 2",
+}
+
+
+@pytest.fixture()
+def desk(user, tmp_path) -> Path:
+    """The user's folder as it is after an hour: their files, each a sentinel, and a model in a folder of its own."""
+    d = tmp_path / "desk"
+    d.mkdir()
+    for name in ("tiny.onnx", "tiny.npz", "plan.json"):
+        shutil.copy(user / name, d / name)
+    shutil.copytree(user / "photos", d / "photos")
+    (d / "model").mkdir()
+    shutil.copy(user / "tiny.onnx", d / "model" / "tiny.onnx")
+    (d / "model" / "notes.txt").write_bytes(SENTINEL)
+    (d / "mine").mkdir()
+    (d / "mine" / "notes.txt").write_bytes(SENTINEL)
+    (d / "notes.txt").write_bytes(SENTINEL)
+    np.savez(d / "bad.npz", images=np.zeros((2, 16, 16, 3), np.uint8))
+    np.savez(d / "wrong_count.npz", x=np.zeros((4, 16, 16, 3), np.uint8), y=np.array([0, 1, 0]))
+    np.savez(d / "features.npz", x=np.zeros((4, 7), np.float32), y=np.array([0, 1, 0, 1]))
+    (d / "big_plan.json").write_text(json.dumps({"version": 1, "bias_last_k": 1, "weights": [{"conv": 40,
+                                                                                              "ratio": 1.0}]}))
+    return d
+
+
+def _snapshot(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+# Known, reported, owned elsewhere (tinytrain/cli_train.py): strict, so the mark must go when they are fixed.
+KNOWN = {
+    # argparse's mutually exclusive group compares a value with its default by identity: --epochs 1 "is" the
+    # default 1 (a cached small int), so --epochs 1 --steps 3 passes and steps win (default=None would refuse it)
+    "both --epochs and --steps": "argparse sees --epochs 1 as its default; issue 40 item 8",
+    "--sram on a host engine": "train --sram is read by --engine qemu only and ignored otherwise; issue 40 item 8",
+}
+
+
+@pytest.mark.parametrize("mistake", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]))
+                                     if m in KNOWN else m for m in MISTAKES])
+def test_a_mistake_is_one_line_exit_2_and_touches_nothing(mistake, desk, monkeypatch, capsys):
+    monkeypatch.chdir(desk)
+    words = {"M": "tiny.onnx", "D": "tiny.npz", "P": "photos"}
+    argv = [words.get(w, w) for w in MISTAKES[mistake].split()]
+    before = _snapshot(desk)
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, f"{mistake}: exit {code}: {err}"
+    assert err.count("\n") == 1 and err.startswith("tinytrain: error: ") and "Traceback" not in err, err
+    assert _snapshot(desk) == before, f"{mistake}: a file was added, changed or removed"
+    if mistake.startswith("a typo"):
+        assert "did you mean" in err, err
+
+
+def _shell(home: Path) -> dict:
+    bin_dir = home / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "tinytrain"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tinytrain.cli "$@"\n')
+    shim.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_as_typed_in_a_shell_a_closed_pipe_is_quiet_and_an_error_has_no_traceback(desk):
+    """`tinytrain ... | head -1` ends quietly with exit 0 and its output complete; a mistake typed in a shell is
+    one line and exit 2 from the real process (no traceback from the interpreter's exit)."""
+    env = _shell(desk)
+    r = subprocess.run(["bash", "-o", "pipefail", "-c",
+                        "tinytrain compile tiny.onnx --sram 64k --update last-k:1 --new-head 2 -o piped | head -1"],
+                       cwd=desk, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("memory report for") and r.stderr == "", r.stderr
+    assert (desk / "piped" / "report.txt").is_file()
+    r = subprocess.run(["bash", "-c", "tinytrain train tiny.onnx --data nosuch.npz --steps 2"], cwd=desk, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stdout == "", r.stderr
