@@ -24,6 +24,7 @@ import numpy as np
 from tinytrain.version import __version__
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import BOARDS, get_board, samples, write_firmware
+from tinytrain.firmware.fit import link_error
 from tinytrain.ir import Graph
 
 DEFAULT_TIMEOUT = 600  # seconds of host time for one QEMU run
@@ -107,8 +108,15 @@ def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int
     write_firmware(compile_dir, board, project, save_every=save_every, **options)
     r = subprocess.run(["make", "-s", ELF], cwd=project, capture_output=True, text=True, timeout=timeout, check=False)
     if r.returncode != 0:
-        raise QemuError(f"the firmware in {project} does not link:\n{(r.stderr or r.stdout)[-3000:]}")
+        raise QemuError(link_error(r.stderr + r.stdout, get_board(board), _regions(project / "tinytrain.ld")))
     return Firmware(project, project / ELF, board, *section_sizes(project / ELF, tools.prefix))
+
+
+def _regions(linker_script: Path) -> dict[str, int]:
+    """The LENGTH of each MEMORY region of a generated linker script (RAM, FLASH)."""
+    text = linker_script.read_text() if linker_script.is_file() else ""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+) \(\w+\)\s*: ORIGIN = \w+, LENGTH = (\d+)",
+                                                             text, re.M)}
 
 
 def section_sizes(elf: str | Path, prefix: str = "arm-none-eabi-") -> tuple[int, int]:
