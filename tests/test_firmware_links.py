@@ -126,3 +126,18 @@ def test_the_report_says_on_which_boards_the_firmware_links(step, tmp_path):
     text = links_text(report)
     assert all(name in text for name, b in BOARDS.items() if b.core == "cortex-m4") and "qemu-m7" not in text
     assert "does NOT link" not in text
+
+
+def test_a_link_that_overflows_anyway_is_one_line_from_build(step, reports, tmp_path, monkeypatch):
+    """With fit.py's check blinded (a harness that needs more than it counts), the linker's overflow comes back from
+    engines/qemu.build as one line with the region and the bytes, no linker dump, no temporary path."""
+    from tinytrain.firmware import fit
+
+    _toolchain("qemu-m7")
+    compile_dir, _ = _tight(step, reports, "qemu-m7", tmp_path, less=600)
+    monkeypatch.setattr(fit, "HARNESS_BYTES", {True: -4096, False: -4096})
+    with pytest.raises(engine_qemu.QemuError) as e:
+        engine_qemu.build(compile_dir, "qemu-m7", tmp_path / "project")
+    message = str(e.value)
+    assert "\n" not in message and str(tmp_path) not in message and "collect2" not in message
+    assert "does not link" in message and ("RAM overflowed by" in message or "exceed the SRAM budget" in message)

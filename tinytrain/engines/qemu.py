@@ -170,10 +170,11 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             if flash is not None and (tmp / "tt_flash.bin").exists():
                 shutil.copy(tmp / "tt_flash.bin", flash)
         if r.returncode == 124 or r.returncode == 137:
-            raise QemuError(f"QEMU did not finish in {timeout:.0f} s ({b.qemu.machine}); output so far:\n{r.stdout[-2000:]}")
+            raise QemuError(f"QEMU did not finish in {timeout:.0f} s ({b.qemu.machine}); its last line: "
+                            f"{_last_line(r.stdout)}")
         if r.returncode != 0 or "tt: done" not in r.stdout:
             raise QemuError(f"the firmware exited with status {r.returncode} on {b.qemu.machine}"
-                            f"{_status_meaning(r.returncode)}:\n{(r.stdout + r.stderr)[-2000:]}")
+                            f"{_status_meaning(r.returncode)}; its last line: {_last_line(r.stdout + r.stderr)}")
         out = parse_output(r.stdout)
         logits = np.zeros((0, 0), np.int8)
         if test is not None and len(test[1]):
@@ -213,6 +214,12 @@ def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
         p.kill()
         p.wait()
         p.stdout.close()
+
+
+def _last_line(output: str) -> str:
+    """The harness's error line (``tt: error ...``), else the last line of its output, for a one-line error."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if line.startswith("tt: error")), lines[-1] if lines else "none")
 
 
 def _status_meaning(status: int) -> str:

@@ -62,9 +62,9 @@ def ram_need(report: dict, board: Board, stack_bytes: int | None = None, heap_by
 def _fix(need: RamNeed, training: bool) -> str:
     smaller = "a smaller --update or --plan" if training else "a smaller model or input size"
     if need.total <= need.board_ram:
-        return f"compile with {smaller}, or with --sram {-(-need.total // 1024)}k or more ({need.board} has " \
+        return f"use {smaller}, or --sram {-(-need.total // 1024)}k or more ({need.board} has " \
                f"{format_size(need.board_ram)})"
-    return f"compile with {smaller}, or pick a board with more than {format_size(need.total)} of SRAM"
+    return f"use {smaller}, or a board with more than {format_size(need.total)} of SRAM"
 
 
 def check_links(report: dict, board: Board, stack_bytes: int | None = None, heap_bytes: int | None = None) -> RamNeed:
@@ -133,7 +133,7 @@ def link_error(output: str, board: Board, region: dict[str, int]) -> str:
         of = f" of {format_size(length)} (needs {format_size(length + by)})" if length else ""
         fix = ("a smaller --update or --plan, or a larger --sram" if name == "RAM"
                else "a smaller model, or a board with more flash")
-        return f"the firmware for {board.name} does not link: {name} overflowed by {by} bytes{of}; compile with {fix}"
+        return f"the firmware for {board.name} does not link: {name} overflowed by {by} bytes{of}; use {fix}"
     asserted = _ASSERT.search(output)
     if asserted:
         return f"the firmware for {board.name} does not link: {asserted.group(1).strip()}"
