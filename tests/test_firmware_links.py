@@ -4,7 +4,9 @@ and statics) links in that RAM region; one byte less is refused by `firmware` in
 small training step per core (compile is per target), one link per board; one QEMU run (qemu-m7) at that budget
 trains bit for bit as the host engine. A linker overflow that still happens is one line with the numbers."""
 
+import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,3 +143,59 @@ def test_a_link_that_overflows_anyway_is_one_line_from_build(step, reports, tmp_
     message = str(e.value)
     assert "\n" not in message and str(tmp_path) not in message and "collect2" not in message
     assert "does not link" in message and ("RAM overflowed by" in message or "exceed the SRAM budget" in message)
+
+
+@pytest.mark.slow
+def test_the_serial_harness_streams_rows_and_a_bad_crc_leaves_a_streamed_step_untouched(tmp_path):
+    """MobileNetV1-0.25 at 96x96 (its input read row by row into line buffers): the serial harness, built for the
+    host, takes each image from the UART row by row into the forward pass; a frame whose image or CRC was corrupted
+    on the line is answered E before the backward (the CRC is read with the last row, the step jumps out), so the
+    board's losses and state are the host engine's on the good frames only."""
+    serial = pytest.importorskip("serial")
+    from test_firmware import _host_board, _pty_board
+    from tinytrain.api import load_model
+    from tinytrain.firmware import protocol as proto
+    from tinytrain.training.resolve import resolve_plan
+
+    model = Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx"
+    if not model.exists():
+        pytest.skip(f"{model} is not built (python -m models.build)")
+    g = load_model(model, new_head=2)
+    tg = build_training_graph(g, resolve_plan(g, update="last-k:1"))
+    report = engine_qemu.emit_compile_dir(tg, tmp_path / "c", 256 * KB, 1024 * KB)
+    assert report["streamed"] is not None
+    exe = _host_board(tmp_path / "c", tmp_path / "board")
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (4, *g.tensors[g.inputs[0]].shape[1:])).astype(np.int8)
+    y = np.array([0, 1, 1, 0])
+    with _pty_board(exe) as pty:
+        port = serial.Serial(pty.port, timeout=30)
+        board = proto.Board(port)
+        losses = [board.train(x[0], 0)[0], board.train(x[1], 1)[0]]
+        for where in (20, -1):  # an image byte of an early row; the CRC itself
+            frame = bytearray(proto.request(b"T", x[2].tobytes(), 1))
+            frame[where] ^= 0x10
+            port.write(bytes(frame))
+            with pytest.raises(proto.ProtocolError, match="CRC mismatch: the step was not applied"):
+                proto.read_reply(port.read)
+        losses += [board.train(x[2], 1)[0], board.train(x[3], 0)[0]]
+        logits = np.frombuffer(board.predict(x[0])[2], np.int8)
+        state = board.state()
+        port.close()
+    host = CTrainer(tg)
+    assert np.array_equal(np.array(losses, np.float32).view(np.uint32), host.train(x, y).view(np.uint32))
+    assert state == host.state_bytes() and np.array_equal(logits, host.predict(x[:1])[0])
+
+
+def test_a_step_larger_than_the_boards_flash_is_refused_in_one_line(step, tmp_path, capsys):
+    """A 1 MB flash budget on a 128 KB board: the RAM fits, the weights and code do not; one line, nothing written."""
+    from tinytrain.errors import BudgetError
+    from tinytrain.firmware.fit import check_flash
+
+    board = get_board("nucleo_g071rb")
+    with pytest.raises(BudgetError) as e:
+        check_flash({"flash_bytes": 200 * KB}, board, board.flash_max)
+    assert "\n" not in str(e.value) and "200.0 KB of flash" in str(e.value) and "72.0 KB more" in str(e.value)
+    engine_qemu.emit_compile_dir(step[1], tmp_path / "c", 30 * KB, 1024 * KB, target=board.core)
+    report = json.loads((tmp_path / "c" / "report.json").read_text())
+    check_flash(report, board, board.flash_max)  # the test step's own flash fits the board
