@@ -12,11 +12,16 @@ import numpy as np
 import pytest
 
 from test_codegen_train import train_ops_model
+from test_firmware import _host_board, _pty_board
+from tinytrain.api import load_model
 from tinytrain.cli import main
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.engines.host_c import CTrainer
-from tinytrain.firmware import BOARDS, get_board
-from tinytrain.firmware.fit import link_error, links_text, ram_need
+from tinytrain.errors import BudgetError
+from tinytrain.firmware import BOARDS, fit, get_board
+from tinytrain.firmware import protocol as proto
+from tinytrain.firmware.fit import check_flash, link_error, links_text, ram_need
+from tinytrain.training.resolve import resolve_plan
 from tinytrain.training.sparse import Plan, WeightUpdate
 from tinytrain.training.train_graph import build_training_graph
 
@@ -113,8 +118,6 @@ def test_a_linker_overflow_is_one_line_with_the_numbers():
 def test_train_engine_qemu_refuses_a_step_that_cannot_link_in_one_line(step, tmp_path):
     """`train --engine qemu` builds the firmware at its --sram: a budget the step fits but its firmware does not is
     one line with the numbers (QemuTrainer -> firmware's check), no temporary path."""
-    from tinytrain.errors import BudgetError
-
     _toolchain("qemu-m7")
     report = engine_qemu.emit_compile_dir(step[1], tmp_path / "c", 64 * KB, 128 * KB)
     budget = report["peak_sram_bytes"] + 64  # the step fits; its harness's heap does not
@@ -133,7 +136,6 @@ def test_the_report_says_on_which_boards_the_firmware_links(step, tmp_path):
 def test_a_link_that_overflows_anyway_is_one_line_from_build(step, reports, tmp_path, monkeypatch):
     """With fit.py's check blinded (a harness that needs more than it counts), the linker's overflow comes back from
     engines/qemu.build as one line with the region and the bytes, no linker dump, no temporary path."""
-    from tinytrain.firmware import fit
 
     _toolchain("qemu-m7")
     compile_dir, _ = _tight(step, reports, "qemu-m7", tmp_path, less=600)
@@ -152,10 +154,6 @@ def test_the_serial_harness_streams_rows_and_a_bad_crc_leaves_a_streamed_step_un
     on the line is answered E before the backward (the CRC is read with the last row, the step jumps out), so the
     board's losses and state are the host engine's on the good frames only."""
     serial = pytest.importorskip("serial")
-    from test_firmware import _host_board, _pty_board
-    from tinytrain.api import load_model
-    from tinytrain.firmware import protocol as proto
-    from tinytrain.training.resolve import resolve_plan
 
     model = Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx"
     if not model.exists():
@@ -189,8 +187,6 @@ def test_the_serial_harness_streams_rows_and_a_bad_crc_leaves_a_streamed_step_un
 
 def test_a_step_larger_than_the_boards_flash_is_refused_in_one_line(step, tmp_path, capsys):
     """A 1 MB flash budget on a 128 KB board: the RAM fits, the weights and code do not; one line, nothing written."""
-    from tinytrain.errors import BudgetError
-    from tinytrain.firmware.fit import check_flash
 
     board = get_board("nucleo_g071rb")
     with pytest.raises(BudgetError) as e:
