@@ -23,7 +23,9 @@ from tinytrain.engines import samples as sampling
 from tinytrain.engines.samples import check_classifier, default_loss, load_data, prepared, scorer, training_samples
 from tinytrain.engines.trainer import build_trainer, check_engine, forward_outputs
 from tinytrain.errors import UsageError, param
+from tinytrain.firmware.fit import links_json, links_text
 from tinytrain.ir import Graph
+from tinytrain.layers import layer_table, layer_text
 from tinytrain.memory.report import MemoryReport
 from tinytrain.simulator import TrainState
 from tinytrain.training.qas import UpdateConfig
@@ -102,12 +104,16 @@ class Compiled:
                 "mode": self.mode}
         if self.plan is not None:
             meta.update(plan=self.plan.to_json(), reorder=self.reorder, nonfinite_guard=self.nonfinite_guard)
-        return {**meta, **self.report.to_json(), "schedule": [f"{n.op} {n.name}" for n in self.step.nodes]}
+        report = self.report.to_json()
+        return {**meta, **report, "firmware": links_json(report),
+                "layers": [r.to_json() for r in layer_table(self.graph, self.step, self.report)],
+                "schedule": [f"{n.op} {n.name}" for n in self.step.nodes]}
 
     def text(self) -> str:
         from tinytrain.memory.text import report_text
 
-        return report_text(self.report, self.step)
+        return (report_text(self.report, self.step, boards=links_text(self.report.to_json())) + "\n\n"
+                + layer_text(layer_table(self.graph, self.step, self.report), self.plan is not None))
 
     def write(self, out, force: bool = False) -> None:
         """The output folder of ``tinytrain compile`` (a path or a checked ``outputs.OutputDir``): the C project,

@@ -1,9 +1,11 @@
-"""``tinytrain inspect``: a readable table of a model's ops, shapes, quantization, params and MACs."""
+"""``tinytrain inspect``: a readable table of a model's ops, shapes, quantization, params, MACs and inference memory."""
 
 from __future__ import annotations
 
 from tinytrain.ir import Graph, Tensor
+from tinytrain.layers import NAME_WIDTH, layer_table
 from tinytrain.memory.report import plan_forward
+from tinytrain.memory.short import short_name
 from tinytrain.ops import get_op
 from tinytrain.sizes import format_size
 
@@ -28,11 +30,17 @@ def node_macs(graph: Graph, node) -> int:
 
 
 def describe(graph: Graph) -> str:
-    rows = [("#", "op", "output shape", "params", "MACs", "output quant", "name")]
+    """inspect's text: the inputs and outputs, a row per layer (tinytrain/layers.py: its inference arena, weights,
+    MACs; the peak marked), the totals."""
+    report = plan_forward(graph, sram_budget=1 << 40, flash_budget=1 << 40)
+    layers = {r.index: r for r in layer_table(graph, graph, report)}
+    rows = [("#", "op", "output shape", "params", "MACs", "arena", "weights", "output quant", "name")]
     for k, node in enumerate(graph.nodes):
-        out = graph.tensors[node.outputs[0]]
+        out, r = graph.tensors[node.outputs[0]], layers[k]
         rows.append((str(k), node.op, "x".join(map(str, out.shape)), f"{node_params(graph, node):,}",
-                     f"{node_macs(graph, node):,}", _quant(out), node.name))
+                     f"{node_macs(graph, node):,}", format_size(r.arena_bytes),
+                     format_size(r.flash_bytes) if r.flash_bytes else "-", _quant(out),
+                     short_name(node.name, NAME_WIDTH) + ("  <- peak" if r.peak else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"model {graph.name}  sha256 {graph.source_sha256[:16]}…" + ("  (uint8 model, run as int8)" if graph.uint8_io else "")]
     for name in graph.inputs:
@@ -43,10 +51,10 @@ def describe(graph: Graph) -> str:
         lines.append(f"output {name}: {t.dtype.value} {t.shape} {_quant(t)}")
     lines.append("")
     for r in rows:
-        lines.append("  ".join(c.rjust(w) if i in (0, 3, 4) else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        lines.append("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     params = sum(t.size for t in graph.constants())
     macs = sum(node_macs(graph, n) for n in graph.nodes)
-    report = plan_forward(graph, sram_budget=1 << 40, flash_budget=1 << 40)
     peak = graph.nodes[report.peak_step]
     lines += [
         "",

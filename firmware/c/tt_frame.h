@@ -25,7 +25,8 @@ uint32_t tt_crc32(uint32_t crc, const uint8_t *p, size_t n);
 /* Receive the next request. The image (length bytes) goes to image when length == image_bytes for T and P,
  * or length == 0 for I and S. Returns 0, or -1 after answering an E reply (bad command, length or CRC).
  * An L request returns after its head: the caller reads its payload (a state, streamed) with tt_frame_read and
- * its CRC with tt_frame_check, so the state needs no buffer. */
+ * its CRC with tt_frame_check, so the state needs no buffer; so does a T or P request (its length checked) when
+ * image is NULL: the caller reads the image row by row. */
 int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes);
 
 /* The next n payload bytes of a request into bytes; returns the CRC so far (continuing from crc). */

@@ -62,11 +62,14 @@ void tt_board_init(void)
 }
 #endif
 
-/* A sample file opened twice: one handle walks the images, the other the labels. */
+/* A sample file opened twice: one handle walks the images, row by row, the other the labels. */
 typedef struct {
     const char *path;
     FILE *images, *labels;
     uint32_t count;
+    uint32_t sample;  /* the sample the rows are read from */
+    long at;          /* the images handle's position */
+    uint64_t io;      /* ticks spent reading rows (not counted in a step's instructions) */
 } tt_sample_file;
 
 static void tt_fail(const char *path, const char *what)
@@ -89,7 +92,7 @@ static int tt_open_samples(tt_sample_file *f, const char *path)
     if (f->images == NULL) {
         return 0;
     }
-    setvbuf(f->images, NULL, _IONBF, 0); /* no stdio buffer from the heap: whole images are read at once */
+    setvbuf(f->images, NULL, _IONBF, 0); /* no stdio buffer from the heap: rows are read at once */
     if (fread(header, 1, sizeof header, f->images) != sizeof header || memcmp(header, TT_SAMPLES_MAGIC, 4) != 0) {
         tt_fail(path, "not a tinytrain sample file (magic TTDS)");
     }
@@ -100,6 +103,11 @@ static int tt_open_samples(tt_sample_file *f, const char *path)
         tt_fail(path, "sample size is not this model's TT_INPUT_BYTES");
     }
     f->count = tt_le32(header + 8);
+    const long bytes = (long)(TT_SAMPLES_HEADER_BYTES + (uint64_t)f->count * (TT_INPUT_BYTES + 4u));
+    if (fseek(f->images, 0, SEEK_END) != 0 || ftell(f->images) < bytes) {
+        tt_fail(path, "truncated");
+    }
+    f->at = -1;
     f->labels = fopen(path, "rb");
     if (f->labels != NULL) {
         setvbuf(f->labels, NULL, _IONBF, 0);
@@ -111,14 +119,32 @@ static int tt_open_samples(tt_sample_file *f, const char *path)
     return 1;
 }
 
-/* Read the next image into x (TT_INPUT_BYTES) and return its label. */
-static int tt_next_sample(tt_sample_file *f, int8_t *x)
+/* Go to sample k (the next label: the samples are visited in order) and return its label. */
+static int tt_next_sample(tt_sample_file *f, uint32_t k)
 {
     uint8_t b[4];
-    if (fread(x, 1, TT_INPUT_BYTES, f->images) != TT_INPUT_BYTES || fread(b, 1, 4, f->labels) != 4) {
+    if (fread(b, 1, 4, f->labels) != 4) {
         tt_fail(f->path, "truncated");
     }
+    f->sample = k;
+    f->io = 0;
     return (int)(int32_t)tt_le32(b);
+}
+
+/* The row source of tt_train_step_rows / tt_predict_rows: row r of the current sample, straight from the file into
+ * the model's line buffer (or input tensor), so no whole image is ever in RAM; a row out of order seeks. */
+static void tt_file_row(const void *source, int row, int8_t *dst)
+{
+    tt_sample_file *f = (tt_sample_file *)source;
+    const uint64_t t0 = tt_ticks();
+    const long at = (long)(TT_SAMPLES_HEADER_BYTES + (uint64_t)f->sample * TT_INPUT_BYTES +
+                           (uint64_t)row * TT_INPUT_ROW_BYTES);
+    if ((at != f->at && fseek(f->images, at, SEEK_SET) != 0) ||
+        fread(dst, 1, TT_INPUT_ROW_BYTES, f->images) != TT_INPUT_ROW_BYTES) {
+        tt_fail(f->path, "truncated");
+    }
+    f->at = at + TT_INPUT_ROW_BYTES;
+    f->io += tt_ticks() - t0;
 }
 
 static void tt_close_samples(tt_sample_file *f)
@@ -228,9 +254,8 @@ static void tt_run_training(void)
 #ifdef TT_TARGET_FLOATS
     FILE *targets = tt_open_targets(f.count);
 #endif
-    int8_t *x = tt_input_buffer();
     for (uint32_t k = 0; k < f.count; k++) {
-        const int label = tt_next_sample(&f, x);
+        const int label = tt_next_sample(&f, k);
 #ifdef TT_TARGET_FLOATS
         tt_next_target(targets);
 #endif
@@ -239,8 +264,8 @@ static void tt_run_training(void)
         }
         float loss = 0.0f;
         const uint64_t t0 = tt_ticks();
-        const int status = tt_train_step(x, label, &loss);
-        const uint64_t t1 = tt_ticks();
+        const int status = tt_train_step_rows(tt_file_row, &f, label, &loss);
+        const uint64_t t1 = tt_ticks() - f.io;
         if (status < 0) {
             tt_fail(f.path, "a label is out of range");
         }
@@ -321,12 +346,11 @@ static void tt_run_test(void)
     if (out == NULL) {
         tt_fail("tt_logits.bin", "cannot create");
     }
-    int8_t *x = tt_input_buffer();
     for (uint32_t k = 0; k < f.count; k++) {
-        const int label = tt_next_sample(&f, x);
+        const int label = tt_next_sample(&f, k);
         const uint64_t t0 = tt_ticks();
-        tt_predict(x, logits);
-        const uint64_t t1 = tt_ticks();
+        tt_predict_rows(tt_file_row, &f, logits);
+        const uint64_t t1 = tt_ticks() - f.io;
         const int predicted = tt_argmax(logits, TT_OUTPUT_BYTES);
         correct += predicted == label;
         if (fwrite(logits, 1, TT_OUTPUT_BYTES, out) != TT_OUTPUT_BYTES) {

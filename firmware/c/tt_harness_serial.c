@@ -7,12 +7,16 @@
  *   S  -> the state (tt_state_save_to, streamed chunk by chunk into the reply; training firmware only)
  *   L  -> load the state of the request's payload (tt_state_load_from, streamed chunk by chunk from the UART; training
  *         firmware only): an empty L reply, or E when its length, magic, version, fingerprint or CRC is wrong
- * The image is received straight into the model's input bytes (tt_input_buffer()), so the firmware needs
- * no RAM beyond the compile's plan, a stack and these few statics. Cycle counts come from SysTick (tt_ticks.h).
+ * The image is never whole in RAM: the step reads it row by row straight from the UART (tt_train_step_rows,
+ * tt_predict_rows; the cycles replied leave out the wait for the rows), so the firmware needs no RAM beyond the compile's plan, a stack and these few statics. The
+ * request's CRC is read with the image's last row, before the step changes anything: a mismatch jumps back out of
+ * the step (longjmp: the forward pass only writes the arena) and the reply is E. Cycle counts come from SysTick
+ * (tt_ticks.h).
  * With TT_PERSIST_SAVE_EVERY > 0 (tinytrain firmware --save-every) the state in flash is loaded at boot and saved
  * every TT_PERSIST_SAVE_EVERY training frames (tt_autosave.h). A step the non-finite guard did not apply replies
  * with its NaN or Inf loss.
  */
+#include <setjmp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -97,35 +101,112 @@ static int tt_argmax(const int8_t *v, int n)
     return best;
 }
 
-static void tt_reply_predict(const int8_t *x)
+/* A T or P request's image as it arrives: the running CRC, the next row on the wire, whether the request's CRC
+ * was read (and matched) and where to jump when it does not, or when a row is asked for out of order. */
+typedef struct {
+    uint32_t crc;
+    int next;
+    int checked, bad;
+    uint64_t io;  /* ticks spent waiting for rows (not counted in the step's cycles) */
+    jmp_buf fail;
+} tt_image_line;
+
+/* The row source of the *_rows calls: row r, read from the UART; the CRC is checked with the last row. */
+static void tt_uart_row(const void *source, int row, int8_t *dst)
+{
+    tt_image_line *line = (tt_image_line *)source;
+    const uint64_t t0 = tt_ticks();
+    if (row != line->next) {
+        longjmp(line->fail, 1);  /* the forward pass reads each row once, in order: never on a working build */
+    }
+    line->crc = tt_frame_read(line->crc, (uint8_t *)dst, TT_INPUT_ROW_BYTES);
+    if (++line->next == TT_INPUT_ROWS) {
+        line->checked = 1;
+        line->bad = tt_frame_check(line->crc) != 0;
+        if (line->bad) {
+            longjmp(line->fail, 1);
+        }
+    }
+    line->io += tt_ticks() - t0;
+}
+
+/* Read what the step did not (a bad label: every row; a model that never reads its last rows: those) and the CRC;
+ * 0 when it matched. */
+static int tt_image_finish(tt_image_line *line)
+{
+    if (!line->checked) {
+        for (; line->next < TT_INPUT_ROWS; line->next++) {
+            for (uint32_t left = TT_INPUT_ROW_BYTES; left > 0;) {
+                uint8_t rest[64];
+                const uint32_t n = left < sizeof rest ? left : (uint32_t)sizeof rest;
+                line->crc = tt_frame_read(line->crc, rest, n);
+                left -= n;
+            }
+        }
+        line->checked = 1;
+        line->bad = tt_frame_check(line->crc) != 0;
+    }
+    return line->bad ? -1 : 0;
+}
+
+static int tt_predict_line(tt_image_line *line, int8_t *logits)
+{
+    if (setjmp(line->fail) != 0) {
+        return -1;
+    }
+    tt_predict_rows(tt_uart_row, line, logits);
+    return 0;
+}
+
+static void tt_reply_predict(tt_image_line *line)
 {
     int8_t logits[TT_OUTPUT_BYTES];
     uint8_t head[10];
     const uint64_t t0 = tt_ticks();
-    tt_predict(x, logits);
-    const uint64_t t1 = tt_ticks();
+    const int r = tt_predict_line(line, logits);
+    const uint64_t t1 = tt_ticks() - line->io;
+    if (tt_image_finish(line) != 0 || r != 0) {
+        tt_frame_error("CRC mismatch");
+        return;
+    }
     tt_put_le(head, (uint64_t)(uint16_t)(int16_t)tt_argmax(logits, TT_OUTPUT_BYTES), 2);
     tt_put_le(head + 2, t1 - t0, 8);
     tt_frame_reply('P', head, sizeof head, logits, sizeof logits);
 }
 
 #if TT_HAS_TRAINING
-static void tt_reply_train(const int8_t *x, int label)
+/* tt_train_step_rows, or -2 when the image's CRC did not match (the step jumped out before changing anything). */
+static int tt_train_line(tt_image_line *line, int label, float *loss)
+{
+    if (setjmp(line->fail) != 0) {
+        return -2;
+    }
+    return tt_train_step_rows(tt_uart_row, line, label, loss);
+}
+
+/* 0 when the frame was refused for its CRC before the step (not a training frame consumed), else 1. */
+static int tt_reply_train(tt_image_line *line, int label)
 {
     uint8_t out[12];
     float loss = 0.0f;
     uint32_t bits;
     const uint64_t t0 = tt_ticks();
-    const int status = tt_train_step(x, label, &loss);
-    const uint64_t t1 = tt_ticks();
+    const int status = tt_train_line(line, label, &loss);
+    const uint64_t t1 = tt_ticks() - line->io;
+    if (tt_image_finish(line) != 0) {
+        tt_frame_error(status == -2 || status == -1 ? "CRC mismatch: the step was not applied"
+                                                    : "CRC mismatch of rows the model does not read");
+        return status >= 0;
+    }
     if (status < 0) {
         tt_frame_error("label out of range");
-        return;
+        return 1;
     }
     memcpy(&bits, &loss, sizeof bits);
     tt_put_le(out, bits, 4);
     tt_put_le(out + 4, t1 - t0, 8);
     tt_frame_reply('T', out, sizeof out, NULL, 0);
+    return 1;
 }
 
 /* tt_state_save_to's sink: each chunk goes out as the next part of the S reply (context: the running CRC). */
@@ -210,24 +291,28 @@ int main(void)
 #endif
     for (;;) {
         tt_request req;
-        int8_t *x = tt_input_buffer();
-        if (tt_frame_receive(&req, (uint8_t *)x, TT_INPUT_BYTES) != 0) {
+        if (tt_frame_receive(&req, NULL, TT_INPUT_BYTES) != 0) {
             continue;
         }
+        tt_image_line line;
+        line.crc = req.crc;
+        line.next = line.checked = line.bad = 0;
+        line.io = 0;
         switch (req.command) {
         case 'I':
             tt_reply_info();
             break;
         case 'P':
-            tt_reply_predict(x);
+            tt_reply_predict(&line);
             break;
 #if TT_HAS_TRAINING
         case 'T':
-            tt_reply_train(x, req.label);
+            if (tt_reply_train(&line, req.label)) {
 #if TT_PERSIST_SAVE_EVERY
-            tt_position++;
-            (void)tt_autosave_step(tt_position, 0);  /* a failed save leaves the previous state newest */
+                tt_position++;
+                (void)tt_autosave_step(tt_position, 0);  /* a failed save leaves the previous state newest */
 #endif
+            }
             break;
         case 'S':
             tt_reply_state();

@@ -24,6 +24,7 @@ import numpy as np
 from tinytrain.version import __version__
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import BOARDS, get_board, samples, write_firmware
+from tinytrain.firmware.fit import link_error
 from tinytrain.ir import Graph
 
 DEFAULT_TIMEOUT = 600  # seconds of host time for one QEMU run
@@ -107,8 +108,15 @@ def build(compile_dir: str | Path, board: str, project: str | Path, timeout: int
     write_firmware(compile_dir, board, project, save_every=save_every, **options)
     r = subprocess.run(["make", "-s", ELF], cwd=project, capture_output=True, text=True, timeout=timeout, check=False)
     if r.returncode != 0:
-        raise QemuError(f"the firmware in {project} does not link:\n{(r.stderr or r.stdout)[-3000:]}")
+        raise QemuError(link_error(r.stderr + r.stdout, get_board(board), _regions(project / "tinytrain.ld")))
     return Firmware(project, project / ELF, board, *section_sizes(project / ELF, tools.prefix))
+
+
+def _regions(linker_script: Path) -> dict[str, int]:
+    """The LENGTH of each MEMORY region of a generated linker script (RAM, FLASH)."""
+    text = linker_script.read_text() if linker_script.is_file() else ""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+) \(\w+\)\s*: ORIGIN = \w+, LENGTH = (\d+)",
+                                                             text, re.M)}
 
 
 def section_sizes(elf: str | Path, prefix: str = "arm-none-eabi-") -> tuple[int, int]:
@@ -162,10 +170,11 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             if flash is not None and (tmp / "tt_flash.bin").exists():
                 shutil.copy(tmp / "tt_flash.bin", flash)
         if r.returncode == 124 or r.returncode == 137:
-            raise QemuError(f"QEMU did not finish in {timeout:.0f} s ({b.qemu.machine}); output so far:\n{r.stdout[-2000:]}")
+            raise QemuError(f"QEMU did not finish in {timeout:.0f} s ({b.qemu.machine}); its last line: "
+                            f"{_last_line(r.stdout)}")
         if r.returncode != 0 or "tt: done" not in r.stdout:
             raise QemuError(f"the firmware exited with status {r.returncode} on {b.qemu.machine}"
-                            f"{_status_meaning(r.returncode)}:\n{(r.stdout + r.stderr)[-2000:]}")
+                            f"{_status_meaning(r.returncode)}; its last line: {_last_line(r.stdout + r.stderr)}")
         out = parse_output(r.stdout)
         logits = np.zeros((0, 0), np.int8)
         if test is not None and len(test[1]):
@@ -205,6 +214,12 @@ def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
         p.kill()
         p.wait()
         p.stdout.close()
+
+
+def _last_line(output: str) -> str:
+    """The harness's error line (``tt: error ...``), else the last line of its output, for a one-line error."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if line.startswith("tt: error")), lines[-1] if lines else "none")
 
 
 def _status_meaning(status: int) -> str:

@@ -25,6 +25,7 @@ from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
+from tinytrain.firmware.fit import check_flash, check_links
 from tinytrain.memory.report import stack_reserve
 from tinytrain.sizes import format_size
 
@@ -40,9 +41,8 @@ PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.
 PERSIST_API = ("tt_persist.c", "tt_persist.h", "tt_flash.h", "tt_flash_port.h")
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
-# Minimum heap in the RAM region (bytes): newlib's stdio buffers on QEMU. The stack reserved is the one the memory
-# report counts for the board's core (memory/report.py stack_reserve, measured: benchmarks/results/stack.md, cores.md).
-HEAP_BYTES = {True: 2048, False: 0}  # keyed by "is a QEMU board"
+# The stack reserved is the one the memory report counts for the board's core (memory/report.py stack_reserve,
+# measured: benchmarks/results/stack.md, cores.md); the minimum heap is fit.py's.
 
 _TRAINING_API = re.compile(r"\btt_train_step\s*\(")
 _STATE_BYTES = re.compile(r"#define TT_STATE_BYTES (\d+)")
@@ -62,7 +62,8 @@ def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
                          "run `tinytrain compile MODEL --sram ... -o DIR` first")
     try:
         report = json.loads(report_path.read_text())
-        sizes = {k: int(report[k]) for k in ("sram_budget_bytes", "flash_budget_bytes", "arena_bytes")}
+        sizes = {k: int(report[k]) for k in ("sram_budget_bytes", "flash_budget_bytes", "arena_bytes",
+                                            "peak_sram_bytes", "flash_bytes")}
     except (ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{report_path}: not a tinytrain memory report ({e})") from None
     report.update(sizes)
@@ -131,7 +132,8 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
     if persist and b.qemu is None and flash > persist["origin"] - b.flash_origin:
         flash = persist["origin"] - b.flash_origin
         flash_note += f"; the last {persist['region_bytes']} bytes hold the persistent training state"
-    heap = HEAP_BYTES[b.qemu is not None] if heap_bytes is None else heap_bytes
+    check_flash(report, b, flash)
+    heap = check_links(report, b, stack_bytes, heap_bytes).heap
     env = _environment()
     ctx = {"version": __version__, "board": b, "sram_bytes": sram, "flash_bytes": flash, "flash_note": flash_note,
            "arena_bytes": report["arena_bytes"], "stack_bytes": stack_bytes, "heap_bytes": heap,

@@ -17,6 +17,7 @@ from tinytrain.ir import Graph, Role
 from tinytrain.memory.inplace import SLACK, InPlace, choose
 from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requests
 from tinytrain.memory.planner import ALIGNMENT, PLANNERS, align
+from tinytrain.memory.short import short_name
 from tinytrain.memory.stream import StreamPlan, plan_stream
 from tinytrain.sizes import format_size
 
@@ -263,7 +264,8 @@ def check_budget(report: MemoryReport, graph: Graph) -> None:
     if report.peak_sram_bytes > report.sram_budget_bytes:
         node = graph.nodes[report.peak_step]
         alive = report.alive_at(report.peak_step)
-        names = ", ".join(f"{b.use.tensor} ({b.use.role}, {format_size(b.use.size)})" for b in alive[:4])
+        names = ", ".join(f"{short_name(b.use.tensor, 48)} ({b.use.role}, {format_size(b.use.size)})"
+                          for b in alive[:4])
         if len(alive) > 4:
             names += f" and {len(alive) - 4} more"
         over = report.peak_sram_bytes - report.sram_budget_bytes

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from tinytrain.ir import Graph
 from tinytrain.memory.report import MemoryReport
+from tinytrain.memory.short import short_name
 from tinytrain.sizes import format_size
+
+NAME_WIDTH = 64  # the longest tensor name a row shows whole (report.json has every name whole)
 
 
 def _row(b, ties) -> str:
-    note = f"  (overwrites {ties[b.use.tensor]})" if b.use.tensor in ties else ""
+    note = f"  (overwrites {short_name(ties[b.use.tensor], NAME_WIDTH)})" if b.use.tensor in ties else ""
     return (f"    {format_size(b.use.size):>10}  @{b.offset:>8}  steps {b.use.first_use:>3}-{b.use.last_use:<3} "
-            f"{b.use.role:<10} {b.use.tensor}{note}")
+            f"{b.use.role:<10} {short_name(b.use.tensor, NAME_WIDTH)}{note}")
 
 
 def _stream_lines(report: MemoryReport, graph: Graph) -> list[str]:
@@ -28,7 +31,8 @@ def _stream_lines(report: MemoryReport, graph: Graph) -> list[str]:
     return lines
 
 
-def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
+def report_text(report: MemoryReport, graph: Graph, top: int = 8, boards: str | None = None) -> str:
+    """The report; ``boards``: a line after the totals (the boards its firmware links on, firmware/fit.py)."""
     node = graph.nodes[report.peak_step]
     ties = {p.output: p.input for p in report.inplace}
     lines = [
@@ -47,6 +51,8 @@ def report_text(report: MemoryReport, graph: Graph, top: int = 8) -> str:
         f"  (weights and tables {format_size(report.weights_flash_bytes)}, code estimate "
         f"{format_size(report.code_bytes)})",
     ]
+    if boards:
+        lines.append(boards)
     if report.plain:
         lines.append(f"    {len(report.plain)} convolutions read their int8 weight, no packed table: the tables would "
                      "not fit the flash budget")
