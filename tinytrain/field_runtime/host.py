@@ -40,7 +40,7 @@ class HostField:
         vp, i32, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
         for name, args, res in (("tt_field_init", [], None), ("tt_learn", [vp, i32], i32),
                                 ("tt_observe", [vp, vp], i32), ("tt_drift", [vp], i32),
-                                ("tt_field_save", [vp], u32), ("tt_field_rollbacks", [], u32),
+                                ("tt_field_save", [vp], u32),
                                 ("tt_field_predict", [vp], i32), ("tt_field_status", [vp], None),
                                 ("tt_field_start", [vp], i32)):
             fn = getattr(lib, name)
