@@ -69,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pool", type=int, default=3000)
     p.add_argument("--test", type=int, default=2000)
     p.add_argument("--lr", type=float, default=0.003, help="the plan's lr (default: the sweep's choice)")
+    p.add_argument("--seeds", type=int, default=3, help="stream orders per scenario (default 3)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
@@ -125,9 +126,10 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), float(1.96 * d.std(ddof=1) / np.sqrt(len(d)))
 
 
-def runs_of(lat: dict, n_pool: int) -> list[dict]:
-    """The scenarios: stream latents / labels (-1: none), the test set, classes known, the shift's sample."""
-    rng = np.random.default_rng(2)
+def runs_of(lat: dict, n_pool: int, seed: int = 0) -> list[dict]:
+    """The scenarios of stream order ``seed``: stream latents / labels (-1: none), the test set, classes known, the
+    shift's sample."""
+    rng = np.random.default_rng(2 + seed)
     px, py = lat["pool"]["clean"]
     out = []
     draws = rng.integers(0, n_pool, 10000)
@@ -341,30 +343,67 @@ def main(argv=None) -> dict:
     sweep = lr_sweep(graph, lat)
     print("lr sweep (validation accuracy):", sweep, flush=True)
     rows, exact = [], []
-    scenarios = runs_of(lat, args.pool)
-    for sc in scenarios:
-        for cfg_name in CONFIGS:
-            rows.append(run_one(graph, plan, sc, lat, cfg_name, starts))
-            print(f"{sc['name']:18} {cfg_name:13} accuracy {rows[-1]['accuracy']:.4f} offline "
-                  f"{rows[-1]['offline']:.4f} alarms {rows[-1]['alarms']} rollbacks {rows[-1]['rollbacks']} "
-                  f"({rows[-1]['seconds']} s)", flush=True)
-        if not args.no_exact:
-            sim = run_one(graph, plan, sc, lat, "replay+guard", starts, engine="sim")
-            exact.append(dict(scenario=sc["name"], identical=sim["final_bytes"] == rows[-1]["final_bytes"]
-                              and sim["curve"] == rows[-1]["curve"] and sim["alarms"] == rows[-1]["alarms"]))
-            print(f"{sc['name']:18} simulator == host C: {exact[-1]['identical']}", flush=True)
+    for seed in range(args.seeds):
+        scenarios = runs_of(lat, args.pool, seed)
+        for sc in scenarios:
+            exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0)
     for r in rows:
         r.pop("final_bytes")
     life = [flash_life(sectors=n) for n in (32, 48, 64)]
     print("flash:", life, flush=True)
-    boards = [] if args.no_qemu else on_boards(graph, plan, scenarios[2])
+    boards = [] if args.no_qemu else on_boards(graph, plan, runs_of(lat, args.pool)[2])
     print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
-                  model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test,
-                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, flash=life, configs=CONFIGS, rows=rows, exact=exact,
-                  seconds=round(time.time() - t0, 1))
+                  model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test, seeds=args.seeds,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, flash=life, configs=CONFIGS, rows=rows,
+                  exact=exact, seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
     return record
+
+
+def run_scenario(graph, plan, sc, lat, starts, rows: list, seed: int, exact: bool) -> list[dict]:
+    """Every configuration of one scenario into ``rows``; with ``exact``, the replay+guard run again on the
+    simulator: [{scenario, identical}]."""
+    for cfg_name in CONFIGS:
+        rows.append({**run_one(graph, plan, sc, lat, cfg_name, starts), "seed": seed})
+        print(f"{seed} {sc['name']:18} {cfg_name:13} accuracy {rows[-1]['accuracy']:.4f} offline "
+              f"{rows[-1]['offline']:.4f} alarms {rows[-1]['alarms']} rollbacks {rows[-1]['rollbacks']} "
+              f"({rows[-1]['seconds']} s)", flush=True)
+    out = []
+    if exact:
+        sim = run_one(graph, plan, sc, lat, "replay+guard", starts, engine="sim")
+        out.append(dict(scenario=sc["name"], identical=sim["final_bytes"] == rows[-1]["final_bytes"]
+                        and sim["curve"] == rows[-1]["curve"] and sim["alarms"] == rows[-1]["alarms"]))
+        print(f"{sc['name']:18} simulator == host C: {out[-1]['identical']}", flush=True)
+    return out
+
+
+MEANS = ("accuracy", "offline", "old_start", "old_end", "forgetting", "new_class", "old_before", "old_after",
+         "before_burst", "after_burst", "labelled", "samples")
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One row per (scenario, config): means over the seeds (accuracy also its sd), field - offline's mean with the
+    runs' paired intervals combined, alarms per seed, rollbacks and false alarms summed, the largest drift delay."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["scenario"], r["config"]), []).append(r)
+    agg = []
+    for (scenario, config), rs in out.items():
+        a = {"scenario": scenario, "config": config, "seeds": len(rs), "memory": rs[0]["memory"]}
+        a.update({k: float(np.mean([r[k] for r in rs])) for k in MEANS if k in rs[0]})
+        a["accuracy_sd"] = float(np.std([r["accuracy"] for r in rs]))
+        d = [r["vs_offline"][0] for r in rs]
+        a["vs_offline"] = (float(np.mean(d)), float(np.sqrt(sum(r["vs_offline"][1] ** 2 for r in rs)) / len(rs)))
+        a["alarms"] = [r["alarms"] for r in rs]
+        a["rollbacks"], a["checks"] = sum(r["rollbacks"] for r in rs), sum(r["checks"] for r in rs)
+        if "false_alarms" in rs[0]:
+            a["false_alarms"] = sum(r["false_alarms"] for r in rs)
+        if "delay" in rs[0]:
+            delays = [r["delay"] for r in rs]
+            a["delay"] = None if None in delays else max(delays)
+        agg.append(a)
+    return agg
 
 
 def fmt(v, pct: bool = True) -> str:
@@ -380,19 +419,22 @@ def write(rec: dict, out: Path) -> None:
              f"{rec['model']} with a new 10-class head, plan {rec['plan']}, lr {rec['lr']}; Fashion-MNIST, "
              f"{rec['pool']} stream-pool images, {rec['test']} test images; host C field runtime. Accuracy (%) on the "
              "test images of the scenario's distribution over the classes seen; offline: the same plan from the "
-             f"same start, {rec['offline_epochs']} shuffled epochs over the same labelled samples; field - offline "
-             "with its paired 95 % interval.\n",
+             f"same start, {rec['offline_epochs']} shuffled epochs over the same labelled samples. Each row is the "
+             f"mean over {rec['seeds']} stream orders (accuracy ± its sd over them); field - offline with the runs' "
+             "paired 95 % intervals combined; drift alarms per stream order; rollbacks / guard checks summed.\n",
              "| scenario | config | labelled | accuracy | offline | field - offline | drift alarms (sample) | "
              "rollbacks | scenario's measure |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rec["rows"]:
+    agg = aggregate(rec["rows"])
+    for r in agg:
         d, h = r["vs_offline"]
-        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']} | {fmt(r['accuracy'])} | "
-                     f"{fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {', '.join(map(str, r['alarms'])) or 'none'} | "
+        alarms = "; ".join(", ".join(map(str, a)) or "none" for a in r["alarms"])
+        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']:.0f} | {fmt(r['accuracy'])} ± "
+                     f"{100 * r['accuracy_sd']:.1f} | {fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {alarms} | "
                      f"{r['rollbacks']} / {r['checks']} | {measure(r)} |")
-    m = rec["rows"][-1]["memory"]
+    m = agg[-1]["memory"]
     lines += ["", f"SRAM the runtime adds (replay+guard): {m['sram']} B (buffer {m['buffer']}, guard {m['guard']}, "
               f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
-              f"{rec['rows'][0]['memory']['sram']} B.", ""]
+              f"{agg[0]['memory']['sram']} B.", ""]
     fl = rec["flash"][0]
     lines += [f"Flash (the buffer's log-structured store, tt_field_flash.c, on the NOR simulator): {fl['slots']} slots "
               f"of {fl['width']} B, {fl['sector_bytes']} B sectors, {fl['writes']:,} writes of random slots (every "
@@ -420,15 +462,15 @@ def write(rec: dict, out: Path) -> None:
 
 def measure(r: dict) -> str:
     if r["scenario"] == "class-incremental":
-        return f"old classes {fmt(r['old_start'])} → {fmt(r['old_end'])} (forgetting {r['forgetting']:.1f})"
+        return f"old classes {fmt(r['old_start'])} → {fmt(r['old_end'])} (forgetting {r['forgetting']:.1f} points)"
     if r["scenario"] == "new-class-10":
         return (f"class 9 {fmt(r['new_class'])}; classes 0-8 {fmt(r['old_before'])} → {fmt(r['old_after'])}")
     if "before_burst" in r:
         return f"before burst {fmt(r['before_burst'])}, after {fmt(r['after_burst'])}"
-    if r.get("delay") is not None or "delay" in r:
-        return f"drift delay {fmt(r['delay'], False)} samples, false alarms {r['false_alarms']}"
+    if "delay" in r:
+        return f"largest drift delay {fmt(r['delay'], False)} samples, false alarms {r['false_alarms']}"
     if "false_alarms" in r:
-        return f"false alarms {r['false_alarms']} in {r['samples']} samples"
+        return f"false alarms {r['false_alarms']} in {r['seeds'] * r['samples']:,.0f} samples"
     return ""
 
 
