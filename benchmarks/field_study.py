@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -39,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tinytrain.api import load_model  # noqa: E402
-from tinytrain.codegen.emit_field import field_memory  # noqa: E402
+from tinytrain.codegen.emit_field import field_memory, flash_store  # noqa: E402
+from tinytrain.csources import firmware_sources  # noqa: E402
 from tinytrain.data import load_dataset, model_inputs  # noqa: E402
 from tinytrain.engines.host_c import CTrainer  # noqa: E402
 from tinytrain.errors import Notice  # noqa: E402
@@ -66,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pool", type=int, default=3000)
     p.add_argument("--test", type=int, default=2000)
     p.add_argument("--lr", type=float, default=0.003, help="the plan's lr (default: the sweep's choice)")
+    p.add_argument("--seeds", type=int, default=3, help="stream orders per scenario (default 3)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
@@ -122,9 +126,10 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), float(1.96 * d.std(ddof=1) / np.sqrt(len(d)))
 
 
-def runs_of(lat: dict, n_pool: int) -> list[dict]:
-    """The scenarios: stream latents / labels (-1: none), the test set, classes known, the shift's sample."""
-    rng = np.random.default_rng(2)
+def runs_of(lat: dict, n_pool: int, seed: int = 0) -> list[dict]:
+    """The scenarios of stream order ``seed``: stream latents / labels (-1: none), the test set, classes known, the
+    shift's sample."""
+    rng = np.random.default_rng(2 + seed)
     px, py = lat["pool"]["clean"]
     out = []
     draws = rng.integers(0, n_pool, 10000)
@@ -215,6 +220,53 @@ def on_boards(graph, plan, sc: dict, n: int = 200) -> list[dict]:
     return out
 
 
+LIFE_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include "tt_field_flash.h"
+#include "tt_flash_sim.h"
+static uint8_t bytes[SECTORS * SECTOR];
+static int8_t x[SLOTS][TT_FSTORE_WIDTH];
+static int16_t y[SLOTS];
+int main(void)
+{
+    tt_flash f; tt_flash_sim sim; tt_fstore s; uint32_t filled, rng = 1;
+    tt_flash_sim_init(&f, &sim, bytes, sizeof bytes, SECTOR, 8);
+    if (tt_fstore_open(&s, &f, SLOTS, x, y, &filled) != 0) return 1;
+    const uint32_t formatted = s.erases;
+    for (uint32_t j = 0; j < PUTS; j++) {
+        rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5;
+        uint32_t slot = j < SLOTS ? j : rng % SLOTS;
+        for (int i = 0; i < TT_FSTORE_WIDTH; i++) x[slot][i] = (int8_t)(rng >> (i % 24));
+        y[slot] = (int16_t)(j % 10);
+        if (tt_fstore_put(&s, slot, y[slot], x[slot], (const int8_t (*)[TT_FSTORE_WIDTH])x, y, SLOTS) != 0) return 2;
+    }
+    printf("%u\n", s.erases - formatted);
+    return 0;
+}
+"""
+
+
+def flash_life(slots: int = 240, width: int = 256, sectors: int = 32, sector: int = 4096, puts: int = 20000) -> dict:
+    """Erases of the buffer's flash log (``sectors`` x ``sector`` B, 8-byte programs) over ``puts`` writes of random
+    slots (every label written: the worst case), and the life it gives 10,000-cycle flash at one label a minute."""
+    work = WORK / "flash"
+    work.mkdir(parents=True, exist_ok=True)
+    for name, text in flash_store(slots, width).items():
+        (work / name).write_text(text)
+    for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
+        shutil.copy(firmware_sources() / name, work / name)
+    (work / "life.c").write_text(LIFE_PROGRAM)
+    defs = [f"-DSLOTS={slots}", f"-DSECTORS={sectors}", f"-DSECTOR={sector}", f"-DPUTS={puts}"]
+    subprocess.run(["gcc", "-std=c99", "-O2", *defs, "-o", "life", "life.c", "tt_field_flash.c", "tt_flash_sim.c"],
+                   cwd=work, check=True)
+    erases = int(subprocess.run(["./life"], cwd=work, capture_output=True, text=True, check=True).stdout)
+    per_sector_per_write = erases / puts / sectors
+    return dict(slots=slots, width=width, region_bytes=sectors * sector, sector_bytes=sector, writes=puts,
+                erases=erases, erases_per_1000=round(1000 * erases / puts, 1),
+                life_years=round(10000 / (per_sector_per_write * 525600), 1))
+
+
 def start_state(program, lat: dict, known: int, seed: int = 0) -> bytes:
     """The head pretrained offline on the pretraining set's classes 0 .. known-1 (from the new head)."""
     x, y = lat["pretrain"]["clean"]
@@ -291,28 +343,67 @@ def main(argv=None) -> dict:
     sweep = lr_sweep(graph, lat)
     print("lr sweep (validation accuracy):", sweep, flush=True)
     rows, exact = [], []
-    scenarios = runs_of(lat, args.pool)
-    for sc in scenarios:
-        for cfg_name in CONFIGS:
-            rows.append(run_one(graph, plan, sc, lat, cfg_name, starts))
-            print(f"{sc['name']:18} {cfg_name:13} accuracy {rows[-1]['accuracy']:.4f} offline "
-                  f"{rows[-1]['offline']:.4f} alarms {rows[-1]['alarms']} rollbacks {rows[-1]['rollbacks']} "
-                  f"({rows[-1]['seconds']} s)", flush=True)
-        if not args.no_exact:
-            sim = run_one(graph, plan, sc, lat, "replay+guard", starts, engine="sim")
-            exact.append(dict(scenario=sc["name"], identical=sim["final_bytes"] == rows[-1]["final_bytes"]
-                              and sim["curve"] == rows[-1]["curve"] and sim["alarms"] == rows[-1]["alarms"]))
-            print(f"{sc['name']:18} simulator == host C: {exact[-1]['identical']}", flush=True)
+    for seed in range(args.seeds):
+        scenarios = runs_of(lat, args.pool, seed)
+        for sc in scenarios:
+            exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0)
     for r in rows:
         r.pop("final_bytes")
-    boards = [] if args.no_qemu else on_boards(graph, plan, scenarios[2])
+    life = [flash_life(sectors=n) for n in (32, 48, 64)]
+    print("flash:", life, flush=True)
+    boards = [] if args.no_qemu else on_boards(graph, plan, runs_of(lat, args.pool)[2])
     print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
-                  model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test,
-                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, configs=CONFIGS, rows=rows, exact=exact,
-                  seconds=round(time.time() - t0, 1))
+                  model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test, seeds=args.seeds,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, flash=life, configs=CONFIGS, rows=rows,
+                  exact=exact, seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
     return record
+
+
+def run_scenario(graph, plan, sc, lat, starts, rows: list, seed: int, exact: bool) -> list[dict]:
+    """Every configuration of one scenario into ``rows``; with ``exact``, the replay+guard run again on the
+    simulator: [{scenario, identical}]."""
+    for cfg_name in CONFIGS:
+        rows.append({**run_one(graph, plan, sc, lat, cfg_name, starts), "seed": seed})
+        print(f"{seed} {sc['name']:18} {cfg_name:13} accuracy {rows[-1]['accuracy']:.4f} offline "
+              f"{rows[-1]['offline']:.4f} alarms {rows[-1]['alarms']} rollbacks {rows[-1]['rollbacks']} "
+              f"({rows[-1]['seconds']} s)", flush=True)
+    out = []
+    if exact:
+        sim = run_one(graph, plan, sc, lat, "replay+guard", starts, engine="sim")
+        out.append(dict(scenario=sc["name"], identical=sim["final_bytes"] == rows[-1]["final_bytes"]
+                        and sim["curve"] == rows[-1]["curve"] and sim["alarms"] == rows[-1]["alarms"]))
+        print(f"{sc['name']:18} simulator == host C: {out[-1]['identical']}", flush=True)
+    return out
+
+
+MEANS = ("accuracy", "offline", "old_start", "old_end", "forgetting", "new_class", "old_before", "old_after",
+         "before_burst", "after_burst", "labelled", "samples")
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One row per (scenario, config): means over the seeds (accuracy also its sd), field - offline's mean with the
+    runs' paired intervals combined, alarms per seed, rollbacks and false alarms summed, the largest drift delay."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["scenario"], r["config"]), []).append(r)
+    agg = []
+    for (scenario, config), rs in out.items():
+        a = {"scenario": scenario, "config": config, "seeds": len(rs), "memory": rs[0]["memory"]}
+        a.update({k: float(np.mean([r[k] for r in rs])) for k in MEANS if k in rs[0]})
+        a["accuracy_sd"] = float(np.std([r["accuracy"] for r in rs]))
+        d = [r["vs_offline"][0] for r in rs]
+        a["vs_offline"] = (float(np.mean(d)), float(np.sqrt(sum(r["vs_offline"][1] ** 2 for r in rs)) / len(rs)))
+        a["alarms"] = [r["alarms"] for r in rs]
+        a["rollbacks"], a["checks"] = sum(r["rollbacks"] for r in rs), sum(r["checks"] for r in rs)
+        if "false_alarms" in rs[0]:
+            a["false_alarms"] = sum(r["false_alarms"] for r in rs)
+        if "delay" in rs[0]:
+            delays = [r["delay"] for r in rs]
+            a["delay"] = None if None in delays else max(delays)
+        agg.append(a)
+    return agg
 
 
 def fmt(v, pct: bool = True) -> str:
@@ -328,20 +419,31 @@ def write(rec: dict, out: Path) -> None:
              f"{rec['model']} with a new 10-class head, plan {rec['plan']}, lr {rec['lr']}; Fashion-MNIST, "
              f"{rec['pool']} stream-pool images, {rec['test']} test images; host C field runtime. Accuracy (%) on the "
              "test images of the scenario's distribution over the classes seen; offline: the same plan from the "
-             f"same start, {rec['offline_epochs']} shuffled epochs over the same labelled samples; field - offline "
-             "with its paired 95 % interval.\n",
+             f"same start, {rec['offline_epochs']} shuffled epochs over the same labelled samples. Each row is the "
+             f"mean over {rec['seeds']} stream orders (accuracy ± its sd over them); field - offline with the runs' "
+             "paired 95 % intervals combined; drift alarms per stream order; rollbacks / guard checks summed.\n",
              "| scenario | config | labelled | accuracy | offline | field - offline | drift alarms (sample) | "
              "rollbacks | scenario's measure |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rec["rows"]:
+    agg = aggregate(rec["rows"])
+    for r in agg:
         d, h = r["vs_offline"]
-        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']} | {fmt(r['accuracy'])} | "
-                     f"{fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {', '.join(map(str, r['alarms'])) or 'none'} | "
+        alarms = "; ".join(", ".join(map(str, a)) or "none" for a in r["alarms"])
+        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']:.0f} | {fmt(r['accuracy'])} ± "
+                     f"{100 * r['accuracy_sd']:.1f} | {fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {alarms} | "
                      f"{r['rollbacks']} / {r['checks']} | {measure(r)} |")
-    m = rec["rows"][-1]["memory"]
+    m = agg[-1]["memory"]
     lines += ["", f"SRAM the runtime adds (replay+guard): {m['sram']} B (buffer {m['buffer']}, guard {m['guard']}, "
               f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
-              f"{rec['rows'][0]['memory']['sram']} B. Buffer and states are in SRAM; flash storage of the buffer "
-              "is not implemented, so no flash erases are counted.", ""]
+              f"{agg[0]['memory']['sram']} B.", ""]
+    fl = rec["flash"][0]
+    lines += [f"Flash (the buffer's log-structured store, tt_field_flash.c, on the NOR simulator): {fl['slots']} slots "
+              f"of {fl['width']} B, {fl['sector_bytes']} B sectors, {fl['writes']:,} writes of random slots (every "
+              "label written: the worst case), sectors erased in turn; the life of 10,000-cycle flash at one label a "
+              "minute (the buffer only: the runtime keeps its last good state in SRAM):", "",
+              "| region | erases | per 1,000 labelled samples | life (years) |", "|---|---|---|---|"]
+    lines += [f"| {f['region_bytes'] // 1024} KB | {f['erases']} | {f['erases_per_1000']} | {f['life_years']} |"
+              for f in rec["flash"]]
+    lines.append("")
     lines += ["lr sweep (offline on the pretraining set, validation accuracy % on 1,000 pool images): " + "; ".join(
         f"{r['lr']}: {fmt(r['epochs_1'])} (1 epoch), {fmt(r['epochs_' + str(rec['offline_epochs'])])} "
         f"({rec['offline_epochs']})" for r in rec["lr_sweep"]), ""]
@@ -360,15 +462,15 @@ def write(rec: dict, out: Path) -> None:
 
 def measure(r: dict) -> str:
     if r["scenario"] == "class-incremental":
-        return f"old classes {fmt(r['old_start'])} → {fmt(r['old_end'])} (forgetting {r['forgetting']:.1f})"
+        return f"old classes {fmt(r['old_start'])} → {fmt(r['old_end'])} (forgetting {r['forgetting']:.1f} points)"
     if r["scenario"] == "new-class-10":
         return (f"class 9 {fmt(r['new_class'])}; classes 0-8 {fmt(r['old_before'])} → {fmt(r['old_after'])}")
     if "before_burst" in r:
         return f"before burst {fmt(r['before_burst'])}, after {fmt(r['after_burst'])}"
-    if r.get("delay") is not None or "delay" in r:
-        return f"drift delay {fmt(r['delay'], False)} samples, false alarms {r['false_alarms']}"
+    if "delay" in r:
+        return f"largest drift delay {fmt(r['delay'], False)} samples, false alarms {r['false_alarms']}"
     if "false_alarms" in r:
-        return f"false alarms {r['false_alarms']} in {r['samples']} samples"
+        return f"false alarms {r['false_alarms']} in {r['seeds'] * r['samples']:,.0f} samples"
     return ""
 
 

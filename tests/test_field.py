@@ -16,7 +16,7 @@ from tinytrain.field_runtime.host import HostField
 from tinytrain.field_runtime.program import field_program
 from tinytrain.field_runtime.qemu import qemu_field
 from tinytrain.field_runtime.rng import Rng, next_u32
-from tinytrain.field_runtime.runtime import BAD_LABEL, HELD, FieldRuntime, predicted
+from tinytrain.field_runtime.runtime import BAD_LABEL, HELD, FieldRuntime, predicted, split_state
 from tinytrain.field_runtime.step import SimStep
 from tinytrain.training.sparse import preset
 
@@ -139,3 +139,19 @@ def test_qemu_m4_equals_simulator(program):
     assert run.results.tolist() == results and run.state == sim.state_bytes()
     trained = run.learned & (run.results != HELD)
     assert run.insns[trained].min() > run.insns[~run.learned].max() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="needs arm-none-eabi-gcc and qemu-system-arm")
+def test_qemu_buffer_in_flash_survives_a_reboot(program):
+    xs, ys, _ = stream(program, 60)
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    for x, y in zip(xs, ys):
+        sim.learn(x, int(y))
+    run = qemu_field(program, xs, ys, "qemu-m4", flash=True)
+    assert run.state == sim.state_bytes() and run.erases > 0
+    mine, back = split_state(program, sim.state_bytes()), split_state(program, run.restored)
+    for part in ("buffer_filled", "buffer_x", "buffer_y"):
+        assert np.array_equal(mine[part], back[part]), part
+    assert np.array_equal(back["buffer_offered"], np.bincount(mine["buffer_y"], minlength=program.classes))

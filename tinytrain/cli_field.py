@@ -16,6 +16,8 @@ from pathlib import Path
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
 from tinytrain.field_runtime.config import FieldConfig
 
+QEMU_BOARDS = ("qemu-m4", "qemu-m7")
+
 _DEFAULTS = FieldConfig()
 _SETTINGS = {  # option -> (help); every default is FieldConfig's
     "guard-every": "every Nth labelled sample of an established class is held back for the guard",
@@ -65,7 +67,7 @@ def cmd_field(args: argparse.Namespace) -> None:
     result = field(args.model, args.stream, args.test, plan=args.plan, update=args.update, lr=args.lr,
                    max_classes=args.max_classes, known_classes=args.known_classes, replay=args.replay,
                    replay_k=args.replay_k, guard=args.guard, engine=args.engine, checkpoints=args.checkpoints,
-                   seed=args.seed, **_settings(args))
+                   seed=args.seed, board=args.board, **_settings(args))
     print(result.text())
     if args.json:
         write_file(args.json, (json.dumps(result.to_json(), indent=1) + "\n").encode(), "field", inputs)
@@ -82,8 +84,9 @@ def add_field_command(sub) -> None:
     s.add_argument("--update", help="full | bias-only | last-k:N (default last-k:1: the head)")
     s.add_argument("--lr", type=positive_float, help="learning rate of an --update preset (default 0.01)")
     add_field_options(s)
-    s.add_argument("--engine", choices=("sim", "c"), help="sim: the simulator (the spec); c: the emitted C on the "
-                   "host (default with gcc); the same decisions, states and buffer")
+    s.add_argument("--engine", choices=("sim", "c", "qemu"), help="sim: the simulator (the spec); c: the emitted C "
+                   "on the host (default with gcc); qemu: that C on --board; the same decisions, states and buffer")
+    s.add_argument("--board", choices=QEMU_BOARDS, default="qemu-m4", help="--engine qemu: the emulated board")
     s.add_argument("--checkpoints", type=positive_int, default=10, help="test accuracy this many times (default 10)")
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init and rounding stream")
     s.add_argument("--json", metavar="OUT.json", help="write the result as JSON")

@@ -53,10 +53,10 @@ def field_model(model: str | Path | Graph, *, plan=None, update: str | None = No
 def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: str | None = None,
           lr: float | None = None, max_classes: int | None = None, known_classes: int | None = None,
           replay: int = 256, replay_k: int = 2, guard: int = 32, engine: str | None = None, checkpoints: int = 10,
-          seed: int = 0, **settings) -> FieldResult:
+          seed: int = 0, board: str = "qemu-m4", **settings) -> FieldResult:
     """Run ``stream`` (STREAM.npz: ``x`` in arrival order, ``y`` labels with -1 for none) through the field runtime
-    of ``model`` trained by ``plan`` / ``update`` (default last-k:1: the head) on ``engine`` (sim | c; default c
-    with gcc); ``test`` (a DATA spec) is scored at ``checkpoints`` points. ``max_classes``: the head's rows (a new
+    of ``model`` trained by ``plan`` / ``update`` (default last-k:1: the head) on ``engine`` (sim | c | qemu on
+    ``board``; default c with gcc); ``test`` (a DATA spec) is scored at ``checkpoints`` points. ``max_classes``: the head's rows (a new
     head when the model has another count); ``known_classes``: classes known at the start (default all, none with
     a new head). ``replay`` / ``replay_k`` / ``guard`` and ``settings`` (the other ``FieldConfig`` fields)."""
     engine = engine or default_engine()
@@ -73,4 +73,5 @@ def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: st
     else:
         test_latents, test_y = np.zeros((0, program.width), np.int8), np.zeros(0, np.int64)
     every = max(1, len(s.y) // max(1, checkpoints))
-    return run_stream(program, program.latents(s.x), s.y, (test_latents, test_y), engine=engine, every=every)
+    return run_stream(program, program.latents(s.x), s.y, (test_latents, test_y), engine=engine, every=every,
+                      board=board)

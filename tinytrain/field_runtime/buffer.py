@@ -33,9 +33,6 @@ class Slots:
     def empty(cls, n: int, width: int, counters: int) -> Slots:
         return cls(np.zeros((n, width), np.int8), np.full(n, -1, np.int32), 0, np.zeros(counters, np.int64))
 
-    def copy(self) -> Slots:
-        return Slots(self.x.copy(), self.y.copy(), self.filled, self.offered.copy())
-
     def put(self, slot: int, x: np.ndarray, label: int) -> None:
         self.x[slot], self.y[slot] = x, label
 

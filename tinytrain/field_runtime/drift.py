@@ -36,9 +36,6 @@ class Drift:
     def empty(cls, channels: int) -> Drift:
         return cls(np.zeros(channels, np.int64), np.zeros(channels, np.int64))
 
-    def copy(self) -> Drift:
-        return Drift(**{**self.__dict__, "m": self.m.copy(), "r": self.r.copy()})
-
 
 def observe_drift(d: Drift, cfg: FieldConfig, x: np.ndarray, margin: int) -> None:
     """Update ``d`` with one sample's latent ``x`` (int8) and its prediction's margin."""

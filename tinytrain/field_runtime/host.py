@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 
 from tinytrain.codegen import MODEL_SOURCE, render_project
-from tinytrain.codegen.emit_field import FIELD_SOURCE, field_memory, render_field
+from tinytrain.codegen.emit_field import FIELD_SOURCE, FLASH_FILES, field_memory, render_field
 from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.runtime import STATUS
@@ -27,17 +27,20 @@ def field_files(program: FieldProgram) -> dict[str, str]:
     return files
 
 
+UNITY = (FIELD_SOURCE, *(n for n in FLASH_FILES if n.endswith(".c")))
+
+
 class HostField:
     def __init__(self, program: FieldProgram) -> None:
         self.program = program
         files = field_files(program)
         unity = dict(files)  # one translation unit: the runtime calls the step's functions
-        unity[MODEL_SOURCE] = files[MODEL_SOURCE] + f'\n#include "{FIELD_SOURCE}"\n'
+        unity[MODEL_SOURCE] = files[MODEL_SOURCE] + "".join(f'\n#include "{n}"' for n in UNITY) + "\n"
         lib = self._lib = _private_copy(compile_files(unity, cflags=TRAIN_CFLAGS))
         vp, i32, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
         for name, args, res in (("tt_field_init", [], None), ("tt_learn", [vp, i32], i32),
                                 ("tt_observe", [vp, vp], i32), ("tt_drift", [vp], i32),
-                                ("tt_field_save", [vp], u32), ("tt_field_rollbacks", [], u32),
+                                ("tt_field_save", [vp], u32),
                                 ("tt_field_predict", [vp], i32), ("tt_field_status", [vp], None),
                                 ("tt_field_start", [vp], i32)):
             fn = getattr(lib, name)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tinytrain.codegen.context import environment
 from tinytrain.codegen.emit_field import render_field
+from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.firmware import get_board
@@ -33,16 +34,40 @@ class QemuField:
     insns: np.ndarray  # (N,) instructions of each call
     learned: np.ndarray  # (N,) bool: the call was tt_learn
     state: bytes  # tt_field_save after the stream
+    restored: bytes | None = None  # with flash: tt_field_save after a reboot that restored the buffer from flash
+    erases: int | None = None  # with flash: sector erases of the buffer's log
+    statuses: list = field(default_factory=list)  # with checkpoints: tt_field_status after each call
+    checkpoints: dict = field(default_factory=dict)  # sample index -> (tt_field_save bytes, test predictions)
 
 
-def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray) -> str:
-    rows = [", ".join(map(str, r)) for r in np.asarray(latents, np.int8).reshape(len(latents), -1)]
+def flash_geometry(program: FieldProgram, program_bytes: int = 8) -> dict:
+    """A simulated NOR region (256 B sectors or more) just large enough for the buffer's log."""
+    record = -(-(16 + program.width) // program_bytes) * program_bytes
+    sector = 256
+    while sector < 4 * record:
+        sector *= 2
+    per = sector // record
+    return {"sector": sector, "sectors": -(-(program.cfg.replay + 2 * per) // per) + 1}
+
+
+def _rows(latents: np.ndarray) -> list[str]:
+    return [", ".join(map(str, r)) for r in np.asarray(latents, np.int8).reshape(len(latents), -1)]
+
+
+def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
+            every: int = 0, test: np.ndarray | None = None) -> str:
+    """The harness's C: the stream baked in; ``every`` > 0: the status after each call and, every ``every`` samples
+    and at the end, the predictions of ``test`` (latents) and the whole runtime."""
     return environment().get_template("field_harness.c.j2").render(
-        version=__version__, n=len(rows), rows=rows, labels=", ".join(map(str, np.asarray(labels, int))))
+        version=__version__, n=len(latents), rows=_rows(latents),
+        labels=", ".join(map(str, np.asarray(labels, int))), flash=flash, every=every,
+        tests=_rows(test) if test is not None and len(test) else [])
 
 
 def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
-               timeout: int = 600) -> QemuField:
+               timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None) -> QemuField:
+    """The stream through the board's field runtime; ``flash``: its buffer in a simulated flash (tt_flash_sim.c),
+    restored by a reboot after the stream; ``every`` / ``test``: checkpoints (``harness``)."""
     b = get_board(board)
     _need(b.tools.prefix + "gcc", b.tools.package)
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
@@ -50,7 +75,10 @@ def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, b
         tmp = Path(tmp)
         emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, 1 << 20)
         files = render_firmware(tmp / "compile", board)
-        files[HARNESS] = harness(program, latents, labels).encode()
+        geometry = flash_geometry(program) if flash else None
+        files[HARNESS] = harness(program, latents, labels, geometry, every, test).encode()
+        if flash:
+            files.update({f"src/{n}": (firmware_sources() / n).read_bytes() for n in ("tt_flash_sim.c", "tt_flash_sim.h")})
         files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
         for rel, data in files.items():
             (tmp / "fw" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -65,17 +93,31 @@ def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, b
 
 
 def parse(text: str) -> QemuField:
-    calls, state, tick = [], None, None
+    calls, state, tick, restored, erases = [], None, None, None, None
+    statuses, checkpoints, at, classes = [], {}, None, None
     for line in text.splitlines():
+        if line.startswith("tt: status "):
+            statuses.append(tuple(int(v) for v in line.split()[2:]))
+        elif line.startswith("tt: checkpoint "):
+            at, classes = int(line.split()[2]), np.zeros(0, np.int64)
+        elif line.startswith("tt: classes"):
+            classes = np.array([int(v) for v in line.split()[2:]], np.int64)
+        elif line.startswith("tt: state "):
+            checkpoints[at] = (bytes.fromhex(line[len("tt: state "):]), classes)
         m = _CALL.match(line)
         if m:
             calls.append((m.group(1) == "learn", int(m.group(3)), int(m.group(4))))
         elif line.startswith("tt: field "):
             state = bytes.fromhex(line[len("tt: field "):])
+        elif line.startswith("tt: restored "):
+            restored = bytes.fromhex(line[len("tt: restored "):])
+        elif line.startswith("tt: erases "):
+            erases = int(line[len("tt: erases "):])
         elif line.startswith("tt: tick "):
             num, den = line[len("tt: tick "):].split("/")
             tick = (int(num), int(den))
-    if state is None or tick is None or "tt: done" not in text:
+    if state is None or tick is None or "tt: done" not in text or "tt: error" in text:
         raise QemuError(f"the field firmware did not finish:\n{text[-2000:]}")
     c = np.array(calls, np.int64).reshape(-1, 3)
-    return QemuField(c[:, 1], c[:, 2] * tick[0] // tick[1], c[:, 0].astype(bool), state)
+    return QemuField(c[:, 1], c[:, 2] * tick[0] // tick[1], c[:, 0].astype(bool), state, restored, erases, statuses,
+                     checkpoints)

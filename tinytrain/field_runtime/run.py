@@ -17,12 +17,14 @@ import numpy as np
 from tinytrain.codegen.emit_field import field_memory
 from tinytrain.engines import default_engine
 from tinytrain.engines.trainer import check_engine
+from tinytrain.errors import UsageError
+from tinytrain.field_runtime.board import BoardField
 from tinytrain.field_runtime.host import HostField
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.runtime import FieldRuntime, split_state
 from tinytrain.field_runtime.step import SimStep
 
-FIELD_ENGINES = ("sim", "c")
+FIELD_ENGINES = ("sim", "c", "qemu")
 
 
 @dataclass
@@ -74,11 +76,16 @@ class FieldResult:
         return "\n".join(lines)
 
 
-def runtime(program: FieldProgram, engine: str):
-    """The field runtime of ``program`` on ``engine`` (sim: the spec; c: the emitted C, host build)."""
-    if check_engine(engine, FIELD_ENGINES) == "sim":
+def runtime(program: FieldProgram, engine: str, stream=None, test=None, every: int = 0, board: str = "qemu-m4"):
+    """The field runtime of ``program`` on ``engine`` (sim: the spec; c: the emitted C, host build; qemu: that C on
+    ``board``, which runs the ``stream`` (latents, labels) with ``test``'s latents scored every ``every`` samples
+    first)."""
+    engine = check_engine(engine, FIELD_ENGINES)
+    if engine == "sim":
         return FieldRuntime(program, SimStep(program.cut_graph, program.tg))
-    return HostField(program)
+    if engine == "c":
+        return HostField(program)
+    return BoardField(program, *stream, test, every, board)
 
 
 def per_class(pred: np.ndarray, y: np.ndarray, seen: list[int]) -> tuple[float | None, dict[int, float]]:
@@ -92,15 +99,18 @@ def per_class(pred: np.ndarray, y: np.ndarray, seen: list[int]) -> tuple[float |
 
 def run_stream(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, test: tuple[np.ndarray, np.ndarray],
                *, engine: str | None = None, every: int = 0, start: bytes | None = None,
-               on_sample: Callable | None = None) -> FieldResult:
+               on_sample: Callable | None = None, board: str = "qemu-m4") -> FieldResult:
     """The stream of ``latents`` / ``labels`` (-1: none) through the runtime; ``test`` (latents, labels) scored
-    every ``every`` samples (0: ten checkpoints) and at the end; ``start``: the model state to start from;
-    ``on_sample(i, rt)`` after each sample."""
+    every ``every`` samples (0: ten checkpoints) and at the end; ``start``: the model state to start from (not on
+    qemu); ``on_sample(i, rt)`` after each sample."""
     engine = engine or default_engine()
-    rt, t0 = runtime(program, engine), time.time()
+    every = every or max(1, len(labels) // 10)
+    if start is not None and engine == "qemu":
+        raise UsageError("the qemu engine starts from the model (tt_field_init): give no start state")
+    t0 = time.time()
+    rt = runtime(program, engine, (latents, labels), test[0], every, board)
     if start is not None:
         rt.start(start)
-    every = every or max(1, len(labels) // 10)
     result = FieldResult(engine, len(labels), int((labels >= 0).sum()), memory=field_memory(program).as_dict())
     alarms = 0
     for i, (x, y) in enumerate(zip(latents, labels)):
