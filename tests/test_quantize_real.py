@@ -14,8 +14,7 @@ import onnx
 import pytest
 
 import tinytrain
-from onnx_oracle import ir_layout, unoptimized_session
-from tinytrain.errors import UnsupportedModelError
+from onnx_oracle import ir_layout
 from tinytrain.frontends import load_model
 from tinytrain.simulator import forward
 
@@ -26,16 +25,20 @@ pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-def _matches_onnxruntime(path: Path, xs: np.ndarray) -> None:
+def _matches_onnxruntime(path: Path, xs: np.ndarray, lsb: int = 0) -> None:
+    """Against onnxruntime's default session (what users run)."""
+    import onnxruntime as ort
+
     graph = load_model(path)
     q, oq = graph.tensors[graph.inputs[0]].quant, graph.tensors[graph.outputs[0]].quant
     xq = ir_layout(np.clip(np.rint(xs / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8))
     ours = forward(graph, {graph.inputs[0]: xq})[graph.outputs[0]].astype(np.int64)
-    session = unoptimized_session(onnx.load(str(path)))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     y = np.concatenate([session.run(None, {name: xs[i:i + 1]})[0] for i in range(len(xs))])
     theirs = np.clip(np.rint(y / np.float32(oq.s)) + oq.zp, -128, 127).astype(np.int64)
-    np.testing.assert_array_equal(ours, theirs)
+    assert np.abs(ours - theirs).max() <= lsb
+    assert (ours == theirs).mean() >= 0.99
     assert len(np.unique(ours, axis=0)) > 10
 
 
@@ -88,7 +91,7 @@ def test_brevitas_qcdq_imports_exactly_and_trains(tmp_path):
     pytest.importorskip("onnxoptimizer")  # Brevitas' ONNX export needs it
     path = brevitas_qcdq(tmp_path / "brevitas.onnx")
     assert "Clip" in {n.op_type for n in onnx.load(str(path)).graph.node}
-    _matches_onnxruntime(path, make_zoo.inputs(50, 11))
+    _matches_onnxruntime(path, make_zoo.inputs(200, 11))
     _trains(path)
 
 
@@ -110,11 +113,17 @@ def test_nncf_onnx_backend_imports_exactly_and_trains(tmp_path):
     """Activations per tensor; the classifier's output float (NNCF's default: quantized to its reachable range)."""
     pytest.importorskip("nncf")
     path = nncf_onnx(tmp_path / "nncf.onnx", per_channel=False)
-    _matches_onnxruntime(path, make_zoo.inputs(50, 11))
+    _matches_onnxruntime(path, make_zoo.inputs(200, 11))
     _trains(path)
 
 
-def test_nncf_default_per_channel_activations_are_refused_with_the_setting(tmp_path):
+def test_nncf_default_per_channel_activations_import_within_one_lsb_and_train(tmp_path):
+    """NNCF's default quantizes the depthwise Conv's input per channel: taken exactly into the Convs on both sides
+    (frontends/onnx/channels.py); onnxruntime cannot fuse a per-channel output quantization into an integer kernel
+    and computes that Conv in float32, so values within float32 error of a rounding tie may differ by one LSB."""
     pytest.importorskip("nncf")
-    with pytest.raises(UnsupportedModelError, match=r"QuantizeLinear .* per channel .*per_channel=False"):
-        load_model(nncf_onnx(tmp_path / "nncf_default.onnx", per_channel=None))
+    path = nncf_onnx(tmp_path / "nncf_default.onnx", per_channel=None)
+    scales = [i for i in onnx.load(str(path)).graph.initializer if "scale_r1" in i.name]
+    assert scales and scales[0].dims == [8]  # per channel, as NNCF writes it
+    _matches_onnxruntime(path, make_zoo.inputs(200, 11), lsb=1)
+    _trains(path)

@@ -120,13 +120,13 @@ def _set(model: onnx.ModelProto, name: str, arr: np.ndarray) -> None:
     init.CopyFrom(numpy_helper.from_array(arr, name))
 
 
-def test_per_channel_activations_with_different_scales_are_refused():
+def test_per_channel_activations_with_different_scales_read_by_a_pool_are_refused():
     m = _model("per_channel_act")
     s = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "pc_scale")).copy()
     s[3] *= 2
     _set(m, "pc_scale", s)
-    msg = _refusal(m)
-    assert "r2_QuantizeLinear" in msg and "per channel" in msg and "channel 3" in msg and "per tensor" in msg
+    msg = _refusal(m)  # taken exactly only into a depthwise Conv (channels.py); here a pool reads it
+    assert "GlobalAveragePool 'pool'" in msg and "per channel" in msg and "depthwise" in msg and "per tensor" in msg
 
 
 def test_a_batchnorm_after_no_conv_is_refused():
