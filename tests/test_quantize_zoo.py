@@ -163,3 +163,13 @@ def test_the_difference_of_two_activations_is_refused():
     msg = _refusal(m)
     assert "Sub 'center'" in msg and "two activations" in msg
 
+
+
+def test_a_zero_point_written_as_identity_of_an_initializer_is_a_constant():
+    """Some exporters write a Q / DQ parameter as Identity(initializer)."""
+    m = _model("qcdq")
+    dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and "x_" in n.input[0])
+    m.graph.node.insert(0, helper.make_node("Identity", [dq.input[2]], ["zp_alias"], "zp_identity"))
+    dq.input[2] = "zp_alias"
+    graph = graph_from_onnx(m.SerializeToString(), "m")
+    assert [n.op for n in graph.nodes] == [n.op for n in load_model(HERE / "qcdq.onnx").nodes]

@@ -69,6 +69,9 @@ class ConstantReader:
                     self.init_types[node.output[0]] = TensorProto.INT64
                 else:
                     raise self.unsupported(f"{node_label(node)} has no tensor value; only tensor constants are supported")
+            elif node.op_type == "Identity" and node.input[0] in self.inits:  # Identity(initializer): a constant
+                self.inits[node.output[0]] = self.inits[node.input[0]]
+                self.init_types[node.output[0]] = self.init_types[node.input[0]]
 
     def _store_const(self, name: str, tp: TensorProto) -> None:
         self.init_types[name] = tp.data_type
