@@ -176,7 +176,7 @@ def run(epochs: int, n_calib: int, methods) -> dict:
         result = paired(int8_correct(done[best]["path"], test.x, test.y), float_correct(float_path, test.x, test.y))
         step = train_step(done[best]["path"], tmp, xv, yv)
         validation_float = float(float_correct(float_path, xv, yv).mean())
-    return {"command": "benchmarks/quantize_float.py " + " ".join(sys.argv[1:]), "epochs": epochs,
+    return {"command": " ".join([".venv/bin/python benchmarks/quantize_float.py", *sys.argv[1:]]), "epochs": epochs,
             "float_train_images": int(len(rest)), "float_train_seconds": round(train_seconds, 1),
             "calibration_images": n_calib, "validation_float": validation_float,
             "calibration": {m: {k: v for k, v in r.items() if k != "path"} for m, r in done.items()},
