@@ -120,13 +120,13 @@ def _set(model: onnx.ModelProto, name: str, arr: np.ndarray) -> None:
     init.CopyFrom(numpy_helper.from_array(arr, name))
 
 
-def test_per_channel_activations_with_different_scales_are_refused():
+def test_per_channel_activations_with_different_scales_read_by_a_pool_are_refused():
     m = _model("per_channel_act")
     s = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "pc_scale")).copy()
     s[3] *= 2
     _set(m, "pc_scale", s)
-    msg = _refusal(m)
-    assert "r2_QuantizeLinear" in msg and "per channel" in msg and "channel 3" in msg and "per tensor" in msg
+    msg = _refusal(m)  # taken exactly only into a depthwise Conv (channels.py); here a pool reads it
+    assert "GlobalAveragePool 'pool'" in msg and "per channel" in msg and "depthwise" in msg and "per tensor" in msg
 
 
 def test_a_batchnorm_after_no_conv_is_refused():
@@ -163,3 +163,13 @@ def test_the_difference_of_two_activations_is_refused():
     msg = _refusal(m)
     assert "Sub 'center'" in msg and "two activations" in msg
 
+
+
+def test_a_zero_point_written_as_identity_of_an_initializer_is_a_constant():
+    """Some exporters write a Q / DQ parameter as Identity(initializer)."""
+    m = _model("qcdq")
+    dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and "x_" in n.input[0])
+    m.graph.node.insert(0, helper.make_node("Identity", [dq.input[2]], ["zp_alias"], "zp_identity"))
+    dq.input[2] = "zp_alias"
+    graph = graph_from_onnx(m.SerializeToString(), "m")
+    assert [n.op for n in graph.nodes] == [n.op for n in load_model(HERE / "qcdq.onnx").nodes]

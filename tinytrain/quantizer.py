@@ -17,6 +17,8 @@ the KL divergence of the int8 histogram). benchmarks/quantize_float.py compares 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -171,9 +173,10 @@ def _run_quantizer(proto: onnx.ModelProto, x: np.ndarray, calibration: str, tmp:
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[calibration]
     name = graph_inputs(proto.graph)[0].name
-    quantize_static(str(pre), str(out), _Reader(name, x), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=method,
-                    extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
+    with contextlib.redirect_stdout(io.StringIO()):  # the entropy calibrator prints its histogram sizes
+        quantize_static(str(pre), str(out), _Reader(name, x), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=method,
+                        extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
     return onnx.load(str(out))
 
 

@@ -22,7 +22,8 @@ Brevitas nor NNCF installed:
 
 and one TFLite model written with the test schema builder (tests/oracles.py ``TfliteBuilder``, tflite-micro's
 schema), ``litert_transpose.tflite`` (LiteRT-torch's export of an NCHW PyTorch model): float NCHW input -> QUANTIZE
--> TRANSPOSE [0, 2, 3, 1] -> CONV_2D (RELU) -> MEAN -> FULLY_CONNECTED -> DEQUANTIZE.
+-> TRANSPOSE [0, 2, 3, 1] -> CONV_2D (RELU) -> a residual left in float as LiteRT-torch leaves it (CONV_2D 1x1, then
+DEQUANTIZE both -> float ADD -> QUANTIZE) -> MEAN -> FULLY_CONNECTED -> DEQUANTIZE.
 """
 
 from __future__ import annotations
@@ -232,9 +233,22 @@ def litert_transpose() -> bytes:
     c = b.tensor("conv", (1, 4, 4, 4), "INT8", 0.01, -128)
     b.op("CONV_2D", [t, w, bias], [c], s.Conv2DOptionsT(padding=s.Padding.SAME, strideW=2, strideH=2,
                                                          fusedActivationFunction=s.ActivationFunctionType.RELU))
+    w2s = rng.uniform(0.004, 0.01, 4)
+    w2 = b.tensor("conv2_w", (4, 1, 1, 4), "INT8", w2s, 0, 0, rng.integers(-127, 128, (4, 1, 1, 4)).astype(np.int8))
+    b2 = b.tensor("conv2_b", (4,), "INT32", np.float32(0.01) * w2s.astype(np.float32), 0, 0,
+                  rng.integers(-300, 300, 4).astype(np.int32))
+    c2 = b.tensor("conv2", (1, 4, 4, 4), "INT8", 0.0061, 3)
+    b.op("CONV_2D", [c, w2, b2], [c2], s.Conv2DOptionsT(padding=s.Padding.SAME, strideW=1, strideH=1))
+    fa, fb2 = b.tensor("conv_f", (1, 4, 4, 4), "FLOAT32"), b.tensor("conv2_f", (1, 4, 4, 4), "FLOAT32")
+    b.op("DEQUANTIZE", [c], [fa])
+    b.op("DEQUANTIZE", [c2], [fb2])
+    fsum = b.tensor("sum_f", (1, 4, 4, 4), "FLOAT32")
+    b.op("ADD", [fa, fb2], [fsum], s.AddOptionsT())
+    r = b.tensor("sum", (1, 4, 4, 4), "INT8", 0.0123, -60)
+    b.op("QUANTIZE", [fsum], [r])
     axes = b.tensor("axes", (2,), "INT32", data=np.array([1, 2], np.int32))
     m = b.tensor("mean", (1, 4), "INT8", 0.008, -128)
-    b.op("MEAN", [c, axes], [m], s.ReducerOptionsT(keepDims=False))
+    b.op("MEAN", [r, axes], [m], s.ReducerOptionsT(keepDims=False))
     fs = rng.uniform(0.004, 0.01, 3)
     fw = b.tensor("fc_w", (3, 4), "INT8", fs, 0, 0, rng.integers(-127, 128, (3, 4)).astype(np.int8))
     fb = b.tensor("fc_b", (3,), "INT32", np.float32(0.008) * fs.astype(np.float32), 0, 0,

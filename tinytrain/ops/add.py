@@ -153,6 +153,8 @@ def onnx_qlinear_add(cv, node) -> None:
 
 
 def tflite_add(im, op) -> None:
+    if im.float_add(op):  # DEQUANTIZE -> float ADD -> QUANTIZE (LiteRT-torch): emitted by that QUANTIZE
+        return
     if any(im.is_constant(i) for i in op.inputs[:2]):
         raise UnsupportedModelError(f"operator {op.index} (ADD) has a constant operand; only the sum of two "
                                     "activations is supported")

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from tinytrain.frontends.onnx.channels import dequantize_per_channel, per_channel_scales, quantize_per_channel
 from tinytrain.frontends.onnx.convert import Converter, Handler
 from tinytrain.frontends.onnx.layout import through_view
 from tinytrain.frontends.onnx.parse import attrs_of, elem_type_name, node_label
@@ -44,6 +45,10 @@ def h_quantize_linear(cv: Converter, node: onnx.NodeProto) -> None:
         q = np.clip(round_half_even(arr / s.reshape(shape)) + zps, lo, hi)
         cv.inits[node.output[0]] = q.astype(dtype)
         cv.init_types[node.output[0]] = TensorProto.INT8 if dtype == "int8" else TensorProto.UINT8
+        return
+    channels = per_channel_scales(cv, node, "output", out_dtype)
+    if channels is not None:
+        cv.values[node.output[0]] = quantize_per_channel(cv, node, v, *channels)
         return
     yq, dtype = cv.act_quant(node, 1, 2, "output", out_dtype)
     hint = node.output[0]
@@ -83,6 +88,9 @@ def h_dequantize_linear(cv: Converter, node: onnx.NodeProto) -> None:
         return
     if not isinstance(v, Act):
         raise cv.unsupported(f"{node_label(node)} dequantizes '{name}', which is not an int8/uint8 activation")
+    if v.gain is not None:
+        dequantize_per_channel(cv, node, v)
+        return
     q, dtype = cv.act_quant(node, 1, 2, "input", v.dtype)
     cv.bind_quant(v, q, dtype, node)
     cv.values[node.output[0]] = FVal("dq", act=v, source=name)

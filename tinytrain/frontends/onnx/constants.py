@@ -69,6 +69,9 @@ class ConstantReader:
                     self.init_types[node.output[0]] = TensorProto.INT64
                 else:
                     raise self.unsupported(f"{node_label(node)} has no tensor value; only tensor constants are supported")
+            elif node.op_type == "Identity" and node.input[0] in self.inits:  # Identity(initializer): a constant
+                self.inits[node.output[0]] = self.inits[node.input[0]]
+                self.init_types[node.output[0]] = self.init_types[node.input[0]]
 
     def _store_const(self, name: str, tp: TensorProto) -> None:
         self.init_types[name] = tp.data_type
@@ -151,8 +154,10 @@ class ConstantReader:
         c = int(np.flatnonzero((s32 != s32[0]) | (np.resize(zps, s32.size) != zps[0]))[0])
         raise self.unsupported(f"{node_label(node)}: {what} is quantized per channel ({s32.size} scales; channel 0 "
                                f"s={s32[0]:.6g}, channel {c} s={s32[c]:.6g}) and tinytrain's activations have one "
-                               f"scale; quantize activations per tensor (NNCF: the default preset, not "
-                               f"per-channel activations; onnxruntime: per_channel applies to weights only)")
+                               f"scale; quantize activations per tensor (NNCF: advanced_parameters="
+                               f"AdvancedQuantizationParameters(activations_quantization_params="
+                               f"QuantizationParameters(per_channel=False)); onnxruntime's per_channel is for "
+                               f"weights only)")
 
     def qconst(self, node: onnx.NodeProto, data_idx: int, s_idx: int, zp_idx: int, axis: int | None,
                what: str) -> QConst:

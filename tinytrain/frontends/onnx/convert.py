@@ -109,6 +109,9 @@ class Converter(Reader):
         for vi in self.graph_proto.output:
             v = self.values.get(vi.name)
             act = self._output_act(vi.name, v)
+            if act.gain is not None:
+                raise self.unsupported(f"graph output '{vi.name}' is quantized per channel; tinytrain's outputs have "
+                                       f"one scale: quantize it per tensor")
             if act.dtype != self.input_act.dtype:
                 raise self.unsupported(f"the input is {self.input_act.dtype} but output '{vi.name}' is {act.dtype}; "
                                        f"tinytrain needs one integer type at both ends")

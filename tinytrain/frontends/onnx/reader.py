@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from tinytrain.frontends.onnx.channels import depthwise_weight
 from tinytrain.frontends.onnx.constants import QConst
 from tinytrain.frontends.onnx.emit import IRBuilder
 from tinytrain.frontends.onnx.fold import AffineFolds
@@ -110,10 +111,15 @@ class Reader(IRBuilder, AffineFolds):
             self.values[node.input[idx]] = v
         return v
 
-    def dq_input(self, node: onnx.NodeProto, idx: int, what: str = "input") -> Act:
-        """A float input that must be a dequantized activation."""
+    def dq_input(self, node: onnx.NodeProto, idx: int, what: str = "input", per_channel: bool = False) -> Act:
+        """A float input that must be a dequantized activation (``per_channel``: one quantized per channel may be,
+        channels.py: the reader undoes its gain)."""
         v = self.resolved(node, idx)
         if isinstance(v, FVal) and v.kind == "dq":
+            if v.act.gain is not None and not per_channel:
+                raise self.unsupported(f"{node_label(node)} reads '{node.input[idx]}', quantized per channel, which "
+                                       f"only a depthwise Conv can read exactly; quantize activations per tensor "
+                                       f"(NNCF: QuantizationParameters(per_channel=False))")
             return v.act
         if isinstance(v, Permuted):
             raise self.unsupported(f"{node_label(node)} reads '{node.input[idx]}', the NHWC transpose made by "
@@ -230,6 +236,10 @@ class Reader(IRBuilder, AffineFolds):
                                    f"int8 with onnxruntime quantize_static first")
         raise self.unsupported(f"{node_label(node)}: {what} '{node.input[idx]}' is not a constant; tinytrain needs "
                                f"constant weights (DequantizeLinear of an int8 initializer)")
+
+    def depthwise_weight(self, node: onnx.NodeProto, x: Act, w: QConst, groups: int) -> QConst:
+        """The weight of a depthwise Conv whose input is quantized per channel, scaled by its gain (channels.py)."""
+        return depthwise_weight(self, node, x, w, groups)
 
     def bias(self, node: onnx.NodeProto, idx: int):
         """A float op's bias input: None, a QConst (DequantizeLinear of a constant) or a float array."""

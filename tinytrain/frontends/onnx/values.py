@@ -25,6 +25,7 @@ class Act:
     shape: tuple[int, ...]  # ONNX shape (batch 1), NCHW for rank 4
     dtype: str  # ONNX element type: "int8" or "uint8"
     quant: QuantParams | None = None  # IR (int8) quantization; None only for an int graph input not yet used
+    gain: tuple[float, ...] | None = None  # quantized per channel: real = nominal * gain[c] (channels.py)
 
 
 @dataclass

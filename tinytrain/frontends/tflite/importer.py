@@ -23,6 +23,10 @@ Choices (each matches what the device runs):
   depthwise weights (1, KH, KW, C*m) become (C*m, KH, KW, 1). Bias quantization is taken per output
   channel whatever ``quantized_dimension`` says (person_detect.tflite stores 3 for its 1-D biases,
   which tflite-micro ignores too).
+- A residual ADD left in float (DEQUANTIZE both operands -> ADD -> QUANTIZE, as LiteRT-torch writes it) is an int8
+  add rounded once, as ONNX imports' adds are: the real sum, up to float32 error; an exact tie of the real sum (rare
+  with unrelated scales) rounds up where TFLite's QUANTIZE rounds it away from zero, one LSB apart. Any other use of
+  an inner DEQUANTIZE is refused.
 - A TRANSPOSE of the input from NCHW to NHWC (LiteRT-torch's export of a PyTorch model), before or after its
   QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images.
 - Graphs are built for batch 1 (a -1 batch in shape_signature is fine); the simulator runs batches.
@@ -42,6 +46,7 @@ from tinytrain.frontends.tflite.tensors import QUANTIZED, TensorReader
 from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import Graph, Node, Tensor
 from tinytrain.ops import TfliteRead, declared
+from tinytrain.ops.add import AddAttrs
 from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.quant import Requant
 from tinytrain.verify import verify
@@ -81,6 +86,8 @@ class _Importer(TensorReader):
         self.names: dict[int, str] = {}
         self.produced: set[int] = set()
         self.skip: set[int] = set()  # operators dropped at the float boundary
+        self.dequantized: dict[int, int] = {}  # float tensor of an inner DEQUANTIZE -> its int8 source
+        self.float_adds: dict[int, TflOperator] = {}  # float tensor of an ADD of two of them -> that ADD
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -187,6 +194,9 @@ class _Importer(TensorReader):
     # ---- the importer's own operators: the float boundary -------------------------------------------------------
     def read_quantize(self, op: TflOperator) -> None:
         src = self.tensor(op.inputs[0])
+        if op.inputs[0] in self.float_adds:
+            self._quantize_float_add(op, self.float_adds[op.inputs[0]])
+            return
         if src.type not in QUANTIZED:
             raise UnsupportedModelError(f"operator {op.index} (QUANTIZE) converts a {src.type} tensor inside the "
                                         "graph; only a float graph input may be quantized")
@@ -195,5 +205,34 @@ class _Importer(TensorReader):
         self.node(op, "requantize", [x.name], [out.name], RequantizeAttrs(requant))
 
     def read_dequantize(self, op: TflOperator) -> None:
-        raise UnsupportedModelError(f"operator {op.index} (DEQUANTIZE) is inside the graph; float ops are not "
-                                    "supported (DEQUANTIZE is accepted only as the last op before a graph output)")
+        """An inner DEQUANTIZE: only a float ADD of two of them, quantized again, may read it (``float_add``)."""
+        readers = {builtin_name(c.opcode) for c in self._consumers(op.outputs[0])}
+        if readers != {"ADD"}:
+            raise UnsupportedModelError(f"operator {op.index} (DEQUANTIZE) is inside the graph and read by "
+                                        f"{', '.join(sorted(readers)) or 'nothing'}; float ops are not supported but "
+                                        "for a float ADD of two dequantized activations (LiteRT-torch's residual "
+                                        "add): quantize the model fully to int8")
+        self.dequantized[op.outputs[0]] = op.inputs[0]
+
+    def float_add(self, op: TflOperator) -> bool:
+        """A float ADD of two dequantized activations (DEQUANTIZE -> ADD -> QUANTIZE, as LiteRT-torch leaves a
+        residual add): recorded for the QUANTIZE after it, which emits it as an int8 add rounded once (the real sum,
+        as the float ADD computes it, up to float32 error: ties may differ by one LSB)."""
+        if not all(i in self.dequantized for i in op.inputs[:2]):
+            return False
+        users = self._consumers(op.outputs[0])
+        if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE" or op.options.get("activation", 0):
+            raise UnsupportedModelError(f"operator {op.index} (ADD) adds two dequantized activations but is not "
+                                        "followed by exactly one QUANTIZE (or has a fused activation); quantize the "
+                                        "model fully to int8")
+        self.float_adds[op.outputs[0]] = op
+        return True
+
+    def _quantize_float_add(self, op: TflOperator, add: TflOperator) -> None:
+        a, b = (self.act(self.dequantized[i]) for i in add.inputs[:2])
+        out = self.out(op)
+        if a.shape != b.shape or a.shape != out.shape:
+            raise UnsupportedModelError(f"operator {add.index} (ADD) broadcasts {list(a.shape)} and {list(b.shape)}; "
+                                        "only same-shape adds are supported")
+        self.node(add, "add", [a.name, b.name], [out.name],
+                  AddAttrs.from_scales(a.quant.s, b.quant.s, out.quant.s, single_rounding=True))

@@ -69,8 +69,10 @@ def _defer(cv, node, x, w, bias_of) -> None:
 
 def onnx_conv(cv, node) -> None:
     """DQ(x), DQ(w int8 per-channel axis 0), DQ(b int32) -> Conv [-> Relu | Clip] -> Q."""
-    x = cv.dq_input(node, 0)
+    x = cv.dq_input(node, 0, per_channel=True)
     w = cv.weight(node, 1)
+    if x.gain is not None:  # an input quantized per channel (NNCF): its gain into the weight scale
+        w = cv.depthwise_weight(node, x, w, int(cv.attrs(node).get("group", 1)))
     _defer(cv, node, x, w, lambda s_w: cv.bias_int32(cv.bias(node, 2), x.quant.s, s_w, cv.label(node)))
 
 
