@@ -309,6 +309,15 @@ def test_benchmarks_are_few_scripts_on_one_shared_module():
         assert not re.search(r"^ROOT = ", text, re.M), f"{script.name} defines its own ROOT (use common.ROOT)"
 
 
+def test_every_script_the_docs_name_exists():
+    """A benchmark or script the README, the guide or models/ names is in the checkout (merged or retired ones are
+    renamed everywhere)."""
+    pages = (README, *PAGES, ROOT / "models" / "README.md", ROOT / "models" / "plans" / "README.md")
+    for page in pages:
+        for path in set(re.findall(r"\b((?:benchmarks|scripts)/[\w/]+\.py)\b", page.read_text())):
+            assert (ROOT / path).is_file(), f"{page.relative_to(ROOT)} names {path}"
+
+
 DOC_OUTPUTS = runpy.run_path(str(ROOT / "scripts" / "doc_outputs.py"))
 MAIN_PAGES = (README, DOCS / "guide" / "getting-started.md", DOCS / "guide" / "memory-report.md")
 
