@@ -130,6 +130,15 @@ def test_cli_page_is_the_parsers_reference():
     assert all(f"`{t}`" in page for t in CORE_TARGETS)
 
 
+def test_api_page_has_the_functions_signatures():
+    """api.md's function table is scripts/api_doc.py's output: every public function with its signature as
+    inspect reads it (a parameter added to the API appears; the page's descriptions stay)."""
+    api_doc = runpy.run_path(str(ROOT / "scripts" / "api_doc.py"))
+    page = (DOCS / "guide" / "api.md").read_text()
+    assert page == api_doc["page"](page), "docs/guide/api.md is stale: run .venv/bin/python scripts/api_doc.py"
+    assert set(api_doc["functions"]()) <= set(re.findall(r"^\| `(\w+)\(", page, re.M))
+
+
 def test_cli_reference_tolerates_a_new_command_and_option():
     """A command or option added to the parser appears in the page with its help; the prose stays."""
     parser = build_parser()
