@@ -5,7 +5,12 @@ Fenced-block convention (docs/index.md "Conventions of this guide"): ``python`` 
 order in one namespace, from the checkout; ``sh`` blocks run with bash in a scratch folder holding a link to the
 checkout's ``models/`` and ``tinytrain`` on the PATH; ``json`` blocks on the plan-file page are parsed as plans; the
 integration page's ``c`` block is compiled with arm-none-eabi-gcc against a generated project; ``text`` blocks are
-synopses and output. A runnable block that follows ``<!-- not run: REASON -->`` is not run, and says why."""
+synopses and output. A runnable block that follows ``<!-- not run: REASON -->`` is not run, and says why.
+
+What the docs say is the program's: cli.md is tinytrain/cli_reference.py's output (the parser and the board table),
+api.md's function table scripts/api_doc.py's (the signatures), a ``text`` block after ``<!-- output of: CMD -->`` is
+what CMD prints (scripts/doc_outputs.py), each figure benchmarks/figures.json lists is its result file's, and the
+zoo's descriptions are models/README.md's."""
 
 import argparse
 import json
@@ -291,7 +296,8 @@ def test_a_quoted_figure_is_its_result_files(entry):
     quoted): a re-run that changes a result fails here until the page says the new figure."""
     page = " ".join((ROOT / entry["page"]).read_text().split())
     assert entry["text"] in page, f"{entry['page']} no longer quotes {entry['text']!r}"
-    assert _figure(entry) == entry["text"], f"{entry['file']} now gives {_figure(entry)!r}"
+    assert _figure(entry) == entry["text"], (f"{entry['file']} now gives {_figure(entry)!r}: say it on "
+                                             f"{entry['page']} and in benchmarks/figures.json")
 
 
 def test_every_result_file_names_its_command():
@@ -352,7 +358,8 @@ def test_output_blocks_are_what_the_program_prints(tmp_path):
     assert len(results) >= 4
     norm = DOC_OUTPUTS["normalise"]
     for o, now in results:
-        assert norm(now) == norm(o.text), f"{o.page.relative_to(ROOT)}:{o.line}: {o.command} prints\n{now}"
+        assert norm(now) == norm(o.text), (f"{o.page.relative_to(ROOT)}:{o.line}: {o.command} prints\n{now}\n"
+                                           "(if the change is meant: .venv/bin/python scripts/doc_outputs.py)")
 
 
 def _quick_start(page: Path) -> list[Block]:
