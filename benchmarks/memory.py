@@ -362,7 +362,8 @@ def _study_command(study: str, no_torch: bool = False) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default=",".join(STUDIES), help=f"comma-separated, of {', '.join(STUDIES)} (default all)")
+    ap.add_argument("--study", default=",".join(STUDIES),
+                    help=f"comma-separated, of {', '.join(STUDIES)} (default all)")
     ap.add_argument("--no-torch", action="store_true", help="training: skip the PyTorch measurements")
     args = ap.parse_args()
     studies = args.study.split(",")
