@@ -7,24 +7,30 @@ cut and a resume (``--on qemu``), and the same at each board's flash with the st
                                    [--boards qemu-m4,qemu-m7,qemu-m55]
                                    [--from-json JSON]     # --on qemu: only re-render an earlier run's table
 
-**host** -> results/sim_exactness.{json,md}. For each plan of models/plans (with its model models/<model>.onnx): the training graph, STEPS synthetic samples
+**host** -> results/sim_exactness.{json,md}. For each plan of models/plans (with its model models/<model>.onnx): the
+training graph, STEPS synthetic samples
 (seed 0), both engines free-running from the initial state — the simulator (simulator.train) and the host C
 (engine_c.CTrainer, what `train --engine c` runs) — then one more image through the trained weights. Compared: the
 losses' float32 bits, the packed state (tt_state.bin) and the int8 logits; beside them each engine's time per step
 (the simulator's is the fp32 backward in the kernels' float32 order, docs/design.md §3b). A few minutes on 2 cores.
 The QEMU cores equal the host C (--on qemu).
 
-**qemu** -> results/shipped_plans_exactness.{json,md}. For each plan of models/plans (with its model models/<model>.onnx, the plan's state: 4-bit weight remainders by
+**qemu** -> results/shipped_plans_exactness.{json,md}. For each plan of models/plans (with its model
+models/<model>.onnx, the plan's state: 4-bit weight remainders by
 default) and each board: the compile for the board's core at `tinytrain train`'s defaults (--sram 256k --flash 1m,
 `engine_qemu.emit_compile_dir`) -> the firmware, its RAM region the 256 KB budget, its state saved to the board's
-flash after every sample -> QEMU trains 2 samples (synthetic images, seed 0) and is killed right after the first save
+flash after every sample -> QEMU trains 2 samples (synthetic images, seed 0) and is killed right after the first
+save
 (a power cut) -> run again on the same flash: it resumes from the saved state, trains the 2nd sample and runs 1
 inference. Compared with the host C (engine_c.CTrainer) training both samples uninterrupted: the resumed loss, the
-final state (tt_state.bin), the newest state in flash and the logits, byte for byte; and with the simulator (the spec:
-simulator.train from simulator.init_state): both losses' bits and the packed state. The report's peak SRAM and flash are
+final state (tt_state.bin), the newest state in flash and the logits, byte for byte; and with the simulator (the
+spec:
+simulator.train from simulator.init_state): both losses' bits and the packed state. The report's peak SRAM and flash
+are
 set beside the firmware's linked RAM and flash (arm-none-eabi-size: vectors + code + constants + .data image).
 
-**resume** -> results/state_resume.{json,md}. For each plan of models/plans on its model (models/<model>.onnx) and each board: the training firmware at 256 KB of
+**resume** -> results/state_resume.{json,md}. For each plan of models/plans on its model (models/<model>.onnx) and
+each board: the training firmware at 256 KB of
 SRAM (flash budget: the board's), its state saved to the board's flash every --save-every samples, run on --steps
 samples until its first save and killed (a power cut), run again on the same flash (it resumes from the saved state
 and skips the samples it had consumed) to the end; compared with the host C's uninterrupted training: the resumed

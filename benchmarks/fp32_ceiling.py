@@ -9,7 +9,8 @@ head (common/fp32.py: every weight dequantized, every activation clamped to its 
 
 Both need ../shared (they skip with a message without it).
 
-**Fashion-MNIST** (about 30 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the study's new
+**Fashion-MNIST** (about 30 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the
+study's new
 10-class head (common/fp32.py: every weight dequantized, every activation clamped to its int8 range) is
 fine-tuned (common/fp32.py) on the study's training subset (``fashion-mnist:5000``) and scored on the official
 10,000 test images:
@@ -30,7 +31,8 @@ never on the test images: there, Adam for 10 epochs reached 88.2-88.9 % (all 28 
 classifier-only trained with the same optimizer, epochs and data (mean of d_i in {-1, 0, 1}, +- 1.96 standard
 errors). Writes benchmarks/results/transfer_ceiling.{json,md}.
 
-**VWW** (about 15-25 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the study's new
+**VWW** (about 15-25 min on 2 cores). The fp32 PyTorch twin of ImageNet MobileNetV1-0.25 128x128 with the study's
+new
 2-class head (common/fp32.py: every weight dequantized, every activation clamped to its int8 range) is
 fine-tuned on ../shared/data/vww96/vww96_dev800.npz with stratified ``--folds``-fold cross-validation (every
 one of the 800 images is held out exactly once), batch-1 SGD, ``--epochs`` epochs, for each configuration:
@@ -44,7 +46,8 @@ one of the 800 images is held out exactly once), batch-1 SGD, ``--epochs`` epoch
 
 Each configuration runs at three learning rates and reports the best (picked on the held-out predictions: the
 same optimism for every row). Gains are paired per image (d_i in {-1, 0, 1}) against classifier-only trained
-for as many epochs; the standard error of the mean gain is std(d) / sqrt(800). Writes benchmarks/results/vww_ceiling.{json,md}.
+for as many epochs; the standard error of the mean gain is std(d) / sqrt(800). Writes
+benchmarks/results/vww_ceiling.{json,md}.
 Needs ../shared (skips with a message without it).
 """
 
@@ -139,7 +142,8 @@ def fashion_mnist(args: argparse.Namespace) -> None:
         gain, ci = paired(c, base)
         rows.append({"data": run.data, **asdict(run.recipe), "name": run.name, "test_accuracy": acc,
                      "ci95": 1.96 * math.sqrt(acc * (1 - acc) / len(c)), "gain": gain, "gain_ci95": ci})
-    result = {"command": "python benchmarks/fp32_ceiling.py --task fashion-mnist", "model": os.path.relpath(FMNIST_MODEL, ROOT),
+    result = {"command": "python benchmarks/fp32_ceiling.py --task fashion-mnist",
+              "model": os.path.relpath(FMNIST_MODEL, ROOT),
               "seconds": round(time.time() - t0, 1), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@
   8-bit remainders (issue 28): the same trained tensors, only ``remainder_bits`` changes.
 - **user-ops** -> results/user_ops_memory.{md,json}: the MLPerf Tiny reference models (../shared/models) and the
   MobileNetV3-Small-like zoo model at 256 KB, last-k:2 and each one's searched plan (models/plans/mlperf/,
-  benchmarks/mlperf_plans.py).
+  scripts/mlperf_plans.py).
 - **inference** -> results/inference_memory.{md,json}: one int8 inference, every tensor whole and row-streamed
   (memory/stream.py), beside TFLite Micro's arena (RecordingMicroAllocator, reference kernels: *head* its planned
   activations, *total* with its persistent data). Ours counts activation bytes; the streamed plan holds the input
@@ -362,7 +362,8 @@ def _study_command(study: str, no_torch: bool = False) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--study", default=",".join(STUDIES), help=f"comma-separated, of {', '.join(STUDIES)} (default all)")
+    ap.add_argument("--study", default=",".join(STUDIES),
+                    help=f"comma-separated, of {', '.join(STUDIES)} (default all)")
     ap.add_argument("--no-torch", action="store_true", help="training: skip the PyTorch measurements")
     args = ap.parse_args()
     studies = args.study.split(",")

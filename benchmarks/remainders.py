@@ -14,7 +14,8 @@ arithmetic, bit for bit the Cortex-M step).
 
 1. Choose (validation split: 30 % of the subset, stratified, split seed 0): the weight state on last-k:14 —
    ``remainder_bits`` 0 (int8 weights, stochastic rounding: the old device), 4 (half a byte beside each trained
-   weight) and 8 (a byte: an int16 fixed-point master whose rounded high byte the forward reads), 8 with round-to-nearest at
+      weight) and 8 (a byte: an int16 fixed-point master whose rounded high byte the forward reads), 8 with
+   round-to-nearest at
    the finer grid, and momentum 0.9 (4 bytes per weight, lr / 10) on int8 weights. Kept: the most accurate per byte
    (the fewest bytes within one standard error of the best).
 2. Report (official test images, trained on the whole subset): the device with the chosen state against its fp32
@@ -24,7 +25,8 @@ arithmetic, bit for bit the Cortex-M step).
 
 Writes benchmarks/results/remainder_study.{json,md}.
 
-**layers**: Per-layer remainder bits: which trained layers need the sub-LSB remainders, and whether giving some layers none
+**layers**: Per-layer remainder bits: which trained layers need the sub-LSB remainders, and whether giving some
+layers none
 buys a deeper plan in the same memory (issue 28), on the Fashion-MNIST study's 256 KB plan.
 
     python benchmarks/remainders.py layers [--workers 2] [--seeds 3] [--train-images 5000]

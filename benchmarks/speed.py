@@ -22,13 +22,15 @@ Columns of speed.md (one row per model):
   docs/design.md §7) as cycles; ÷ published: the step's instructions over them (instructions are not cycles: a
   Cortex-M7 dual-issues and stalls on memory, so this compares orders of magnitude);
 - C, sim, sim whole, torch (ms): host CPU ms per step of the emitted C (``train --engine c``), of the simulator as
-  ``train --engine sim`` runs it (frozen prefix batched) and one whole ``simulator.train_step``, of the float twin in
+    ``train --engine sim`` runs it (frozen prefix batched) and one whole ``simulator.train_step``, of the float twin
+  in
   PyTorch eager fp32; (×): over the C. A blank torch cell: the twin does not match the ONNX (the reason is written
   below the table).
 
 Writes OUT/speed.json and .md, OUT/qemu_instructions.json and .md, OUT/step_time.json and .md (OUT:
 benchmarks/results). ``speed.py profile-host [--model M]`` prints where the host step's time goes per kernel
-and op family (common/host_profile.py; it writes nothing). ``--only qemu`` (every model of ``qemu_instructions.models()``) or ``--only host`` (the shipped
+and op family (common/host_profile.py; it writes nothing). ``--only qemu`` (every model of
+``qemu_instructions.models()``) or ``--only host`` (the shipped
 plans, on ``--threads``) takes one half alone and writes only its files. The halves are common/qemu_instructions.py
 (with common/qemu_profile.py: where the instructions go, per op family) and common/step_time.py.
 """

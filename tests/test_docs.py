@@ -5,7 +5,12 @@ Fenced-block convention (docs/index.md "Conventions of this guide"): ``python`` 
 order in one namespace, from the checkout; ``sh`` blocks run with bash in a scratch folder holding a link to the
 checkout's ``models/`` and ``tinytrain`` on the PATH; ``json`` blocks on the plan-file page are parsed as plans; the
 integration page's ``c`` block is compiled with arm-none-eabi-gcc against a generated project; ``text`` blocks are
-synopses and output. A runnable block that follows ``<!-- not run: REASON -->`` is not run, and says why."""
+synopses and output. A runnable block that follows ``<!-- not run: REASON -->`` is not run, and says why.
+
+What the docs say is the program's: cli.md is tinytrain/cli_reference.py's output (the parser and the board table),
+api.md's function table scripts/api_doc.py's (the signatures), a ``text`` block after ``<!-- output of: CMD -->`` is
+what CMD prints (scripts/doc_outputs.py), each figure benchmarks/figures.json lists is its result file's, and the
+zoo's descriptions are models/README.md's."""
 
 import argparse
 import json
@@ -130,6 +135,15 @@ def test_cli_page_is_the_parsers_reference():
     assert all(f"`{t}`" in page for t in CORE_TARGETS)
 
 
+def test_api_page_has_the_functions_signatures():
+    """api.md's function table is scripts/api_doc.py's output: every public function with its signature as
+    inspect reads it (a parameter added to the API appears; the page's descriptions stay)."""
+    api_doc = runpy.run_path(str(ROOT / "scripts" / "api_doc.py"))
+    page = (DOCS / "guide" / "api.md").read_text()
+    assert page == api_doc["page"](page), "docs/guide/api.md is stale: run .venv/bin/python scripts/api_doc.py"
+    assert set(api_doc["functions"]()) <= set(re.findall(r"^\| `(\w+)\(", page, re.M))
+
+
 def test_cli_reference_tolerates_a_new_command_and_option():
     """A command or option added to the parser appears in the page with its help; the prose stays."""
     parser = build_parser()
@@ -140,7 +154,8 @@ def test_cli_reference_tolerates_a_new_command_and_option():
     page = (DOCS / "guide" / "cli.md").read_text()
     text = cli_reference.page(page, parser)
     assert "## tinytrain frobnicate\n\na command added later\n" in text
-    assert "| `--level {low,high}` | low | how much |" in text and "| `--brand-new` |  | an option added later |" in text
+    assert "| `--level {low,high}` | low | how much |" in text
+    assert "| `--brand-new` |  | an option added later |" in text
     assert "Writes the output folder all or nothing" in text  # compile's own prose is kept
     assert cli_reference.page(text, parser) == text
 
@@ -282,7 +297,8 @@ def test_a_quoted_figure_is_its_result_files(entry):
     quoted): a re-run that changes a result fails here until the page says the new figure."""
     page = " ".join((ROOT / entry["page"]).read_text().split())
     assert entry["text"] in page, f"{entry['page']} no longer quotes {entry['text']!r}"
-    assert _figure(entry) == entry["text"], f"{entry['file']} now gives {_figure(entry)!r}"
+    assert _figure(entry) == entry["text"], (f"{entry['file']} now gives {_figure(entry)!r}: say it on "
+                                             f"{entry['page']} and in benchmarks/figures.json")
 
 
 def test_every_result_file_names_its_command():
@@ -307,6 +323,15 @@ def test_benchmarks_are_few_scripts_on_one_shared_module():
     for script in scripts:
         text = script.read_text()
         assert not re.search(r"^ROOT = ", text, re.M), f"{script.name} defines its own ROOT (use common.ROOT)"
+
+
+def test_every_script_the_docs_name_exists():
+    """A benchmark or script the README, the guide or models/ names is in the checkout (merged or retired ones are
+    renamed everywhere)."""
+    pages = (README, *PAGES, ROOT / "models" / "README.md", ROOT / "models" / "plans" / "README.md")
+    for page in pages:
+        for path in set(re.findall(r"\b((?:benchmarks|scripts)/[\w/]+\.py)\b", page.read_text())):
+            assert (ROOT / path).is_file(), f"{page.relative_to(ROOT)} names {path}"
 
 
 DOC_OUTPUTS = runpy.run_path(str(ROOT / "scripts" / "doc_outputs.py"))
@@ -334,7 +359,8 @@ def test_output_blocks_are_what_the_program_prints(tmp_path):
     assert len(results) >= 4
     norm = DOC_OUTPUTS["normalise"]
     for o, now in results:
-        assert norm(now) == norm(o.text), f"{o.page.relative_to(ROOT)}:{o.line}: {o.command} prints\n{now}"
+        assert norm(now) == norm(o.text), (f"{o.page.relative_to(ROOT)}:{o.line}: {o.command} prints\n{now}\n"
+                                           "(if the change is meant: .venv/bin/python scripts/doc_outputs.py)")
 
 
 def _quick_start(page: Path) -> list[Block]:

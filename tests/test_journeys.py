@@ -97,6 +97,17 @@ def test_firmware_and_one_qemu_run_meet_the_host(user, monkeypatch, capsys):
     capsys.readouterr()
     r = subprocess.run(["make", "-C", "fw"], capture_output=True, text=True)
     assert r.returncode == 0 and (user / "fw" / "firmware.elf").is_file(), r.stderr[-2000:]
+    # by hand (docs/guide/firmware.md "Running a QEMU board by hand"): the sample files, make run, the board's outputs
+    assert tt("samples", "tiny.onnx", "--data", "photos", "--new-head", "2", "--held-out", "0.25", "--steps", "6",
+              "-o", "fw") == 0
+    with open(user / "run.txt", "w") as log:
+        assert subprocess.run(["make", "-C", "fw", "run"], stdout=log, stderr=subprocess.PIPE).returncode == 0
+    capsys.readouterr()
+    assert tt("samples", "tiny.onnx", "--new-head", "2", "--read", "fw", "--log", "run.txt", "--json") == 0
+    board = _json(capsys)
+    assert tt("eval", "tiny.onnx", "--data", "photos", "--new-head", "2", "--held-out", "0.25", "--state",
+              "fw/tt_state.bin", "--plan", "plan.json", "--json") == 0
+    assert _json(capsys)["accuracy"] == board["accuracy"]
     runs = {}
     for engine in ("c", "qemu"):
         assert tt("train", "tiny.onnx", "--data", "photos", "--new-head", "2", "--plan", "plan.json", "--steps", "6",

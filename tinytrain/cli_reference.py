@@ -68,9 +68,7 @@ def _default(a: argparse.Action) -> str:
 
 def _what(a: argparse.Action) -> str:
     parts = [a.help or ""]
-    if a.choices is not None and a.metavar is not None:  # the choices the metavar hides
-        parts.append("one of " + ", ".join(map(str, a.choices)))
-    elif not a.help and a.choices is not None:
+    if a.choices is not None and (a.metavar is not None or not a.help):  # choices a metavar hides, or no help
         parts.append("one of " + ", ".join(map(str, a.choices)))
     if a.required and a.option_strings:
         parts.append("required")

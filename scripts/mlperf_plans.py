@@ -2,7 +2,7 @@
 with a cheap search budget, written to models/plans/mlperf/<model>-searched.json (+ .search.json, the search's
 report, and provenance.json: the command and the data of each).
 
-    python benchmarks/mlperf_plans.py [--models kws_ref_model,...] [--time-limit 150]
+    python scripts/mlperf_plans.py [--models kws_ref_model,...] [--time-limit 150]
 
 The data (what is synthetic is said here and in the provenance):
 - pretrainedResnet_quant (IC): the first 160 Fashion-MNIST training images (Debian ``dataset-fashion-mnist``),
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from the checkout: python scripts/mlperf_plans.py
 SHARED = ROOT.parent / "shared"
 OUT = ROOT / "models" / "plans" / "mlperf"
 MODELS = ("pretrainedResnet_quant", "kws_ref_model", "ad01_int8", "vww_96_int8")
@@ -85,7 +86,7 @@ def search(name: str, time_limit: float, work: Path) -> dict:
     report = json.loads(out.with_name(out.stem + ".search.json").read_text())
     return {"command": shlex.join(shown), "data": described, "chosen": report["chosen"],
             "peak_sram_bytes": report["peak_sram_bytes"], "seconds": report["seconds"],
-            "made_by": "python benchmarks/mlperf_plans.py"}
+            "made_by": "python scripts/mlperf_plans.py"}
 
 
 def main() -> int:
