@@ -141,6 +141,8 @@ def _print_report(result, out: Path, details: Path) -> None:
     chosen = result.plan
     print(f"wrote {out} ({report['chosen']}: bias_last_k {chosen.bias_last_k}, {len(chosen.weights)} weight layers, "
           f"{format_size(report['peak_sram_bytes'])}) and {details}")
+    if result.spec is not None:
+        print(f"step: {result.spec.recipe()}")
 
 
 def add_plan_command(sub) -> None:

@@ -3,28 +3,105 @@ budgets, the finite-gradient proof and the C project (docs/design.md §2)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+
 from tinytrain.codegen.flash import render_within_flash
-from tinytrain.errors import UnsupportedModelError
+from tinytrain.csources import firmware_sources
+from tinytrain.errors import BudgetError, UnsupportedModelError
+from tinytrain.firmware.project import PERSIST_API
 from tinytrain.ir import Graph
 from tinytrain.memory.report import MemoryReport, check_budget, plan_memory
+from tinytrain.memory.text import report_text
+from tinytrain.memory.timeline import write_timeline
+from tinytrain.outputs import OutputDir
+from tinytrain.search.candidates import presets
+from tinytrain.search.memory import peak_sram
+from tinytrain.search.space import Space
+from tinytrain.sizes import format_size
 from tinytrain.training.device_step import device_schedule
 from tinytrain.training.finite import gradient_bounds
+from tinytrain.training.sparse import Plan
+from tinytrain.training.spec import StepSpec
 from tinytrain.training.train_graph import build_training_graph
+from tinytrain.version import __version__
 
 
-def compile_step(graph: Graph, plan, sram_bytes: int, flash_bytes: int, *, planner: str = "greedy",
+@dataclass(frozen=True)
+class Compiled:
+    """What ``compile`` planned: the step (training graph or forward pass), its memory report and C project."""
+
+    graph: Graph                 # the model
+    step: Graph                  # what the device runs: the scheduled training step, or the forward pass
+    report: MemoryReport
+    spec: StepSpec | None        # the step compiled (plan, lrs, schedule, the update's arithmetic); None: inference
+    reorder: bool
+    files: dict[str, str] = field(repr=False)  # the C project by file name (empty: C not emitted, see note)
+    note: str | None = None
+    nonfinite_guard: dict | None = None  # training: the proof that a finite loss gives finite gradients
+    kernel_choices: tuple[str, ...] = ()  # per forward convolution: the kernel variant and why not the earlier ones
+
+    @property
+    def plan(self) -> Plan | None:
+        return None if self.spec is None else self.spec.plan
+
+    @property
+    def mode(self) -> str:
+        return "inference" if self.plan is None else "training"
+
+    def to_json(self) -> dict:
+        """report.json (docs/design.md §5)."""
+        meta = {"tinytrain_version": __version__, "model": self.graph.name, "model_sha256": self.graph.source_sha256,
+                "mode": self.mode}
+        if self.plan is not None:
+            meta.update(plan=self.spec.to_json(), reorder=self.reorder, nonfinite_guard=self.nonfinite_guard)
+        return {**meta, **self.report.to_json(), "schedule": [f"{n.op} {n.name}" for n in self.step.nodes]}
+
+    def text(self) -> str:
+        text = report_text(self.report, self.step)
+        return text if self.spec is None else text + f"\nstep: {self.spec.recipe()}"
+
+    def write(self, out, force: bool = False) -> None:
+        """The output folder of ``tinytrain compile`` (a path or a checked ``outputs.OutputDir``): the C project,
+        report.json, report.txt, memory_timeline.png (a training build: persist/, the flash persistence of the
+        learned state, docs/guide/integration.md), all or nothing; an earlier output is replaced, the files
+        tinytrain did not write are kept (tinytrain/outputs)."""
+        target = out if isinstance(out, OutputDir) else OutputDir(out, "compile", force=force)
+        with target as tmp:
+            for name, body in self.files.items():
+                (tmp / name).write_bytes(body.encode("utf-8"))
+            (tmp / "report.json").write_text(json.dumps(self.to_json(), indent=1) + "\n")
+            (tmp / "report.txt").write_text(self.text() + "\n")
+            write_timeline(self.report, self.step, tmp / "memory_timeline.png",
+                           title=f"{self.graph.name} {self.mode}: SRAM over the schedule")
+            if self.plan is not None and self.files:  # the learned state in flash: firmware/c/tt_persist.h
+                (tmp / "persist").mkdir()
+                for name in PERSIST_API:
+                    (tmp / "persist" / name).write_bytes((firmware_sources() / name).read_bytes())
+
+
+
+
+def compile_step(graph: Graph, spec: StepSpec | None, sram_bytes: int, flash_bytes: int, *, planner: str = "greedy",
                  reorder: bool = True, inplace: bool = True, target: str = "cortex-m7"
                  ) -> tuple[Graph, MemoryReport, dict[str, str], str | None, dict | None, tuple[str, ...]]:
-    """(the step the device runs, its memory report, the C project by file name, a note when no C was written,
-    the finite-gradient proof (training), each forward convolution's kernel choice). Raises BudgetError when the
-    step does not fit the SRAM or, once emitted, the flash budget."""
-    step = graph
-    if plan is not None:
-        step = build_training_graph(graph, plan)
+    """(the step the device runs (``spec``'s training step, None: the forward pass), its memory report, the C
+    project by file name, a note when no C was written, the finite-gradient proof (training), each forward
+    convolution's kernel choice). Raises BudgetError when the step does not fit the SRAM (naming the deepest
+    presets that do) or, once emitted, the flash budget."""
+    step, plan = graph, None if spec is None else spec.plan
+    if spec is not None:
+        step = build_training_graph(graph, plan, spec.config)
         if reorder:
             step = device_schedule(step)
     report = plan_memory(step, sram_bytes, flash_bytes, planner=planner, inplace=inplace, target=target)
-    check_budget(report, step)
+    try:
+        check_budget(report, step)
+    except BudgetError as e:
+        if spec is None or report.peak_sram_bytes <= report.sram_budget_bytes:
+            raise
+        raise BudgetError(e.message.split("; try ")[0] + "; " + fitting_hint(graph, spec, report.sram_budget_bytes,
+                                                                             planner)) from None
     guard = None if plan is None else gradient_bounds(step).to_json()  # the C guard checks the loss only
     choices: list[str] = []
     try:
@@ -35,3 +112,22 @@ def compile_step(graph: Graph, plan, sram_bytes: int, flash_bytes: int, *, plann
         files, note = {}, f"note: no C project written for the training step yet ({e})"
     check_budget(report, step)  # the flash of the emitted C
     return step, report, files, note, guard, tuple(choices)
+
+
+def fitting_hint(graph: Graph, spec: StepSpec, sram_bytes: int, planner: str = "greedy") -> str:
+    """What to try instead of a training step over ``sram_bytes``: the deepest presets that fit, measured (the peak
+    SRAM compile reports, search/memory.py), with the spec's remainder bits and update arithmetic."""
+    space, bits, config = Space.of(graph), spec.plan.remainder_bits, spec.config
+
+    def peak(choice) -> int:
+        return peak_sram(graph, space.plan(choice, spec.plan.lr), config, planner)
+
+    if peak(space.last_k(1, bits)) > sram_bytes:
+        return (f"not even classifier-only fits ({format_size(peak(space.last_k(1, bits)))}): try a smaller model "
+                "or input size, or a larger --sram")
+    fitting = presets(space, lambda c: peak(c) <= sram_bytes, bits)
+    deepest = [c for c in fitting if c.name.startswith("last-k")][-1:] or fitting[:1]
+    named = deepest + [c for c in fitting if c.name.startswith("bias-only")]
+    quoted = [f"'{c.name}'" if " " in c.name else c.name for c in named]
+    return "presets that fit: " + ", ".join(f"--update {q} ({format_size(peak(c.choice))})"
+                                            for q, c in zip(quoted, named)) + "; or a larger --sram"
