@@ -19,7 +19,7 @@ from tinytrain.training.spec import KNOBS, StepSpec, parse_spec
 from tinytrain.training.train_graph import build_training_graph
 
 RECIPE = dict(lr=0.03, head_lr=0.05, momentum=0.5, rounding="nearest", qas=False, seed=3, remainder_bits=8,
-              lr_schedule="cosine", warmup=0.25, schedule_steps=12)
+              lr_schedule="cosine", warmup=0.25, lr_floor=0.2, schedule_steps=12)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_compile_takes_the_recipe_of_train_and_the_plan_file_keeps_it(tiny, tmp_
     s = c.spec
     assert (s.momentum, s.rounding, s.qas, s.seed, s.plan.remainder_bits, s.plan.lr, s.plan.head_lr) == \
         (0.5, "nearest", False, 3, 8, 0.03, 0.05)
-    assert s.plan.lr_schedule.to_json() == {"kind": "cosine", "warmup": 3, "steps": 12, "floor": 0.1}
+    assert s.plan.lr_schedule.to_json() == {"kind": "cosine", "warmup": 3, "steps": 12, "floor": 0.2}
     assert "momentum 0.5" in c.text() and "no QAS" in c.text() and c.files and c.note is None
     plan = tmp_path / "p.json"
     plan.write_text(json.dumps(c.to_json()["plan"]))
@@ -121,9 +121,9 @@ def test_knob_errors_are_one_line(tiny, tmp_path, capsys):
         tinytrain.compile(model, update="last-k:1", new_head=2, lr_schedule="cosine")
     with pytest.raises(UsageError, match="unknown parameter"):
         tinytrain.compile(model, update="last-k:1", new_head=2, learning_rate=0.1)
-    assert main(["compile", model, "--update", "last-k:1", "--new-head", "2", "--schedule-steps", "9", "-o",
+    assert main(["compile", model, "--update", "last-k:1", "--new-head", "2", "--lr-floor", "0.1", "-o",
                  str(tmp_path / "o")]) == 2
-    assert "--schedule-steps applies to --lr-schedule cosine" in capsys.readouterr().err
+    assert "--lr-floor applies to --lr-schedule cosine" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -186,3 +186,12 @@ def test_progress_on_a_terminal_only(tiny, capsys, monkeypatch):
     assert "train: 3/3 steps" in capsys.readouterr().err
     assert main([*argv, "--no-progress"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_lr_floor_knob_reaches_the_device_schedule(tiny):
+    """A knob end to end: --lr-floor (spec.KNOBS) sets the floor of the schedule compile emits."""
+    model, _ = tiny
+    c = tinytrain.compile(model, update="last-k:1", new_head=2, lr_schedule="cosine", schedule_steps=50, lr_floor=0.0)
+    assert c.spec.plan.lr_schedule.floor == 0.0 and "then 0 (the device stops learning)" in c.text()
+    with pytest.raises(UsageError, match=r"lr_floor=1\.5"):
+        tinytrain.compile(model, update="last-k:1", new_head=2, lr_schedule="cosine", schedule_steps=50, lr_floor=1.5)

@@ -86,7 +86,10 @@ def _check_knobs(knobs: dict) -> None:
     if momentum is not None and not 0 <= momentum < 1:
         raise UsageError(f"{param('momentum', momentum)}: give a momentum in [0, 1)")
     check_schedule(knobs.get("lr_schedule"), knobs.get("warmup") or 0.0)
-    for name in ("schedule_steps",):
+    floor = knobs.get("lr_floor")
+    if floor is not None and not 0 <= floor <= 1:
+        raise UsageError(f"{param('lr_floor', floor)}: give the fraction of the lrs kept, in [0, 1]")
+    for name in ("lr_floor", "schedule_steps"):
         if knobs.get(name) is not None and knobs.get("lr_schedule") != "cosine":
             raise UsageError(f"{param(name)} applies to {param('lr_schedule', 'cosine')}; add it or drop "
                              f"{param(name)}")
@@ -113,7 +116,8 @@ def _plan_knobs(plan: Plan, knobs: dict, from_file: bool) -> Plan:
 
 
 def _cosine(knobs: dict, steps: int) -> Schedule:
-    return Schedule.over(steps, knobs.get("warmup") or 0.0, DEFAULT_FLOOR)
+    floor = knobs.get("lr_floor")
+    return Schedule.over(steps, knobs.get("warmup") or 0.0, DEFAULT_FLOOR if floor is None else floor)
 
 
 def over_run(spec: StepSpec, knobs: dict, steps: int) -> StepSpec:

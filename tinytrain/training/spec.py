@@ -53,13 +53,14 @@ KNOBS = (
          {"type": "positive_float", "metavar": "LR"}),
     Knob("head_lr", "learning rate of the last layer, weights and bias (default: the plan's own; presets --lr, "
          "--bias-lr)", {"type": "positive_float", "metavar": "LR"}),
-    Knob("lr_schedule", f"cosine: warm-up, then cosine decay of every lr to {DEFAULT_FLOOR:g} of it over "
-         "--schedule-steps (train: default this run's steps), computed by the device from its step count, then "
-         f"{DEFAULT_FLOOR:g} of it for good; "
+    Knob("lr_schedule", "cosine: warm-up, then cosine decay of every lr to --lr-floor over --schedule-steps (train: "
+         "default this run's steps), computed by the device from its step count, then --lr-floor for good; "
          "constant: one lr throughout (default: the plan's own; presets constant)",
          {"choices": ("constant", "cosine")}),
     Knob("warmup", "--lr-schedule cosine: the fraction of its steps that warms the lrs up linearly (default 0)",
          {"type": "fraction", "metavar": "FRACTION"}),
+    Knob("lr_floor", f"--lr-schedule cosine: the fraction of the lrs kept after the decay, for good (default "
+         f"{DEFAULT_FLOOR:g}; 0 stops learning after --schedule-steps)", {"type": "unit_float", "metavar": "FRACTION"}),
     Knob("schedule_steps", "--lr-schedule cosine: the steps the decay spans (compile: required; train: default "
          "this run's steps)", {"type": "positive_int", "metavar": "N"}),
     Knob("momentum", "SGD momentum (costs 4 bytes per updated weight; default: the plan's own, else 0)",
