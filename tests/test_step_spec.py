@@ -195,3 +195,18 @@ def test_the_lr_floor_knob_reaches_the_device_schedule(tiny):
     assert c.spec.plan.lr_schedule.floor == 0.0 and "then 0 (the device stops learning)" in c.text()
     with pytest.raises(UsageError, match=r"lr_floor=1\.5"):
         tinytrain.compile(model, update="last-k:1", new_head=2, lr_schedule="cosine", schedule_steps=50, lr_floor=1.5)
+
+
+def test_a_boards_state_of_a_momentum_step_reads_with_its_plan(tiny, tmp_path):
+    """tt_state.bin holds the momentum buffers of a step compiled with momentum: eval reads it with the plan file."""
+    from tinytrain.codegen.state import pack
+
+    model, data = tiny
+    c = tinytrain.compile(model, update="last-k:2", new_head=2, momentum=0.9)
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(c.to_json()["plan"]))
+    r = tinytrain.train(model, data, plan=str(plan), new_head=2, steps=3, engine="sim")
+    board = tmp_path / "tt_state.bin"
+    board.write_bytes(pack(build_training_graph(c.graph, c.spec.plan, c.spec.config), r.state))
+    e = tinytrain.evaluate(model, data, new_head=2, state=str(board), plan=str(plan))
+    assert e.accuracy == tinytrain.evaluate(r.trained_model(), data).accuracy

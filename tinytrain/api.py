@@ -28,7 +28,7 @@ from tinytrain.ir import Graph
 from tinytrain.simulator import TrainState, with_state
 from tinytrain.sizes import parse_size
 from tinytrain.state_file import load_state
-from tinytrain.training.resolve import needs_steps, over_run, read_step, resolve_plan, resolve_step, seed_of
+from tinytrain.training.resolve import needs_steps, over_run, read_step, resolve_step, seed_of
 from tinytrain.training.sparse import Plan
 from tinytrain.training.spec import StepSpec
 
@@ -131,7 +131,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     spec = resolve_step(graph, given, update=update, default="bias-only", new_head=new_head, **step)
     check_classifier(graph, spec.loss)
     if state is not None:
-        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, spec.plan))
+        graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, spec))
     samples = training_samples(graph, load_data(data), spec.loss)
     parts = held_out_split(samples.y, held_out, split_seed)
     rows = parts[0] if parts else np.arange(len(samples.y))
@@ -173,7 +173,7 @@ def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path 
     engine = check_engine(engine or default_engine(), ("sim", "c"))
     graph = _graph(model, new_head, seed, input_size, input_mapping)
     if state is not None:
-        step = resolve_plan(graph, plan=plan, update=update, remainder_bits=remainder_bits, backward=backward)
+        step = resolve_step(graph, read_step(plan), update=update, remainder_bits=remainder_bits, backward=backward)
         graph = with_state(graph, state if isinstance(state, TrainState) else load_state(state, graph, step))
     ds = load_data(data)
     loss = loss or default_loss(graph, ds)
