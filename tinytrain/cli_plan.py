@@ -172,8 +172,8 @@ def add_plan_command(sub) -> None:
     n = s.add_mutually_exclusive_group()
     n.add_argument("--ft-epochs", type=positive_int, default=1, help="epochs of each contribution fine-tune (default 1)")
     n.add_argument("--ft-steps", type=positive_int, help="steps of each contribution fine-tune")
-    add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data)",
-                           "cosine")
+    add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data, "
+                           "then 0.1 of it for good)", "cosine", floor="0.1 of it")
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic")
     s.add_argument("--bias-k", help="comma-separated k values of the bias option (default: 1-6, even k to 16, "

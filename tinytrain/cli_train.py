@@ -272,10 +272,10 @@ def add_backward_argument(s) -> None:
                         "fp32")
 
 
-def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets: constant") -> None:
+def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets: constant", floor: str = "0") -> None:
     s.add_argument("--lr-schedule", choices=("constant", "cosine"),
-                   help=f"cosine: warm-up, then cosine decay of every lr to 0 over {span}, computed by the device "
-                        f"from its step count; constant: one lr throughout (default: {default})")
+                   help=f"cosine: warm-up, then cosine decay of every lr to {floor} over {span}, computed by the "
+                        f"device from its step count; constant: one lr throughout (default: {default})")
     s.add_argument("--warmup", type=float, default=0.0, metavar="FRACTION",
                    help="--lr-schedule cosine: the fraction of the steps that warms the lrs up linearly (default 0)")
 
