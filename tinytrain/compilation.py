@@ -15,13 +15,13 @@ from tinytrain.memory.report import MemoryReport, check_budget, plan_memory
 from tinytrain.memory.text import report_text
 from tinytrain.memory.timeline import write_timeline
 from tinytrain.outputs import OutputDir
-from tinytrain.search.candidates import presets
+from tinytrain.search.candidates import deepest_fitting
 from tinytrain.search.memory import peak_sram
-from tinytrain.search.space import Space
+from tinytrain.search.space import Choice, Space
 from tinytrain.sizes import format_size
 from tinytrain.training.device_step import device_schedule
 from tinytrain.training.finite import gradient_bounds
-from tinytrain.training.sparse import Plan
+from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, Plan
 from tinytrain.training.spec import StepSpec
 from tinytrain.training.train_graph import build_training_graph
 from tinytrain.version import __version__
@@ -116,18 +116,28 @@ def compile_step(graph: Graph, spec: StepSpec | None, sram_bytes: int, flash_byt
 
 def fitting_hint(graph: Graph, spec: StepSpec, sram_bytes: int, planner: str = "greedy") -> str:
     """What to try instead of a training step over ``sram_bytes``: the deepest presets that fit, measured (the peak
-    SRAM compile reports, search/memory.py), with the spec's remainder bits and update arithmetic."""
-    space, bits, config = Space.of(graph), spec.plan.remainder_bits, spec.config
+    SRAM compile reports, search/memory.py; memory is monotone in the depth, so by bisection), with the spec's
+    remainder bits and update arithmetic."""
+    space, bits, peaks = Space.of(graph), spec.plan.remainder_bits, {}
 
     def peak(choice) -> int:
-        return peak_sram(graph, space.plan(choice, spec.plan.lr), config, planner)
+        if choice.key() not in peaks:
+            peaks[choice.key()] = peak_sram(graph, space.plan(choice, spec.plan.lr), spec.config, planner)
+        return peaks[choice.key()]
 
-    if peak(space.last_k(1, bits)) > sram_bytes:
+    def fits(choice) -> bool:
+        return peak(choice) <= sram_bytes
+
+    n = space.n_layers
+    if not fits(space.last_k(1, bits)):
         return (f"not even classifier-only fits ({format_size(peak(space.last_k(1, bits)))}): try a smaller model "
                 "or input size, or a larger --sram")
-    fitting = presets(space, lambda c: peak(c) <= sram_bytes, bits)
-    deepest = [c for c in fitting if c.name.startswith("last-k")][-1:] or fitting[:1]
-    named = deepest + [c for c in fitting if c.name.startswith("bias-only")]
-    quoted = [f"'{c.name}'" if " " in c.name else c.name for c in named]
-    return "presets that fit: " + ", ".join(f"--update {q} ({format_size(peak(c.choice))})"
-                                            for q, c in zip(quoted, named)) + "; or a larger --sram"
+    m = deepest_fitting(lambda m: fits(space.last_k(m, bits)), 1, n)
+    k = deepest_fitting(lambda k: fits(Choice(k, bits=bits)), 1, n)
+    named = [("classifier-only" if m == 1 else f"last-k:{m}", space.last_k(m, bits))]
+    if k > 1:
+        named.append((f"bias-only (last {k})", Choice(k, bits=bits)))
+    tag = "" if bits == DEFAULT_REMAINDER_BITS else f" @r{bits}"
+    words = [(f"'{name}{tag}'" if " " in name + tag else name, c) for name, c in named]
+    return "presets that fit: " + ", ".join(f"--update {w} ({format_size(peak(c))})" for w, c in words) \
+        + "; or a larger --sram"

@@ -27,7 +27,7 @@ class Candidate:
     preset: bool
 
 
-def _deepest(fits, lo: int, hi: int) -> int:
+def deepest_fitting(fits, lo: int, hi: int) -> int:
     """The largest n in [lo, hi] with fits(n), given fits(lo) and monotone fits."""
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -40,10 +40,10 @@ def presets(space: Space, fits, bits: int = DEFAULT_REMAINDER_BITS) -> list[Cand
     keeping ``bits`` remainder bits (other than the default: named with " @rBITS")."""
     n, tag = space.n_layers, "" if bits == DEFAULT_REMAINDER_BITS else f" @r{bits}"
     out = [Candidate("classifier-only" + tag, space.last_k(1, bits), True)]
-    k = _deepest(lambda k: fits(Choice(k, bits=bits)), 1, n)
+    k = deepest_fitting(lambda k: fits(Choice(k, bits=bits)), 1, n)
     if k > 1:
         out.append(Candidate(f"bias-only (last {k})" + tag, Choice(k, bits=bits), True))
-    deepest = _deepest(lambda m: fits(space.last_k(m, bits)), 1, n)
+    deepest = deepest_fitting(lambda m: fits(space.last_k(m, bits)), 1, n)
     out += [Candidate(f"last-k:{m}{tag}", space.last_k(m, bits), True)
             for m in range(2, deepest + 1) if fits(space.last_k(m, bits))]
     return out
@@ -52,10 +52,10 @@ def presets(space: Space, fits, bits: int = DEFAULT_REMAINDER_BITS) -> list[Cand
 def sparse_presets(space: Space, fits) -> list[Candidate]:
     """For each ratio r < 1 (largest first), ``last-k:N at r`` for the deepest N that fits, when N is deeper than
     the deepest dense ``last-k`` that fits (memory is monotone in N at a fixed r)."""
-    dense = _deepest(lambda m: fits(space.last_k(m)), 1, space.n_layers)
+    dense = deepest_fitting(lambda m: fits(space.last_k(m)), 1, space.n_layers)
     out = []
     for r in sorted((r for r in WEIGHT_RATIOS if r < 1), reverse=True):
-        m = _deepest(lambda m: fits(space.last_k(m, ratio=r)), 1, space.n_layers)
+        m = deepest_fitting(lambda m: fits(space.last_k(m, ratio=r)), 1, space.n_layers)
         if m > dense:
             out.append(Candidate(f"last-k:{m} at 1/{round(1 / r)}", space.last_k(m, ratio=r), True))
     return out
