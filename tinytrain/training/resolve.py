@@ -15,10 +15,10 @@ from dataclasses import replace
 from tinytrain.errors import PlanError, UsageError, param
 from tinytrain.ir import Graph
 from tinytrain.training.schedule import DEFAULT_FLOOR, Schedule, check_schedule
-from tinytrain.training.sparse import BACKWARDS, LOSSES, REMAINDER_BITS, Plan, check_plan, preset, read_plan_json
+from tinytrain.training.sparse import (BACKWARDS, DEFAULT_LR, LOSSES, REMAINDER_BITS, Plan, check_plan, preset,
+                                      read_plan_json)
 from tinytrain.training.spec import KNOB_NAMES, ROUNDINGS, StepSpec, fingerprint, parse_spec
 
-PRESET_LR = 0.01
 _OVERRIDES = ("momentum", "rounding", "qas", "seed")  # knobs that replace a plan file's own value
 
 
@@ -30,8 +30,7 @@ def read_step(plan) -> StepSpec | None:
         return StepSpec(plan)
     if isinstance(plan, dict):
         return parse_spec(plan)
-    obj = read_plan_json(plan)
-    return parse_spec(obj, str(plan))
+    return parse_spec(read_plan_json(plan), str(plan))
 
 
 def seed_of(given: StepSpec | None, knobs: dict) -> int:
@@ -54,8 +53,8 @@ def resolve_step(graph: Graph, given: StepSpec | None, *, update: str | None = N
     if given is not None and update:
         raise UsageError(f"give either {param('plan')} or {param('update')}, not both")
     if given is None and not (update or default):
-        for name in ("backward", "loss", "momentum", "lr_schedule"):
-            if knobs.get(name) is not None:
+        for name in KNOB_NAMES:
+            if name != "seed" and knobs.get(name) is not None:  # (the seed also draws a new head's init)
                 raise UsageError(f"{param(name)} sets the training step: give it with {param('plan')} or "
                                  f"{param('update')}")
         return None
@@ -66,7 +65,7 @@ def resolve_step(graph: Graph, given: StepSpec | None, *, update: str | None = N
         check_model(given, graph, source)
         spec = given
     else:
-        spec = StepSpec(preset(update or default, graph, lr=knobs.get("lr") or PRESET_LR,
+        spec = StepSpec(preset(update or default, graph, lr=knobs.get("lr") or DEFAULT_LR,
                                bias_lr=knobs.get("bias_lr"), head_lr=knobs.get("head_lr")))
     check_plan(spec.plan, graph, source)
     spec = replace(spec, **{k: knobs[k] for k in _OVERRIDES if knobs.get(k) is not None})
