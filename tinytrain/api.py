@@ -140,7 +140,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         raise UsageError(f"nothing to do: {param('steps')} / {param('epochs')} must be positive")
     spec = over_run(spec, step, n_steps)
     measure = scorer(graph, spec.loss, samples)
-    trainer = build_trainer(engine, graph, spec.plan, spec.config, samples, board=board, sram_bytes=_bytes(sram),
+    trainer = build_trainer(engine, graph, spec, samples, board=board, sram_bytes=_bytes(sram),
                             save_every=save_every, flash=flash)
     if stop_after_saves:
         trainer.device.train(trainer.samples.x, trainer.samples.y, sample_order(rows, n_steps, seed),
