@@ -135,7 +135,7 @@ class StepSpec:
         sched = "constant" if p.lr_schedule is None else p.lr_schedule.describe()
         arith = [f"{self.rounding} rounding", "QAS" if self.qas else "no QAS", f"{p.remainder_bits} remainder bits",
                  f"{p.backward} backward"] + ([f"momentum {self.momentum:g}"] if self.momentum else []) \
-            + ([f"seed {self.seed}"] if self.seed else [])
+            + ([f"seed {self.seed}"] if self.seed else []) + ([f"loss {p.loss}"] if p.loss != "xent" else [])
         return f"{lrs}; schedule {sched}; " + ", ".join(arith)
 
     def to_json(self) -> dict:
