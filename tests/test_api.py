@@ -87,5 +87,7 @@ def test_plan_returns_the_plan_and_writes_the_files(tiny_files, tmp_path):
                             held_out=0.25, ft_steps=12, bias_k=(1, 2, 4), generations=5, population=12,
                             cache=str(tmp_path / "cache"), output=tmp_path / "plan.json")
     assert isinstance(result.plan, tinytrain.api.Plan) and result.report["peak_sram_bytes"] <= 8 * 1024
-    assert json.loads((tmp_path / "plan.json").read_text()) == result.plan.to_json() == result.report["plan"]
+    written = json.loads((tmp_path / "plan.json").read_text())  # the step spec: the plan, its recipe and its model
+    assert written == result.spec.to_json() and result.spec.plan.to_json() == result.plan.to_json() == \
+        result.report["plan"] and written["new_head"] == 2 and written["model"]
     assert json.loads((tmp_path / "plan.search.json").read_text()) == result.report

@@ -81,7 +81,7 @@ def test_cosine_schedule_spans_the_run_and_engines_agree(model, data, tmp_path, 
         assert main(["train", model, "--data", data, "--update", "last-k:2", "--lr", "0.05", "--steps", "8",
                      "--lr-schedule", "cosine", "--warmup", "0.25", "--engine", engine, "--state-out", str(state),
                      "--json"]) == 0
-        assert _last_json(capsys)["plan"]["lr_schedule"] == {"kind": "cosine", "warmup": 2, "steps": 8}
+        assert _last_json(capsys)["plan"]["lr_schedule"] == {"kind": "cosine", "warmup": 2, "steps": 8, "floor": 0.1}
         states.append(np.load(state))
     for k in states[0].files:
         np.testing.assert_array_equal(states[0][k], states[1][k], err_msg=k)
@@ -100,7 +100,7 @@ def test_eval_json(model, data, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--plan", "absent.json"], "cannot read plan"),
-    (["--update", "sideways"], "expected full, bias-only or last-k:N"),
+    (["--update", "sideways"], "expected full, bias-only, last-k:N, classifier-only"),
     (["--engine", "qemu", "--sram", "8k"], "does not fit"),  # refused by the compile, before any linker
     (["--new-head", "1"], "at least 2 classes"),
     (["--held-out", "1.5"], "between 0 and 1"),

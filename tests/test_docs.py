@@ -191,12 +191,13 @@ def test_integration_page_names_the_whole_generated_api(tiny_build):
 
 
 def test_json_blocks_are_plans():
-    from tinytrain.training.sparse import FIELDS, parse_plan
+    from tinytrain.training.sparse import FIELDS, SPEC_FIELDS
+    from tinytrain.training.spec import parse_spec
 
-    plans = [parse_plan(json.loads(b.text), _id(b)) for b in checked("json")]  # every JSON block is a plan
+    plans = [parse_spec(json.loads(b.text), _id(b)).plan for b in checked("json")]  # every JSON block is a plan
     assert len(plans) >= 4 and any(p.lr_schedule is not None for p in plans)
     page = (DOCS / "guide" / "plan-files.md").read_text()
-    assert all(f"| `{f}` |" in page for f in FIELDS)
+    assert all(f"| `{f}` |" in page for f in FIELDS + SPEC_FIELDS)
 
 
 # What the integration example leaves to the board: a camera, a label, a display, the flash region (failing here).

@@ -17,7 +17,7 @@ from tinytrain.engines import default_engine
 from tinytrain.engines.cut import suffix_model
 from tinytrain.engines.samples import Samples
 from tinytrain.engines.trainer import build_trainer
-from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.spec import StepSpec
 from tinytrain.training.sparse import preset
 
 needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
@@ -58,7 +58,7 @@ def test_every_loss_trains_bit_identically_on_every_host_engine_through_the_cut(
 def test_the_host_c_engine_trains_the_cut_model_of_a_reconstruction():
     """The cut keeps the model's input as the mse target: the real values of the images, as float targets."""
     g, (x, _) = _model("mse")
-    trainer = build_trainer("c", g, replace(preset("last-k:2", g, lr=0.05), loss="mse"), UpdateConfig(),
+    trainer = build_trainer("c", g, StepSpec(replace(preset("last-k:2", g, lr=0.05), loss="mse")),
                             Samples(x, np.zeros(len(x), np.int64)))
     assert trainer.device.graph.inputs[0] != g.inputs[0] and trainer.samples.targets.shape == x.shape
     q = g.tensors[g.inputs[0]].quant

@@ -201,7 +201,8 @@ def test_presets_that_fit_are_always_finalists():
         return size["b"] * c.k + size["w"] * sum(r for _, r in c.weights) <= 14
 
     got = presets(space, fits)
-    assert [c.name for c in got] == ["classifier-only", "bias-only", "last-k:2", "last-k:3", "last-k:4"]
+    assert [c.name for c in got] == ["classifier-only", "bias-only (last 10)", "last-k:2", "last-k:3",
+                                     "last-k:4"]
     assert got[2].choice == Choice(2, ((8, 1.0),)) and all(c.preset for c in got)
     size["b"] = 2.0  # the biases of every layer no longer fit: the deepest k that does
     assert presets(space, fits)[1] == Candidate("bias-only (last 7)", Choice(7), True)
@@ -375,7 +376,8 @@ def test_plan_cli_writes_a_plan_compile_and_train_accept_and_a_second_budget_reu
     assert cosine["finetunes_run"] > 1
     n = len(np.load(files / "tiny.npz")["y"])
     steps = 2 * (n - round(0.25 * n))  # --epochs 2 over the rows --held-out 0.25 leaves
-    assert cosine["plan"]["lr_schedule"] == {"kind": "cosine", "warmup": int(0.1 * steps), "steps": steps}
+    assert cosine["plan"]["lr_schedule"] == {"kind": "cosine", "warmup": int(0.1 * steps), "steps": steps,
+                                                "floor": 0.1}
 
 
 def test_plan_cli_refuses_a_budget_below_the_classifier(files, capsys):

@@ -16,7 +16,7 @@ import numpy as np
 from tinytrain.cli_args import positive_int
 from tinytrain.version import __version__
 from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
-from tinytrain.cli_train import add_force_argument, add_loss_argument
+from tinytrain.cli_train import UPDATE_HELP, add_force_argument, add_step_arguments, step_knobs
 from tinytrain.cli_field import add_field_command, add_field_options, prepare_field
 from tinytrain.outputs import OutputDir, check_file, write_file
 
@@ -109,9 +109,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
     target = OutputDir(args.output, "compile", force=args.force, inputs=[p for p in (args.model, args.plan) if p])
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
-                       inplace=not args.no_inplace, loss=args.loss, input_size=args.input_size,
-                       input_mapping=args.input_mapping, classes=args.classes.split(",") if args.classes else None,
-                       remainder_bits=args.remainder_bits, backward=args.backward)
+                       inplace=not args.no_inplace, input_size=args.input_size, input_mapping=args.input_mapping,
+                       classes=args.classes.split(",") if args.classes else None, **step_knobs(args))
     out = Path(args.output)
     write_field = prepare_field(args)  # compile --replay: the field runtime (cli_field.py), checked before writing
     compiled.write(target)
@@ -165,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sram", default="256k", help="SRAM budget, e.g. 256k, 256KB, 262144 (default 256k)")
     s.add_argument("--flash", default="1m", help="flash budget (default 1m)")
     s.add_argument("--plan", help="sparse-update plan file (version 1): plan the training step")
-    s.add_argument("--update", help="full | bias-only | last-k:N: plan the training step of a preset "
-                   "(without --plan / --update: the inference forward pass)")
+    s.add_argument("--update", help=f"{UPDATE_HELP}: plan the training step of a preset (without --plan / "
+                   "--update: the inference forward pass)")
     s.add_argument("--target", choices=CORE_TARGETS, default="cortex-m7",
                    help="the core the C is for: Arm DSP instructions on m4/m7/m55/m33, their C models on m3/m0plus/"
                    "riscv32 (docs/guide/boards.md); the flash figure counts the kernels and tables chosen for it")
@@ -178,12 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--planner", choices=("greedy", "linear"), default="greedy",
                    help="memory planner: greedy-by-size (several orders, seeded perturbations) or linear")
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
-    add_loss_argument(s)
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
-    from tinytrain.cli_train import add_backward_argument, add_remainder_argument
-
-    add_remainder_argument(s)
-    add_backward_argument(s)
+    add_step_arguments(s)
     s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
                    "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")

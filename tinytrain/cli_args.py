@@ -35,3 +35,13 @@ def non_negative_float(text: str) -> float:
 def positive_float(text: str) -> float:
     """A learning rate, a time: finite and above 0."""
     return _number(text, float, "a positive number", lambda v: v > 0)
+
+
+def fraction(text: str) -> float:
+    """A warm-up or momentum: in [0, 1)."""
+    return _number(text, float, "a fraction in [0, 1)", lambda v: 0 <= v < 1)
+
+
+def unit_float(text: str) -> float:
+    """A fraction that may be 1: in [0, 1]."""
+    return _number(text, float, "a fraction in [0, 1]", lambda v: 0 <= v <= 1)

@@ -141,6 +141,8 @@ def _print_report(result, out: Path, details: Path) -> None:
     chosen = result.plan
     print(f"wrote {out} ({report['chosen']}: bias_last_k {chosen.bias_last_k}, {len(chosen.weights)} weight layers, "
           f"{format_size(report['peak_sram_bytes'])}) and {details}")
+    if result.spec is not None:
+        print(f"step: {result.spec.recipe()}")
 
 
 def add_plan_command(sub) -> None:
@@ -170,8 +172,8 @@ def add_plan_command(sub) -> None:
     n = s.add_mutually_exclusive_group()
     n.add_argument("--ft-epochs", type=positive_int, default=1, help="epochs of each contribution fine-tune (default 1)")
     n.add_argument("--ft-steps", type=positive_int, help="steps of each contribution fine-tune")
-    add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data)",
-                           "cosine")
+    add_schedule_arguments(s, "each fine-tune's and rung's own steps (the written plan: over --epochs of the data, "
+                           "then 0.1 of it for good)", "cosine", floor="0.1 of it")
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic",
                    help="rounding of the int8 update: stochastic (a deterministic hash PRNG) or to nearest")

@@ -11,29 +11,35 @@ The work is ``tinytrain.train`` / ``tinytrain.evaluate`` (api.py); this module p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain import cli_args
+from tinytrain.cli_args import non_negative_int, positive_int
 from tinytrain.engines import ENGINES, HOST_ENGINES
 from tinytrain.errors import UsageError
+from tinytrain.training.spec import KNOBS
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from tinytrain.api import train
 
     _check_outputs(args)
-    result = train(args.model, args.data, plan=args.plan, update=args.update, lr=args.lr, bias_lr=args.bias_lr,
-                   head_lr=args.head_lr, epochs=args.epochs, steps=args.steps, engine=args.engine, board=args.board,
-                   sram=args.sram, flash=args.flash, save_every=args.save_every,
-                   stop_after_saves=args.stop_after_saves, new_head=args.new_head, momentum=args.momentum,
-                   rounding=args.rounding, qas=not args.no_qas, held_out=args.held_out, split_seed=args.split_seed,
-                   seed=args.seed, lr_schedule=args.lr_schedule, warmup=args.warmup, loss=args.loss,
-                   input_size=args.input_size, remainder_bits=args.remainder_bits, input_mapping=args.input_mapping,
-                   state=args.state,
-                   backward=args.backward)
+    if args.sram and args.engine != "qemu":
+        raise UsageError(f"--sram {args.sram} is the firmware's RAM on --engine qemu; the host engines have no "
+                         "budget: drop it, or add --engine qemu (tinytrain compile --sram checks a budget)")
+    with Progress.of(args, "train", "steps", args.steps) as progress:
+        result = train(args.model, args.data, plan=args.plan, update=args.update, epochs=args.epochs or 1,
+                       steps=args.steps, engine=args.engine, board=args.board, sram=args.sram or "256k",
+                       flash=args.flash,
+                       save_every=args.save_every, stop_after_saves=args.stop_after_saves, new_head=args.new_head,
+                       held_out=args.held_out, split_seed=args.split_seed, input_size=args.input_size,
+                       input_mapping=args.input_mapping, state=args.state, progress=progress, **step_knobs(args))
     if result is None:
         print(f"stopped the board after {args.stop_after_saves} saves; run the same command without "
               f"--stop-after-saves to resume from {args.flash}")
@@ -60,6 +66,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if "insns_per_step" in out:
         print(f"{out['board']}: {out['insns_per_step'] / 1e6:.1f}M instructions per training step "
               "(QEMU -icount shift=0, SysTick)")
+    print(f"step: {result.spec.recipe()}")
     tail = result.losses[-min(len(result.losses), result.n_train):]
     print(f"trained {result.steps} steps in {result.seconds:.1f} s: mean loss of the last "
           f"{int(np.isfinite(tail).sum())} steps {result.final_loss or float('nan'):.4f}, "
@@ -96,11 +103,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def cmd_eval(args: argparse.Namespace) -> None:
     from tinytrain.api import evaluate
 
-    result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
-                      seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
-                      anomaly_labels=args.anomaly_labels, input_size=args.input_size,
-                      input_mapping=args.input_mapping, plan=args.plan, update=args.update,
-                      remainder_bits=args.remainder_bits, backward=args.backward)
+    with Progress.of(args, "eval", "samples") as progress:
+        result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
+                          seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
+                          anomaly_labels=args.anomaly_labels, input_size=args.input_size,
+                          input_mapping=args.input_mapping, plan=args.plan, update=args.update,
+                          remainder_bits=args.remainder_bits, backward=args.backward, progress=progress)
     held = "held-out " if result.held_out is not None else ""
     if args.json:
         print(json.dumps(result.to_json()))
@@ -124,21 +132,17 @@ def add_train_commands(sub) -> None:
                    help=".npz (x: uint8 NHWC images or int8 / float32 features; y: labels, or none with --loss mse), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N]")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
-    s.add_argument("--update", help="full | bias-only | last-k:N (default bias-only)")
-    s.add_argument("--lr", type=positive_float, help="learning rate of an --update preset (default 0.01)")
-    s.add_argument("--bias-lr", type=positive_float, help="learning rate of an --update preset's biases (default: --lr)")
-    s.add_argument("--head-lr", type=positive_float,
-                   help="learning rate of an --update preset's last layer, weights and bias (default: --lr, --bias-lr)")
+    s.add_argument("--update", help=f"{UPDATE_HELP} (default bias-only)")
     n = s.add_mutually_exclusive_group()
-    n.add_argument("--epochs", type=int, default=1, help="passes over the training rows")
-    n.add_argument("--steps", type=int, help="steps instead of --epochs (the rows in order, then again)")
+    n.add_argument("--epochs", type=positive_int, help="passes over DATA (default 1)")
+    n.add_argument("--steps", type=positive_int, help="training steps (instead of --epochs)")
     s.add_argument("--engine", choices=ENGINES,
                    help="sim: the numpy simulator; c: the emitted C built with the host compiler; qemu: that C as "
                         "firmware on an emulated Cortex-M (--board, --sram). Default: c when gcc is installed, "
                         "else sim (the fastest exact engine; every engine computes the same states)")
     s.add_argument("--board", default="qemu-m7", choices=tuple(n for n, b in BOARDS.items() if b.qemu),
                    help="--engine qemu: the emulated board (default qemu-m7)")
-    s.add_argument("--sram", default="256k", help="--engine qemu: SRAM budget = the firmware's RAM region (default 256k)")
+    s.add_argument("--sram", help="--engine qemu: SRAM budget = the firmware's RAM region (default 256k)")
     s.add_argument("--flash", metavar="FLASH.bin",
                    help="--engine qemu: the board's flash (a file kept between runs): the firmware saves its state there "
                         "every --save-every samples and, when it holds a state, resumes from it")
@@ -148,22 +152,14 @@ def add_train_commands(sub) -> None:
     s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     add_input_mapping_argument(s)
-    s.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (costs 4 bytes per updated weight)")
-    add_remainder_argument(s)
-    add_backward_argument(s)
-    s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic",
-                   help="rounding of the int8 update: stochastic (a deterministic hash PRNG) or to nearest")
-    add_schedule_arguments(s, "this run's steps")
-    s.add_argument("--no-qas", action="store_true",
-                   help="plain int8 SGD on the int8 gradient (no quantization-aware scaling; the paper's baseline)")
-    add_loss_argument(s)
+    add_step_arguments(s)
     _add_split_arguments(s, "train on the rest; report held-out accuracy before and after training")
-    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order, rounding stream and new-head init")
     s.add_argument("--state", help="start from this state's weights and biases: STATE.npz of --state-out, or a "
                    "board's tt_state.bin (of this plan)")
     s.add_argument("--state-out", help="write the trained state (int8 weights, int32 biases) to STATE.npz")
     s.add_argument("-o", "--output", help="write the trained model as int8 QDQ ONNX (TRAINED.onnx)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    add_progress_argument(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("eval", help="accuracy of the int8 model with the device's arithmetic")
@@ -190,20 +186,64 @@ def add_train_commands(sub) -> None:
                    help="--loss mse: 0 (normal) / 1 (anomalous) per sample; reports the ROC AUC of the reconstruction "
                         "error (default: the DATA .npz's 'anomaly' array, if any)")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object (mse: every error)")
+    add_progress_argument(s)
     s.set_defaults(func=cmd_eval)
+
+
+class Progress:
+    """``progress(n)`` of train / eval on a terminal: one line on stderr, rewritten as the work goes on."""
+
+    def __init__(self, label: str, unit: str, total: int | None) -> None:
+        self.label, self.unit, self.total, self.done, self.t0 = label, unit, total, 0, time.time()
+
+    @classmethod
+    @contextlib.contextmanager
+    def of(cls, args: argparse.Namespace, label: str, unit: str, total: int | None = None):
+        """The progress callback (None: no progress in a pipe, with --json or with --no-progress); its line ends
+        when the work does."""
+        quiet = args.no_progress or getattr(args, "json", False) or not sys.stderr.isatty()
+        progress = None if quiet else cls(label, unit, total)
+        try:
+            yield progress
+        finally:
+            if progress is not None and progress.done:
+                sys.stderr.write("\n")
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        seconds = time.time() - self.t0
+        of = f"/{self.total}" if self.total else ""
+        sys.stderr.write(f"\r{self.label}: {self.done}{of} {self.unit}, {seconds:.0f} s")
+        sys.stderr.flush()
+
+
+def add_progress_argument(s) -> None:
+    s.add_argument("--no-progress", action="store_true", help="no progress line on stderr (shown on a terminal only)")
+
+
+UPDATE_HELP = ("full | bias-only | last-k:N, or a plan search's finalist: classifier-only, 'bias-only (last K)', "
+               "'last-k:N at 1/R'")
+
+
+def add_step_arguments(s) -> None:
+    """The step's knobs (training/spec.py KNOBS), as ``train`` and ``compile`` take them (default None: the plan's
+    own, else the knob's default)."""
+    for knob in KNOBS:
+        kw = dict(knob.cli)
+        if isinstance(kw.get("type"), str):
+            kw["type"] = getattr(cli_args, kw["type"])
+        s.add_argument(knob.flag, dest=knob.name, help=knob.help, **kw)
+
+
+def step_knobs(args: argparse.Namespace) -> dict:
+    """The knobs the command line gave (None: not given)."""
+    return {k.name: getattr(args, k.name) for k in KNOBS if getattr(args, k.name) is not None}
 
 
 def add_force_argument(s) -> None:
     s.add_argument("--force", action="store_true",
                    help="-o names a folder with files of its own: write beside them (never replacing or deleting a "
                         "file tinytrain did not write)")
-
-
-def add_loss_argument(s) -> None:
-    s.add_argument("--loss", choices=("xent", "mse"),
-                   help="xent: softmax cross-entropy against the labels (default); mse: mean squared error of the "
-                        "dequantized output reconstructing the input (an autoencoder; DATA without y). A plan file "
-                        "carries its own")
 
 
 def add_input_mapping_argument(s) -> None:
@@ -232,10 +272,10 @@ def add_backward_argument(s) -> None:
                         "fp32")
 
 
-def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets: constant") -> None:
+def add_schedule_arguments(s, span: str, default: str = "the plan's own; presets: constant", floor: str = "0") -> None:
     s.add_argument("--lr-schedule", choices=("constant", "cosine"),
-                   help=f"cosine: warm-up, then cosine decay of every lr to 0 over {span}, computed by the device "
-                        f"from its step count; constant: one lr throughout (default: {default})")
+                   help=f"cosine: warm-up, then cosine decay of every lr to {floor} over {span}, computed by the "
+                        f"device from its step count; constant: one lr throughout (default: {default})")
     s.add_argument("--warmup", type=float, default=0.0, metavar="FRACTION",
                    help="--lr-schedule cosine: the fraction of the steps that warms the lrs up linearly (default 0)")
 

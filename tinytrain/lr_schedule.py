@@ -44,6 +44,9 @@ _HALF_PI = math.pi / 2
 POLY = tuple(np.float32((-1) ** k * _HALF_PI ** (2 * k + 1) / math.factorial(2 * k + 1)) for k in range(5))
 POLY_Q30 = tuple(round((-1) ** k * _HALF_PI ** (2 * k + 1) / math.factorial(2 * k + 1) * (1 << 30)) for k in range(5))
 Q15 = 1 << 15
+# The fraction of the lrs a schedule written by `plan`, `compile` or `train` keeps after its last step, unless asked
+# otherwise: a device keeps learning (a file without "floor" keeps its 0, as before)
+DEFAULT_FLOOR = 0.1
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,12 @@ class Schedule:
             p = ((p * u2) >> 30) + c
         c15 = min(max(((1 << 30) - ((u * p) >> 30)) >> 1, 0), 1 << 30) >> 15
         return self.floor_q15 + (((Q15 - self.floor_q15) * c15) >> 15)
+
+    def describe(self) -> str:
+        """One line: the warm-up, the decay and what follows its last step."""
+        after = "then 0 (the device stops learning)" if not self.floor else f"then {self.floor:g} x the lrs for good"
+        warm = f"warm-up {self.warmup} steps, " if self.warmup else ""
+        return f"cosine ({warm}decay over {self.steps} steps, {after})"
 
     def to_json(self) -> dict:
         d = {"kind": "cosine", "warmup": self.warmup, "steps": self.steps}

@@ -19,6 +19,7 @@ from tinytrain.codegen.state import MAGIC, unpack
 from tinytrain.errors import UsageError
 from tinytrain.ir import Graph
 from tinytrain.simulator import TrainState
+from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.train_graph import build_training_graph
 
 
@@ -37,7 +38,8 @@ def save_state(path: str | Path, state: TrainState) -> None:
 
 def load_state(path: str | Path, graph: Graph, plan=None) -> TrainState:
     """A state file (either kind) as a TrainState for ``graph`` (the model it was trained from, same new head and
-    seed); ``plan``: the training step's plan, which a board's state needs."""
+    seed); ``plan``: the training step's plan or step spec (training/spec.py: its momentum is part of the layout),
+    which a board's state needs."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -74,6 +76,7 @@ def _device_state(path: Path, graph: Graph, plan) -> TrainState:
         raise UsageError(f"{path} is a board's state (tt_state_save bytes): give the plan it was trained with, "
                          "--plan PLAN.json or --update PRESET (and --remainder-bits / --backward if not the default)")
     try:
-        return unpack(build_training_graph(graph, plan), path.read_bytes())  # optimizer state: not the model's
+        step = build_training_graph(graph, getattr(plan, "plan", plan), getattr(plan, "config", UpdateConfig()))
+        return unpack(step, path.read_bytes())  # optimizer state: not the model's
     except ValueError as e:
         raise UsageError(f"{path}: {e}; give the model, --new-head and plan the firmware was compiled with") from None

@@ -1,6 +1,6 @@
 """One interface for every engine: a training step built for it and bound to a run's samples (``build_trainer``).
 
-    trainer = build_trainer("c", graph, plan, config, samples)      # sim | c | qemu
+    trainer = build_trainer("c", graph, spec, samples)             # sim | c | qemu; spec: training/spec.py
     losses, state = trainer.train(order, progress)                 # batch-1 SGD over samples[order]
     trainer.outputs(rows)                                          # int8 outputs of those samples, current state
     trainer.load_state(state); trainer.info                        # build seconds; qemu: board, instructions
@@ -26,6 +26,7 @@ from tinytrain.engines.sim import SimTrainer
 from tinytrain.errors import UsageError, param
 from tinytrain.ir import Graph
 from tinytrain.simulator import TrainState, forward
+from tinytrain.training.spec import StepSpec
 from tinytrain.training.train_graph import build_training_graph
 
 Progress = Callable[[int], None]
@@ -79,12 +80,12 @@ def check_engine(engine: str, engines: tuple[str, ...] = ENGINES) -> str:
     return engine
 
 
-def build_trainer(engine: str, graph: Graph, plan, config, samples: Samples, *, board: str = "qemu-m7",
+def build_trainer(engine: str, graph: Graph, spec: StepSpec, samples: Samples, *, board: str = "qemu-m7",
                   sram_bytes: int = 256 * 1024, save_every: int = 0, flash=None) -> Trainer:
-    """The training step of ``graph`` under ``plan`` / ``config`` on ``engine``, bound to ``samples``; ``board``,
+    """The training step ``spec`` of ``graph`` on ``engine``, bound to ``samples``; ``board``,
     ``sram_bytes`` (the firmware's RAM region), ``save_every`` and ``flash`` (the board's flash file): qemu's."""
     check_engine(engine)
-    targets = samples.targets is not None
+    plan, config, targets = spec.plan, spec.config, samples.targets is not None
     if engine == "sim":
         return SimTrainer(graph, build_training_graph(graph, plan, config, targets), samples)
     t0 = time.time()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.lr_schedule import DEFAULT_FLOOR
 from tinytrain.csources import Folder, c_folder
 from tinytrain.engines.cut import stretch, suffix_model
 from tinytrain.engines.host_c import CTrainer, predict
@@ -48,6 +49,7 @@ class FineTune:
     steps: int = 0  # 0: one epoch over the search's training rows
     lr_schedule: str = "constant"  # "cosine": every fine-tune's lrs follow a cosine schedule over its own steps
     warmup: float = 0.0  # the warm-up fraction of a cosine schedule
+    lr_floor: float = DEFAULT_FLOOR  # the fraction of the lrs a cosine keeps after its last step (the written plan's)
     qas: bool = True
     rounding: str = "stochastic"
     momentum: float = 0.0
@@ -160,7 +162,7 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
         order = job["order"]
     else:
         order = sample_order(np.arange(n_train), steps or ft.steps or n_train, seed)
-    p = with_lr_schedule(p, ft.lr_schedule, ft.warmup, len(order))
+    p = with_lr_schedule(p, ft.lr_schedule, ft.warmup, len(order), ft.lr_floor)
     config = UpdateConfig(momentum=ft.momentum, rounding=Rounding(ft.rounding), qas=ft.qas, seed=seed)
     trainer = CTrainer(build_training_graph(g, p, config))
     trainer.train(x[:n_train], job["y_train"], order)

@@ -39,6 +39,7 @@ import numpy as np
 from tinytrain.errors import BudgetError, UsageError
 from tinytrain.ir import Graph
 from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, REMAINDER_BITS, Plan
+from tinytrain.training.spec import StepSpec
 
 DEFAULT_LR = 0.01
 
@@ -90,6 +91,7 @@ class SearchOptions:
 class SearchResult:
     plan: Plan     # the best measured finalist
     report: dict   # PLAN.search.json
+    spec: StepSpec | None = None  # PLAN.json: the plan with the recipe it was measured with, bound to its model
 
     def write(self, out: str | Path) -> Path:
         """PLAN.json (version 1) at ``out`` and PLAN.search.json beside it, both or neither (tinytrain/outputs);
@@ -98,7 +100,8 @@ class SearchResult:
 
         out = Path(out)
         details = search_report_path(out)
-        write_files({out: (json.dumps(self.plan.to_json(), indent=1) + "\n").encode(),
+        spec = self.spec or StepSpec(self.plan)
+        write_files({out: (json.dumps(spec.to_json(), indent=1) + "\n").encode(),
                      details: (json.dumps(self.report, indent=1) + "\n").encode()}, {out: "plan", details: "search"})
         return details
 
@@ -613,10 +616,12 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     final = _finalists(run, contrib, evo, exact, others)                            # 3. finalists, halving,
     #                                                                                    4. full-length reference
     # the plan's lrs follow the recipe's schedule over the steps of `train --epochs E` on the same data
+    # and then keep the floor of the fine-tunes' cosine (a tenth of them): a device goes on learning after them
     chosen = with_lr_schedule(run.plan_of(final.by_name[final.winner].choice), run.ft.lr_schedule, opts.warmup,
-                              opts.epochs * len(run.rows))
+                              opts.epochs * len(run.rows), run.ft.lr_floor)
     report = _report(run, chosen, contrib, (evo, evo_seconds), (exact, exact_seconds), fits, final, others)
-    return SearchResult(chosen, report)
+    spec = StepSpec(chosen, rounding=opts.rounding, qas=opts.qas, seed=opts.seed, new_head=opts.new_head)
+    return SearchResult(chosen, report, spec.bind(graph))
 
 
 def search_data(graph: Graph, ds, source: dict, **options) -> SearchResult:

@@ -31,6 +31,8 @@ LOSSES = ("xent", "mse")  # softmax cross-entropy on the logits; mean squared er
 # Fraction bits each trained int8 weight keeps below its LSB (ops/sgd_update.py); 0 keeps int8 weights only.
 REMAINDER_BITS = (0, 4, 8)
 DEFAULT_REMAINDER_BITS = 4
+# A plan file's fields of the step spec beyond the plan (training/spec.py reads them)
+SPEC_FIELDS = ("momentum", "rounding", "qas", "seed", "new_head", "input_size", "model", "layers")
 # The arithmetic from the loss to the update: float32, or integers only (training/integer_step.py)
 BACKWARDS = ("fp32", "int")
 
@@ -139,14 +141,15 @@ def _int(value, what: str, source: str) -> int:
     return value
 
 
-def parse_plan(obj, source: str = "plan") -> Plan:
-    """Validate a decoded version-1 plan; every problem raises PlanError naming the field."""
+def parse_plan(obj, source: str = "plan", more_fields: tuple[str, ...] = ()) -> Plan:
+    """Validate a decoded version-1 plan; every problem raises PlanError naming the field (``more_fields``: the
+    step spec's, training/spec.py, read there and passed over here)."""
     if not isinstance(obj, dict):
         raise PlanError(f"{source}: a plan is a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(FIELDS))
+    unknown = sorted(set(obj) - set(FIELDS) - set(more_fields))
     if unknown:
         raise PlanError(f"{source}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                        f"a version-1 plan has: {', '.join(FIELDS)}")
+                        f"a version-1 plan has: {', '.join(FIELDS + more_fields)}")
     if "version" not in obj:
         raise PlanError(f'{source}: missing "version" (this tinytrain reads version {VERSION})')
     if obj["version"] != VERSION or isinstance(obj["version"], bool):
@@ -201,6 +204,12 @@ def _weight_entry(e, where: str, source: str) -> WeightUpdate:
 
 
 def load_plan(path: str | Path) -> Plan:
+    """The plan of a plan file (its step spec's own fields, training/spec.py, aside)."""
+    return parse_plan(read_plan_json(path), str(path), more_fields=SPEC_FIELDS)
+
+
+def read_plan_json(path: str | Path):
+    """A plan file's decoded JSON."""
     try:
         text = Path(path).read_text()
     except OSError as e:
@@ -211,33 +220,63 @@ def load_plan(path: str | Path) -> Plan:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise PlanError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    return parse_plan(obj, str(path))
+    return obj
+
+
+PRESETS = ("full", "bias-only", "last-k:N", "classifier-only", "bias-only (last K)", "last-k:N at 1/R")
 
 
 def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | None = None,
            head_lr: float | None = None, remainder_bits: int = DEFAULT_REMAINDER_BITS) -> Plan:
-    """--update full | bias-only | last-k:N (the last N layers: biases and all weights)."""
+    """--update full | bias-only | last-k:N (the last N layers: biases and all weights), and the names of the plan
+    search's finalists (search/candidates.py): classifier-only (= last-k:1), "bias-only (last K)" (the biases of the
+    last K layers and the classifier's weights), "last-k:N at 1/R" (the last N layers' biases, the weights of the
+    first 1/R of each one's output channels, the classifier's in full); a " @rB" suffix: B remainder bits."""
     n = len(layers(graph))
+    name, _, bits = spec.partition(" @r")
+    if bits:
+        if not bits.isdigit() or int(bits) not in REMAINDER_BITS:
+            raise PlanError(f"--update {spec}: @rB names the remainder bits, one of "
+                            f"{', '.join(map(str, REMAINDER_BITS))}")
+        remainder_bits = int(bits)
     lrs = dict(lr=lr, bias_lr=bias_lr, head_lr=head_lr, remainder_bits=remainder_bits)
-    if spec == "full":
+    if name == "full":
         return Plan(n, tuple(WeightUpdate(i, 1.0) for i in range(n)), **lrs)
-    if spec == "bias-only":
+    if name == "bias-only":
         return Plan(n, **lrs)
-    if spec.startswith("last-k:"):
-        k = spec[len("last-k:"):]
-        if not k.isdigit() or not 1 <= int(k) <= n:
-            raise PlanError(f"--update {spec}: N must be an integer from 1 to {n} (the model's layer count)")
-        k = int(k)
-        return Plan(k, tuple(WeightUpdate(i, 1.0) for i in range(n - k, n)), **lrs)
-    raise PlanError(f"--update {spec}: expected full, bias-only or last-k:N")
+    if name == "classifier-only":
+        name = "last-k:1"
+    if name.startswith("bias-only (last ") and name.endswith(")"):
+        k = _count(name[len("bias-only (last "):-1], spec, n)
+        return Plan(k, (WeightUpdate(n - 1, 1.0),), **lrs)
+    if name.startswith("last-k:"):
+        k, _, ratio = name[len("last-k:"):].partition(" at 1/")
+        k, r = _count(k, spec, n), 1.0 if not ratio else _ratio(ratio, spec)
+        ws = [WeightUpdate(i, r) for i in range(n - k, n - 1)] + [WeightUpdate(n - 1, 1.0)]
+        return Plan(k, tuple(ws), **lrs)
+    raise PlanError(f"--update {spec}: expected {', '.join(PRESETS)}")
 
 
-def with_lr_schedule(plan: Plan, kind: str | None, warmup: float, steps: int) -> Plan:
+def _count(text: str, spec: str, n: int) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= n:
+        raise PlanError(f"--update {spec}: N must be an integer from 1 to {n} (the model's layer count)")
+    return int(text)
+
+
+def _ratio(text: str, spec: str) -> float:
+    ratios = [round(1 / r) for r in RATIOS if r < 1]
+    if not text.isdigit() or int(text) not in ratios:
+        raise PlanError(f"--update {spec}: 1/R is one of {', '.join(f'1/{r}' for r in ratios)}")
+    return 1 / int(text)
+
+
+def with_lr_schedule(plan: Plan, kind: str | None, warmup: float, steps: int, floor: float = 0.0) -> Plan:
     """The plan with the lr schedule a run asks for: "cosine" spans the run's ``steps`` (``warmup``: the fraction
-    of them warming up), "constant" drops the plan's schedule, None keeps it."""
+    of them warming up; ``floor``: the fraction of the lrs kept after them), "constant" drops the plan's schedule,
+    None keeps it."""
     if kind is None:
         return plan
-    return replace(plan, lr_schedule=Schedule.over(steps, warmup) if kind == "cosine" else None)
+    return replace(plan, lr_schedule=Schedule.over(steps, warmup, floor) if kind == "cosine" else None)
 
 
 def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:
