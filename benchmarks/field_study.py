@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tinytrain.api import load_model  # noqa: E402
-from tinytrain.codegen.emit_field import field_memory, flash_store  # noqa: E402
+from tinytrain.field_runtime.emit import field_memory, flash_store  # noqa: E402
 from tinytrain.csources import firmware_sources  # noqa: E402
 from tinytrain.data import load_dataset, model_inputs  # noqa: E402
 from tinytrain.engines.host_c import CTrainer  # noqa: E402

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tinytrain.codegen.emit_field import flash_store
+from tinytrain.field_runtime.emit import flash_store
 from tinytrain.csources import firmware_sources
 
 PROGRAM = r"""

@@ -98,7 +98,7 @@ def prepare_field(args: argparse.Namespace):
     compile's output (None without --replay)."""
     if getattr(args, "replay", None) is None:
         return None
-    from tinytrain.codegen.emit_field import field_memory
+    from tinytrain.field_runtime.emit import field_memory
     from tinytrain.field_runtime.api import field_model
     from tinytrain.field_runtime.host import field_files
     from tinytrain.outputs import OutputDir

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 
 from tinytrain.codegen import MODEL_SOURCE, render_project
-from tinytrain.codegen.emit_field import FIELD_SOURCE, FLASH_FILES, field_memory, render_field
+from tinytrain.field_runtime.emit import FIELD_SOURCE, FLASH_FILES, field_memory, render_field
 from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.runtime import STATUS

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.codegen.context import environment
-from tinytrain.codegen.emit_field import render_field
+from tinytrain.field_runtime.emit import render_field
 from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
 from tinytrain.field_runtime.program import FieldProgram

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field as dc_field
 
 import numpy as np
 
-from tinytrain.codegen.emit_field import field_memory
+from tinytrain.field_runtime.emit import field_memory
 from tinytrain.engines import default_engine
 from tinytrain.engines.trainer import check_engine
 from tinytrain.errors import UsageError
