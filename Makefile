@@ -12,7 +12,6 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	rm -rf $(DEMO_OUT)
 	.venv/bin/tinytrain inspect $(MODEL)
 	.venv/bin/tinytrain compile $(MODEL) --sram 256k $(if $(wildcard $(PLAN)),--plan $(PLAN)) -o $(DEMO_OUT)
 

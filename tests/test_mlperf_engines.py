@@ -1,5 +1,5 @@
 """The four MLPerf Tiny reference models (issue 29) train bit-identically on the three engines: the training steps
-of ``last-k:2``, of the searched plan shipped in models/plans/mlperf/ (benchmarks/mlperf_plans.py: the best measured
+of ``last-k:2``, of the searched plan shipped in models/plans/mlperf/ (scripts/mlperf_plans.py: the best measured
 finalist, a preset for these small searches) and of the search's own proposal (its exact branch and bound's plan,
 in the .search.json) give the same losses, state and logits on the simulator, the host C and qemu-m7 (slow: one
 firmware run of 2 steps + 2 predictions per model and plan; ad01's last-k:2 is tests/test_mse.py's)."""

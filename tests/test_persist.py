@@ -230,7 +230,7 @@ SHIPPED_PLANS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "m
 
 
 # Every shipped plan on qemu-m55 (its code and weights in the AN547's SRAM, data in a 256 KB region of its DTCM);
-# benchmarks/shipped_plans_exactness.py runs them all on qemu-m4 / m7 / m55 (benchmarks/results/).
+# benchmarks/exactness.py --on qemu runs them all on qemu-m4 / m7 / m55 (benchmarks/results/).
 @pytest.mark.slow
 @needs_qemu
 @pytest.mark.parametrize("plan", SHIPPED_PLANS)

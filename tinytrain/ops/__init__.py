@@ -77,7 +77,7 @@ Rows = Callable[[Any, Sequence[Tensor | None], Sequence[Tensor], int], "RowWindo
 Integer = Callable[[Node, Any], Node]
 # export(exporter, node) -> None: writes the node as ONNX (export_onnx.py: the exporter's ``dq``, ``q``, ``clip``, ...).
 Export = Callable[[Any, Node], None]
-# twin(torch_ops, node, inputs, params, clamp) -> the node's fp32 output in PyTorch (benchmarks/torch_twin.py):
+# twin(torch_ops, node, inputs, params, clamp) -> the node's fp32 output in PyTorch (benchmarks/common/fp32.py):
 # ``torch_ops`` has ``torch`` and ``F`` (torch.nn.functional), ``inputs`` the float inputs (NCHW), ``params`` the
 # node's dequantized constants as parameters, ``clamp`` the real range of its int8 output.
 Twin = Callable[[Any, Node, Sequence[Any], Sequence[Any], tuple[float, float]], Any]

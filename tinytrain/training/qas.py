@@ -9,7 +9,7 @@ plain int8 SGD on G_W̄: k[c] = float32(lr · s[c])), and stores it as a constan
 bits. The update arithmetic and its rounding are specified in tinytrain/ops/sgd_update.py.
 
 Rounding decision: stochastic rounding with the deterministic hash PRNG of ops/sgd_update.py, everywhere.
-Measured (benchmarks/rounding.py --epochs 3 --lrs 0.01,0.03 --seeds 1 -> benchmarks/results/rounding.json):
+Measured (benchmarks/finetune.py rounding --epochs 3 --lrs 0.01,0.03 --seeds 1 -> benchmarks/results/rounding.json):
 ImageNet MobileNetV1-0.25 (uint8 TF1 model) with a new 2-class head, fine-tuned on 600 VWW images with
 plan last-k:4, batch-1 SGD + QAS. 99.96 % of the fp32 weight steps |lr G / s_w| are below half an LSB,
 so round-to-nearest changes only 0.04 % of the updated weights per step (the new head's, mostly), while

@@ -62,7 +62,7 @@ class Plan:
     cross-entropy, the default) or "mse" (reconstruction of the input, ops/mse.py). ``remainder_bits``: the
     fraction bits every trained int8 weight keeps between steps (a byte beside each, or half of one for 4 bits:
     ops/sgd_update.py); absent from a file, the default (``DEFAULT_REMAINDER_BITS``, chosen by
-    benchmarks/remainder_study.py); a weight entry's own ``remainder_bits`` overrides it for that layer.
+    benchmarks/remainders.py); a weight entry's own ``remainder_bits`` overrides it for that layer.
     ``backward``: "fp32" (the default) or "int", the integer-only step (training/integer_step.py); absent from a
     file, "fp32"."""
 
