@@ -41,12 +41,12 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
                rounds: int = 10, local_steps: int | None = None, server_lr: str = "1",
                input_mapping: str | None = None) -> FleetTask:
     """The task every process of the run rebuilds: the model path, a DATA spec, the plan (default classifier-only:
-    the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run: a device's step
-    counter is the global state's, which advances by the steps of a round (``local_steps``, or local_epochs x
-    per_device). ``server_lr``: a fraction "a/b" scaling the averaged step (aggregate.py)."""
+    the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run and then keeps
+    ``DEFAULT_FLOOR`` of the lrs (the devices go on learning): a device's step counter is the global state's, which
+    advances by the steps of a round (``local_steps``, or local_epochs x per_device). ``server_lr``: a fraction "a/b" scaling the averaged step (aggregate.py)."""
     from tinytrain.api import load_model
     from tinytrain.training.resolve import resolve_plan
-    from tinytrain.lr_schedule import check_schedule
+    from tinytrain.lr_schedule import DEFAULT_FLOOR, check_schedule
     from tinytrain.training.sparse import with_lr_schedule
 
     if not isinstance(model, (str, Path)) or not isinstance(data, str):
@@ -59,7 +59,7 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, default="last-k:1",
                           remainder_bits=remainder_bits)
     steps = local_steps if local_steps is not None else local_epochs * per_device
-    chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * steps)
+    chosen = with_lr_schedule(chosen, lr_schedule, warmup, rounds * steps, DEFAULT_FLOOR)  # the devices go on learning
     if chosen.loss != "xent":
         raise UsageError("fleet trains classifiers (loss xent): its shards are split by class")
     if any(w.remainder_bits not in (None, chosen.remainder_bits) for w in chosen.weights):
