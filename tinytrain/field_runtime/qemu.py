@@ -76,7 +76,7 @@ def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, b
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
     with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
         tmp = Path(tmp)
-        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, 1 << 20)
+        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max)  # the stream is baked into flash
         files = render_firmware(tmp / "compile", board)
         geometry = flash_geometry(program) if flash else None
         files[HARNESS] = harness(program, latents, labels, geometry, every, test, start).encode()
