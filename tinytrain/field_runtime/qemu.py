@@ -55,28 +55,31 @@ def _rows(latents: np.ndarray) -> list[str]:
 
 
 def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
-            every: int = 0, test: np.ndarray | None = None) -> str:
+            every: int = 0, test: np.ndarray | None = None, start: bytes | None = None) -> str:
     """The harness's C: the stream baked in; ``every`` > 0: the status after each call and, every ``every`` samples
-    and at the end, the predictions of ``test`` (latents) and the whole runtime."""
+    and at the end, the predictions of ``test`` (latents) and the whole runtime; ``start``: the model state it starts
+    from (tt_field_start)."""
     return environment().get_template("field_harness.c.j2").render(
         version=__version__, n=len(latents), rows=_rows(latents),
         labels=", ".join(map(str, np.asarray(labels, int))), flash=flash, every=every,
-        tests=_rows(test) if test is not None and len(test) else [])
+        tests=_rows(test) if test is not None and len(test) else [],
+        start=", ".join(map(str, start)) if start is not None else "")
 
 
 def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
-               timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None) -> QemuField:
+               timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None,
+               start: bytes | None = None) -> QemuField:
     """The stream through the board's field runtime; ``flash``: its buffer in a simulated flash (tt_flash_sim.c),
-    restored by a reboot after the stream; ``every`` / ``test``: checkpoints (``harness``)."""
+    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``."""
     b = get_board(board)
     _need(b.tools.prefix + "gcc", b.tools.package)
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
     with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
         tmp = Path(tmp)
-        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, 1 << 20)
+        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max)  # the stream is baked into flash
         files = render_firmware(tmp / "compile", board)
         geometry = flash_geometry(program) if flash else None
-        files[HARNESS] = harness(program, latents, labels, geometry, every, test).encode()
+        files[HARNESS] = harness(program, latents, labels, geometry, every, test, start).encode()
         if flash:
             files.update({f"src/{n}": (firmware_sources() / n).read_bytes() for n in ("tt_flash_sim.c", "tt_flash_sim.h")})
         files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})

@@ -12,7 +12,9 @@ its head row (head.py) — a new class closes a guard period first (``check``) a
 the new last good one; then one training step on the sample and ``replay_k`` steps on buffer slots drawn uniformly
 from the filled ones. Every ``guard_period`` learned samples the guard ``check``s: the state's score (guard samples
 predicted right) against the last good state's on the same guard set; more than ``guard_drop`` below it rolls the
-state back to the last good one (``rollbacks`` counts), else the state becomes the last good one.
+state back to the last good one (``rollbacks`` counts), else the state becomes the last good one. While the guard
+set is less than half full the state becomes the last good one unchecked; a drift alarm empties the guard set (its
+samples are of the distribution the input drifted from).
 """
 
 from __future__ import annotations
