@@ -184,16 +184,7 @@ def _snapshot(d: Path) -> dict:
 
 
 # Known, reported, owned elsewhere (tinytrain/cli_train.py): strict, so the mark must go when they are fixed.
-KNOWN = {
-    # argparse's mutually exclusive group compares a value with its default by identity: --epochs 1 "is" the
-    # default 1 (a cached small int), so --epochs 1 --steps 3 passes and steps win (default=None would refuse it)
-    "both --epochs and --steps": "argparse sees --epochs 1 as its default; issue 40 item 8",
-    "--sram on a host engine": "train --sram is read by --engine qemu only and ignored otherwise; issue 40 item 8",
-}
-
-
-@pytest.mark.parametrize("mistake", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN[m]))
-                                     if m in KNOWN else m for m in MISTAKES])
+@pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_mistake_is_one_line_exit_2_and_touches_nothing(mistake, desk, monkeypatch, capsys):
     monkeypatch.chdir(desk)
     words = {"M": "tiny.onnx", "D": "tiny.npz", "P": "photos"}

@@ -63,9 +63,10 @@ class Compiled:
                 "schedule": [f"{n.op} {n.name}" for n in self.step.nodes]}
 
     def text(self) -> str:
-        text = (report_text(self.report, self.step, boards=links_text(self.report.to_json())) + "\n\n"
-                + layer_text(layer_table(self.graph, self.step, self.report), self.plan is not None))
-        return text if self.spec is None else text + f"\nstep: {self.spec.recipe()}"
+        text = report_text(self.report, self.step, boards=links_text(self.report.to_json()))
+        if self.spec is not None:
+            text += f"\nstep: {self.spec.recipe()}"
+        return text + "\n\n" + layer_text(layer_table(self.graph, self.step, self.report), self.plan is not None)
 
     def write(self, out, force: bool = False) -> None:
         """The output folder of ``tinytrain compile`` (a path or a checked ``outputs.OutputDir``): the C project,
