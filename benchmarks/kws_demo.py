@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/kws_demo.py [--reps 4] [--new-word lights]
 
 The MLPerf Tiny DS-CNN (``../shared/models/kws_ref_model.tflite``: 49x10 int8 MFCCs, 12 classes) meets speakers it
-never heard: espeak-ng voices (benchmarks/kws_data.py: every clip synthetic, with drawn pitch, speed, placement and
+never heard: espeak-ng voices (benchmarks/common/kws_data.py: every clip synthetic, with drawn pitch, speed, placement and
 noise), features from tinytrain.audio (the MLPerf MFCC front end in numpy) quantized with the model's input scale and
 zero point. 12 adaptation speakers and 12 test speakers share no voice variant. The last 3 adaptation speakers are a
 validation split: each plan's lr is chosen on them, then the plan trains on all 12 adaptation speakers (the emitted
@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 
-import kws_data  # noqa: E402
+from common import kws_data  # noqa: E402
 from common import accuracy_ci as ci, paired  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "kws_ref_model.tflite"

@@ -1,4 +1,4 @@
-"""The espeak-ng keyword-clip builder of the KWS demo (benchmarks/kws_data.py) on a tiny case."""
+"""The espeak-ng keyword-clip builder of the KWS demo (benchmarks/common/kws_data.py) on a tiny case."""
 
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import kws_data  # noqa: E402
+from common import kws_data  # noqa: E402
 
 
 def test_speakers_of_adaptation_and_test_share_no_voice():
