@@ -28,7 +28,7 @@ from tinytrain.firmware.fit import ram_need
 from tinytrain.training.resolve import resolve_plan
 from tinytrain.training.train_graph import build_training_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402
 MODEL = ROOT / "models" / "mbv1-0.25-vww.onnx"
 OUT = ROOT / "benchmarks" / "results" / "firmware_links"
 

@@ -41,7 +41,7 @@ from tinytrain.cli import main
 from tinytrain.data import load_fashion_mnist, stratified_split, stratified_subset
 from tinytrain.engines.trainer import forward_outputs
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402
 OUT = ROOT / "benchmarks" / "results"
 VALIDATION = 5000
 SEED = 0
