@@ -6,11 +6,8 @@ cut itself (the plan trains the head only), so the buffer's latents are its inpu
 with S_c the sum of the class's latents in the buffer (n_c of them) and S the sum over all n filled slots, the
 direction d = n S_c - n_c S (the class mean minus the buffer's mean, times n n_c) is scaled to the mean integer L2
 norm T of the other seen classes' rows (``DEFAULT_NORM`` x sqrt(width) when there are none):
-row[k] = clamp(round(d[k] T / isqrt(sum d^2)), -127, 127), rounding half up. The row's bias puts the class's
-accumulator on the buffer's mean latent at the other seen rows' mean there: with t_j = n b_j + w_j . S,
-bias = floor((sum_j t_j - m (row . S)) / (m n)) over the m other seen rows (the floor mean of their biases when the
-buffer is empty, 0 when there are none), clamped to int32. Every other state row of the class (weight remainders)
-is zeroed.
+row[k] = clamp(round(d[k] T / isqrt(sum d^2)), -127, 127), rounding half up; the row's bias is the floor mean of
+the other seen rows' biases (0 when none); every other state row of the class (weight remainders) is zeroed.
 """
 
 from __future__ import annotations
@@ -88,11 +85,6 @@ def imprint(state: bytes, layout: HeadLayout, buf: Slots, c: int, seen: np.ndarr
         target, bias = DEFAULT_NORM * math.isqrt(layout.width), 0
     nd = math.isqrt(int((d * d).sum()))
     row = [0] * layout.width if nd == 0 else [min(127, max(-127, _rdiv(int(v) * target, nd))) for v in d]
-    if others and n:
-        total = xs.sum(0)
-        t = sum(n * int(b[j]) + int(w[j].astype(np.int64) @ total) for j in others)
-        mine_t = int(np.asarray(row, np.int64) @ total)
-        bias = min(2**31 - 1, max(-(2**31), (t - len(others) * mine_t) // (len(others) * n)))
     at = layout.weight + c * layout.width
     out[at : at + layout.width] = np.asarray(row, np.int8).tobytes()
     out[layout.bias + 4 * c : layout.bias + 4 * c + 4] = int(bias).to_bytes(4, "little", signed=True)
