@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from tinytrain.api import load_model  # noqa: E402

@@ -14,7 +14,11 @@ import json
 from pathlib import Path
 
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.field_runtime.emit import field_memory
+from tinytrain.field_runtime.api import field, field_model
 from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.host import field_files
+from tinytrain.outputs import OutputDir, check_file, write_file
 
 QEMU_BOARDS = ("qemu-m4", "qemu-m7")
 
@@ -58,9 +62,6 @@ def _settings(args: argparse.Namespace) -> dict:
 
 
 def cmd_field(args: argparse.Namespace) -> None:
-    from tinytrain.field_runtime.api import field
-    from tinytrain.outputs import check_file, write_file
-
     inputs = [p for p in (args.model, args.stream, args.test, args.plan) if p]
     if args.json:
         check_file(args.json, "field", inputs)
@@ -98,10 +99,6 @@ def prepare_field(args: argparse.Namespace):
     compile's output (None without --replay)."""
     if getattr(args, "replay", None) is None:
         return None
-    from tinytrain.field_runtime.emit import field_memory
-    from tinytrain.field_runtime.api import field_model
-    from tinytrain.field_runtime.host import field_files
-    from tinytrain.outputs import OutputDir
 
     heads = args.max_classes or args.new_head  # compile's new head is the field head
     program = field_model(args.model, plan=args.plan, update=args.update, max_classes=heads,
