@@ -61,7 +61,8 @@ import numpy as np
 from common import ROOT, SHARED  # noqa: E402  (puts the checkout on sys.path)
 
 from tinytrain.cli import main as cli  # noqa: E402
-from tinytrain.data import load_dataset, model_inputs, stratified_split  # noqa: E402
+from tinytrain.data import load_dataset, model_inputs  # noqa: E402
+from tinytrain.splits import stratified_split  # noqa: E402
 from tinytrain.frontends import load_model  # noqa: E402
 from tinytrain.ir import Graph, Role  # noqa: E402
 from tinytrain.names import LOSS  # noqa: E402

@@ -63,7 +63,8 @@ class Task:
 
 def load_task(train_images: int, test_images: int) -> Task:
     from tinytrain.api import load_model
-    from tinytrain.data import load_dataset, model_inputs, stratified_split
+    from tinytrain.data import load_dataset, model_inputs
+    from tinytrain.splits import stratified_split
 
     graph = load_model(MODEL, new_head=10, seed=0)
     train_spec = f"fashion-mnist:{train_images}"

@@ -38,7 +38,8 @@ import numpy as np
 import tinytrain
 from tinytrain.api import model_data
 from tinytrain.cli import main
-from tinytrain.data import load_fashion_mnist, stratified_split, stratified_subset
+from tinytrain.data import load_fashion_mnist
+from tinytrain.splits import stratified_split, stratified_subset
 from tinytrain.engines.trainer import forward_outputs
 
 from common import ROOT  # noqa: E402

@@ -105,7 +105,8 @@ class Data:
     """The graph with its new head and the int8 inputs of the training subset and the test set."""
 
     def __init__(self, train_images: int) -> None:
-        from tinytrain.data import load_dataset, model_inputs, stratified_split
+        from tinytrain.data import load_dataset, model_inputs
+        from tinytrain.splits import stratified_split
         from tinytrain.frontends import load_model
         from tinytrain.training.head import new_head
 

@@ -182,7 +182,8 @@ class Task:
 
     def __init__(self, study: Study, model: str | None = None, input_size: int | None = None) -> None:
         import tinytrain
-        from tinytrain.data import held_out_split, load_dataset, model_inputs, stratified_split
+        from tinytrain.data import load_dataset, model_inputs
+        from tinytrain.splits import held_out_split, stratified_split
 
         self.graph = tinytrain.load_model(ROOT / (model or study.model), new_head=study.head, seed=study.seed,
                                           input_size=input_size)

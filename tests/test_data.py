@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tinytrain.data import load_dataset, model_inputs, stratified_split
+from tinytrain.data import load_dataset, model_inputs
+from tinytrain.splits import stratified_split
 from tinytrain.errors import Notice, UsageError
 from tinytrain.input_mapping import NAMED, for_model, from_model, guess, parse, with_mapping
 from tinytrain.ir import DType, Graph, QuantParams, Role, Tensor

@@ -139,7 +139,7 @@ def test_stream_to_qemu_netduinoplus2_trains_vww_like_train_engine_c(tmp_path, c
     assert streamed["board"] == "netduinoplus2" and streamed["steps"] == 20
     assert streamed["final_loss"] == host["final_loss"] and streamed["accuracy"] == host["accuracy_after"]
     # the state, byte for byte: the host C engine trained on the same 20 samples in the same order
-    from tinytrain.data import stratified_split
+    from tinytrain.splits import stratified_split
 
     graph = load_model(model)
     y = data["y"][rows]

@@ -73,7 +73,7 @@ def test_samples_writes_trains_order_and_the_held_out_rows(task, tmp_path, capsy
     assert main(["samples", str(task / "tiny.onnx"), "--data", str(task / "tiny.npz"), "--new-head", "2",
                  "--held-out", "0.25", "--steps", "7", "--seed", "3", "-o", str(tmp_path)]) == 0
     x, y = model_data(load_model(task / "tiny.onnx", new_head=2), str(task / "tiny.npz"))
-    from tinytrain.data import held_out_split
+    from tinytrain.splits import held_out_split
 
     rows, test = held_out_split(y, 0.25, 0)
     order = sample_order(rows, 7, 3)

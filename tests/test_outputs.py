@@ -14,7 +14,7 @@ from onnx_models import write_tiny_task
 from tinytrain.cli import main
 from tinytrain.outputs import MANIFEST, OutputDir, read_manifest
 from tinytrain.search import run as search_run
-from tinytrain.search.run import SearchResult
+from tinytrain.search.state import SearchResult
 from tinytrain.training.sparse import preset
 from tinytrain.errors import UsageError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.compilation import Compiled
-from tinytrain.data import held_out_split
+from tinytrain.splits import held_out_split
 from tinytrain.engines import default_engine
 from tinytrain.engines.order import sample_order
 from tinytrain.engines import samples as sampling
@@ -199,10 +199,10 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
          input_mapping=None, **options):
     """Search the sparse-update plan with the best measured accuracy under the SRAM budget (tinytrain/search/):
     contributions by short fine-tunes (cached on disk), the gain model's proposals, the presets and proposals
-    trained as finalists. ``options``: the fields of ``search.run.SearchOptions`` (workers, executor, lr, epochs,
+    trained as finalists. ``options``: the fields of ``search.state.SearchOptions`` (workers, executor, lr, epochs,
     ...; ``loss``: "xent" or "mse", default from the data as ``train``'s: an autoencoder on DATA without y is
     searched by minus its validation reconstruction error, or with the data's anomaly labels by the ROC AUC of that
-    error, fitting on the normal rows only). Returns a ``search.run.SearchResult`` (``.plan``,
+    error, fitting on the normal rows only). Returns a ``search.state.SearchResult`` (``.plan``,
     ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
     from tinytrain.search.run import search_data
 

@@ -141,12 +141,30 @@ def cmd_convert(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tinytrain.codegen.context import CORE_TARGETS
+    from tinytrain.cli_firmware import add_firmware_commands
+    from tinytrain.cli_fleet import add_fleet_command
+    from tinytrain.cli_plan import add_plan_command
+    from tinytrain.cli_quantize import add_quantize_command
+    from tinytrain.cli_samples import add_samples_command
+    from tinytrain.cli_train import add_train_commands
 
     p = _Parser(prog="tinytrain", description="Compile int8 MobileNets for on-device training on microcontrollers.")
     p.add_argument("--version", action="version", version=f"tinytrain {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_model_commands(sub)
+    _add_compile_command(sub)
+    add_train_commands(sub)
+    add_firmware_commands(sub)
+    add_plan_command(sub)
+    add_fleet_command(sub)
+    add_samples_command(sub)
+    add_field_command(sub)
+    add_quantize_command(sub)
+    return p
 
+
+def _add_model_commands(sub) -> None:
+    """inspect and run: what a model is and what it computes."""
     s = sub.add_parser("inspect", help="ops, shapes, quantization, params, MACs, memory estimate")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.set_defaults(func=cmd_inspect)
@@ -157,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="Y.npy: quantized output batch")
     s.set_defaults(func=cmd_run)
 
+
+def _add_compile_command(sub) -> None:
+    """compile (the training step or the forward pass as C) and convert (the model as QDQ ONNX)."""
+    from tinytrain.codegen.context import CORE_TARGETS
     from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
 
     s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
@@ -191,31 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, help="OUT.onnx")
     add_input_mapping_argument(s)
     s.set_defaults(func=cmd_convert)
-
-    from tinytrain.cli_train import add_train_commands
-
-    add_train_commands(sub)
-
-    from tinytrain.cli_firmware import add_firmware_commands
-
-    add_firmware_commands(sub)
-
-    from tinytrain.cli_plan import add_plan_command
-
-    add_plan_command(sub)
-
-    from tinytrain.cli_fleet import add_fleet_command
-
-    add_fleet_command(sub)
-
-    from tinytrain.cli_samples import add_samples_command
-
-    add_samples_command(sub)
-    add_field_command(sub)
-    from tinytrain.cli_quantize import add_quantize_command
-
-    add_quantize_command(sub)
-    return p
 
 
 _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # all but the newline (compiler output)

@@ -53,7 +53,7 @@ def cmd_firmware(args: argparse.Namespace) -> None:
 def cmd_stream(args: argparse.Namespace) -> None:
     from tinytrain.api import load_model
     from tinytrain.engines.order import sample_order
-    from tinytrain.data import held_out_split
+    from tinytrain.splits import held_out_split
     from tinytrain.firmware.protocol import Board
 
     try:

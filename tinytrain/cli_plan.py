@@ -33,7 +33,7 @@ from pathlib import Path
 from tinytrain.cli_args import non_negative_float, non_negative_int, positive_float, positive_int
 from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_schedule_arguments
 from tinytrain.errors import UsageError
-from tinytrain.search.run import DEFAULT_LR
+from tinytrain.search.state import DEFAULT_LR
 
 
 def _ks(spec: str | None) -> tuple[int, ...] | None:
@@ -77,7 +77,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     from tinytrain.api import plan
 
     from tinytrain.outputs import check_file
-    from tinytrain.search.run import search_report_path
+    from tinytrain.search.state import search_report_path
 
     out = Path(args.output)
     inputs = [p for p in (args.model, args.data) if p]
@@ -164,6 +164,17 @@ def add_plan_command(sub) -> None:
     s.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the --held-out and --val splits")
     s.add_argument("--val", type=float, default=0.25,
                    help="fraction of the (non-held-out) data the contributions are scored on (default 0.25)")
+    _add_finetune_arguments(s)
+    _add_search_arguments(s)
+    _add_run_arguments(s)
+    s.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    s.add_argument("-o", "--output", required=True, help="PLAN.json (version 1); PLAN.search.json beside it")
+    s.set_defaults(func=cmd_plan)
+
+
+def _add_finetune_arguments(s) -> None:
+    """The recipe of the contribution fine-tunes, the rungs and the written plan."""
     s.add_argument("--lr", type=positive_float, default=DEFAULT_LR, help="learning rate of the fine-tunes and the plan")
     s.add_argument("--bias-lr", type=positive_float, help="learning rate of the biases (default: --lr)")
     s.add_argument("--head-lr", type=positive_float, help="learning rate of the last layer (default: --lr / --bias-lr)")
@@ -177,6 +188,10 @@ def add_plan_command(sub) -> None:
     s.add_argument("--no-qas", action="store_true", help="fine-tune with plain int8 SGD (no QAS)")
     s.add_argument("--rounding", choices=("stochastic", "nearest"), default="stochastic",
                    help="rounding of the int8 update: stochastic (a deterministic hash PRNG) or to nearest")
+
+
+def _add_search_arguments(s) -> None:
+    """The search space, the gain model's noise floor and the finalists' successive halving."""
     s.add_argument("--bias-k", help="comma-separated k values of the bias option (default: 1-6, even k to 16, "
                    "every 4th, and all layers)")
     s.add_argument("--noise-floor", type=non_negative_float, default=2.0, metavar="Z",
@@ -202,6 +217,10 @@ def add_plan_command(sub) -> None:
     s.add_argument("--no-rank-check", action="store_true",
                    help="skip the last phase: every finalist trained at full length (the reference ranking each "
                         "rung's Spearman correlation is measured against; the winner is then the best of them)")
+
+
+def _add_run_arguments(s) -> None:
+    """Where and how long the search runs: workers, executor, time limit, the evolutionary search, caches."""
     s.add_argument("--workers", type=positive_int, default=1,
                    help="fine-tune processes (default 1); --executor ray: the CPUs of the local Ray instance it "
                         "starts (default: every core)")
@@ -220,7 +239,3 @@ def add_plan_command(sub) -> None:
     s.add_argument("--generations", type=positive_int, default=30, help="evolutionary search: generations (default 30)")
     s.add_argument("--cache", help="folder of the contribution / memory caches (default $TINYTRAIN_CACHE/contrib)")
     s.add_argument("--no-cache", action="store_true", help="measure everything again, keep nothing")
-    s.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
-    s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
-    s.add_argument("-o", "--output", required=True, help="PLAN.json (version 1); PLAN.search.json beside it")
-    s.set_defaults(func=cmd_plan)

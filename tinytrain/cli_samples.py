@@ -35,7 +35,7 @@ def cmd_samples(args: argparse.Namespace) -> None:
 
 def _write(args: argparse.Namespace) -> None:
     from tinytrain.api import load_model, sample_order
-    from tinytrain.data import held_out_split
+    from tinytrain.splits import held_out_split
     from tinytrain.engines.samples import default_loss, load_data, prepared
     from tinytrain.firmware import samples
     from tinytrain.outputs import write_files

@@ -161,7 +161,10 @@ def add_train_commands(sub) -> None:
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     add_progress_argument(s)
     s.set_defaults(func=cmd_train)
+    _add_eval_command(sub)
 
+
+def _add_eval_command(sub) -> None:
     s = sub.add_parser("eval", help="accuracy of the int8 model with the device's arithmetic")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True)
