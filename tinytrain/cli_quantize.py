@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+from tinytrain.calibration import CALIBRATIONS
 from tinytrain.input_mapping import CHOICES
-from tinytrain.quantizer import CALIBRATIONS, quantize
 
 
 def cmd_quantize(args: argparse.Namespace) -> None:
+    from tinytrain.quantizer import quantize  # lazy: onnxruntime's quantizer takes seconds to load
+
     print(quantize(args.model, args.data, args.output, calibration=args.calibration,
                    input_mapping=args.input_mapping).text())
 

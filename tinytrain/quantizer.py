@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from tinytrain.calibration import CALIBRATIONS
 from tinytrain.data import dataset_from_arrays, images_for_shape, load_dataset
 from tinytrain.errors import ModelError, Notice, UnsupportedModelError, UsageError
 from tinytrain.frontends.onnx import QDQ_MARKERS, convert_onnx, parse_model
@@ -35,7 +36,6 @@ from tinytrain.input_mapping import KEY, NAMED, InputMapping, from_json, parse, 
 from tinytrain.outputs import check_file, write_file
 from tinytrain.version import __version__
 
-CALIBRATIONS = ("minmax", "percentile", "entropy")
 QUANTIZED_BY = "tinytrain.quantized_by"
 MIN_IMAGES = 10  # fewer calibration images leave most ranges to chance
 
