@@ -144,6 +144,25 @@ def test_no_module_in_tinytrain_is_longer_than_400_lines():
     assert long == {}
 
 
+def test_function_local_imports_are_few_and_say_why():
+    """Issue 42: imports of tinytrain sit at the top of their module; at most 20 inside functions, each where
+    laziness is needed (onnx, onnxruntime's quantizer, Flower, the API behind ``import tinytrain``), each with a
+    ``# lazy`` comment in the lines above it or on it."""
+    root = Path(tinytrain.__file__).parent
+    local = []
+    for path in root.rglob("*.py"):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tinytrain":
+                    said = any("# lazy" in line for line in lines[fn.lineno - 1:node.end_lineno])
+                    local.append((f"{path.relative_to(root)}:{node.lineno}", said))
+    assert len(local) <= 20, local
+    assert [where for where, said in local if not said] == []
+
+
 def test_no_template_is_longer_than_250_lines():
     """Issue 42: one kernel variant, one template (a family's variants are included from its selecting template)."""
     root = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ __all__ = [*API, "__version__", "BudgetError", "ModelError", "PlanError", "TinyT
 
 
 def __getattr__(name: str):
-    # The API loads on first use, so `import tinytrain` stays light.
+    # lazy, all four: the API loads on first use, so `import tinytrain` stays light
     if name == "fleet":  # federated/run.py: it builds on api.py, so api.py does not import it
         from tinytrain.federated import fleet
 
@@ -25,7 +25,7 @@ def __getattr__(name: str):
         from tinytrain.field_runtime.api import field
 
         return field
-    if name == "quantize":
+    if name == "quantize":  # onnxruntime's quantizer takes seconds to load
         from tinytrain.quantizer import quantize
 
         return quantize

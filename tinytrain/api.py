@@ -15,19 +15,25 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.codegen.contract import with_classes
 from tinytrain.compilation import Compiled
-from tinytrain.splits import held_out_split
+from tinytrain.compilation import compile_step
 from tinytrain.engines import default_engine
-from tinytrain.engines.order import sample_order
 from tinytrain.engines import samples as sampling
+from tinytrain.engines.order import sample_order
 from tinytrain.engines.results import EvalResult, TrainResult, score_outputs
+from tinytrain.engines.run import check_persist_arguments, run_training
 from tinytrain.engines.samples import check_classifier, default_loss, load_data, prepared, scorer, training_samples
 from tinytrain.engines.trainer import build_trainer, check_engine, forward_outputs
 from tinytrain.errors import UsageError, param
+from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import Graph
+from tinytrain.search.run import search_data
 from tinytrain.simulator import TrainState, with_state
 from tinytrain.sizes import parse_size
+from tinytrain.splits import held_out_split
 from tinytrain.state_file import load_state
+from tinytrain.training.head import new_head as replace_head
 from tinytrain.training.resolve import needs_steps, over_run, read_step, resolve_step, seed_of
 from tinytrain.training.sparse import Plan
 from tinytrain.training.spec import StepSpec
@@ -44,6 +50,7 @@ def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0, 
     size (frontends/resize.py); ``new_head``: its last layer replaced by a new N-class head (init ``seed``);
     ``input_mapping`` (a name, "SCALE,OFFSET" or an ``InputMapping``; None: the model's own): how a pixel becomes
     its input (tinytrain/input_mapping.py)."""
+    # lazy: the importers load onnx (about 0.6 s); only reading a model needs them
     from tinytrain.frontends import load_model as load
 
     return _graph(load(path), new_head, seed, input_size, input_mapping)
@@ -51,20 +58,17 @@ def load_model(path: str | Path, *, new_head: int | None = None, seed: int = 0, 
 
 def _graph(model: str | Path | Graph, new_head: int | None, seed: int, input_size: InputSize = None,
            input_mapping=None) -> Graph:
-    from tinytrain.input_mapping import with_mapping
-
     if not isinstance(model, Graph):
         return load_model(model, new_head=new_head, seed=seed, input_size=input_size, input_mapping=input_mapping)
     if new_head is not None and new_head < 1:
         raise UsageError(f"new_head {new_head}: give the number of classes of the new head (at least 2)")
     model = with_mapping(model, input_mapping)
     if input_size is not None:
+        # lazy: the importers load onnx (about 0.6 s); only reading a model needs them
         from tinytrain.frontends.resize import resize_input
 
         model = resize_input(model, input_size)
     if new_head:
-        from tinytrain.training.head import new_head as replace_head
-
         return replace_head(model, new_head, seed=seed)
     return model
 
@@ -85,8 +89,6 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     budgets and emit its C. ``step``: the step's knobs, as ``train`` takes them (training/spec.py ``KNOBS``; a
     cosine ``lr_schedule`` needs ``schedule_steps`` here), so the step tuned with ``train`` is the step compiled.
     Raises BudgetError when it does not fit."""
-    from tinytrain.codegen.contract import with_classes
-    from tinytrain.compilation import compile_step
 
     sram_bytes, flash_bytes = _bytes(sram), _bytes(flash)
     needs_steps(step)
@@ -121,7 +123,6 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
     that many saves and None is returned. ``progress(n)``: called as n more steps finish. ``state`` (a
     TrainState, a STATE.npz or a board's tt_state.bin): start from its weights and biases (the step counter,
     momentum and weight remainders start at zero, as after tt_init)."""
-    from tinytrain.engines.run import check_persist_arguments, run_training
 
     engine = check_engine(engine or default_engine())
     check_persist_arguments(engine, flash, save_every, stop_after_saves)
@@ -204,7 +205,6 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     searched by minus its validation reconstruction error, or with the data's anomaly labels by the ROC AUC of that
     error, fitting on the normal rows only). Returns a ``search.state.SearchResult`` (``.plan``,
     ``.report`` = PLAN.search.json); with ``output`` writes PLAN.json and PLAN.search.json beside it."""
-    from tinytrain.search.run import search_data
 
     graph = _graph(model, new_head, seed, input_size, input_mapping)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,

@@ -13,12 +13,24 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.api import compile
 from tinytrain.cli_args import positive_int
-from tinytrain.version import __version__
-from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
-from tinytrain.cli_train import UPDATE_HELP, add_force_argument, add_step_arguments, step_knobs
 from tinytrain.cli_field import add_field_command, add_field_options, prepare_field
+from tinytrain.cli_firmware import add_firmware_commands
+from tinytrain.cli_fleet import add_fleet_command
+from tinytrain.cli_plan import add_plan_command
+from tinytrain.cli_quantize import add_quantize_command
+from tinytrain.cli_samples import add_samples_command
+from tinytrain.cli_train import UPDATE_HELP, add_force_argument, add_step_arguments, step_knobs
+from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_train_commands
+from tinytrain.codegen.bindings.conv2d.forward import explain_text
+from tinytrain.codegen.context import CORE_TARGETS
+from tinytrain.describe import describe
+from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
+from tinytrain.input_mapping import from_model, with_mapping
 from tinytrain.outputs import OutputDir, check_file, write_file
+from tinytrain.simulator import external_input_dtype, forward, to_external, to_internal
+from tinytrain.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,20 +79,17 @@ def _did_you_mean(parser: _Parser, command: argparse.ArgumentParser, message: st
 
 
 def _load(path: str):
+    # lazy: the importers load onnx (about 0.6 s); only reading a model needs them
     from tinytrain.frontends import load_model
 
     return load_model(path)
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from tinytrain.describe import describe
-
     print(describe(_load(args.model)))
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from tinytrain.simulator import external_input_dtype, forward, to_external, to_internal
-
     check_file(args.output, "npy", inputs=(args.input, args.model))
     graph = _load(args.model)
     try:
@@ -103,8 +112,6 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> None:
     """Plan the training step (with --plan / --update) or, without, the inference forward pass."""
-    from tinytrain.api import compile
-    from tinytrain.codegen.bindings.conv2d.forward import explain_text
 
     target = OutputDir(args.output, "compile", force=args.force, inputs=[p for p in (args.model, args.plan) if p])
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
@@ -127,9 +134,9 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
+    # lazy: writing ONNX loads onnx (about 0.6 s)
     from tinytrain.export_onnx import graph_to_onnx, save_onnx
 
-    from tinytrain.input_mapping import from_model, with_mapping
 
     check_file(args.output, "onnx", inputs=(args.model,))
     graph = with_mapping(_load(args.model), args.input_mapping)
@@ -141,13 +148,6 @@ def cmd_convert(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tinytrain.cli_firmware import add_firmware_commands
-    from tinytrain.cli_fleet import add_fleet_command
-    from tinytrain.cli_plan import add_plan_command
-    from tinytrain.cli_quantize import add_quantize_command
-    from tinytrain.cli_samples import add_samples_command
-    from tinytrain.cli_train import add_train_commands
-
     p = _Parser(prog="tinytrain", description="Compile int8 MobileNets for on-device training on microcontrollers.")
     p.add_argument("--version", action="version", version=f"tinytrain {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -178,8 +178,6 @@ def _add_model_commands(sub) -> None:
 
 def _add_compile_command(sub) -> None:
     """compile (the training step or the forward pass as C) and convert (the model as QDQ ONNX)."""
-    from tinytrain.codegen.context import CORE_TARGETS
-    from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
 
     s = sub.add_parser("compile", help="plan memory against the budgets and emit the C project")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")

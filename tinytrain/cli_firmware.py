@@ -17,19 +17,26 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tinytrain.api import load_model, score_outputs
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.cli_train import add_force_argument, add_input_mapping_argument
+from tinytrain.engines.order import sample_order
+from tinytrain.engines.samples import anomaly_labels, default_loss, load_data, prepared
 from tinytrain.errors import UsageError
+from tinytrain.firmware import BOARDS, get_board, render_firmware
+from tinytrain.firmware.emulator import PREFIX, emulated
+from tinytrain.firmware.project import DEFAULT_BAUD, write_project
+from tinytrain.firmware.protocol import Board
+from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
+from tinytrain.outputs import OutputDir, write_file
+from tinytrain.sizes import parse_size
+from tinytrain.splits import held_out_split
 
 if TYPE_CHECKING:
     from tinytrain.ir import Graph
 
 
 def cmd_firmware(args: argparse.Namespace) -> None:
-    from tinytrain.outputs import OutputDir
-    from tinytrain.firmware import get_board, render_firmware
-    from tinytrain.firmware.project import write_project
-    from tinytrain.sizes import parse_size
-
     board = get_board(args.board)
     target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
     files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
@@ -51,11 +58,6 @@ def cmd_firmware(args: argparse.Namespace) -> None:
 
 
 def cmd_stream(args: argparse.Namespace) -> None:
-    from tinytrain.api import load_model
-    from tinytrain.engines.order import sample_order
-    from tinytrain.splits import held_out_split
-    from tinytrain.firmware.protocol import Board
-
     try:
         import serial
     except ImportError:
@@ -96,7 +98,6 @@ def _port_url(port: str):
     """The pyserial URL of --port, in a context: ``qemu:PROJECT`` runs the project under QEMU meanwhile."""
     from contextlib import nullcontext
 
-    from tinytrain.firmware.emulator import PREFIX, emulated
 
     return emulated(port[len(PREFIX):]) if port.startswith(PREFIX) else nullcontext(port)
 
@@ -115,7 +116,6 @@ class _StreamData:
 
 def _stream_data(graph: Graph, args: argparse.Namespace) -> _StreamData:
     """DATA as `train` and `eval` read it; float targets are refused (the protocol carries a sample and a label)."""
-    from tinytrain.engines.samples import anomaly_labels, default_loss, load_data, prepared
 
     ds = load_data(args.data)
     loss = args.loss or default_loss(graph, ds)
@@ -130,7 +130,6 @@ def _stream_data(graph: Graph, args: argparse.Namespace) -> _StreamData:
 def _stream(args, board, data: _StreamData, rows, test_rows, order, steps) -> dict:
     """Train on x[order] and evaluate x[test_rows] on the board; the result JSON of `stream` (eval's keys: accuracy,
     or an autoencoder's reconstruction errors and their ROC AUC)."""
-    from tinytrain.api import score_outputs
 
     x, y = data.x, data.y
     if board.input_bytes != x[0].nbytes:
@@ -160,19 +159,12 @@ def _stream(args, board, data: _StreamData, rows, test_rows, order, steps) -> di
               "cycles_per_step": float(np.mean(cycles)) if cycles else None,
               "cycles_per_inference": float(np.mean(predict_cycles))}
     if args.state_out:
-        from tinytrain.outputs import write_file
-
         write_file(args.state_out, board.state(), "device-state")
         result["state_out"] = args.state_out
     return result
 
 
 def add_firmware_commands(sub) -> None:
-    from tinytrain.cli_train import add_force_argument, add_input_mapping_argument
-    from tinytrain.firmware import BOARDS
-    from tinytrain.firmware.project import DEFAULT_BAUD
-    from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
-
     s = sub.add_parser("firmware", help="a firmware project (QEMU board or PlatformIO) from a compile output folder")
     s.add_argument("dir", help="the output folder of `tinytrain compile`")
     s.add_argument("--board", required=True, choices=tuple(BOARDS), help="the board (docs/guide/firmware.md)")

@@ -9,11 +9,13 @@ import argparse
 import json
 
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_remainder_argument, add_schedule_arguments
+from tinytrain.outputs import check_file, write_file
 
 
 def cmd_fleet(args: argparse.Namespace) -> None:
+    # lazy: the fleet loads Flower; nothing else needs it
     from tinytrain.federated import fleet
-    from tinytrain.outputs import check_file, write_file
 
     inputs = [p for p in (args.model, args.data, args.test, args.plan) if p]
     if args.state_out:
@@ -44,9 +46,6 @@ def cmd_fleet(args: argparse.Namespace) -> None:
 
 
 def add_fleet_command(sub) -> None:
-    from tinytrain.cli_train import (add_input_mapping_argument, add_input_size_argument, add_remainder_argument,
-                                     add_schedule_arguments)
-
     s = sub.add_parser("fleet", help="federated fine-tuning of the compiled training step over simulated devices "
                                      "(Flower)")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")

@@ -30,10 +30,14 @@ import argparse
 import json
 from pathlib import Path
 
+from tinytrain.api import plan
 from tinytrain.cli_args import non_negative_float, non_negative_int, positive_float, positive_int
 from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_schedule_arguments
 from tinytrain.errors import UsageError
+from tinytrain.outputs import check_file
 from tinytrain.search.state import DEFAULT_LR
+from tinytrain.search.state import search_report_path
+from tinytrain.sizes import format_size
 
 
 def _ks(spec: str | None) -> tuple[int, ...] | None:
@@ -74,11 +78,6 @@ def _gain(g: float, pct: bool) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    from tinytrain.api import plan
-
-    from tinytrain.outputs import check_file
-    from tinytrain.search.state import search_report_path
-
     out = Path(args.output)
     inputs = [p for p in (args.model, args.data) if p]
     check_file(out, "plan", inputs)
@@ -108,8 +107,6 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
 
 def _print_report(result, out: Path, details: Path) -> None:
-    from tinytrain.sizes import format_size
-
     report = result.report
     base, noise, options = report["baseline"], report["noise_floor"], report["options"]
     score = {"accuracy": "accuracy", "roc_auc": "ROC AUC of the reconstruction error"}.get(

@@ -18,8 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.api import load_model, sample_order, score_outputs
 from tinytrain.cli_args import non_negative_int, positive_int
+from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
+from tinytrain.data import Dataset
+from tinytrain.engines.qemu import QemuError, parse_output
+from tinytrain.engines.samples import default_loss, load_data, prepared
 from tinytrain.errors import UsageError
+from tinytrain.firmware import samples
+from tinytrain.outputs import write_files
+from tinytrain.splits import held_out_split
 
 
 def cmd_samples(args: argparse.Namespace) -> None:
@@ -34,12 +42,6 @@ def cmd_samples(args: argparse.Namespace) -> None:
 
 
 def _write(args: argparse.Namespace) -> None:
-    from tinytrain.api import load_model, sample_order
-    from tinytrain.splits import held_out_split
-    from tinytrain.engines.samples import default_loss, load_data, prepared
-    from tinytrain.firmware import samples
-    from tinytrain.outputs import write_files
-
     out = Path(args.output)
     names = {out / "tt_train.bin": "samples", out / "tt_test.bin": "samples"}
     graph = load_model(args.model, new_head=args.new_head, seed=args.seed, input_size=args.input_size,
@@ -64,11 +66,6 @@ def _write(args: argparse.Namespace) -> None:
 
 
 def _read(args: argparse.Namespace) -> None:
-    from tinytrain.api import load_model, score_outputs
-    from tinytrain.engines.samples import default_loss
-    from tinytrain.data import Dataset
-    from tinytrain.firmware import samples
-
     folder = Path(args.read)
     graph = load_model(args.model, new_head=args.new_head, seed=args.seed, input_size=args.input_size)
     try:
@@ -98,7 +95,6 @@ def _read(args: argparse.Namespace) -> None:
 def _losses(log: str | None) -> dict:
     if log is None:
         return {}
-    from tinytrain.engines.qemu import QemuError, parse_output
 
     try:
         losses = parse_output(Path(log).read_text(errors="replace"))["losses"]
@@ -114,8 +110,6 @@ def _state(folder: Path) -> str | None:
 
 
 def add_samples_command(sub) -> None:
-    from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument
-
     s = sub.add_parser("samples", help="write the sample files a QEMU board's harness reads, or read what it wrote")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", help="DATA of the samples (as train --data)")

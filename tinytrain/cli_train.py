@@ -20,15 +20,17 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain import cli_args
+from tinytrain.api import evaluate, train
 from tinytrain.cli_args import non_negative_int, positive_int
 from tinytrain.engines import ENGINES, HOST_ENGINES
 from tinytrain.errors import UsageError
+from tinytrain.firmware import BOARDS
+from tinytrain.outputs import check_file
+from tinytrain.state_file import save_state
 from tinytrain.training.spec import KNOBS
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from tinytrain.api import train
-
     _check_outputs(args)
     if args.sram and args.engine != "qemu":
         raise UsageError(f"--sram {args.sram} is the firmware's RAM on --engine qemu; the host engines have no "
@@ -46,11 +48,10 @@ def cmd_train(args: argparse.Namespace) -> None:
         return
     out = result.to_json()
     if args.state_out:
-        from tinytrain.state_file import save_state
-
         save_state(args.state_out, result.state)
         out["state_out"] = args.state_out
     if args.output:  # the forward graph with the trained weights / biases (and new head), as int8 QDQ ONNX
+        # lazy: writing ONNX loads onnx (about 0.6 s)
         from tinytrain.export_onnx import graph_to_onnx, save_onnx
 
         save_onnx(graph_to_onnx(result.trained_model()), args.output)
@@ -86,7 +87,6 @@ def cmd_train(args: argparse.Namespace) -> None:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Before the work: --state-out, -o and the board's --flash may be written (tinytrain/outputs), and are not one
     file."""
-    from tinytrain.outputs import check_file
 
     inputs = [p for p in (args.model, args.plan, args.data, args.state) if p]
     if args.flash:
@@ -101,8 +101,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    from tinytrain.api import evaluate
-
     with Progress.of(args, "eval", "samples") as progress:
         result = evaluate(args.model, args.data, state=args.state, engine=args.engine, new_head=args.new_head,
                           seed=args.seed, held_out=args.held_out, split_seed=args.split_seed, loss=args.loss,
@@ -124,8 +122,6 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def add_train_commands(sub) -> None:
-    from tinytrain.firmware import BOARDS
-
     s = sub.add_parser("train", help="fine-tune with the device's arithmetic (batch-1 SGD, QAS, sparse update)")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
     s.add_argument("--data", required=True,

@@ -7,6 +7,8 @@ import numpy as np
 
 from tinytrain.errors import UsageError
 from tinytrain.ir import Graph
+from tinytrain.ir import DType
+from tinytrain.ops.mse import MseAttrs, loss_reference
 
 
 def reconstruction_errors(graph: Graph, x: np.ndarray, out: np.ndarray, targets: np.ndarray | None = None
@@ -15,8 +17,6 @@ def reconstruction_errors(graph: Graph, x: np.ndarray, out: np.ndarray, targets:
     (or against float ``targets`` of the output's shape)."""
     from dataclasses import replace
 
-    from tinytrain.ir import DType
-    from tinytrain.ops.mse import MseAttrs, loss_reference
 
     o = graph.tensors[graph.outputs[0]]
     if targets is None:

@@ -19,6 +19,7 @@ import numpy as np
 from tinytrain.ir import DType, Graph, Role
 from tinytrain.names import LABEL, LOSS, STEP_INPUT, TARGET
 from tinytrain.ops import get_op, written_tensors
+from tinytrain.training.finite import gradient_bounds
 
 
 def forward(graph: Graph, inputs: Mapping[str, np.ndarray], chunk: int = 64) -> dict[str, np.ndarray]:
@@ -116,7 +117,6 @@ class TrainState:
 def init_state(graph: Graph) -> TrainState:
     """The initial state: copies of the graph data of every tensor the training graph writes. Refuses (PlanError) a
     graph whose gradients a finite loss does not prove finite (training/finite.py: the guard checks the loss)."""
-    from tinytrain.training.finite import gradient_bounds
 
     gradient_bounds(graph)
     return TrainState({name: graph.tensors[name].data.copy() for name in written_tensors(graph)})

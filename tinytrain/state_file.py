@@ -18,6 +18,7 @@ import numpy as np
 from tinytrain.codegen.state import MAGIC, unpack
 from tinytrain.errors import UsageError
 from tinytrain.ir import Graph
+from tinytrain.outputs import write_file
 from tinytrain.simulator import TrainState
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.train_graph import build_training_graph
@@ -25,7 +26,6 @@ from tinytrain.training.train_graph import build_training_graph
 
 def save_state(path: str | Path, state: TrainState) -> None:
     """Write ``state`` to ``path`` (all or nothing, never over a file that is not a state: tinytrain/outputs)."""
-    from tinytrain.outputs import write_file
 
     data = io.BytesIO()
     with zipfile.ZipFile(data, "w", zipfile.ZIP_STORED) as z:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.version import __version__
 from tinytrain.codegen import cformat
 from tinytrain.codegen.bindings import BINDINGS
+from tinytrain.version import __version__
 from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES, Array, Context, Kernel,
                                        arena_offsets, arm_dsp, bind_call, dsp_kernels, environment, fpv5, runtime_files,
                                        step_comment, streamed_input)
@@ -41,6 +41,8 @@ from tinytrain.memory.report import MemoryReport, PlannedBuffer
 from tinytrain.memory.stream import StreamPlan
 from tinytrain.names import LABEL, LOSS, STEP_INPUT, TARGET
 from tinytrain.ops import loss_ops
+from tinytrain.ops import get_op
+from tinytrain.training.autodiff import is_forward
 from tinytrain.training.finite import gradient_bounds
 
 # tt_float.h and its parts by family (rounding, draws, gradient tiles, clamp masks)
@@ -147,14 +149,11 @@ class _TrainContext(Context):
 
 
 def _view(node: Node) -> bool:
-    from tinytrain.ops import get_op
-
     return get_op(node.op).view
 
 
 def _phases(graph: Graph) -> tuple[list[Node], list[Node]]:
     """(forward nodes, training nodes): the forward int8 nodes must be a prefix of the schedule."""
-    from tinytrain.training.autodiff import is_forward
 
     forward: list[Node] = []
     for k, node in enumerate(graph.nodes):
@@ -215,7 +214,6 @@ def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kern
 def _guard_position(training: list[Node], loss_node: Node) -> int:
     """Index of the loss among the training steps: the non-finite guard (train_model.c.j2) runs right after it,
     so it must come before every update."""
-    from tinytrain.ops import get_op
 
     k = next(i for i, n in enumerate(training) if n is loss_node)
     early = [n.name for n in training[:k] if get_op(n.op).writes]

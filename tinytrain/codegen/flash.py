@@ -21,6 +21,7 @@ import re
 from dataclasses import replace
 
 from tinytrain.codegen.context import MODEL_SOURCE
+from tinytrain.codegen.project import render_project
 from tinytrain.ir import Graph
 from tinytrain.memory.report import MemoryReport
 
@@ -61,7 +62,6 @@ def render_within_flash(graph: Graph, report: MemoryReport,
                         choices: list[str] | None = None) -> tuple[MemoryReport, dict[str, str]]:
     """The emitted project and its report with the emitted flash; plain kernels where the tables would not fit (see
     the module docstring). The caller checks the budget (the last try is returned when none fits)."""
-    from tinytrain.codegen.project import render_project
 
     convs = [n for n in graph.nodes if n.op == "conv2d"]
     read = {i for n in graph.nodes if n.op != "conv2d" for i in n.inputs}  # e.g. the backward's input gradients

@@ -3,7 +3,6 @@ and the host (``pack`` / ``unpack``), so a device state, a host-C state and a si
 byte for byte.
 
 Layout, all integers little-endian whatever the target:
-
     offset 0   4 bytes  magic "TTS1"
     offset 4   uint32   format version (2: weight remainders may follow their parameter; a version-1 state is refused)
     offset 8   uint32   layout fingerprint: the first 4 bytes (little-endian) of the sha256 of the lines
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.ir import Graph
+from tinytrain.ops import get_op
+from tinytrain.simulator import TrainState
 
 MAGIC = b"TTS1"
 VERSION = 2
@@ -56,7 +57,6 @@ class StateEntry:
 def _written(graph: Graph) -> list[tuple[str, tuple[int, ...] | None]]:
     """(tensor, channels the update writes or None) for what update nodes write, ordered by (stream, input
     position): independent of the schedule. Momentum buffers have the selected channels' shape already."""
-    from tinytrain.ops import get_op
 
     keyed = []
     for k, node in enumerate(graph.nodes):
@@ -110,7 +110,6 @@ def pack(graph: Graph, state) -> bytes:
 
 def unpack(graph: Graph, data: bytes):
     """A ``simulator.TrainState`` from state file bytes; ValueError if they belong to another layout."""
-    from tinytrain.simulator import TrainState
 
     layout = state_layout(graph)
     if len(data) != state_size(layout) or data[:4] != MAGIC:

@@ -26,11 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.codegen import MODEL_SOURCE, render_project
+from tinytrain.codegen.state import pack, unpack
 from tinytrain.engines import HOST_CC
 from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
+from tinytrain.memory.report import plan_forward, plan_memory
 from tinytrain.names import TARGET
 from tinytrain.ops import loss_ops
+from tinytrain.training.device_step import device_schedule
 
 # Same C as on the device: C99, no fused multiply-add contraction, no fast-math (docs/design.md §4).
 # -fno-delete-null-pointer-checks works around a GCC 12 wrong-code bug (x86-64, -O2 and -O3): once IPA-CP has
@@ -94,8 +98,6 @@ def _compiler_id(cc: str, cflags: tuple[str, ...]) -> str:
 def build(graph: Graph, cache_dir: str | Path | None = None, *, planner: str = "greedy", cc: str = HOST_CC,
           cflags: tuple[str, ...] = HOST_CFLAGS) -> Path:
     """Emit and compile ``graph`` (unless cached); return the shared library's path."""
-    from tinytrain.codegen import render_project
-    from tinytrain.memory.report import plan_forward
 
     plan = plan_forward(graph, sram_budget=1 << 62, flash_budget=1 << 62, planner=planner)
     return compile_files(render_project(graph, plan), cache_dir, cc=cc, cflags=cflags)
@@ -104,7 +106,6 @@ def build(graph: Graph, cache_dir: str | Path | None = None, *, planner: str = "
 def compile_files(files: dict[str, str], cache_dir: str | Path | None = None, *, cc: str = HOST_CC,
                   cflags: tuple[str, ...] = HOST_CFLAGS) -> Path:
     """Compile an emitted project (file name -> text) into a shared library, cached by content."""
-    from tinytrain.codegen import MODEL_SOURCE
 
     h = hashlib.sha256()
     for part in (_compiler_id(cc, cflags), *cflags, *(f"{n}\0{t}" for n, t in sorted(files.items()))):
@@ -202,10 +203,6 @@ class CTrainer:
     def __init__(self, graph: Graph, cache_dir: str | Path | None = None, *, planner: str = "greedy",
                  inplace: bool = True, reorder: bool = True, cc: str = HOST_CC,
                  cflags: tuple[str, ...] = TRAIN_CFLAGS) -> None:
-        from tinytrain.codegen import render_project
-        from tinytrain.memory.report import plan_memory
-        from tinytrain.training.device_step import device_schedule
-
         self.graph = graph
         self.schedule = device_schedule(graph) if reorder else graph
         self.plan = plan_memory(self.schedule, 1 << 62, 1 << 62, planner=planner, inplace=inplace)
@@ -308,15 +305,12 @@ class CTrainer:
 
     def state(self):
         """The current ``simulator.TrainState`` (updated weights, biases, momentum, step)."""
-        from tinytrain.codegen.state import unpack
 
         state = unpack(self.graph, self.state_bytes())
         state.nonfinite = self.nonfinite
         return state
 
     def load_state(self, state) -> None:
-        from tinytrain.codegen.state import pack
-
         self.load_state_bytes(pack(self.graph, state))
 
     def load_state_bytes(self, data: bytes) -> None:

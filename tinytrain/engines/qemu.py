@@ -21,11 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain.version import __version__
+from tinytrain.codegen.flash import render_within_flash
+from tinytrain.codegen.project import is_training_graph
+from tinytrain.codegen.state import pack, state_layout, state_size, unpack
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import BOARDS, get_board, samples, write_firmware
 from tinytrain.firmware.fit import link_error
+from tinytrain.firmware.persist import newest
 from tinytrain.ir import Graph
+from tinytrain.memory.report import check_budget, plan_memory
+from tinytrain.training.device_step import device_schedule
+from tinytrain.version import __version__
 
 DEFAULT_TIMEOUT = 600  # seconds of host time for one QEMU run
 ELF = "firmware.elf"
@@ -76,10 +82,6 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
     runs the very C the host engine runs; ``stream``: the streamed prefix (memory/stream.py), else every tensor
     whole. Raises BudgetError, before any linker runs, when it does not fit.
     Returns the report as JSON."""
-    from tinytrain.codegen.flash import render_within_flash
-    from tinytrain.codegen.project import is_training_graph
-    from tinytrain.memory.report import check_budget, plan_memory
-    from tinytrain.training.device_step import device_schedule
 
     training = is_training_graph(graph)
     step = device_schedule(graph) if training and reorder else graph
@@ -299,9 +301,6 @@ class QemuTrainer:
         train = (np.ascontiguousarray(xs[order]), np.asarray(labels)[order])
         targets = None if targets is None else np.asarray(targets, np.float32)[order]
         if stop_after_saves is not None:
-            from tinytrain.codegen.state import state_layout, state_size
-            from tinytrain.firmware.persist import newest
-
             if self.flash is None:
                 raise ValueError("stop_after_saves needs a flash file")
             run(self.firmware, self.board, train=train, timeout=self.timeout, flash=self.flash,
@@ -321,7 +320,6 @@ class QemuTrainer:
 
     def load_state(self, state) -> None:
         """The next run starts from this ``simulator.TrainState``."""
-        from tinytrain.codegen.state import pack
 
         self.load_state_bytes(pack(self.graph, state))
 
@@ -335,8 +333,6 @@ class QemuTrainer:
         return self._state
 
     def state(self):
-        from tinytrain.codegen.state import unpack
-
         state = unpack(self.graph, self.state_bytes())
         state.nonfinite = self.nonfinite
         return state

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.data import dataset_from_arrays, load_dataset, model_inputs
 from tinytrain.errors import UsageError, param
 from tinytrain.ir import Graph
+from tinytrain.metrics import load_anomaly_labels, reconstruction_errors
 
 LOSSES = ("xent", "mse")  # softmax cross-entropy against labels; mean squared error (reconstruction or targets)
 
@@ -28,7 +30,6 @@ class Samples:
 
 def load_data(data):
     """The Dataset of a DATA spec, or of a pair / triple of arrays (x, y[, anomaly]; y may be None)."""
-    from tinytrain.data import dataset_from_arrays, load_dataset
 
     if isinstance(data, tuple):
         if len(data) not in (2, 3):
@@ -81,7 +82,6 @@ def targets_of(graph: Graph, ds, loss: str) -> np.ndarray | None:
 
 def prepared(graph: Graph, ds, loss: str) -> tuple[np.ndarray, np.ndarray | None]:
     """(the samples as the model's int8 inputs, their labels or targets: ``targets_of``) of a Dataset."""
-    from tinytrain.data import model_inputs
 
     if len(ds) == 0:
         raise UsageError(f"{ds.source}: no samples")
@@ -113,10 +113,7 @@ def anomaly_labels(ds, labels, loss: str) -> np.ndarray | None:
         raise UsageError(f"{param('anomaly_labels')} score the reconstruction error of an autoencoder: use "
                          f"{param('loss', 'mse')}")
     if isinstance(labels, (str, Path)):
-        from tinytrain.metrics import load_anomaly_labels
-
         return load_anomaly_labels(labels, len(ds))
-    from tinytrain.data import dataset_from_arrays
 
     return dataset_from_arrays(ds.x, None, labels, ds.source).anomaly
 
@@ -125,8 +122,6 @@ def scorer(graph: Graph, loss: str, samples: Samples):
     """score(int8 outputs of rows, rows): the accuracy of a classifier (argmax against the labels), or the mean
     reconstruction error (metrics.reconstruction_errors) of an autoencoder (against the targets, when given)."""
     if loss == "mse":
-        from tinytrain.metrics import reconstruction_errors
-
         t = samples.targets
         return lambda out, rows: float(reconstruction_errors(
             graph, samples.x[rows], out, None if t is None else t[rows]).mean())

@@ -22,6 +22,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from tinytrain.errors import UsageError
 from tinytrain.federated.client import Reply, run_device
+from tinytrain.federated.gateway import device_ports
 from tinytrain.federated.run import fleet_task
 from tinytrain.federated.server import FleetServer
 from tinytrain.federated.task import FleetTask
@@ -87,7 +88,6 @@ def run_round(grid: Grid, server: FleetServer, nodes: list[int], seconds: float)
 def gateway_train(message: Message, context: Context) -> Message:
     """The devices of this SuperNode (node config ``devices``, ``board``, ``transport``, ``port``) train on the global
     state they are sent."""
-    from tinytrain.federated.gateway import device_ports
 
     task = task_from_config(context.run_config)
     devices = [int(d) for d in str(context.node_config["devices"]).split(",")]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tinytrain.errors import UsageError
+from tinytrain.outputs import write_file
 
 
 @dataclass
@@ -30,7 +31,6 @@ def task_id(task) -> str:
 
 def save(folder: Path, task, progress: Progress) -> None:
     """Persist ``progress``; of the folder's files only the ones this run wrote are replaced or deleted."""
-    from tinytrain.outputs import write_file
 
     try:
         folder.mkdir(parents=True, exist_ok=True)

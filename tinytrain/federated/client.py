@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinytrain.engines.order import sample_order
+from tinytrain.federated.gateway import SerialDevice
 from tinytrain.federated.task import FleetTask, local
 
 FAULTS = ("drop", "corrupt", "nan", "foreign")
@@ -36,7 +38,6 @@ def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, 
     """``board``: a QEMU board name (engine_qemu: the same step as firmware, loaded with the global state through
     the harness's state file); ``port``: a board's serial port (pyserial URL; the serial protocol's L, T and S)
     instead of the host C engine."""
-    from tinytrain.engines.order import sample_order
 
     built = local(task)
     x, y = built.device_data(device)
@@ -54,8 +55,6 @@ def local_train(task: FleetTask, device: int, global_state: bytes, round_: int, 
 def _engine(built, board: str | None, port: str | None):
     """The training step a round runs on: a serial board (connected for the round), a QEMU board, the host C."""
     if port is not None:
-        from tinytrain.federated.gateway import SerialDevice
-
         with SerialDevice(port) as device:
             yield device
         return

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.engines.qemu import build, emit_compile_dir
 from tinytrain.errors import UsageError
 from tinytrain.federated.task import FleetTask, local
+from tinytrain.firmware import get_board
 from tinytrain.firmware.protocol import Board, ProtocolError
 
 TRANSPORTS = ("host", "serial")
@@ -75,8 +77,6 @@ def firmware(task: FleetTask, board: str, project: str | Path, sram: int = 256 *
              flash: int = 1024 * 1024) -> Path:
     """Build the serial-harness firmware of the task's training step for ``board`` (a serial board: netduinoplus2,
     mps2-an385, ...) in ``project`` (``make run PORT=N`` there runs an emulated one); returns the project folder."""
-    from tinytrain.engines.qemu import build, emit_compile_dir
-    from tinytrain.firmware import get_board
 
     b = get_board(board)
     if b.qemu is not None:

@@ -8,8 +8,17 @@ from fractions import Fraction
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tinytrain.api import load_data, load_model
 from tinytrain.errors import UsageError
+from tinytrain.federated.aggregate import MAX_RATE_TERM, check_rate
+from tinytrain.federated.score import Scorer
+from tinytrain.federated.server import FleetServer, drive_local
+from tinytrain.federated.strategy import simulate
 from tinytrain.federated.task import FleetTask
+from tinytrain.federated.task import local
+from tinytrain.lr_schedule import DEFAULT_FLOOR, check_schedule
+from tinytrain.training.resolve import resolve_plan
+from tinytrain.training.sparse import with_lr_schedule
 
 FLEET_ENGINES = ("flower", "local")
 
@@ -44,10 +53,6 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
     the last layer, ``last-k:1``), the devices' shards. ``lr_schedule`` "cosine" spans the run and then keeps
     ``DEFAULT_FLOOR`` of the lrs (the devices go on learning): a device's step counter is the global state's, which
     advances by the steps of a round (``local_steps``, or local_epochs x per_device). ``server_lr``: a fraction "a/b" scaling the averaged step (aggregate.py)."""
-    from tinytrain.api import load_model
-    from tinytrain.training.resolve import resolve_plan
-    from tinytrain.lr_schedule import DEFAULT_FLOOR, check_schedule
-    from tinytrain.training.sparse import with_lr_schedule
 
     if not isinstance(model, (str, Path)) or not isinstance(data, str):
         raise UsageError("fleet: give the model as a path and the data as a DATA spec (every device reloads them)")
@@ -72,7 +77,6 @@ def fleet_task(model, data: str, *, plan=None, update: str | None = None, lr: fl
 
 def _server_lr(text) -> Fraction:
     """The server lr as a fraction a/b (a decimal or "a/b" text), within aggregate.check_rate's bounds."""
-    from tinytrain.federated.aggregate import MAX_RATE_TERM, check_rate
 
     try:
         rate = Fraction(str(text))
@@ -88,7 +92,6 @@ def fleet(model, data: str, *, rounds: int = 10, test: str | None = None, state_
     """Run ``rounds`` federated rounds (resuming from ``state_dir`` when it holds this run's progress); ``test``: a
     DATA spec the global model is scored on after every round; ``faults``: {(round, device): drop | corrupt | nan
     | foreign} (fault injection); ``options``: those of ``fleet_task``."""
-    from tinytrain.federated.server import FleetServer, drive_local
 
     if engine not in FLEET_ENGINES:
         raise UsageError(f"fleet engine {engine!r}: choose one of {', '.join(FLEET_ENGINES)}")
@@ -101,7 +104,6 @@ def fleet(model, data: str, *, rounds: int = 10, test: str | None = None, state_
         drive_local(server, faults)
     else:
         _check_flower()
-        from tinytrain.federated.strategy import simulate
 
         simulate(server, faults, cpus)
     return FleetResult(task, server.round, server.state, list(server.progress.history), dict(server.progress.counts),
@@ -116,9 +118,5 @@ def _check_flower() -> None:
 
 
 def _scorer(task: FleetTask, test: str):
-    from tinytrain.api import load_data
-    from tinytrain.federated.score import Scorer
-    from tinytrain.federated.task import local
-
     built, ds = local(task), load_data(test)
     return Scorer(built.graph, built.step_graph, ds.x, ds.y)

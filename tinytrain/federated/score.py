@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinytrain.data import model_inputs
+from tinytrain.engines.host_c import predict
 from tinytrain.ir import Graph
+from tinytrain.ops import written_tensors
 from tinytrain.simulator import TrainState
+from tinytrain.simulator import forward, split_frozen, with_state
 
 
 class Scorer:
     def __init__(self, graph: Graph, step_graph: Graph, x: np.ndarray, y: np.ndarray, chunk: int = 500) -> None:
         """``x``: the test images as loaded (uint8, any size: resized for the model chunk by chunk)."""
-        from tinytrain.data import model_inputs
-        from tinytrain.ops import written_tensors
-        from tinytrain.simulator import split_frozen
 
         prefix, self.suffix = split_frozen(graph, live=written_tensors(step_graph))
         parts = []
@@ -27,8 +28,6 @@ class Scorer:
         self.y = np.asarray(y)
 
     def predictions(self, state: TrainState) -> np.ndarray:
-        from tinytrain.simulator import forward, with_state
-
         g = with_state(self.suffix, state)
         out = forward(g, {k: self.features[k] for k in g.inputs})[g.outputs[0]]
         return out.reshape(len(self.y), -1).argmax(axis=1)
@@ -42,9 +41,6 @@ def _prefix(prefix: Graph, x: np.ndarray) -> dict[str, np.ndarray]:
     if not prefix.nodes:
         return {prefix.inputs[0]: x}
     if len(prefix.outputs) == 1:
-        from tinytrain.engines.host_c import predict
-
         return {prefix.outputs[0]: predict(prefix, x)}
-    from tinytrain.simulator import forward
 
     return forward(prefix, {prefix.inputs[0]: x})

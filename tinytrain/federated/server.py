@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from tinytrain.codegen.state import pack
+from tinytrain.codegen.state import unpack
 from tinytrain.federated import checkpoint
 from tinytrain.federated.aggregate import aggregate
 from tinytrain.federated.client import Reply, run_device
@@ -41,7 +42,6 @@ class FleetServer:
 
     def finish_round(self, replies: list[Reply], dropped: int) -> bytes:
         """Screen, aggregate (accepted replies in device order), persist and score round ``self.round + 1``."""
-        from tinytrain.codegen.state import unpack
 
         t0 = time.time()
         counts = {k: 0 for k in (*VERDICTS, "dropped")}

@@ -14,9 +14,16 @@ from functools import cached_property
 
 import numpy as np
 
+from tinytrain.api import load_data, load_model
 from tinytrain.codegen.state import fingerprint, state_layout
+from tinytrain.data import model_inputs
+from tinytrain.engines.host_c import CTrainer
+from tinytrain.engines.qemu import QemuTrainer
+from tinytrain.federated.shards import make_shards
 from tinytrain.ir import Graph
+from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan, parse_plan
+from tinytrain.training.train_graph import build_training_graph
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,6 @@ class Built:
     """The parts of a task one process uses: graph, training step, its state layout, the raw data, the shards."""
 
     def __init__(self, task: FleetTask) -> None:
-        from tinytrain.api import load_data, load_model
-        from tinytrain.federated.shards import make_shards
-        from tinytrain.training.qas import UpdateConfig
-        from tinytrain.training.train_graph import build_training_graph
-
         self.task = task
         self.graph: Graph = load_model(task.model, new_head=task.new_head, seed=task.seed,
                                        input_size=task.input_size, input_mapping=task.input_mapping)
@@ -75,13 +77,11 @@ class Built:
     @cached_property
     def trainer(self):
         """The host C training step (engine_c.CTrainer), built once per process."""
-        from tinytrain.engines.host_c import CTrainer
 
         return CTrainer(self.step_graph)
 
     def board(self, name: str):
         """The training step as firmware on the QEMU board ``name`` (engine_qemu.QemuTrainer), built once."""
-        from tinytrain.engines.qemu import QemuTrainer
 
         if name not in self._boards:
             self._boards[name] = QemuTrainer(self.step_graph, board=name)
@@ -89,7 +89,6 @@ class Built:
 
     def device_data(self, device: int) -> tuple[np.ndarray, np.ndarray]:
         """(int8 model inputs, labels) of a device's shard."""
-        from tinytrain.data import model_inputs
 
         rows = self.shards[device]
         if device not in self._inputs:

@@ -9,6 +9,7 @@ flash and SRAM start and how much the board has; the linker script uses the comp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from tinytrain.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,6 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
 
 
 def get_board(name: str) -> Board:
-    from tinytrain.errors import UsageError
-
     if name not in BOARDS:
         raise UsageError(f"unknown board {name!r}; known: {', '.join(BOARDS)}")
     return BOARDS[name]

@@ -20,14 +20,15 @@ from pathlib import Path
 
 import jinja2
 
-from tinytrain.version import __version__
 from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
 from tinytrain.firmware.fit import check_flash, check_links
 from tinytrain.memory.report import stack_reserve
+from tinytrain.outputs import OutputDir, read_manifest
 from tinytrain.sizes import format_size
+from tinytrain.version import __version__
 
 # Common to every board, with its toolchain's reset code and tick counter (Toolchain.startup); the harness and UART
 # driver are added per board.
@@ -76,7 +77,6 @@ def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
 def _compile_files(compile_dir: Path) -> list[Path]:
     """The files `tinytrain compile` wrote in ``compile_dir`` (its manifest's; without one, an older output: every
     file at the top): a user's own .c or .h beside them is not a source of the firmware."""
-    from tinytrain.outputs import read_manifest
 
     manifest = read_manifest(compile_dir)
     if manifest is None:
@@ -160,7 +160,6 @@ def write_firmware(compile_dir: str | Path, board: str | Board, out_dir: str | P
                    **options) -> list[Path]:
     """Write the firmware project of ``compile_dir`` for ``board`` into ``out_dir`` (``tinytrain firmware -o``: an
     earlier project is replaced, the files tinytrain did not write there are kept); return the files written."""
-    from tinytrain.outputs import OutputDir
 
     target = OutputDir(out_dir, "firmware", force=force, inputs=(compile_dir,))
     files = render_firmware(compile_dir, board, **options)

@@ -6,6 +6,8 @@ import hashlib
 from pathlib import Path
 
 from tinytrain.errors import ModelError, UsageError
+from tinytrain.frontends.onnx import graph_from_onnx
+from tinytrain.frontends.tflite import graph_from_tflite
 from tinytrain.ir import Graph
 
 
@@ -19,10 +21,7 @@ def load_model(path: str | Path) -> Graph:
         raise ModelError(f"{path}: file is too short to be a model ({len(data)} bytes)")
     sha = hashlib.sha256(data).hexdigest()
     if data[4:8] == b"TFL3":
-        from tinytrain.frontends.tflite import graph_from_tflite
-
         return _computed(graph_from_tflite(data, name=path.stem, sha256=sha), path)
-    from tinytrain.frontends.onnx import graph_from_onnx
 
     return _computed(graph_from_onnx(data, name=path.stem, sha256=sha), path)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinytrain.ir import Graph
+from tinytrain.ops import get_op
 
 if TYPE_CHECKING:
     from tinytrain.memory.stream import StreamPlan
@@ -45,7 +46,6 @@ def buffer_lifetimes(graph: Graph, stream: StreamPlan | None = None) -> list[Buf
     a line buffer (role ``ring``) is its ring's rows, alive over the whole region; a whole tensor the region
     computes is alive from step 0 (its rows are computed from the region's start on) to its last reader.
     """
-    from tinytrain.ops import get_op
 
     last = len(graph.nodes) - 1
     first: dict[str, int] = {name: 0 for name in graph.inputs}
@@ -95,7 +95,6 @@ def scratch_name(node: str) -> str:
 def scratch_requests(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
     """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only
     (over the whole streamed region for a node of it)."""
-    from tinytrain.ops import get_op
 
     uses = []
     for k, node in enumerate(graph.nodes):

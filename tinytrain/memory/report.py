@@ -19,6 +19,7 @@ from tinytrain.memory.lifetimes import BufferUse, buffer_lifetimes, scratch_requ
 from tinytrain.memory.planner import ALIGNMENT, PLANNERS, align
 from tinytrain.memory.short import short_name
 from tinytrain.memory.stream import StreamPlan, plan_stream
+from tinytrain.ops import get_op
 from tinytrain.sizes import format_size
 
 RUNTIME_BYTES = 256      # the C runtime's statics: step counter, loss, label, arena pointer (estimate)
@@ -169,7 +170,6 @@ class MemoryReport:
 
 def trainable_copies(graph: Graph) -> list[tuple[str, int]]:
     """(parameter, SRAM bytes) for every parameter an update op writes: the selected output-channel rows."""
-    from tinytrain.ops import get_op
 
     result = []
     for node in graph.nodes:
@@ -188,7 +188,6 @@ def trainable_copies(graph: Graph) -> list[tuple[str, int]]:
 
 def remainder_bytes(graph: Graph) -> int:
     """SRAM of the remainders the updates keep beside their int8 weights (an update op's third written input)."""
-    from tinytrain.ops import get_op
 
     names = {n.inputs[w] for n in graph.nodes for w in get_op(n.op).writes[2:3] if w < len(n.inputs) and n.inputs[w]}
     return sum(graph.tensors[name].nbytes for name in names)

@@ -4,7 +4,6 @@ The tensors a step computes before the first one something needs whole (a saved 
 reads, a graph output, the input of an op that cannot stream) never need to exist whole. A prefix of the schedule
 whose ops declare ``OpDef.rows`` (output row r reads a window of input rows: convolutions, elementwise adds) can run
 as one *region*, in sweeps over its nodes:
-
     until the region's last node has computed all its rows:
         for each node k of the region, in order:
             if k's inputs hold every row that k's next output row reads: compute that row
@@ -28,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tinytrain.ir import DType, Graph, Role
+from tinytrain.memory.lifetimes import buffer_lifetimes
 from tinytrain.ops import RowWindow
+from tinytrain.ops import get_op
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,6 @@ class StreamPlan:
 def _streamable(graph: Graph, k: int) -> bool:
     """Node k can join a region: its op streams, its activations are int8 NHWC, its output is needed whole by
     nobody (not a graph output, not saved for the backward pass)."""
-    from tinytrain.ops import get_op
 
     node = graph.nodes[k]
     op = get_op(node.op)
@@ -127,7 +127,6 @@ def plan_stream(graph: Graph) -> StreamPlan | None:
 
 def peak_live_bytes(graph: Graph, region: StreamPlan | None) -> int:
     """The most bytes of arena buffers (lifetimes.buffer_lifetimes) alive at one step, with ``region`` streamed."""
-    from tinytrain.memory.lifetimes import buffer_lifetimes
 
     delta = [0] * (len(graph.nodes) + 1)
     for u in buffer_lifetimes(graph, region):
@@ -142,7 +141,6 @@ def peak_live_bytes(graph: Graph, region: StreamPlan | None) -> int:
 
 def stream_prefix(graph: Graph, steps: int) -> StreamPlan | None:
     """Nodes 0 .. steps - 1 streamed (a streamable prefix of the schedule), or None if that keeps every tensor whole."""
-    from tinytrain.ops import get_op
 
     nodes = graph.nodes[:steps]
     produced = {node.outputs[0]: k for k, node in enumerate(nodes)}

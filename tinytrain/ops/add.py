@@ -19,6 +19,7 @@ import numpy as np
 
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, TfliteRead, elementwise_min_read, elementwise_rows
+from tinytrain.ops.clamp_mask import masked_grad
 from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier
 
 
@@ -76,7 +77,6 @@ def backward(b, node, out_grads) -> list[str | None]:
     The rescales of the int8 form (s1 / 2max, s2 / 2max, 2max / s_out) only change representation;
     gradients are of real values, so they carry no factor and no add_grad kernel is needed.
     """
-    from tinytrain.ops.clamp_mask import masked_grad
 
     if not any(b.needs_grad(i) for i in node.inputs):
         return [None, None]

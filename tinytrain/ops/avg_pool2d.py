@@ -25,6 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tinytrain.errors import ModelError, PlanError
 from tinytrain.ops import OpDef, OpDoc, Resize, TfliteRead, integer_form, same_bound
 from tinytrain.ops import mean as mean_op
+from tinytrain.ops.clamp_mask import masked_grad
 from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier
 
 
@@ -139,7 +140,6 @@ def grad_reference(a: AvgPool2dGradAttrs, arrays, ins, outs) -> list[np.ndarray]
 
 def backward(b, node, out_grads) -> list[str | None]:
     """No clamp mask unless the clamp range is narrower than int8: an average cannot leave its inputs' range."""
-    from tinytrain.ops.clamp_mask import masked_grad
 
     x = node.inputs[0]
     if not b.needs_grad(x):

@@ -18,7 +18,11 @@ import numpy as np
 from tinytrain import f32
 from tinytrain.errors import ModelError, UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, Resize, TfliteRead, integer_form
+from tinytrain.ops.bias_grad import BiasGradAttrs
+from tinytrain.ops.clamp_mask import masked_grad
+from tinytrain.ops.conv2d import input_magnitude, weight_factors, weight_magnitude
 from tinytrain.ops.conv2d.integer import input_gradient
+from tinytrain.ops.conv2d.integer import Conv2dGradInputIntAttrs, bound as conv_bound, reference as conv_reference
 from tinytrain.ops.reshape import ReshapeAttrs
 from tinytrain.quant import Requant, activation_range, ort_requant, requantize
 
@@ -81,7 +85,6 @@ def grad_input_shapes(a: FullyConnectedGradInputAttrs, ins) -> list[tuple[int, .
 def grad_input_reference(a: FullyConnectedGradInputAttrs, arrays, ins, outs) -> list[np.ndarray]:
     """gx[n,k] = sum_o (gz[n,o] * s_w[o]) * (w[o,k] - zw[o]) from +0 in order o = 0..Co-1, each term one fmaf, the
     first factor rounded to float32 (docs/design.md §3b)."""
-    from tinytrain.ops.conv2d import weight_factors
 
     gq, d = (v.astype(np.float64) for v in weight_factors(arrays[0], arrays[1], ins[1]))  # (N,Co), (Co,K): exact
     gx = np.zeros((gq.shape[0], d.shape[1]), np.float32)
@@ -121,21 +124,14 @@ def grad_weight_macs(a, ins, outs) -> int:
 
 
 def grad_input_bound(a: FullyConnectedGradInputAttrs, ins, bounds) -> list[float]:
-    from tinytrain.ops.conv2d import weight_magnitude
-
     return [bounds[0] * float(weight_magnitude(ins[1]).sum(axis=0).max())]
 
 
 def grad_weight_bound(a: FullyConnectedGradWeightAttrs, ins, bounds) -> list[float]:
-    from tinytrain.ops.conv2d import input_magnitude
-
     return [bounds[0] * input_magnitude(ins[1])]
 
 
 def backward(b, node, out_grads) -> list[str | None]:
-    from tinytrain.ops.bias_grad import BiasGradAttrs
-    from tinytrain.ops.clamp_mask import masked_grad
-
     a: FullyConnectedAttrs = node.attrs
     x, w = node.inputs[0], node.inputs[1]
     bias = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -180,7 +176,6 @@ class FullyConnectedGradInputIntAttrs:
 
     def as_conv(self):
         """The same arithmetic as a pointwise convolution's (ops/conv2d/integer.py) on N pixels."""
-        from tinytrain.ops.conv2d.integer import Conv2dGradInputIntAttrs
 
         return Conv2dGradInputIntAttrs((1, 1), (0, 0, 0, 0), (1, 1), pre_shift=self.pre_shift, shift=self.shift,
                                        limit=self.limit)
@@ -197,7 +192,6 @@ def grad_input_int_shapes(a: FullyConnectedGradInputIntAttrs, ins) -> list[tuple
 def grad_input_int_reference(a: FullyConnectedGradInputIntAttrs, arrays, ins, outs) -> list[np.ndarray]:
     """[g_x (N,K), e_x]: gs = (g_z M + half(r)) >> r, acc = gs @ (w - zw) (int32, exact), (acc + half(t)) >> t
     within the limit, t chosen at run time (ops/conv2d/integer.py, whose bound rule and shifts it shares)."""
-    from tinytrain.ops.conv2d.integer import reference as conv_reference
 
     g, w, m = arrays[:3]
     out = replace(outs[0], shape=(g.shape[0], 1, 1, w.shape[1]))
@@ -207,8 +201,6 @@ def grad_input_int_reference(a: FullyConnectedGradInputIntAttrs, arrays, ins, ou
 
 
 def grad_input_int_bound(a: FullyConnectedGradInputIntAttrs, ins, bounds) -> list[float]:
-    from tinytrain.ops.conv2d.integer import bound as conv_bound
-
     w = replace(ins[1], shape=(ins[1].shape[0], 1, 1, ins[1].shape[1]), data=_as_pointwise(ins[1].data))
     return conv_bound(a.as_conv(), [ins[0], w, *ins[2:]], bounds)
 

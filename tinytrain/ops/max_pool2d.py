@@ -24,6 +24,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tinytrain.errors import ModelError, UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, Resize, RowWindow, TfliteRead, no_macs
+from tinytrain.ops.clamp_mask import masked_grad
 
 _BELOW_INT8 = -129  # a padding cell never wins
 
@@ -73,8 +74,6 @@ def rows(a: MaxPool2dAttrs, ins, outs, k: int) -> RowWindow:
 
 
 def backward(b, node, out_grads) -> list[str | None]:
-    from tinytrain.ops.clamp_mask import masked_grad
-
     x = node.inputs[0]
     if not b.needs_grad(x):
         return [None]

@@ -26,6 +26,8 @@ import numpy as np
 
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, Resize, TfliteRead, integer_form, same_bound
+from tinytrain.ops.clamp_mask import masked_grad
+from tinytrain.ops.clamp_mask_packed import packed_shape, unpack
 from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier
 
 
@@ -98,8 +100,6 @@ class MeanGradMaskedAttrs:
 
 
 def grad_masked_shapes(a: MeanGradMaskedAttrs, ins) -> list[tuple[int, ...]]:
-    from tinytrain.ops.clamp_mask_packed import packed_shape
-
     (shape,) = grad_shapes(MeanGradAttrs(a.input_hw), ins[:1])
     if ins[1].shape != packed_shape(shape):
         raise ValueError(f"mean_grad_masked: bits {ins[1].shape} do not fit gradient {shape}")
@@ -107,15 +107,11 @@ def grad_masked_shapes(a: MeanGradMaskedAttrs, ins) -> list[tuple[int, ...]]:
 
 
 def grad_masked_reference(a: MeanGradMaskedAttrs, arrays, ins, outs) -> list[np.ndarray]:
-    from tinytrain.ops.clamp_mask_packed import unpack
-
     (gx,) = grad_reference(MeanGradAttrs(a.input_hw), arrays[:1], ins[:1], outs)
     return [np.where(unpack(arrays[1], gx.shape), gx, np.float32(0)).astype(np.float32)]
 
 
 def backward(b, node, out_grads) -> list[str | None]:
-    from tinytrain.ops.clamp_mask import masked_grad
-
     x = node.inputs[0]
     if not b.needs_grad(x):
         return [None]

@@ -22,6 +22,7 @@ import numpy as np
 
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, TfliteRead, no_macs
+from tinytrain.ops.clamp_mask import masked_grad
 from tinytrain.ops.conv2d import dequantize_input, input_magnitude
 from tinytrain.quant import Requant, activation_range, multiply_by_quantized_multiplier, ort_requant
 
@@ -56,8 +57,6 @@ def min_read(a: MulAttrs, ins, outs, k: int) -> np.ndarray | None:
 
 
 def backward(b, node, out_grads) -> list[str | None]:
-    from tinytrain.ops.clamp_mask import masked_grad
-
     if not any(b.needs_grad(i) for i in node.inputs):
         return [None, None]
     a: MulAttrs = node.attrs

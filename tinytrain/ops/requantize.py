@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.ops import OpDef, OpDoc, elementwise_min_read, elementwise_rows, no_macs
+from tinytrain.ops.clamp_mask import masked_grad
 from tinytrain.quant import Requant, requantize
 
 
@@ -27,7 +28,6 @@ def reference(a: RequantizeAttrs, arrays, ins, outs) -> list[np.ndarray]:
 
 def backward(b, node, out_grads) -> list[str | None]:
     """Identity on real values, masked where the int8 output saturated."""
-    from tinytrain.ops.clamp_mask import masked_grad
 
     if not b.needs_grad(node.inputs[0]):
         return [None]

@@ -3,7 +3,6 @@ x the saved int8 input."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 

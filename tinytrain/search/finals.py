@@ -8,8 +8,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tinytrain.training.sparse import Plan
+from tinytrain.search.candidates import Candidate, finalists, presets, sparse_presets
+from tinytrain.search.halving import successive_halving
+from tinytrain.search.measure import add_features, unpack_correct
+from tinytrain.search.noise import NoiseFloor, paired_se
+from tinytrain.search.rank import rung_agreement
 from tinytrain.search.state import Contributions, Run, progress_bar, predicted
+from tinytrain.training.sparse import Plan
+from tinytrain.training.sparse import parse_plan
+from tinytrain.version import __version__
 
 @dataclass(frozen=True)
 class Final:
@@ -31,7 +38,6 @@ def _pooled(results: list[dict], n_val: int) -> dict:
     """One finalist's measurement from its runs with one or more seeds: the mean accuracy, each validation row's
     mean (1 right, 0 wrong; an autoencoder's score; None when a run kept no rows) for paired comparisons, and the
     number of seeds."""
-    from tinytrain.search.measure import unpack_correct
 
     rows = None
     if all("correct" in r for r in results):
@@ -45,7 +51,6 @@ def _margin(run: Run, noise, results: dict, decision: dict, candidate: str, pres
     """The lead ``candidate`` needs over ``preset`` (noise.py): run-to-run noise (of means over their seeds) and
     the paired standard error of the two on the validation rows (unpaired, from the accuracies, for a cached
     result without rows). ``results``: ``_pooled`` measurements."""
-    from tinytrain.search.noise import paired_se
 
     n_val = len(run.val_rows)
     a, b = results[candidate], results[preset]
@@ -64,8 +69,6 @@ def _measure(run: Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], 
     """{(name, seed): fine-tune result} of the finalists ``wanted`` trained ``steps`` steps with those seeds
     (sample order, rounding; cached under the option key, @steps and #seedS when not the run's seed): the lrs
     follow the recipe's schedule compressed to ``steps`` (measure.finetune_accuracy)."""
-    from tinytrain.search.measure import add_features
-    from tinytrain.training.sparse import parse_plan
 
     keys = {(n, s): f"{by_name[n].choice.key()}@{steps}" + ("" if s == run.ft.seed else f"#seed{s}")
             for n, s in wanted}
@@ -95,8 +98,6 @@ def _reference(run: Run, job: dict, by_name: dict, rungs: list, full_steps: int,
     (rank.py). A finalist's full-length accuracy is the mean over its seeds. A finalist the first rung dropped
     whose one run beats the last rung's best mean is trained with the final seeds too before it can be chosen:
     the best of many single runs is not compared with means (it is high by chance more often)."""
-    from tinytrain.search.noise import NoiseFloor
-    from tinytrain.search.rank import rung_agreement
 
     base, final = "classifier-only", _final_seeds(run)
     repeats = [run.ft.seed + j for j in range(max(run.opts.repeats, run.opts.final_seeds))]
@@ -122,7 +123,6 @@ def _reference(run: Run, job: dict, by_name: dict, rungs: list, full_steps: int,
 def _candidates(run: Run, evo: dict, exact: dict, others: dict[int, dict]) -> list:
     """The finalists: the presets that fit (dense and sparse) and the proposals at the default remainder bits, then
     for each other bits the deepest last-k:N that fits with them and the exact search's plan (candidates.py)."""
-    from tinytrain.search.candidates import Candidate, finalists, presets, sparse_presets
 
     def fits(c) -> bool:
         return run.fits_plan(run.plan_of(c))
@@ -141,7 +141,6 @@ def rank_finalists(run: Run, contrib: Contributions, evo: dict, exact: dict, oth
     """Phase 3: the finalists ranked by training them (successive halving), then, with ``rank_check``, every one
     at full length: the winner is then the best of them all at full length (halving.py's rule against the
     presets)."""
-    from tinytrain.search.halving import successive_halving
 
     cands = _candidates(run, evo, exact, others)
     by_name = {c.name: c for c in cands}
@@ -219,7 +218,6 @@ def _proposal_json(run: Run, res: dict) -> dict:
 def search_report(run: Run, chosen: Plan, contrib: Contributions, evo: tuple, exact: tuple, fits, final: Final,
             others: dict) -> dict:
     """PLAN.search.json."""
-    from tinytrain.version import __version__
 
     opts, winner, val = run.opts, final.winner, len(run.val_rows)
     acc = final.accuracy

@@ -30,13 +30,19 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain.lr_schedule import DEFAULT_FLOOR
 from tinytrain.csources import Folder, c_folder
 from tinytrain.engines.cut import stretch, suffix_model
 from tinytrain.engines.host_c import CTrainer, predict
 from tinytrain.engines.order import sample_order
 from tinytrain.ir import Graph
+from tinytrain.lr_schedule import DEFAULT_FLOOR
+from tinytrain.metrics import reconstruction_errors, roc_auc
+from tinytrain.ops.sgd_update import Rounding
+from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan
+from tinytrain.training.sparse import parse_plan, with_lr_schedule
+from tinytrain.training.train_graph import build_training_graph
+from tinytrain.version import __version__
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,6 @@ class Measurement:
     finetune: FineTune
 
     def key(self) -> str:
-        from tinytrain.version import __version__
-
         body = json.dumps({**asdict(self), "version": __version__, "arithmetic": arithmetic_fingerprint()},
                           sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:24]
@@ -144,10 +148,6 @@ def finetune_accuracy(plan_json: dict, steps: int | None = None, seed: int | Non
     """Fine-tune a plan (the classifier-only baseline + one option, or a whole candidate plan) and score it on
     the validation rows: a worker task. ``steps`` / ``seed`` (sample order and rounding stream) override the
     job's ``FineTune``; the defaults give the job's order."""
-    from tinytrain.ops.sgd_update import Rounding
-    from tinytrain.training.qas import UpdateConfig
-    from tinytrain.training.sparse import parse_plan, with_lr_schedule
-    from tinytrain.training.train_graph import build_training_graph
 
     t0 = time.time()
     job = _JOB
@@ -178,7 +178,6 @@ def reconstruction_score(graph: Graph, x: np.ndarray, out: np.ndarray, anomalous
     """An autoencoder's score on the validation rows ``x`` (higher is better, as an accuracy): minus the mean
     reconstruction error (metrics.py), ``scores`` each row's for paired comparisons of finalists; or with the rows'
     0/1 ``anomalous`` labels the ROC AUC of the error as an anomaly score (no per-row scores)."""
-    from tinytrain.metrics import reconstruction_errors, roc_auc
 
     errors = reconstruction_errors(graph, x, out).astype(np.float64)
     if anomalous is not None:

@@ -16,8 +16,12 @@ import json
 import os
 from pathlib import Path
 
+from tinytrain.errors import PlanError
 from tinytrain.ir import Graph
+from tinytrain.memory.report import plan_memory
 from tinytrain.search.measure import source_fingerprint
+from tinytrain.training.device_step import device_step
+from tinytrain.training.finite import gradient_bounds
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan
 
@@ -37,10 +41,6 @@ def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), p
     """``tinytrain compile --plan``'s peak_sram_bytes for this plan (budget-independent); ``UNTRAINABLE`` for a plan
     no engine runs, its gradients not proven finite by a finite loss (training/finite.py: monotone too, a plan
     updating more has larger bounds)."""
-    from tinytrain.errors import PlanError
-    from tinytrain.memory.report import plan_memory
-    from tinytrain.training.device_step import device_step
-    from tinytrain.training.finite import gradient_bounds
 
     step = device_step(graph, plan, config)
     try:

@@ -34,16 +34,29 @@ from typing import Any
 
 import numpy as np
 
+from tinytrain.engines.host_c import default_cache_dir
+from tinytrain.engines.samples import default_loss, prepared
 from tinytrain.errors import BudgetError, UsageError
 from tinytrain.ir import Graph
-from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, REMAINDER_BITS
-from tinytrain.training.spec import StepSpec
+from tinytrain.lr_schedule import check_schedule
+from tinytrain.ops.sgd_update import Rounding
+from tinytrain.search.evolution import evolve
+from tinytrain.search.exact import branch_and_bound
+from tinytrain.search.executors import make_executor
 from tinytrain.search.finals import rank_finalists, search_report
+from tinytrain.search.measure import ContributionCache, FineTune, Measurement, dataset_sha256, prepare_job
+from tinytrain.search.memory import MemoryOracle, MonotoneFits
+from tinytrain.search.noise import NoiseFloor
+from tinytrain.search.space import Gains, Space
 from tinytrain.search.state import Contributions, Run, SearchOptions, SearchResult, progress_bar
+from tinytrain.sizes import format_size
+from tinytrain.splits import held_out_split, stratified_split
+from tinytrain.training.qas import UpdateConfig
+from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, REMAINDER_BITS
+from tinytrain.training.sparse import parse_plan, with_lr_schedule
+from tinytrain.training.spec import StepSpec
 
 def _check_options(opts: SearchOptions) -> None:
-    from tinytrain.lr_schedule import check_schedule
-
     if not 0 < opts.val < 1:
         raise UsageError(f"--val {opts.val}: give a fraction between 0 and 1")
     if not 0 < opts.rung_fraction < 1:
@@ -63,14 +76,6 @@ def _check_options(opts: SearchOptions) -> None:
 def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> Run:
     """The options checked, the data split into fit and validation rows, the recipe, the memory oracle and the
     contribution cache."""
-    from tinytrain.splits import held_out_split, stratified_split
-    from tinytrain.engines.host_c import default_cache_dir
-    from tinytrain.ops.sgd_update import Rounding
-    from tinytrain.search.executors import make_executor
-    from tinytrain.search.measure import ContributionCache, FineTune, Measurement, dataset_sha256
-    from tinytrain.search.memory import MemoryOracle
-    from tinytrain.search.space import Space
-    from tinytrain.training.qas import UpdateConfig
 
     t_start = time.time()
     deadline = t_start + opts.time_limit if opts.time_limit else None
@@ -121,8 +126,6 @@ def _feasible(run: Run) -> tuple[list, list, int]:
 def _fine_tune_options(run: Run, base, feasible: list, repeat_keys: list, seeds: list):
     """Every feasible option fine-tuned alone over the baseline, and the baseline repeated with other seeds (the
     cached ones skipped): the tasks, those run, the keys measured now, whether all finished, and the job."""
-    from tinytrain.search.measure import prepare_job
-    from tinytrain.training.sparse import parse_plan
 
     base_key = run.space.bias_option(1).key()
     tasks = [(c.key(), run.plan_of(c).to_json()) for _, _, _, c in [(0, 0, 0, run.space.bias_option(1))] + feasible]
@@ -148,9 +151,6 @@ def _fine_tune_options(run: Run, base, feasible: list, repeat_keys: list, seeds:
 def _contributions(run: Run) -> Contributions:
     """Phase 1: the options that fit, each fine-tuned alone over the baseline, and the noise floor of the baseline
     repeated with other seeds."""
-    from tinytrain.search.noise import NoiseFloor
-    from tinytrain.search.space import Gains
-    from tinytrain.sizes import format_size
 
     base_choice = run.space.bias_option(1)
     base = run.plan_of(base_choice)
@@ -187,9 +187,6 @@ def _contributions(run: Run) -> Contributions:
 def _propose(run: Run, gains) -> tuple[dict, float, dict, float, Any]:
     """Phase 2: the gain model proposes, by evolution and an exact branch and bound (each with half the time
     left), at the default remainder bits; their results and seconds, and the memory check they shared."""
-    from tinytrain.search.evolution import evolve
-    from tinytrain.search.exact import branch_and_bound
-    from tinytrain.search.memory import MonotoneFits
 
     opts, deadline = run.opts, run.deadline
     fits = MonotoneFits(run.mem, opts.sram_bytes, run.plan_of)
@@ -211,8 +208,6 @@ def _propose(run: Run, gains) -> tuple[dict, float, dict, float, Any]:
 def _propose_bits(run: Run, gains) -> dict[int, dict]:
     """The exact search's plan for each of the other remainder bits (the same gains, the memory of the plan with
     those bits: fewer bits leave room for more trained rows)."""
-    from tinytrain.search.exact import branch_and_bound
-    from tinytrain.search.memory import MonotoneFits
 
     out = {}
     for bits in sorted(set(run.opts.other_bits) - {DEFAULT_REMAINDER_BITS}):
@@ -227,7 +222,6 @@ def _propose_bits(run: Run, gains) -> dict[int, dict]:
 def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, source: dict) -> SearchResult:
     """The plan of ``graph`` (with its new head, if any) on the int8 inputs ``x`` and labels ``y``; ``source``
     names the model and the data in the report and the cache's metadata. The phases of the module's docstring."""
-    from tinytrain.training.sparse import with_lr_schedule
 
     run = _setup(graph, x, y, opts, source)
     contrib = _contributions(run)                                                   # 1. contributions, noise floor
@@ -247,7 +241,6 @@ def search(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
 def search_data(graph: Graph, ds, source: dict, **options) -> SearchResult:
     """``search`` on a Dataset: the loss (``options``' or the data's default, as ``train``'s), the model's int8
     inputs and the labels (an autoencoder's: its anomaly labels, or none); ``options``: SearchOptions' fields."""
-    from tinytrain.engines.samples import default_loss, prepared
 
     loss = options.pop("loss", None) or default_loss(graph, ds)
     anomaly = loss == "mse" and ds.anomaly is not None  # scored by the ROC AUC, fit on the normal rows

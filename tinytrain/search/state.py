@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tinytrain.ir import Graph
+from tinytrain.outputs import write_files
 from tinytrain.training.sparse import Plan
 from tinytrain.training.spec import StepSpec
 
@@ -70,7 +71,6 @@ class SearchResult:
     def write(self, out: str | Path) -> Path:
         """PLAN.json (version 1) at ``out`` and PLAN.search.json beside it, both or neither (tinytrain/outputs);
         returns the latter."""
-        from tinytrain.outputs import write_files
 
         out = Path(out)
         details = search_report_path(out)

@@ -20,6 +20,7 @@ from tinytrain.training.masks import save_masks
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.reorder import reorder
 from tinytrain.training.sparse import Plan
+from tinytrain.training.train_graph import build_training_graph
 
 
 def device_schedule(training_graph: Graph) -> Graph:
@@ -29,6 +30,5 @@ def device_schedule(training_graph: Graph) -> Graph:
 
 def device_step(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig()) -> Graph:
     """The scheduled training step of model ``graph`` under ``plan``: what compile plans and emits."""
-    from tinytrain.training.train_graph import build_training_graph
 
     return device_schedule(build_training_graph(graph, plan, config))

@@ -37,7 +37,9 @@ import numpy as np
 
 from tinytrain.errors import PlanError
 from tinytrain.ir import DType, Graph, Role, Tensor
+from tinytrain.names import LOSS, grad_name
 from tinytrain.ops import get_op
+from tinytrain.ops import written_tensors
 from tinytrain.ops.conv2d import input_magnitude, weight_magnitude
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -84,8 +86,6 @@ def gradient_bounds(graph: Graph) -> GradientProof:
     dequantizes (``real NAME``) — given a finite loss. Any training graph: as ``build_training_graph`` makes it or
     as the device runs it (``device_schedule``: masks, fused updates). Raises PlanError when a bound is not below
     ``LIMIT``."""
-    from tinytrain.ops import written_tensors
-    from tinytrain.names import LOSS, grad_name
 
     written = set(written_tensors(graph))
     tensors = {k: worst_case(t) if k in written and t.role is Role.WEIGHT else t for k, t in graph.tensors.items()}

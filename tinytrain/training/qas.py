@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.ir import DType, Graph, Role
-from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, remainder_shape
-from tinytrain.names import LOSS, STEP_INPUT
-from tinytrain.training.autodiff import param_gradients
 from tinytrain.builder import GraphBuilder
+from tinytrain.errors import PlanError
+from tinytrain.ir import DType, Graph, Role
+from tinytrain.names import LOSS, STEP_INPUT
+from tinytrain.ops.sgd_update import Rounding, SgdUpdateAttrs, remainder_shape
+from tinytrain.training.autodiff import param_gradients
 from tinytrain.training.sparse import Plan, updated_params
 
 
@@ -70,7 +71,6 @@ def step_scale(graph: Graph, param: str, lr: float, channels, qas: bool) -> np.n
 
 def _finite_scale(k: np.ndarray, param: str, lr: float) -> np.ndarray:
     if not np.all(np.isfinite(k)):  # every step would be NaN or Inf (non-finite guard, docs/guide/field.md)
-        from tinytrain.errors import PlanError
 
         raise PlanError(f"lr {lr:g} makes the float32 step factor of {param} infinite; use a smaller lr")
     return k

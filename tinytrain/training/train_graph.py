@@ -17,6 +17,7 @@ from __future__ import annotations
 from tinytrain.errors import PlanError
 from tinytrain.ir import Graph
 from tinytrain.training.autodiff import differentiate
+from tinytrain.training.integer_step import integer_backward
 from tinytrain.training.prune import prune
 from tinytrain.training.qas import UpdateConfig, add_updates
 from tinytrain.training.sparse import Plan, apply_plan, updated_params
@@ -30,7 +31,5 @@ def build_training_graph(graph: Graph, plan: Plan, config: UpdateConfig = Update
     g = apply_plan(g, plan)
     g = add_updates(g, plan, config)
     if plan.backward == "int":
-        from tinytrain.training.integer_step import integer_backward
-
         g = integer_backward(prune(g))
     return prune(g)

@@ -9,6 +9,7 @@ block of one or two rows and keeping its sums in memory). Each op with a fused f
 from __future__ import annotations
 
 from tinytrain.codegen.bindings.sgd_update import update_call
+from tinytrain.codegen.bindings.sgd_update_int import update_int_call
 from tinytrain.codegen.context import Call, Param, Signature
 from tinytrain.ir import Node
 from tinytrain.ops import grad_weight_sgd_update as fused
@@ -102,7 +103,6 @@ def fused_int_call(node: Node, ctx, grad_weight_int) -> Call:
     """The integer step's fused node (ops/grad_weight_sgd_update.py): ``grad_weight_int`` (an integer grad-weight
     binding body) and ``sgd_update_int``'s kernel per block of ``attrs.block`` rows, the block's int32 gradient in the
     node's scratch; the same kernel as the float blocks' (grad_weight_sgd_update.c.j2)."""
-    from tinytrain.codegen.bindings.sgd_update_int import update_int_call
 
     a = node.attrs
     names = list(node.inputs) + [""] * (fused.EXP + 1 - len(node.inputs))

@@ -11,6 +11,8 @@ import numpy as np
 from tinytrain import f32
 from tinytrain.ir import Tensor
 from tinytrain.ops import min_gap
+from tinytrain.ops.bias_grad import BiasGradAttrs
+from tinytrain.ops.clamp_mask import masked_grad
 from tinytrain.ops.conv2d.forward import Conv2dAttrs, output_hw
 from tinytrain.quant import Requant
 
@@ -179,8 +181,6 @@ def grad_weight_bound(a: Conv2dGradWeightAttrs, ins, bounds) -> list[float]:
 
 def backward(b, node, out_grads) -> list[str | None]:
     """Mask the output gradient at the clamps, then input, weight and bias gradients as needed."""
-    from tinytrain.ops.bias_grad import BiasGradAttrs
-    from tinytrain.ops.clamp_mask import masked_grad
 
     a: Conv2dAttrs = node.attrs
     x, w = node.inputs[0], node.inputs[1]
