@@ -224,7 +224,7 @@ def qemu_markdown(rows: list[dict], meta: dict) -> str:
     lines += ["", "## The simulator against the host C (same samples, same plan)", "",
               "The simulator is the spec: its fp32 backward sums in the kernels' float32 order with their fused "
               "multiply-adds (docs/design.md §3b, tinytrain/f32.py), so its losses (float32 bits) and its state "
-              "(tt_state.bin) equal the host C's (tests/test_codegen_train_models.py; benchmarks/exactness.py --on host "
+              "(tt_state.bin) equal the host C's (tests/codegen/test_codegen_train_models.py; benchmarks/exactness.py --on host "
               "measures only this part, in a few minutes).", "",
               "| plan | int8 logits of the initial model | losses | state |", "|---|---|---|---|"]
     yes = lambda v: "identical" if v else "DIFFERENT"  # noqa: E731

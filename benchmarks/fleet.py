@@ -19,7 +19,7 @@ on the host C engine (the emitted training step, ``tinytrain train --engine c``'
 official 10,000 test images (``--test``):
 
 - global: ``--rounds`` rounds of ``tinytrain fleet`` (``--engine local``: in this process, the bytes of Flower's
-  simulation engine, tests/test_fleet.py; ``flower``: on Flower's simulation engine, Ray, ``--cpus`` devices at a
+  simulation engine, tests/federated/test_fleet.py; ``flower``: on Flower's simulation engine, Ray, ``--cpus`` devices at a
   time), ``--local-steps`` steps (or ``--local-epochs`` epochs) per device per round; the test accuracy of the
   global state after every round;
 - best single device: each device trains alone on its own shard for the fleet's passes over its data (rounds x
@@ -71,7 +71,7 @@ MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 # ---- the study ------------------------------------------------------------------------------------------------
 
 ENGINES = {"flower": "flower (Flower's simulation engine)",
-           "local": "local (in-process rounds: the bytes Flower's simulation engine gives, tests/test_fleet.py)"}
+           "local": "local (in-process rounds: the bytes Flower's simulation engine gives, tests/federated/test_fleet.py)"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -184,7 +184,7 @@ def training_markdown(results: dict, with_torch: bool) -> str:
               "  3-row buffer filled by a row source), and the backward sets the peak: with the clamp masks saved as",
               "  bits and the input gradients written over the output gradients they read, all three sparse plans are",
               "  below 0.8x the published engine with int8 weights only, as it keeps them (remainder_memory.md), and",
-              "  below 0.92x with the default 4-bit weight remainders this table plans (tests/test_memory_schedule.py",
+              "  below 0.92x with the default 4-bit weight remainders this table plans (tests/memory/test_memory_schedule.py",
               "  asserts the peaks).",
               "- The ProxylessNAS and MCUNet sparse plans were re-chosen for the streamed step, with at least as many",
               "  trainable bytes as before (models/plans/README.md).",
@@ -246,7 +246,7 @@ def remainders() -> None:
 
 
 def _sparse(n: int) -> dict:
-    """tests/test_user_ops_model.py's sparse plan for an n-layer model."""
+    """tests/frontends/test_user_ops_model.py's sparse plan for an n-layer model."""
     return {"version": 1, "bias_last_k": 12, "lr": 0.01,
             "weights": [{"conv": n - 1, "ratio": 1.0}, {"conv": n - 2, "ratio": 0.5}, {"conv": n - 4, "ratio": 0.25},
                         {"conv": n - 7, "ratio": 0.125}]}

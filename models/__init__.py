@@ -36,7 +36,7 @@ ZOO: dict[str, ZooEntry] = {
 
 # Built by the same script (``python -m models.build --only NAME``) but kept out of ``ZOO``, whose four image
 # classifiers the zoo-wide tests and tables cover: the MobileNetV3-Small-like model of issue 29 (hard-swish,
-# squeeze-and-excitation), tested by tests/test_user_ops_model.py.
+# squeeze-and-excitation), tested by tests/frontends/test_user_ops_model.py.
 EXTRA: dict[str, ZooEntry] = {
     "mbv3s-w0.5": ZooEntry("mbv3s-w0.5", mbv3.mobilenet_v3_small, mbv3.INPUT_SIZE, "mbv3s-w0.5.onnx",
                            mbv3.PUBLISHED),

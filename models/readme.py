@@ -17,7 +17,7 @@ def write_readme(prov: dict, path: Path) -> None:
         "hard-swish and squeeze-and-excitation, is the MobileNetV3-Small-like model of the ops of users' own models; "
         "its int8 accuracy here is onnxruntime's default session, whose extended graph optimizations rewrite its "
         "HardSwish / HardSigmoid / Mul groups: tinytrain and onnxruntime without them measure 91.0 % against 83.8 % "
-        "on 600 test images, tests/test_user_ops_model.py). Each was trained in "
+        "on 600 test images, tests/frontends/test_user_ops_model.py). Each was trained in "
         "float on Fashion-MNIST on the CPU with one thread, BatchNorm folded into the convolutions, "
         "exported with the torch dynamo exporter (opset 18) and quantized with onnxruntime "
         "`quantize_static` (QDQ, per-channel symmetric int8 weights, int8 asymmetric activations, int32 "

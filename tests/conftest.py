@@ -1,7 +1,13 @@
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+# The tests live in folders named like the package they test (tests/codegen/ for tinytrain/codegen/, ...); some
+# import another folder's helpers by module name (test_codegen_train.check_step), so every folder is importable.
+for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    sys.path.insert(1, str(_folder))
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # The test C programs' random numbers (tests/c/xorshift64.h), pasted into their sources.

@@ -5,7 +5,6 @@ import io
 import json
 from pathlib import Path
 
-import shutil
 
 import numpy as np
 import pytest
@@ -27,8 +26,7 @@ def model():
     return str(shared_file("models/vww_96_int8.tflite"))
 
 
-needs_qemu = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
-                                reason="needs arm-none-eabi-gcc and qemu-system-arm")
+needs_qemu = pytest.mark.qemu
 
 
 def _last_json(capsys):

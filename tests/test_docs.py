@@ -218,7 +218,7 @@ const tt_flash board_flash = {4096, 1024, 4, flash_erase, flash_program, flash_r
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(ARM_GCC is None, reason="arm-none-eabi-gcc is not installed (scripts/setup.sh)")
+@pytest.mark.cross
 def test_integration_example_compiles_for_cortex_m(tiny_build, tmp_path):
     """The integration page's C, compiled for a Cortex-M4F and a Cortex-M7 against a generated project, then
     linked with the project's C, the output's persist/tt_persist.c and the board's functions stubbed: every tt_* call
@@ -378,7 +378,7 @@ def test_getting_started_has_the_readme_quick_start():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(ARM_GCC is None, reason="arm-none-eabi-gcc is not installed (scripts/setup.sh)")
+@pytest.mark.cross
 def test_shell_blocks_run(tmp_path):
     """Every checked sh block of the README and the guide, each text once (the getting-started page repeats the
     README's quick start), in page order, in one scratch folder."""

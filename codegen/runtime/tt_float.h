@@ -6,7 +6,7 @@
  * so the host build and the Cortex-M build give the same bits (glibc's and newlib's expf / logf differ in
  * the last bit; floorf / rintf are exact but may need -lm). Build with -ffp-contract=off, no fast-math.
  * Everything here must agree bit for bit with the simulator: tt_expf / tt_logf (within 2 ulp of the exact values)
- * and tt_fmaf are computed by tinytrain/f32.py the same way (tests/test_f32.py).
+ * and tt_fmaf are computed by tinytrain/f32.py the same way (tests/ops/test_f32.py).
  *
  * The parts, by family: tt_float_round.h (fma, exp / log, rounding), tt_float_draws.h (stochastic rounding, lr
  * factor), tt_float_grad.h (input-gradient tiles), tt_float_masks.h (a host build's clamp masks).

@@ -4,7 +4,7 @@
 
 Every file is built from scratch here (onnx.helper for ONNX; the TFLite flatbuffer object API of
 ai-edge-litert for TFLite) — nothing is copied from ../shared. ``CASES`` maps each file to the words
-its one-line error must contain; tests/test_bad_models.py runs the CLI on each.
+its one-line error must contain; tests/frontends/test_bad_models.py runs the CLI on each.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-/* powerloss_main.c — power cut at every erase and program operation of consecutive saves (tests/test_persist.py).
+/* powerloss_main.c — power cut at every erase and program operation of consecutive saves (tests/firmware/test_persist.py).
  *
  * Links the emitted training step (tinytrain_model.c), tt_persist.c and the NOR simulator tt_flash_sim.c: the C of
  * the firmware. For each of SAVES saves (STEPS training steps apart, on pseudo-random images): the flash as it was

@@ -1,5 +1,5 @@
 /* sanitize_main.c — the emitted training step under AddressSanitizer and UndefinedBehaviorSanitizer
- * (tests/test_sanitize.py): STEPS steps on pseudo-random images and labels (the generator of powerloss_main.c),
+ * (tests/codegen/test_sanitize.py): STEPS steps on pseudo-random images and labels (the generator of powerloss_main.c),
  * then the state bytes to STATE_FILE. Usage: sanitize STEPS STATE_FILE */
 #include <stdint.h>
 #include <stdio.h>

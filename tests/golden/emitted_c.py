@@ -1,7 +1,7 @@
 """The emitted C's byte-identity harness (issue 31): the sha256 of the model source and header that
 ``tinytrain compile`` emits for every zoo model (inference, and training with its shipped plans), the VWW TFLite
 models (inference, and a last-layers training step) and a host build, for each target. ``emitted_c.json`` holds the
-hashes recorded before the kernel selection was restructured; tests/test_emitted_c.py asserts the emitted C still
+hashes recorded before the kernel selection was restructured; tests/codegen/test_emitted_c.py asserts the emitted C still
 matches them. Runtime headers are left out (splitting them by kernel family changes the files, not the model C).
 
 Regenerate (only when a change of the emitted C is intended, saying so in the commit):

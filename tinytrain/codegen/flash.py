@@ -12,7 +12,7 @@ A project over its flash budget is emitted again with plain kernels (``MemoryRep
 that derive a table from their weight (halfword rows or taps: twice the weight's bytes, for a few percent fewer
 instructions): first those whose weight the backward reads as well (the table is then a second copy of the weight),
 then all of them. Calibrated with arm-none-eabi-gcc 12 -O2 on the shipped plans' training firmware for
-qemu-m7 and qemu-m55 (tests/test_persist.py checks the report against the linker on qemu-m55).
+qemu-m7 and qemu-m55 (tests/firmware/test_persist.py checks the report against the linker on qemu-m55).
 """
 
 from __future__ import annotations

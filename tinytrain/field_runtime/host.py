@@ -1,7 +1,7 @@
 """The field runtime's emitted C built for the host: the cut model's training step and tt_field.c in one library.
 
 ``HostField`` has the ``FieldRuntime`` calls (``learn``, ``observe``, ``drift_state``, ``state_bytes``) through
-ctypes; its results are the simulator's, bit for bit (tests/test_field.py).
+ctypes; its results are the simulator's, bit for bit (tests/field/test_field.py).
 """
 
 from __future__ import annotations

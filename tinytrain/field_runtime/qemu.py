@@ -2,7 +2,7 @@
 cross compiler, a stream baked into the harness (codegen/templates/field_harness.c.j2), run under QEMU.
 
 ``qemu_field`` returns each call's result and instruction count and the whole runtime's bytes (tt_field_save), the
-simulator's bit for bit (tests/test_field.py).
+simulator's bit for bit (tests/field/test_field.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from tinytrain.errors import UsageError
 class Qemu:
     machine: str        # qemu-system-arm (qemu-system-riscv32) -M
     # SysTick tick = NUM/DEN ns = instructions under -icount shift=0 (1 ns each): 25 MHz on MPS2, 32 MHz on MPS3
-    # (measured: tests/test_firmware_qemu.py::test_systick_counts_instructions); RISC-V's minstret: 1/1
+    # (measured: tests/firmware/test_firmware_qemu.py::test_systick_counts_instructions); RISC-V's minstret: 1/1
     tick_ns: tuple[int, int]
     args: tuple[str, ...] = ()  # more QEMU options (the RISC-V virt machine: -bios none, the core's extensions)
 

@@ -24,7 +24,7 @@ from tinytrain.sizes import format_size
 HEAP_BYTES = {True: 2048, False: 0}
 # The statics of the harness and its C library beyond the report's runtime estimate, plus the linker's alignment of
 # the sections: measured on every board with a step compiled at exactly the budget fit.py computes
-# (benchmarks/firmware_links.py -> benchmarks/results/firmware_links.md; tests/test_firmware_links.py): the reserve
+# (benchmarks/firmware_links.py -> benchmarks/results/firmware_links.md; tests/firmware/test_firmware_links.py): the reserve
 # below leaves 448-452 B unused on the Arm QEMU boards (newlib's open-file table, impure data, monitor handles),
 # 692-696 B on RISC-V (picolibc), 268-364 B on the serial boards.
 HARNESS_BYTES = {True: 512, False: 128}

@@ -39,7 +39,7 @@ STACK_BYTES = -(-(STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
 # 2,304 B (512 B more); the DSP cores (M4, M7, M55, M33: 1,248 B at most) keep STACK_BYTES.
 PORTABLE_STACK_MEASURED_BYTES = 1772
 PORTABLE_STACK_BYTES = -(-(PORTABLE_STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) // 64) * 64
-# The cores of codegen/context.py CORE_TARGETS without the DSP extension (tests/test_memory_report.py checks it)
+# The cores of codegen/context.py CORE_TARGETS without the DSP extension (tests/memory/test_memory_report.py checks it)
 PORTABLE_STACK_TARGETS = frozenset({"cortex-m3", "cortex-m0plus", "riscv32"})
 
 

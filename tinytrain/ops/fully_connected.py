@@ -317,7 +317,7 @@ def tflite_fully_connected(im, op) -> None:
         src = im.tensor_like(x, f"{x.name}/flat", (1, k))
         im.node(op, "reshape", [x.name], [src], ReshapeAttrs((k,)), "_flatten")
     # Measured: tflite-micro and the reference kernels use the double product here, per tensor, per channel
-    # and for uint8 (tests/test_tflite_frontend.py::test_requantization_multiplier_rule_matches_the_runtime).
+    # and for uint8 (tests/frontends/test_tflite_frontend.py::test_requantization_multiplier_rule_matches_the_runtime).
     requant = im.multipliers(x.quant.s, wq.scale, y.quant.s, float_product=False)
     act_min, act_max = im.activation(op, y)
     w = im.add_weight(op.inputs[1], data, wq)

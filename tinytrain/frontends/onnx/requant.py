@@ -12,7 +12,7 @@ round once everywhere else:
   float32(float32(s_x * s_w[c]) / s_y) (``quant.ort_output_scales``) or, for a mean, float32(s_in /
   float32(s_out * count)) (``ops/mean.py ort_mean_scale``, ``MeanAttrs.count_folded``), and the accumulator times it
   is rounded to float32 and then half to even, all emulated in 64-bit integer arithmetic. Bit-exact with
-  onnxruntime's integer kernels (tests/test_onnx_frontend.py, ~220 million values of the zoo models). The
+  onnxruntime's integer kernels (tests/frontends/test_onnx_frontend.py, ~220 million values of the zoo models). The
   single rounding used before (the real value times a 31-bit multiplier, rounded once, ties toward
   +infinity) differed from them on a few values per million, near-ties that float32 rounds onto the tie;
   TFLite's default double rounding on up to 0.6 % of a convolution's values;
@@ -25,7 +25,7 @@ round once everywhere else:
   s_in / (c * s_out) per valid-cell count c rounds the real average once (``AvgPool2dAttrs.output``);
 - clamp bounds of a fused Relu / Clip are rounded half to even, as QuantizeLinear does.
 
-What remains (measured in tests/test_onnx_frontend.py): where onnxruntime computes in float (QDQ
+What remains (measured in tests/frontends/test_onnx_frontend.py): where onnxruntime computes in float (QDQ
 models without graph optimization, and with them on x86 the Convs it cannot fuse because their input
 and output activations end up int8 and uint8, and residual Adds), a value whose real result lies within
 its float32 error (about 1e-5 LSB) of a rounding boundary can round either way, and so can an exact tie

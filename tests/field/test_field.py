@@ -1,0 +1,154 @@
+"""The field runtime (tinytrain/field_runtime/): the simulator's spec and the emitted C (tt_field.c) on the host, bit for bit;
+the buffer's selection rule, imprinting, drift alarms, the guard's rollbacks, bad labels."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+from ir_builders import tiny_mobilenet
+from tinytrain.errors import PlanError, UsageError
+from tinytrain.field_runtime.buffer import Slots, offer_replay
+from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.host import HostField
+from tinytrain.field_runtime.program import field_program
+from tinytrain.field_runtime.qemu import qemu_field
+from tinytrain.field_runtime.rng import Rng, next_u32
+from tinytrain.field_runtime.runtime import BAD_LABEL, HELD, FieldRuntime, predicted, split_state
+from tinytrain.field_runtime.step import SimStep
+from tinytrain.training.sparse import preset
+
+CFG = FieldConfig(replay=12, replay_k=2, known=2, imprint=3, guard=6, guard_every=3, guard_period=4, guard_drop=0,
+                  drift_shift=3, drift_warmup=10, drift_factor=2, drift_min=16, drift_rebase=30)
+
+
+@pytest.fixture(scope="module")
+def program():
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    return field_program(g, preset("last-k:1", g, lr=0.05), CFG)
+
+
+def stream(program, n: int = 150, seed: int = 0):
+    """(latents, labels, learn?) of a stream: class clusters, a shift of the latents at n/2, a burst of wrong
+    labels in the last quarter, one sample in four unlabelled."""
+    rng = np.random.default_rng(seed)
+    k, c = program.width, program.classes
+    centres = rng.integers(-128, -40, (c, k))
+    y = rng.integers(0, c, n)
+    x = centres[y] + rng.integers(-8, 8, (n, k))
+    x[n // 2 :] += 30
+    wrong = np.arange(n) >= 3 * n // 4
+    labels = np.where(wrong, (y + 1) % c, y)
+    return np.clip(x, -128, 127).astype(np.int8), labels, np.arange(n) % 4 != 3
+
+
+def test_sim_equals_host_c(program):
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    assert sim.state_bytes() == c.state_bytes()
+    xs, ys, labelled = stream(program)
+    codes = set()
+    for x, y, lab in zip(xs, ys, labelled):
+        a, b = (sim.learn(x, int(y)), c.learn(x, int(y))) if lab else (sim.observe(x), c.observe(x))
+        assert a == b
+        codes.add(a if lab else None)
+        assert sim.state_bytes() == c.state_bytes()
+    assert HELD in codes and sim.seen.all() and sim.buffer.filled == CFG.replay
+    assert sim.drift.alarms >= 1 and sim.n.rollbacks >= 1 and sim.n.checks > sim.n.rollbacks
+
+
+def test_bad_label_changes_nothing(program):
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    xs, ys, _ = stream(program, 20)
+    for x, y in zip(xs, ys):
+        sim.learn(x, int(y)), c.learn(x, int(y))
+    before = sim.state_bytes()
+    for bad in (program.classes, -1, 1000):
+        assert sim.learn(xs[0], bad) == BAD_LABEL == c.learn(xs[0], bad)
+    assert sim.state_bytes() == before == c.state_bytes()
+
+
+def test_buffer_is_class_balanced():
+    buf, rng = Slots.empty(8, 1, 3), Rng(1)
+    for label in [0] * 20 + [1] * 3 + [2] * 20:
+        offer_replay(buf, rng, np.zeros(1, np.int8), label)
+    counts = np.bincount(buf.y, minlength=3)
+    assert counts.tolist() == [2, 3, 3] and buf.offered.tolist() == [20, 3, 20]
+
+
+def test_new_class_is_imprinted(program):
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    xs, ys, _ = stream(program, 200, seed=3)
+    xs, ys = xs[:100], ys[:100]  # before the shift
+    keep = ys != 4
+    for x, y in zip(xs[keep][:30], ys[keep][:30]):
+        sim.learn(x, int(y))
+    assert not sim.seen[4]
+    fours = xs[ys == 4]
+    for x in fours[:2]:
+        sim.learn(x, 4)
+    assert sim.seen[4]
+    out = sim.step.predict(fours[2:])
+    assert np.mean([predicted(o, sim.seen)[0] == 4 for o in out]) >= 0.7
+
+
+def test_xorshift32():
+    assert next_u32(1) == 270369 and next_u32(0x2545F491) < 1 << 32
+
+
+def test_refusals():
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    with pytest.raises(UsageError, match="known_classes"):
+        field_program(g, preset("last-k:1", g), FieldConfig(known=6))
+    with pytest.raises(UsageError, match="replay_k"):
+        field_program(g, preset("last-k:1", g), FieldConfig(replay=0, replay_k=2))
+    with pytest.raises(PlanError, match="head only"):
+        field_program(g, preset("last-k:2", g), FieldConfig(known=2))
+
+
+def test_status_and_predict_agree(program):
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    xs, ys, _ = stream(program, 80)
+    for x, y in zip(xs, ys):
+        sim.learn(x, int(y)), c.learn(x, int(y))
+    assert sim.status() == c.status()
+    assert np.array_equal(sim.predict(xs), c.predict(xs))
+
+
+def test_no_buffer_no_guard_sim_equals_host_c():
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    program = field_program(g, preset("last-k:1", g, lr=0.05), FieldConfig(replay=0, replay_k=0, guard=0, known=3,
+                                                                            drift_warmup=8))
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    xs, ys, _ = stream(program, 40)
+    for x, y in zip(xs, ys):
+        assert sim.learn(x, int(y)) == c.learn(x, int(y))
+    assert sim.state_bytes() == c.state_bytes() and sim.seen.all()
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_qemu_m4_equals_simulator(program):
+    xs, ys, labelled = stream(program, 60)
+    labels = np.where(labelled, ys, -1)
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    results = [sim.learn(x, int(y)) if y >= 0 else sim.observe(x) for x, y in zip(xs, labels)]
+    run = qemu_field(program, xs, labels, "qemu-m4")
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
+    trained = run.learned & (run.results != HELD)
+    assert run.insns[trained].min() > run.insns[~run.learned].max() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_qemu_buffer_in_flash_survives_a_reboot(program):
+    xs, ys, _ = stream(program, 60)
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    for x, y in zip(xs, ys):
+        sim.learn(x, int(y))
+    run = qemu_field(program, xs, ys, "qemu-m4", flash=True)
+    assert run.state == sim.state_bytes() and run.erases > 0
+    mine, back = split_state(program, sim.state_bytes()), split_state(program, run.restored)
+    for part in ("buffer_filled", "buffer_x", "buffer_y"):
+        assert np.array_equal(mine[part], back[part]), part
+    assert np.array_equal(back["buffer_offered"], np.bincount(mine["buffer_y"], minlength=program.classes))

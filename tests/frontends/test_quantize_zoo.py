@@ -1,0 +1,175 @@
+"""The quantizer zoo (tests/quantizers/: small models in the forms Brevitas, NNCF, PyTorch and LiteRT-torch exports
+write, built by make_zoo.py): each imports, its forward equals onnxruntime's (tflite-micro's for the TFLite one), a last-k:2 step compiles within 256 KB and 3 steps
+train alike on the simulator and the emitted C; and each form tinytrain cannot take exactly is refused in one line
+naming the node, what it is and what to do.
+
+Exactness: byte for byte, except where the import folds a float chain into one layer (BatchNormalization, a
+constant Mul / Add / Sub after a Conv: frontends/onnx/fold.py): the folded layer rounds once from its accumulator,
+onnxruntime rounds its float32 chain at the QuantizeLinear, and the folded shift is an int32 of the layer's bias
+scale; values within float32 error of a tie (0.3 % and 0.6 % of the logits of these 200 inputs) differ by one LSB.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import tinytrain
+from onnx_oracle import ir_layout, unoptimized_session
+from tinytrain.errors import Notice, TinyTrainError, UnsupportedModelError
+from tinytrain.frontends import load_model
+from tinytrain.frontends.onnx import graph_from_onnx
+from tinytrain.simulator import forward
+
+HERE = Path(__file__).resolve().parents[1] / "quantizers"
+sys.path.insert(0, str(HERE))
+import make_zoo  # noqa: E402
+
+pytest.importorskip("onnxruntime")
+FOLDED = {"bn_unfolded", "const_ops", "transpose_const"}  # at most 1 LSB (module docstring)
+pytestmark = pytest.mark.filterwarnings("ignore::tinytrain.errors.Notice")
+
+
+def _ours_and_theirs(path: Path, xs: np.ndarray):
+    graph = load_model(path)
+    q, oq = graph.tensors[graph.inputs[0]].quant, graph.tensors[graph.outputs[0]].quant
+    xq = ir_layout(np.clip(np.rint(xs / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8))
+    ours = forward(graph, {graph.inputs[0]: xq})[graph.outputs[0]].astype(np.int64)
+    session = unoptimized_session(onnx.load(str(path)))
+    y = np.concatenate([session.run(None, {"x": xs[i:i + 1]})[0] for i in range(len(xs))])
+    return ours, np.clip(np.rint(y / np.float32(oq.s)) + oq.zp, -128, 127).astype(np.int64)
+
+
+@pytest.mark.parametrize("name", list(make_zoo.ZOO))
+def test_zoo_model_matches_onnxruntime(name):
+    ours, theirs = _ours_and_theirs(HERE / f"{name}.onnx", make_zoo.inputs(50, 11))
+    diff = np.abs(ours - theirs)
+    assert diff.max() <= (1 if name in FOLDED else 0), (name, diff.max())
+    assert (diff == 0).mean() >= 0.99
+
+
+def test_litert_transpose_matches_tflite_micro():
+    """The NCHW input's TRANSPOSE dropped (stated), the rest byte for byte with tflite-micro."""
+    pytest.importorskip("tflite_micro")
+    from oracles import tflm_run
+
+    path = HERE / "litert_transpose.tflite"
+    with pytest.warns(Notice, match=r"operator 1 \(TRANSPOSE of the \[1, 3, 8, 8\] NCHW input to NHWC\) dropped"):
+        graph = load_model(path)
+    xs = np.random.default_rng(2).random((50, 3, 8, 8), np.float32)
+    q = graph.tensors[graph.inputs[0]].quant
+    xq = np.clip(np.floor(xs / np.float32(q.s) + 0.5) + q.zp, -128, 127).astype(np.int8)  # TFLite rounds half up
+    ours = forward(graph, {graph.inputs[0]: ir_layout(xq)})[graph.outputs[0]]
+    oq = graph.tensors[graph.outputs[0]].quant
+    theirs = np.rint(tflm_run(path.read_bytes(), xs[:, None]) / np.float32(oq.s)) + oq.zp
+    np.testing.assert_array_equal(ours, theirs.reshape(ours.shape))
+    assert len(np.unique(ours, axis=0)) > 10
+
+
+STEP_MODELS = [f"{name}.onnx" for name in make_zoo.ZOO] + ["litert_transpose.tflite"]
+
+
+@pytest.mark.parametrize("name", STEP_MODELS)
+def test_zoo_model_compiles_a_step_in_256k_and_trains_alike_on_sim_and_c(name, tmp_path):
+    path = HERE / name
+    compiled = tinytrain.compile(path, update="last-k:2", sram="256k")
+    assert compiled.plan is not None
+    rng = np.random.default_rng(0)
+    size = 8 if name.endswith(".tflite") else 16
+    data = rng.integers(0, 256, (3, size, size, 3), dtype=np.uint8), rng.integers(0, 3, 3)
+    runs = [tinytrain.train(path, data, update="last-k:2", steps=3, engine=e, input_mapping="unit")
+            for e in ("sim", "c")]
+    assert np.array_equal(runs[0].losses, runs[1].losses)
+    assert runs[0].state.tensors.keys() == runs[1].state.tensors.keys()
+    assert all(np.array_equal(v, runs[1].state.tensors[k]) for k, v in runs[0].state.tensors.items())
+
+
+def test_the_zoo_files_are_what_make_zoo_writes(tmp_path):
+    pytest.importorskip("tflite_micro")
+    for name, path in make_zoo.build(tmp_path).items():
+        assert path.read_bytes() == (HERE / path.name).read_bytes(), name
+
+
+def test_a_float_output_is_quantized_to_its_reachable_range_and_stated():
+    with pytest.warns(Notice, match="graph output 'logits' is the float result of Gemm 'fc': quantized .* the range"):
+        load_model(HERE / "float_output.onnx")
+
+
+# ----- refusals: one line, the node, what it is, what to do
+
+def _model(name: str) -> onnx.ModelProto:
+    return onnx.load(str(HERE / f"{name}.onnx"))
+
+
+def _refusal(model: onnx.ModelProto) -> str:
+    with pytest.raises(TinyTrainError) as info:
+        graph_from_onnx(model.SerializeToString(), "m")
+    message = str(info.value)
+    assert isinstance(info.value, UnsupportedModelError) and "\n" not in message
+    return message
+
+
+def _set(model: onnx.ModelProto, name: str, arr: np.ndarray) -> None:
+    init = next(i for i in model.graph.initializer if i.name == name)
+    init.CopyFrom(numpy_helper.from_array(arr, name))
+
+
+def test_per_channel_activations_with_different_scales_read_by_a_pool_are_refused():
+    m = _model("per_channel_act")
+    s = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "pc_scale")).copy()
+    s[3] *= 2
+    _set(m, "pc_scale", s)
+    msg = _refusal(m)  # taken exactly only into a depthwise Conv (channels.py); here a pool reads it
+    assert "GlobalAveragePool 'pool'" in msg and "per channel" in msg and "depthwise" in msg and "per tensor" in msg
+
+
+def test_a_batchnorm_after_no_conv_is_refused():
+    m = _model("bn_unfolded")
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    pool = next(n for n in m.graph.node if n.op_type == "GlobalAveragePool")
+    # move it after the pool: BatchNormalization of a dequantized mean
+    conv_in, bn_out = bn.input[0], bn.output[0]
+    for n in m.graph.node:
+        n.input[:] = [conv_in if i == bn_out else i for i in n.input]
+    bn.input[0], bn.output[0] = pool.output[0], pool.output[0] + "_bn"
+    for n in m.graph.node:
+        if n is not bn:
+            n.input[:] = [bn.output[0] if i == pool.output[0] else i for i in n.input]
+    m.graph.node.remove(bn)
+    m.graph.node.insert(list(m.graph.node).index(pool) + 1, bn)
+    msg = _refusal(m)
+    assert "BatchNormalization 'bn1'" in msg and "GlobalAveragePool" in msg and "fold it into the layer" in msg
+
+
+def test_a_negated_channel_with_a_minus_128_weight_is_refused():
+    m = _model("bn_unfolded")
+    w = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "w1_quantized")).copy()
+    w[5, 0, 0, 0] = -128
+    _set(m, "w1_quantized", w)
+    msg = _refusal(m)
+    assert "bn1" in msg and "-128" in msg and "[-127, 127]" in msg
+
+
+def test_the_difference_of_two_activations_is_refused():
+    m = _model("const_ops")
+    sub = next(n for n in m.graph.node if n.op_type == "Sub")
+    sub.input[1] = sub.input[0]
+    msg = _refusal(m)
+    assert "Sub 'center'" in msg and "two activations" in msg
+
+
+
+def test_a_zero_point_written_as_identity_of_an_initializer_is_a_constant():
+    """Some exporters write a Q / DQ parameter as Identity(initializer)."""
+    m = _model("qcdq")
+    dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and "x_" in n.input[0])
+    m.graph.node.insert(0, helper.make_node("Identity", [dq.input[2]], ["zp_alias"], "zp_identity"))
+    dq.input[2] = "zp_alias"
+    graph = graph_from_onnx(m.SerializeToString(), "m")
+    assert [n.op for n in graph.nodes] == [n.op for n in load_model(HERE / "qcdq.onnx").nodes]
