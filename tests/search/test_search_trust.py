@@ -52,9 +52,8 @@ def test_each_rung_trains_with_the_recipes_schedule_over_its_own_steps(tiny, mon
             return np.zeros((len(x), 2))
 
     seen = []
-    import tinytrain.training.train_graph as tg
-    real = tg.build_training_graph
-    monkeypatch.setattr(tg, "build_training_graph", lambda g, p, c: seen.append(p) or real(g, p, c))
+    real = measure.build_training_graph
+    monkeypatch.setattr(measure, "build_training_graph", lambda g, p, c: seen.append(p) or real(g, p, c))
     monkeypatch.setattr(measure, "CTrainer", FakeTrainer)
     x = np.zeros((12,) + tiny.tensors[tiny.inputs[0]].shape[1:], np.int8)
     y = np.arange(12) % 2
