@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import tinytrain  # noqa: E402
+from tinytrain.cli_reference import regenerate  # noqa: E402
 
 PAGE = ROOT / "docs" / "guide" / "api.md"
 BLOCK = re.compile(r"(<!-- generated: api-functions -->\n).*?(<!-- end generated -->)", re.S)
@@ -71,15 +72,7 @@ def page(current: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    current = PAGE.read_text()
-    text = page(current)
-    if "--check" in argv:
-        if text != current:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run .venv/bin/python scripts/api_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+    return regenerate(PAGE, page(PAGE.read_text()), argv, ".venv/bin/python scripts/api_doc.py")
 
 
 if __name__ == "__main__":

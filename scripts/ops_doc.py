@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tinytrain.cli_reference import regenerate
 from tinytrain.ops import OpDef, all_ops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,14 +48,7 @@ def page() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = page()
-    if "--check" in argv:
-        if PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run .venv/bin/python scripts/ops_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+    return regenerate(PAGE, page(), argv, ".venv/bin/python scripts/ops_doc.py")
 
 
 if __name__ == "__main__":

@@ -136,16 +136,21 @@ def page(current: str, parser: argparse.ArgumentParser | None = None) -> str:
     return head.rstrip("\n") + "\n\n" + "\n".join(sections)
 
 
-def main(argv: list[str]) -> int:
-    current = PAGE.read_text()
-    text = page(current)
+def regenerate(page_path: Path, text: str, argv: list[str], command: str) -> int:
+    """A generated page's command line: write ``text`` to ``page_path``, or with --check say (exit 1) when the page
+    differs from it, naming ``command`` to run. The docs' generators (this module, scripts/api_doc.py,
+    scripts/ops_doc.py) share it."""
     if "--check" in argv:
-        if text != current:
-            print(f"{PAGE} is stale: run python -m tinytrain.cli_reference", file=sys.stderr)
+        if page_path.read_text() != text:
+            print(f"{page_path} is stale: run {command}", file=sys.stderr)
             return 1
         return 0
-    PAGE.write_text(text)
+    page_path.write_text(text)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return regenerate(PAGE, page(PAGE.read_text()), argv, "python -m tinytrain.cli_reference")
 
 
 if __name__ == "__main__":
