@@ -24,17 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from common.qemu_instructions import SHARED, VWW_PLAN, models
+from common.qemu_instructions import SHARED, VWW_PLAN, models, random_step
 
 from tinytrain.engines import qemu as engine_qemu
-from tinytrain.data import model_inputs
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware.boards import get_board
-from tinytrain.frontends import load_model
 from tinytrain.memory.report import STACK_BYTES, STACK_MARGIN_BYTES
 from tinytrain.training.sparse import load_plan, parse_plan
-from tinytrain.training.train_graph import build_training_graph
 
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
 BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55")
@@ -59,13 +55,7 @@ def workloads() -> list[tuple[str, Path, object, str]]:
 
 def measure(name, path, plan, plan_source, board, args, work: Path) -> dict:
     b = get_board(board)
-    graph = load_model(path)
-    tg = build_training_graph(graph, plan)
-    rng = np.random.default_rng(0)
-    shape = graph.tensors[graph.inputs[0]].shape[1:]
-    n_classes = graph.tensors[graph.outputs[0]].shape[-1]
-    x = model_inputs(graph, rng.integers(0, 256, (args.steps + args.inferences, *shape), dtype=np.uint8))
-    y = rng.integers(0, n_classes, len(x))
+    _, tg, _, x, y = random_step(path, plan, args.steps + args.inferences)
     row = {"model": name, "plan": plan_source, "board": board, "machine": b.qemu.machine, "core": b.core,
            "steps": args.steps, "inferences": args.inferences}
     try:

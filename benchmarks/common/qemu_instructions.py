@@ -115,14 +115,19 @@ def requantized_outputs(graph) -> int:
                if getattr(n.attrs, "requant", None) is not None)
 
 
-def measure(name, path, plan, plan_source, args, work: Path) -> dict:
+def random_step(path, plan, n: int):
+    """(the model at ``path``, the plan's training graph of it, its input shape, ``n`` random int8 inputs and labels):
+    the samples the QEMU measurements run (seed 0)."""
     graph = load_model(path)
-    tg = build_training_graph(graph, plan)
     rng = np.random.default_rng(0)
     shape = graph.tensors[graph.inputs[0]].shape[1:]
     n_classes = graph.tensors[graph.outputs[0]].shape[-1]
-    x = model_inputs(graph, rng.integers(0, 256, (args.steps + args.inferences, *shape), dtype=np.uint8))
-    y = rng.integers(0, n_classes, len(x))
+    x = model_inputs(graph, rng.integers(0, 256, (n, *shape), dtype=np.uint8))
+    return graph, build_training_graph(graph, plan), shape, x, rng.integers(0, n_classes, len(x))
+
+
+def measure(name, path, plan, plan_source, args, work: Path) -> dict:
+    graph, tg, shape, x, y = random_step(path, plan, args.steps + args.inferences)
     compile_dir = work / "compile"
     report = engine_qemu.emit_compile_dir(tg, compile_dir, 256 * KB, 1 * MB)
     row = {"model": name, "plan": plan_source, "input": "x".join(map(str, shape)),

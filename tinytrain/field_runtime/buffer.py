@@ -40,16 +40,23 @@ class Slots:
         return np.flatnonzero(self.y[: self.filled] == c)
 
 
-def offer_replay(buf: Slots, rng: Rng, x: np.ndarray, label: int) -> int:
-    """Offer a labelled latent to the replay buffer (the class-balanced rule); the slot it took, or -1."""
-    buf.offered[label] += 1
-    n = len(buf.y)
-    if n == 0:
+def _free_slot(buf: Slots, x: np.ndarray, label: int) -> int | None:
+    """While the buffer has free slots, the sample takes the next one (its index); -1 for a buffer of no slots;
+    None when it is full."""
+    if len(buf.y) == 0:
         return -1
-    if buf.filled < n:
+    if buf.filled < len(buf.y):
         buf.filled += 1
         buf.put(buf.filled - 1, x, label)
         return buf.filled - 1
+    return None
+
+
+def offer_replay(buf: Slots, rng: Rng, x: np.ndarray, label: int) -> int:
+    """Offer a labelled latent to the replay buffer (the class-balanced rule); the slot it took, or -1."""
+    buf.offered[label] += 1
+    if (slot := _free_slot(buf, x, label)) is not None:
+        return slot
     counts = np.bincount(buf.y, minlength=len(buf.offered))
     largest = int(np.argmax(counts))
     if counts[label] < counts[largest]:
@@ -66,13 +73,9 @@ def offer_replay(buf: Slots, rng: Rng, x: np.ndarray, label: int) -> int:
 def offer_guard(buf: Slots, rng: Rng, x: np.ndarray, label: int) -> int:
     """Offer a held-back latent to the guard set (reservoir sampling); the slot it took, or -1."""
     buf.offered[0] += 1
+    if (slot := _free_slot(buf, x, label)) is not None:
+        return slot
     n = len(buf.y)
-    if n == 0:
-        return -1
-    if buf.filled < n:
-        buf.filled += 1
-        buf.put(buf.filled - 1, x, label)
-        return buf.filled - 1
     r = rng.below(int(buf.offered[0]))
     if r >= n:
         return -1
