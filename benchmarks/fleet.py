@@ -99,12 +99,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def alone(built, device_rows, epochs: int, schedule: str, plan, seed: int):
     """The test-ready state of the plan trained by the host C engine on ``device_rows`` of the pool alone (``plan``
-    with its lr; ``schedule`` spans this run's steps)."""
+    with its lr; ``schedule`` spans this run's steps and decays to 0, as ``tune`` chose it: an offline baseline
+    need not go on learning, and the floor the devices keep costs a finite run accuracy)."""
     from tinytrain.api import train
 
     ds = built.dataset
     result = train(built.graph, (ds.x[device_rows], ds.y[device_rows]), plan=plan, epochs=epochs, engine="c",
-                   seed=seed, lr_schedule=schedule)
+                   seed=seed, lr_schedule=schedule, lr_floor=0.0)
     return result.state
 
 
@@ -212,7 +213,8 @@ def study_write(rec: dict, out: Path) -> None:
         f"`{rec['command']}` ({s['total'] / 60:.1f} min on 2 shared cores: fleet {s['fleet']:.0f} s, baselines "
         f"{s['baselines']:.0f} s, test features {s['test_features']:.0f} s).", "",
         f"Model: {rec['model']}; plan: classifier-only (`last-k:1`, lr {rec['plan'].get('lr', '')}, 4-bit remainders, "
-        f"{rec['lr_schedule']} lr schedule over each run's steps); "
+        f"{rec['lr_schedule']} lr schedule over each run's steps: the fleet's devices keep 0.1x the lr after it, as "
+        "every compiled step does; the baselines decay to 0, the best offline schedule on the validation split); "
         f"{rec['devices']} devices x {rec['per_device']} images of {rec['classes_per_device']} classes each, from "
         f"`{rec['pool']}`; {rec['rounds']} rounds x {rec['local_steps']} local steps per device, server lr "
         f"{rec['server_lr']}, engine {ENGINES[rec['engine']]}; centralized: lr {rec['central_lr']}, {rec['central_epochs']} "
