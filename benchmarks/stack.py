@@ -29,7 +29,7 @@ from common.qemu_instructions import SHARED, VWW_PLAN, models, random_step
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware.boards import get_board
-from tinytrain.memory.report import STACK_BYTES, STACK_MARGIN_BYTES
+from tinytrain.cores import STACK_BYTES, STACK_MARGIN_BYTES
 from tinytrain.training.sparse import load_plan, parse_plan
 
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)

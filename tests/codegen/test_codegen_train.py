@@ -102,7 +102,7 @@ def check_step(tg, trainer: CTrainer, state, x: np.ndarray, label: int) -> set[s
     post_c = trainer.state()
     sim = train_step(tg, state, x[None], label, keep_all=True)
     arena, g = trainer.arena(), trainer.schedule
-    offsets = arena_offsets(g, trainer.plan)
+    offsets = arena_offsets(g, trainer.memory)
 
     def c_value(name):
         t = g.tensors[name]
@@ -261,26 +261,26 @@ def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config,
 @pytest.fixture(scope="module")
 def project(model, tmp_path_factory):
     """What compile emits: clamp masks in bits, updates fused with their weight gradients, reordered."""
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     g, _ = model
     plan, config = CONFIGS["full"](g)
     tg = device_schedule(build_training_graph(g, plan, config))
     out = tmp_path_factory.mktemp("train_project")
-    files = render_project(tg, plan_memory(tg, 1 << 30, 1 << 30))
+    files = render_project(tg, memory_report(tg, 1 << 30, 1 << 30))
     for name, text in files.items():
         (out / name).write_text(text)
     return out, tg, files
 
 
 def test_project_is_deterministic_and_names_version_and_model_hash(project, model):
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     out, tg, files = project
     g2, _ = train_ops_model()  # rebuilt from scratch
     plan, config = CONFIGS["full"](g2)
     tg2 = device_schedule(build_training_graph(g2, plan, config))
-    again = render_project(tg2, plan_memory(tg2, 1 << 30, 1 << 30))
+    again = render_project(tg2, memory_report(tg2, 1 << 30, 1 << 30))
     assert again == files
     for name in (MODEL_SOURCE, MODEL_HEADER):
         head = files[name].split("*/")[0]
@@ -289,12 +289,12 @@ def test_project_is_deterministic_and_names_version_and_model_hash(project, mode
 
 def test_sram_is_what_the_memory_report_counts(model):
     """Arena and SRAM copies (only the updated rows of a partially updated weight) as memory.report says."""
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     g, _ = model
     plan, config = CONFIGS["channels+momentum+nearest"](g)
     tg = build_training_graph(g, plan, config)
-    report = plan_memory(tg, 1 << 30, 1 << 30)
+    report = memory_report(tg, 1 << 30, 1 << 30)
     header = render_project(tg, report)[MODEL_HEADER]
     defined = dict(re.findall(r"#define (TT_\w+_BYTES) (\d+)", header))
     assert int(defined["TT_ARENA_BYTES"]) == report.arena_bytes

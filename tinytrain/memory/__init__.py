@@ -2,7 +2,7 @@
 SRAM / flash accounting, and the reports.
 
     schedule.reorder (Graph -> Graph)  ->  lifetimes.buffer_lifetimes  ->  inplace.choose
-      ->  planner (add_buffer / tie / offset / total_size)  ->  report.plan_memory -> MemoryReport
+      ->  planner (add_buffer / tie / offset / total_size)  ->  report.memory_report -> MemoryReport
       ->  text.report_text, timeline.write_timeline, report.check_budget
 
 Planning never edits the graph; the code generator reads ``MemoryReport.buffers`` (tensor, offset, views).

@@ -16,7 +16,7 @@ from tinytrain.ir import Graph
 from tinytrain.ops import get_op
 
 if TYPE_CHECKING:
-    from tinytrain.memory.stream import StreamPlan
+    from tinytrain.memory.stream import StreamRegion
 
 SCRATCH = "scratch"
 RING = "ring"
@@ -34,7 +34,7 @@ class BufferUse:
     views: tuple[str, ...] = ()  # tensors that are these same bytes under another shape (e.g. reshape outputs)
 
 
-def buffer_lifetimes(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
+def buffer_lifetimes(graph: Graph, stream: StreamRegion | None = None) -> list[BufferUse]:
     """Every computed tensor of a batch-1 step: from its producer to its last reader, in graph order.
 
     Graph inputs are alive from step 0; graph outputs stay alive until the last step. The output of a
@@ -92,7 +92,7 @@ def scratch_name(node: str) -> str:
     return f"{node}:{SCRATCH}"
 
 
-def scratch_requests(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
+def scratch_requests(graph: Graph, stream: StreamRegion | None = None) -> list[BufferUse]:
     """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only
     (over the whole streamed region for a node of it)."""
 
