@@ -8,7 +8,6 @@ catch), and it must read each input row once, in order, from a row source.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 from ir_builders import ModelBuilder
 from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import render_project
+from tinytrain.codegen.options import EmitOptions
 from tinytrain.memory.report import forward_memory_report, memory_report
 from tinytrain.memory.stream import stream_region, stream_prefix, streamable_prefix
 from tinytrain.simulator import forward
@@ -51,8 +51,7 @@ def cache(tmp_path_factory):
 
 
 def _dsp_project(g) -> dict[str, str]:
-    plan = dataclasses.replace(forward_memory_report(g, 1 << 62, 1 << 62), target="cortex-m7")
-    return render_project(g, plan)
+    return render_project(g, forward_memory_report(g, 1 << 62, 1 << 62), options=EmitOptions(target="cortex-m7"))
 
 
 @pytest.mark.parametrize("kind", ["mobilenet", "windows"])

@@ -2,7 +2,7 @@
 
 Works for a forward graph and for a training step alike: every tensor without data (graph inputs,
 activations, saved activations, gradients, the loss) is one arena buffer from its producer to its last
-reader. Constants live in flash and trainable copies / optimizer state in static SRAM (memory/report.py);
+reader. Constants live in flash and trainable copies / optimizer state in static SRAM (memory/footprint.py);
 neither is an arena buffer. A saved activation is therefore freed after its last backward use and a
 gradient right after the update that consumes it — the schedule (training/reorder.py) decides when that is.
 """
