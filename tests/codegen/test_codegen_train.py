@@ -416,15 +416,15 @@ def test_in_place_backward_is_bit_identical_to_separate_buffers(which, tmp_path_
     cache = tmp_path_factory.mktemp("cache")
     in_place = CTrainer(tg, cache)
     nodes = in_place.schedule.nodes
-    grads = [nodes[p.step].attrs for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input"]
+    grads = [nodes[p.step].attrs for p in in_place.memory.inplace if nodes[p.step].op == "conv2d_grad_input"]
     assert any(a.groups > 1 for a in grads) and any(a.groups == 1 for a in grads)  # depthwise and pointwise
-    assert any(nodes[p.step].op == "clamp_mask_packed" for p in in_place.plan.inplace)
+    assert any(nodes[p.step].op == "clamp_mask_packed" for p in in_place.memory.inplace)
     if which == "large_kernel":  # the 7x7 one in blocks (a host build's: staged whole), exactly over its g_z
         assert "_grad_input_f32_blocked_channels(" in in_place.files[MODEL_SOURCE]
         assert any(p.delta == 0 and in_place.schedule.tensors[p.input].shape == (1, 4, 4, 96)
-                   for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input")
+                   for p in in_place.memory.inplace if nodes[p.step].op == "conv2d_grad_input")
     else:  # a depthwise one gathered in C order, some pixels ahead of its g_z
-        assert any(p.delta > 0 for p in in_place.plan.inplace
+        assert any(p.delta > 0 for p in in_place.memory.inplace
                    if nodes[p.step].op == "conv2d_grad_input" and nodes[p.step].attrs.groups > 1)
     separate = CTrainer(tg, cache, inplace=False)
     rng = np.random.default_rng(7)

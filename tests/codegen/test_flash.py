@@ -49,3 +49,25 @@ def test_tables_that_would_overflow_the_flash_budget_give_way_to_plain_kernels()
     assert any(PLAIN in choice for choice in c.kernel_choices)
     with pytest.raises(BudgetError, match="of flash"):
         tinytrain.compile(g, sram="256k", flash=c.report.flash_bytes - 1, update="last-k:2")
+
+
+def test_the_gradient_proof_runs_once_per_compile_whatever_the_flash_retries(monkeypatch):
+    """compile proves the step's gradients finite once and passes the proof to every emission (EmitOptions.proof):
+    at a flash budget that makes it emit again with plain kernels, still one proof."""
+    from tinytrain import compilation
+    from tinytrain.codegen import emit_train, flash
+    from tinytrain.training import finite
+
+    g, _ = tiny_mobilenet()
+    packed = tinytrain.compile(g, sram="256k", update="last-k:2").report
+    calls = []
+
+    def counted(graph):
+        calls.append(graph.name)
+        return finite.gradient_bounds(graph)
+
+    for module in (compilation, flash, emit_train):
+        monkeypatch.setattr(module, "gradient_bounds", counted)
+    c = tinytrain.compile(g, sram="256k", flash=packed.flash_bytes - 1, update="last-k:2")
+    assert c.options.plain and c.options.proof is not None and len(calls) == 1
+    assert c.nonfinite_guard == c.options.proof.to_json()

@@ -33,11 +33,11 @@ from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES
                                        step_comment, streamed_input)
 from tinytrain.codegen.contract import header_contract
 from tinytrain.codegen.emit_stream import render_region
+from tinytrain.codegen.options import EmitOptions
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.memory.lifetimes import scratch_name
-from tinytrain.codegen.options import EmitOptions
 from tinytrain.memory.arena import ArenaLayout, PlannedBuffer
 from tinytrain.memory.stream import StreamRegion
 from tinytrain.names import LABEL, LOSS, STEP_INPUT, TARGET

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from tinytrain.ir import Graph
 from tinytrain.memory.budget import BudgetCheck, refuse
 from tinytrain.memory.footprint import RUNTIME_BYTES, Footprint, footprint
+from tinytrain.memory.inplace import InPlace
 from tinytrain.memory.arena import ArenaLayout, PlannedBuffer, arena_layout
 from tinytrain.memory.stream import StreamRegion
 
@@ -39,15 +40,41 @@ class MemoryReport:
                             BudgetCheck.of(counted, self.budget.sram_budget_bytes, self.budget.flash_budget_bytes))
 
     # the layout
-    arena_bytes = property(lambda self: self.layout.arena_bytes)
-    max_live_bytes = property(lambda self: self.layout.max_live_bytes)
-    peak_step = property(lambda self: self.layout.peak_step)
-    buffers = property(lambda self: self.layout.buffers)
-    scratch = property(lambda self: self.layout.scratch)
-    inplace = property(lambda self: self.layout.inplace)
-    stream = property(lambda self: self.layout.stream)
-    planner = property(lambda self: self.layout.planner)
-    n_steps = property(lambda self: self.layout.n_steps)
+    @property
+    def arena_bytes(self) -> int:
+        return self.layout.arena_bytes
+
+    @property
+    def max_live_bytes(self) -> int:
+        return self.layout.max_live_bytes
+
+    @property
+    def peak_step(self) -> int:
+        return self.layout.peak_step
+
+    @property
+    def buffers(self) -> tuple[PlannedBuffer, ...]:
+        return self.layout.buffers
+
+    @property
+    def scratch(self) -> tuple[PlannedBuffer, ...]:
+        return self.layout.scratch
+
+    @property
+    def inplace(self) -> tuple[InPlace, ...]:
+        return self.layout.inplace
+
+    @property
+    def stream(self) -> StreamRegion | None:
+        return self.layout.stream
+
+    @property
+    def planner(self) -> str:
+        return self.layout.planner
+
+    @property
+    def n_steps(self) -> int:
+        return self.layout.n_steps
 
     def alive_at(self, step: int) -> list[PlannedBuffer]:
         return self.layout.alive_at(step)
@@ -56,22 +83,62 @@ class MemoryReport:
         return self.layout.live_by_role()
 
     # the footprint
-    peak_sram_bytes = property(lambda self: self.footprint.peak_sram_bytes)
-    static_sram_bytes = property(lambda self: self.footprint.static_sram_bytes)
-    trainable_sram_bytes = property(lambda self: self.footprint.trainable_sram_bytes)
-    optimizer_state_bytes = property(lambda self: self.footprint.optimizer_state_bytes)
-    remainder_bytes = property(lambda self: self.footprint.remainder_bytes)
-    runtime_sram_bytes = property(lambda self: self.footprint.runtime_sram_bytes)
-    stack_bytes = property(lambda self: self.footprint.stack_bytes)
-    trainable = property(lambda self: self.footprint.trainable)
-    flash_bytes = property(lambda self: self.footprint.flash_bytes)
-    weights_flash_bytes = property(lambda self: self.footprint.weights_flash_bytes)
-    code_bytes = property(lambda self: self.footprint.code_bytes)
+    @property
+    def peak_sram_bytes(self) -> int:
+        return self.footprint.peak_sram_bytes
+
+    @property
+    def static_sram_bytes(self) -> int:
+        return self.footprint.static_sram_bytes
+
+    @property
+    def trainable_sram_bytes(self) -> int:
+        return self.footprint.trainable_sram_bytes
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        return self.footprint.optimizer_state_bytes
+
+    @property
+    def remainder_bytes(self) -> int:
+        return self.footprint.remainder_bytes
+
+    @property
+    def runtime_sram_bytes(self) -> int:
+        return self.footprint.runtime_sram_bytes
+
+    @property
+    def stack_bytes(self) -> int:
+        return self.footprint.stack_bytes
+
+    @property
+    def trainable(self) -> tuple[tuple[str, int], ...]:
+        return self.footprint.trainable
+
+    @property
+    def flash_bytes(self) -> int:
+        return self.footprint.flash_bytes
+
+    @property
+    def weights_flash_bytes(self) -> int:
+        return self.footprint.weights_flash_bytes
+
+    @property
+    def code_bytes(self) -> int:
+        return self.footprint.code_bytes
 
     # the budget check
-    sram_budget_bytes = property(lambda self: self.budget.sram_budget_bytes)
-    flash_budget_bytes = property(lambda self: self.budget.flash_budget_bytes)
-    fits = property(lambda self: self.budget.fits)
+    @property
+    def sram_budget_bytes(self) -> int:
+        return self.budget.sram_budget_bytes
+
+    @property
+    def flash_budget_bytes(self) -> int:
+        return self.budget.flash_budget_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.budget.fits
 
     def to_json(self, plain: tuple[str, ...] = ()) -> dict:
         """report.json's memory fields (``plain``: the convolutions codegen emitted with plain kernels)."""

@@ -30,7 +30,7 @@ UNTRAINABLE = 1 << 62  # the "peak" of a plan no engine runs: over every budget
 
 
 def plan_key(plan: Plan) -> str:
-    """What decides a plan's memory: its updates and its remainder bits (their bytes: memory/report.py
+    """What decides a plan's memory: its updates and its remainder bits (their bytes: memory/footprint.py
     ``remainder_bytes``, part of the optimizer state the peak counts)."""
     return f"b{plan.bias_last_k}" + "".join(
         f"|w{w.conv}:{w.ratio:g}" + ("" if w.remainder_bits is None else f"r{w.remainder_bits}")
