@@ -65,7 +65,7 @@ from tinytrain.firmware.persist import newest  # noqa: E402
 from tinytrain.engines.qemu import QemuTrainer, run as qemu_run  # noqa: E402
 from tinytrain.firmware.boards import get_board  # noqa: E402
 from tinytrain.frontends import load_model  # noqa: E402
-from tinytrain.memory.report import STACK_BYTES, STACK_MEASURED_BYTES  # noqa: E402
+from tinytrain.cores import STACK_BYTES, STACK_MEASURED_BYTES  # noqa: E402
 from tinytrain.training.sparse import load_plan  # noqa: E402
 from tinytrain.training.train_graph import build_training_graph  # noqa: E402
 

@@ -30,12 +30,12 @@ COMMAND = "python benchmarks/input_size.py --sizes {sizes}"
 
 def peak(graph, plan) -> dict:
     """What compile plans for ``plan`` on ``graph``: peak SRAM and whether it fits."""
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
     from tinytrain.training.device_step import device_schedule
     from tinytrain.training.train_graph import build_training_graph
 
     step = device_schedule(build_training_graph(graph, plan))
-    r = plan_memory(step, SRAM, FLASH)
+    r = memory_report(step, SRAM, FLASH)
     return {"plan": plan.to_json(), "peak_sram_bytes": r.peak_sram_bytes, "arena_bytes": r.arena_bytes,
             "trainable_sram_bytes": r.trainable_sram_bytes, "flash_bytes": r.flash_bytes, "fits": r.fits,
             "peak_node": f"{step.nodes[r.peak_step].op} {step.nodes[r.peak_step].name}"}

@@ -76,7 +76,7 @@ def plan_path(model: str) -> Path:
 
 def ours(model: str, spec: str) -> dict:
     from tinytrain.frontends import load_model
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
     from tinytrain.training.device_step import device_schedule
     from tinytrain.training.sparse import load_plan, preset
     from tinytrain.training.train_graph import build_training_graph
@@ -88,7 +88,7 @@ def ours(model: str, spec: str) -> dict:
     result = {}
     for name, do_reorder, inplace in VARIANTS:
         g = reordered if do_reorder else step
-        r = plan_memory(g, BUDGET, 1 << 30, inplace=inplace)
+        r = memory_report(g, BUDGET, 1 << 30, inplace=inplace)
         node = g.nodes[r.peak_step]
         result[name] = {"peak_sram_bytes": r.peak_sram_bytes, "arena_bytes": r.arena_bytes,
                         "max_live_bytes": r.max_live_bytes, "trainable_sram_bytes": r.trainable_sram_bytes,
@@ -123,7 +123,8 @@ def kb(n: float | None) -> str:
 
 
 def training_markdown(results: dict, with_torch: bool) -> str:
-    from tinytrain.memory.report import RUNTIME_BYTES, STACK_BYTES
+    from tinytrain.cores import STACK_BYTES
+    from tinytrain.memory.footprint import RUNTIME_BYTES
 
     lines = [
         "# Peak SRAM of one training step (batch 1, 128×128)",
@@ -306,11 +307,11 @@ def user_ops() -> None:
 
 def inference_peaks(path: Path) -> dict:
     from tinytrain.frontends import load_model
-    from tinytrain.memory.report import plan_forward
+    from tinytrain.memory.report import forward_memory_report
 
     g = load_model(path)
-    whole = plan_forward(g, 1 << 30, 1 << 30, stream=False)
-    streamed = plan_forward(g, 1 << 30, 1 << 30)
+    whole = forward_memory_report(g, 1 << 30, 1 << 30, stream=False)
+    streamed = forward_memory_report(g, 1 << 30, 1 << 30)
     region = streamed.stream
     return {"input_shape": list(g.tensors[g.inputs[0]].shape), "layer_by_layer_bytes": whole.peak_sram_bytes,
             "streamed_bytes": streamed.peak_sram_bytes,

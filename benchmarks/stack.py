@@ -1,5 +1,5 @@
 """The stack high-water mark of the training step on every QEMU board, for every zoo model with its shipped plan and
-the VWW TFLite models of ../shared — the measurement the stack reservation (memory/report.py STACK_BYTES) rests on.
+the VWW TFLite models of ../shared — the measurement the stack reservation (tinytrain/cores.py STACK_BYTES) rests on.
 
     .venv/bin/python benchmarks/stack.py [--steps 2] [--inferences 1]
 
@@ -29,7 +29,7 @@ from common.qemu_instructions import SHARED, VWW_PLAN, models, random_step
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware.boards import get_board
-from tinytrain.memory.report import STACK_BYTES, STACK_MARGIN_BYTES
+from tinytrain.cores import STACK_BYTES, STACK_MARGIN_BYTES
 from tinytrain.training.sparse import load_plan, parse_plan
 
 from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
@@ -85,7 +85,7 @@ def markdown(rows, meta) -> str:
     for (model, plan), marks in by_model.items():
         lines.append(f"| {model} | {plan} | " + " | ".join(cell(marks.get(b)) for b in BOARDS)
                      + " |")
-    lines += ["", f"Largest: **{meta['max_stack_used_bytes']} B**. Reservation (memory/report.py STACK_BYTES): max + "
+    lines += ["", f"Largest: **{meta['max_stack_used_bytes']} B**. Reservation (tinytrain/cores.py STACK_BYTES): max + "
               f"{STACK_MARGIN_BYTES} B margin, rounded up to 64 B = **{meta['reservation_bytes']} B** "
               f"(in the code: {STACK_BYTES} B).", ""]
     return "\n".join(lines)

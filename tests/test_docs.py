@@ -28,7 +28,7 @@ import pytest
 from onnx_models import write_tiny_task
 from tinytrain import cli_reference
 from tinytrain.cli import build_parser
-from tinytrain.codegen.context import CORE_TARGETS
+from tinytrain.cores import CORE_TARGETS
 from tinytrain.firmware.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parents[1]

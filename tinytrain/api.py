@@ -17,6 +17,7 @@ import numpy as np
 
 from tinytrain.codegen.contract import with_classes
 from tinytrain.compilation import Compiled
+from tinytrain.cores import DEFAULT_CORE
 from tinytrain.compilation import compile_step
 from tinytrain.engines import default_engine
 from tinytrain.engines import samples as sampling
@@ -82,7 +83,7 @@ def model_data(graph: Graph, data, loss: str = "xent") -> tuple[np.ndarray, np.n
 # ---- compile ---------------------------------------------------------------------------------------------
 
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
-            update: str | None = None, target: str = "cortex-m7", new_head: int | None = None,
+            update: str | None = None, target: str = DEFAULT_CORE, new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, input_size: InputSize = None,
             input_mapping=None, classes=None, **step) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
@@ -96,10 +97,8 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     graph = _graph(model, new_head, seed_of(given, step), input_size, input_mapping)
     spec = resolve_step(graph, given, update=update, new_head=new_head, **step)
     graph = with_classes(graph, classes if classes is not None else getattr(spec, "classes", None))
-    compiled, report, files, note, guard, choices = compile_step(graph, spec, sram_bytes, flash_bytes,
-                                                                 planner=planner, reorder=reorder, inplace=inplace,
-                                                                 target=target)
-    return Compiled(graph, compiled, report, spec, reorder, files, note, guard, choices)
+    return compile_step(graph, spec, sram_bytes, flash_bytes, planner=planner, reorder=reorder, inplace=inplace,
+                        target=target)
 
 
 # ---- train and evaluate ----------------------------------------------------------------------------------

@@ -24,12 +24,15 @@ from tinytrain.cli_samples import add_samples_command
 from tinytrain.cli_train import UPDATE_HELP, add_force_argument, add_step_arguments, step_knobs
 from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_train_commands
 from tinytrain.codegen.bindings.conv2d.forward import explain_text
-from tinytrain.codegen.context import CORE_TARGETS
+from tinytrain.cores import CORE_TARGETS, CORES, DEFAULT_CORE
 from tinytrain.describe import describe
 from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
+from tinytrain.firmware.boards import BOARDS
+from tinytrain.firmware.fit import check_board
 from tinytrain.input_mapping import from_model, with_mapping
 from tinytrain.outputs import OutputDir, check_file, write_file
 from tinytrain.simulator import external_input_dtype, forward, to_external, to_internal
+from tinytrain.sizes import format_size
 from tinytrain.version import __version__
 
 
@@ -114,14 +117,20 @@ def cmd_compile(args: argparse.Namespace) -> None:
     """Plan the training step (with --plan / --update) or, without, the inference forward pass."""
 
     target = OutputDir(args.output, "compile", force=args.force, inputs=[p for p in (args.model, args.plan) if p])
+    board = None if args.board is None else BOARDS[args.board]
+    core = args.target or (DEFAULT_CORE if board is None else board.core)
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
-                       target=args.target, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
+                       target=core, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
                        inplace=not args.no_inplace, input_size=args.input_size, input_mapping=args.input_mapping,
                        classes=args.classes.split(",") if args.classes else None, **step_knobs(args))
+    links = None if board is None else check_board(compiled.to_json(), board)
     out = Path(args.output)
     write_field = prepare_field(args)  # compile --replay: the field runtime (cli_field.py), checked before writing
     compiled.write(target)
     print(compiled.text())
+    if links is not None:
+        print(f"links on {links.board}: its firmware needs {format_size(links.total)} of the {format_size(links.region)}"
+              " RAM region (step, stack, the harness's heap and statics)")
     if args.explain:
         print(explain_text(compiled.kernel_choices))
     if compiled.note:
@@ -145,6 +154,11 @@ def cmd_convert(args: argparse.Namespace) -> None:
     mapping = from_model(graph)
     kept = f"; input mapping {mapping.describe()} in its metadata" if mapping else ""
     print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}{kept}")
+
+
+def _cores(dsp: bool) -> str:
+    """The cores with (without) the Arm DSP extension, short: m4/m7/..."""
+    return "/".join(c.name.removeprefix("cortex-") for c in CORES.values() if c.dsp == dsp)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,9 +200,12 @@ def _add_compile_command(sub) -> None:
     s.add_argument("--plan", help="sparse-update plan file (version 1): plan the training step")
     s.add_argument("--update", help=f"{UPDATE_HELP}: plan the training step of a preset (without --plan / "
                    "--update: the inference forward pass)")
-    s.add_argument("--target", choices=CORE_TARGETS, default="cortex-m7",
-                   help="the core the C is for: Arm DSP instructions on m4/m7/m55/m33, their C models on m3/m0plus/"
-                   "riscv32 (docs/guide/boards.md); the flash figure counts the kernels and tables chosen for it")
+    s.add_argument("--target", choices=CORE_TARGETS,
+                   help=f"the core the C is for (default {DEFAULT_CORE}, or --board's): Arm DSP instructions on "
+                   f"{_cores(True)}, their C models on {_cores(False)} (docs/guide/boards.md); the flash figure counts "
+                   "the kernels and tables chosen for it")
+    s.add_argument("--board", choices=tuple(BOARDS), help="refuse, before writing anything, a step whose firmware "
+                   "would not link on this board (its core, SRAM, flash; docs/guide/firmware.md)")
     s.add_argument("--new-head", type=positive_int, metavar="N", help="replace the last layer by a new N-class head")
     add_input_size_argument(s)
     add_input_mapping_argument(s)

@@ -27,7 +27,7 @@ from tinytrain.firmware import BOARDS, get_board, render_firmware
 from tinytrain.firmware.emulator import PREFIX, emulated
 from tinytrain.firmware.project import DEFAULT_BAUD, write_project
 from tinytrain.firmware.protocol import Board
-from tinytrain.memory.report import PORTABLE_STACK_BYTES, STACK_BYTES
+from tinytrain.cores import PORTABLE_STACK_BYTES, STACK_BYTES
 from tinytrain.outputs import OutputDir, write_file
 from tinytrain.sizes import parse_size
 from tinytrain.splits import held_out_split

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tinytrain.cli import build_parser
-from tinytrain.codegen.context import CORE_TARGETS
+from tinytrain.cores import CORE_TARGETS
 from tinytrain.firmware.boards import BOARDS, Board
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "cli.md"

@@ -1,5 +1,10 @@
-"""``compile``'s pipeline: the training step of a plan (or the inference forward pass), its memory plan against the
-budgets, the finite-gradient proof and the C project (docs/design.md §2)."""
+"""``compile``'s pipeline: the training step of a plan (or the inference forward pass), its memory report against the
+budgets, the finite-gradient proof (once) and the C project (docs/design.md §2).
+
+    step  ->  memory.report.memory_report (ArenaLayout, Footprint, BudgetCheck)  ->  check_budget (SRAM)
+      ->  training.finite.gradient_bounds (GradientProof, once)  ->  codegen.flash.render_within_flash (EmitOptions)
+      ->  MemoryReport.with_emitted_flash  ->  check_budget (flash)  ->  Compiled
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,15 @@ import json
 from dataclasses import dataclass, field
 
 from tinytrain.codegen.flash import render_within_flash
+from tinytrain.codegen.options import EmitOptions
+from tinytrain.cores import DEFAULT_CORE
 from tinytrain.csources import firmware_sources
 from tinytrain.errors import BudgetError, UnsupportedModelError
 from tinytrain.firmware.fit import links_json, links_text
 from tinytrain.firmware.project import PERSIST_API
 from tinytrain.ir import Graph
 from tinytrain.layers import layer_table, layer_text
-from tinytrain.memory.report import MemoryReport, check_budget, plan_memory
+from tinytrain.memory.report import MemoryReport, check_budget, memory_report
 from tinytrain.memory.text import report_text
 from tinytrain.memory.timeline import write_timeline
 from tinytrain.outputs import OutputDir
@@ -42,6 +49,7 @@ class Compiled:
     note: str | None = None
     nonfinite_guard: dict | None = None  # training: the proof that a finite loss gives finite gradients
     kernel_choices: tuple[str, ...] = ()  # per forward convolution: the kernel variant and why not the earlier ones
+    options: EmitOptions = EmitOptions()  # what the C was emitted for: target core, plain kernels
 
     @property
     def plan(self) -> Plan | None:
@@ -57,13 +65,13 @@ class Compiled:
                 "mode": self.mode}
         if self.plan is not None:
             meta.update(plan=self.spec.to_json(), reorder=self.reorder, nonfinite_guard=self.nonfinite_guard)
-        report = self.report.to_json()
+        report = self.report.to_json(self.options.plain)
         return {**meta, **report, "firmware": links_json(report),
                 "layers": [r.to_json() for r in layer_table(self.graph, self.step, self.report)],
                 "schedule": [f"{n.op} {n.name}" for n in self.step.nodes]}
 
     def text(self) -> str:
-        text = report_text(self.report, self.step, boards=links_text(self.report.to_json()))
+        text = report_text(self.report, self.step, boards=links_text(self.report.to_json()), plain=self.options.plain)
         if self.spec is not None:
             text += f"\nstep: {self.spec.recipe()}"
         return text + "\n\n" + layer_text(layer_table(self.graph, self.step, self.report), self.plan is not None)
@@ -90,18 +98,17 @@ class Compiled:
 
 
 def compile_step(graph: Graph, spec: StepSpec | None, sram_bytes: int, flash_bytes: int, *, planner: str = "greedy",
-                 reorder: bool = True, inplace: bool = True, target: str = "cortex-m7"
-                 ) -> tuple[Graph, MemoryReport, dict[str, str], str | None, dict | None, tuple[str, ...]]:
-    """(the step the device runs (``spec``'s training step, None: the forward pass), its memory report, the C
-    project by file name, a note when no C was written, the finite-gradient proof (training), each forward
-    convolution's kernel choice). Raises BudgetError when the step does not fit the SRAM (naming the deepest
-    presets that do) or, once emitted, the flash budget."""
+                 reorder: bool = True, inplace: bool = True, target: str = DEFAULT_CORE) -> Compiled:
+    """What ``compile`` plans for ``graph``: the step the device runs (``spec``'s training step, None: the forward
+    pass), its memory report, the C project (or a note when no C was written), the finite-gradient proof (training,
+    proven once) and each forward convolution's kernel choice. Raises BudgetError when the step does not fit the SRAM
+    (naming the deepest presets that do) or, once emitted, the flash budget."""
     step, plan = graph, None if spec is None else spec.plan
     if spec is not None:
         step = build_training_graph(graph, plan, spec.config)
         if reorder:
             step = device_schedule(step)
-    report = plan_memory(step, sram_bytes, flash_bytes, planner=planner, inplace=inplace, target=target)
+    report = memory_report(step, sram_bytes, flash_bytes, planner=planner, inplace=inplace, target=target)
     try:
         check_budget(report, step)
     except BudgetError as e:
@@ -109,16 +116,18 @@ def compile_step(graph: Graph, spec: StepSpec | None, sram_bytes: int, flash_byt
             raise
         raise BudgetError(e.message.split("; try ")[0] + "; " + fitting_hint(graph, spec, report.sram_budget_bytes,
                                                                              planner)) from None
-    guard = None if plan is None else gradient_bounds(step).to_json()  # the C guard checks the loss only
-    choices: list[str] = []
+    proof = None if plan is None else gradient_bounds(step)  # the C guard checks the loss only
+    options, choices = EmitOptions(target, proof=proof), []
     try:
-        (report, files), note = render_within_flash(step, report, choices), None
+        options, files, flash = render_within_flash(step, report, options, choices)
+        report, note = report.with_emitted_flash(flash.constant_bytes, flash.code_bytes), None
     except UnsupportedModelError as e:
         if plan is None:
             raise
         files, note = {}, f"note: no C project written for the training step yet ({e})"
     check_budget(report, step)  # the flash of the emitted C
-    return step, report, files, note, guard, tuple(choices)
+    return Compiled(graph, step, report, spec, reorder, files, note, None if proof is None else proof.to_json(),
+                    tuple(choices), options)
 
 
 def fitting_hint(graph: Graph, spec: StepSpec, sram_bytes: int, planner: str = "greedy") -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tinytrain.ir import Graph, Tensor
 from tinytrain.layers import NAME_WIDTH, layer_table
-from tinytrain.memory.report import plan_forward
+from tinytrain.memory.report import forward_memory_report
 from tinytrain.memory.short import short_name
 from tinytrain.ops import get_op
 from tinytrain.sizes import format_size
@@ -32,7 +32,7 @@ def node_macs(graph: Graph, node) -> int:
 def describe(graph: Graph) -> str:
     """inspect's text: the inputs and outputs, a row per layer (tinytrain/layers.py: its inference arena, weights,
     MACs; the peak marked), the totals."""
-    report = plan_forward(graph, sram_budget=1 << 40, flash_budget=1 << 40)
+    report = forward_memory_report(graph, sram_budget=1 << 40, flash_budget=1 << 40)
     layers = {r.index: r for r in layer_table(graph, graph, report)}
     rows = [("#", "op", "output shape", "params", "MACs", "arena", "weights", "output quant", "name")]
     for k, node in enumerate(graph.nodes):

@@ -44,7 +44,7 @@ from common import ROOT, SHARED  # (puts the checkout on sys.path)
 from common.qemu_profile import FAMILIES, profile
 from tinytrain.engines import qemu as engine_qemu
 from tinytrain.data import model_inputs
-from tinytrain.memory.report import STACK_BYTES
+from tinytrain.cores import STACK_BYTES
 from tinytrain.frontends import load_model
 from tinytrain.ir import DType
 from tinytrain.ops import get_op

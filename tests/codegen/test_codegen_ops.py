@@ -68,13 +68,12 @@ def test_conv2d(cache, variant, hw, cin, cout, mult, k, kw, stride, dilation, pa
 def _arm_dsp_files(g, stream: bool = True) -> dict[str, str]:
     """The C project of a cortex-m7 compile of ``g`` (TT_ARM_DSP 1: tt_simd.h's SXTB16 / SMLAD path), its frozen
     prefix row-streamed (memory/stream.py) unless ``stream`` is false."""
-    import dataclasses
-
     from tinytrain.codegen import render_project
-    from tinytrain.memory.report import plan_forward
+    from tinytrain.codegen.options import EmitOptions
+    from tinytrain.memory.report import forward_memory_report
 
-    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62, stream=stream), target="cortex-m7")
-    files = render_project(g, plan)
+    files = render_project(g, forward_memory_report(g, 1 << 62, 1 << 62, stream=stream),
+                           options=EmitOptions(target="cortex-m7"))
     assert "#define TT_ARM_DSP 1" in files["tinytrain_model.c"]
     return files
 
@@ -343,7 +342,8 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
     import dataclasses
 
     from tinytrain.codegen import render_project
-    from tinytrain.memory.report import plan_forward
+    from tinytrain.codegen.options import EmitOptions
+    from tinytrain.memory.report import forward_memory_report
     from tinytrain.quant import Requant
 
     b = GraphBuilder(7)
@@ -355,8 +355,8 @@ def test_fp32_rounding_outside_the_fast_shifts(cache, arm_dsp):
         b.nodes[-1].attrs, requant=Requant.from_scales([float(np.float32(s)) for s in scales], fp32=True)))
     g = b.build(h)
     assert g.nodes[1].attrs.requant.shift[:5] == (2, 0, -1, 0, -30)
-    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7" if arm_dsp else "host")
-    source = render_project(g, plan)["tinytrain_model.c"]
+    options = EmitOptions(target="cortex-m7" if arm_dsp else "host")
+    source = render_project(g, forward_memory_report(g, 1 << 62, 1 << 62), options=options)["tinytrain_model.c"]
     host = ("tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(", "tt_conv_1x1_c8x6_channels_pairs_rows_s8_f32w(")  # bindings/conv2d.py
     device = ("tt_depthwise_conv_3x3_s1_p1x1_s8_f32_sat_map_c8_5x6_to_5x6(", "tt_conv_1x1_xw2_s8_f32w_sat_ci8(")
     assert all(name in source for name in (device if arm_dsp else host))

@@ -14,7 +14,7 @@ from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import MODEL_SOURCE, arena_offsets, emit_project, render_project
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role, Tensor
-from tinytrain.memory.report import plan_forward
+from tinytrain.memory.report import forward_memory_report
 from tinytrain.ops.dequantize import DequantizeAttrs
 from tinytrain.version import __version__
 
@@ -23,7 +23,7 @@ WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
 
 
 def _plan(g, planner="greedy"):
-    return plan_forward(g, 1 << 30, 1 << 30, planner=planner)
+    return forward_memory_report(g, 1 << 30, 1 << 30, planner=planner)
 
 
 @pytest.fixture(scope="module")

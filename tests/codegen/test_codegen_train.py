@@ -102,7 +102,7 @@ def check_step(tg, trainer: CTrainer, state, x: np.ndarray, label: int) -> set[s
     post_c = trainer.state()
     sim = train_step(tg, state, x[None], label, keep_all=True)
     arena, g = trainer.arena(), trainer.schedule
-    offsets = arena_offsets(g, trainer.plan)
+    offsets = arena_offsets(g, trainer.memory)
 
     def c_value(name):
         t = g.tensors[name]
@@ -261,26 +261,26 @@ def test_fused_gradient_and_update_are_bit_identical_to_unfused_c(model, config,
 @pytest.fixture(scope="module")
 def project(model, tmp_path_factory):
     """What compile emits: clamp masks in bits, updates fused with their weight gradients, reordered."""
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     g, _ = model
     plan, config = CONFIGS["full"](g)
     tg = device_schedule(build_training_graph(g, plan, config))
     out = tmp_path_factory.mktemp("train_project")
-    files = render_project(tg, plan_memory(tg, 1 << 30, 1 << 30))
+    files = render_project(tg, memory_report(tg, 1 << 30, 1 << 30))
     for name, text in files.items():
         (out / name).write_text(text)
     return out, tg, files
 
 
 def test_project_is_deterministic_and_names_version_and_model_hash(project, model):
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     out, tg, files = project
     g2, _ = train_ops_model()  # rebuilt from scratch
     plan, config = CONFIGS["full"](g2)
     tg2 = device_schedule(build_training_graph(g2, plan, config))
-    again = render_project(tg2, plan_memory(tg2, 1 << 30, 1 << 30))
+    again = render_project(tg2, memory_report(tg2, 1 << 30, 1 << 30))
     assert again == files
     for name in (MODEL_SOURCE, MODEL_HEADER):
         head = files[name].split("*/")[0]
@@ -289,12 +289,12 @@ def test_project_is_deterministic_and_names_version_and_model_hash(project, mode
 
 def test_sram_is_what_the_memory_report_counts(model):
     """Arena and SRAM copies (only the updated rows of a partially updated weight) as memory.report says."""
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     g, _ = model
     plan, config = CONFIGS["channels+momentum+nearest"](g)
     tg = build_training_graph(g, plan, config)
-    report = plan_memory(tg, 1 << 30, 1 << 30)
+    report = memory_report(tg, 1 << 30, 1 << 30)
     header = render_project(tg, report)[MODEL_HEADER]
     defined = dict(re.findall(r"#define (TT_\w+_BYTES) (\d+)", header))
     assert int(defined["TT_ARENA_BYTES"]) == report.arena_bytes
@@ -416,15 +416,15 @@ def test_in_place_backward_is_bit_identical_to_separate_buffers(which, tmp_path_
     cache = tmp_path_factory.mktemp("cache")
     in_place = CTrainer(tg, cache)
     nodes = in_place.schedule.nodes
-    grads = [nodes[p.step].attrs for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input"]
+    grads = [nodes[p.step].attrs for p in in_place.memory.inplace if nodes[p.step].op == "conv2d_grad_input"]
     assert any(a.groups > 1 for a in grads) and any(a.groups == 1 for a in grads)  # depthwise and pointwise
-    assert any(nodes[p.step].op == "clamp_mask_packed" for p in in_place.plan.inplace)
+    assert any(nodes[p.step].op == "clamp_mask_packed" for p in in_place.memory.inplace)
     if which == "large_kernel":  # the 7x7 one in blocks (a host build's: staged whole), exactly over its g_z
         assert "_grad_input_f32_blocked_channels(" in in_place.files[MODEL_SOURCE]
         assert any(p.delta == 0 and in_place.schedule.tensors[p.input].shape == (1, 4, 4, 96)
-                   for p in in_place.plan.inplace if nodes[p.step].op == "conv2d_grad_input")
+                   for p in in_place.memory.inplace if nodes[p.step].op == "conv2d_grad_input")
     else:  # a depthwise one gathered in C order, some pixels ahead of its g_z
-        assert any(p.delta > 0 for p in in_place.plan.inplace
+        assert any(p.delta > 0 for p in in_place.memory.inplace
                    if nodes[p.step].op == "conv2d_grad_input" and nodes[p.step].attrs.groups > 1)
     separate = CTrainer(tg, cache, inplace=False)
     rng = np.random.default_rng(7)

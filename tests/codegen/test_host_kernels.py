@@ -7,7 +7,6 @@ floor (tt_float.h), here."""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import shutil
 import subprocess
 
@@ -21,7 +20,9 @@ from tinytrain import simulator
 from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import render_project
 from tinytrain.csources import codegen_runtime
-from tinytrain.memory.report import plan_forward
+from tinytrain.codegen.options import EmitOptions
+from tinytrain.cores import DEFAULT_CORE
+from tinytrain.memory.report import forward_memory_report
 
 ROWS_MAIN = r"""
 #include <math.h>
@@ -165,8 +166,8 @@ def test_host_projects_get_the_host_kernels_and_cortex_m_projects_the_device_one
     h = b.conv(h, 8, 3, padding=(1, 1, 1, 1), depthwise=True, single="fp32")
     h = b.conv(h, 32, 1, single="fp32")
     g = b.build(b.conv(h, 300, 1, single="fp32"))
-    host, device = (render_project(g, dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target=t))
-                    ["tinytrain_model.c"] for t in ("", "cortex-m7"))
+    host, device = (render_project(g, forward_memory_report(g, 1 << 62, 1 << 62), options=EmitOptions(target=t))
+                    ["tinytrain_model.c"] for t in ("", DEFAULT_CORE))
     for kernel in ("tt_conv_3x3_s2_p1x1_c3x8_channels_pairs_rows_s8_f32(", "tt_conv_depthwise_3x3_s1_p1x1_c8_rows_s8_f32(",
                    "tt_conv_1x1_c8x32_channels_pairs_rows_s8_f32(", "tt_conv_1x1_c32x300_channels_pairs_rows_s8_f32("):
         assert kernel in host and kernel not in device
@@ -187,7 +188,7 @@ def test_convolutions_across_output_channels_equal_the_simulator(tmp_path, varia
     else:
         b.conv(x, cout, (3, 3), (2, 1), (1, 0, 1, 1), (1, 1), bias=cin == 3, weight_zp=True, single=single)
     g = b.build(b.nodes[-1].outputs[0])
-    source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
+    source = render_project(g, forward_memory_report(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
     assert "_channels_pairs_rows_s8" in source
     assert_c_matches_simulator(b, g, tmp_path)
 
@@ -211,7 +212,7 @@ def test_depthwise_convolutions_equal_the_simulator(tmp_path, march, k, stride, 
     b.conv(x, c, k, (stride, stride), padding, (dilation, dilation), depthwise=True, bias=c % 3 != 0,
            weight_zp=k == 5, act=(-100, 90) if c % 2 else (-128, 127), single="fp32" if c != 20 else False)
     g = b.build(b.nodes[-1].outputs[0])
-    source = render_project(g, plan_forward(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
+    source = render_project(g, forward_memory_report(g, 1 << 62, 1 << 62))["tinytrain_model.c"]
     assert f"_c{c}_rows_s8" in source
     xs = b.inputs_batch(g, 3)
     want = simulator.forward(g, {g.inputs[0]: xs})[g.outputs[0]]

@@ -391,7 +391,8 @@ def test_stream_command_on_the_vww_model_matches_train_engine_c(tmp_path, capsys
 def test_every_board_core_is_a_core_build_with_the_device_kernels(tiny, tmp_path):
     """A core without the DSP extension (M3, M0+, RISC-V) is a core build, not a host one (no stack VLAs, no host
     kernels): TT_ARM_DSP 1, the DSP instructions' C models; the DSP cores use the instructions; "" is a host."""
-    from tinytrain.codegen.context import CORE_TARGETS, arm_dsp, dsp_kernels, host_build
+    from tinytrain.codegen.context import arm_dsp, dsp_kernels, host_build
+    from tinytrain.cores import CORE_TARGETS
 
     assert {b.core for b in BOARDS.values()} == set(CORE_TARGETS)
     assert host_build("") and not dsp_kernels("")

@@ -195,3 +195,25 @@ def test_a_step_larger_than_the_boards_flash_is_refused_in_one_line(step, tmp_pa
     engine_qemu.emit_compile_dir(step[1], tmp_path / "c", 30 * KB, 1024 * KB, target=board.core)
     report = json.loads((tmp_path / "c" / "report.json").read_text())
     check_flash(report, board, board.flash_max)  # the test step's own flash fits the board
+
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "mbv1-0.25-vww.onnx"
+
+
+def test_compile_board_refuses_a_step_that_would_not_link_there_before_writing(tmp_path, capsys):
+    """`compile --board B` (target: B's core): a step that fits its --sram and links on B says so; one whose firmware
+    needs more RAM than the budget (20.8 KB step, 23.3 KB with the stack and the harness, at --sram 22k) is refused in
+    one line with the numbers and the fix, exit 2, nothing written; so is a --target that is not B's core."""
+    args = [str(MODEL), "--new-head", "2", "--update", "last-k:1", "--board", "qemu-m7"]
+    assert main(["compile", *args, "--sram", "32k", "-o", str(tmp_path / "fits")]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "fits" / "report.json").read_text())
+    need = ram_need(report, BOARDS["qemu-m7"]).total
+    assert report["target"] == "cortex-m7" and f"links on qemu-m7: its firmware needs {need / KB:.1f} KB" in out
+
+    assert main(["compile", *args, "--sram", "22k", "-o", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("tinytrain: error: does not link on qemu-m7: its firmware needs 23.3 KB")
+    assert "--sram 24k or more" in err and not (tmp_path / "refused").exists()
+    assert main(["compile", *args, "--target", "cortex-m4", "--sram", "32k", "-o", str(tmp_path / "core")]) == 2
+    assert "qemu-m7 is a cortex-m7 board" in capsys.readouterr().err and not (tmp_path / "core").exists()

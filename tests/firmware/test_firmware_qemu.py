@@ -22,7 +22,7 @@ from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.data import load_dataset, model_inputs
 from tinytrain.engines.host_c import CTrainer
 from tinytrain.firmware import BOARDS, render_firmware, samples
-from tinytrain.memory.report import stack_reserve
+from tinytrain.cores import stack_reserve
 from tinytrain.frontends import load_model
 from tinytrain.training.sparse import Plan, WeightUpdate, load_plan
 from tinytrain.training.train_graph import build_training_graph
@@ -437,7 +437,7 @@ def test_zoo_shipped_plans_on_qemu_m7_equal_the_host_engine(model, tmp_path):
     x = model_inputs(g, x)
     plan = json.loads((ROOT / "models" / "plans" / f"{model}-sparse.json").read_text())
     r, host = _firmware_run(g, plan, tmp_path, x, y)
-    assert host.plan.stream is not None  # the step streams its frozen prefix
+    assert host.memory.stream is not None  # the step streams its frozen prefix
     assert _same_bits(r.losses, host.train(x[:20], y[:20]))
     assert r.state == host.state_bytes() and np.array_equal(r.logits, host.predict(x[20:]))
 

@@ -245,7 +245,7 @@ def test_shipped_plan_saves_and_resumes_on_qemu_at_256k_without_a_state_copy(pla
     from tinytrain.engines.qemu import QemuTrainer, run
     from tinytrain.firmware.persist import newest
     from tinytrain.frontends import load_model
-    from tinytrain.memory.report import STACK_MEASURED_BYTES
+    from tinytrain.cores import STACK_MEASURED_BYTES
     from tinytrain.training.sparse import load_plan
 
     root = Path(__file__).resolve().parents[2]

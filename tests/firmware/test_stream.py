@@ -8,7 +8,6 @@ catch), and it must read each input row once, in order, from a row source.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,9 @@ import pytest
 from ir_builders import ModelBuilder
 from tinytrain.engines import host_c as engine_c
 from tinytrain.codegen import render_project
-from tinytrain.memory.report import plan_forward, plan_memory
-from tinytrain.memory.stream import plan_stream, stream_prefix, streamable_prefix
+from tinytrain.codegen.options import EmitOptions
+from tinytrain.memory.report import forward_memory_report, memory_report
+from tinytrain.memory.stream import stream_region, stream_prefix, streamable_prefix
 from tinytrain.simulator import forward
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,15 +51,14 @@ def cache(tmp_path_factory):
 
 
 def _dsp_project(g) -> dict[str, str]:
-    plan = dataclasses.replace(plan_forward(g, 1 << 62, 1 << 62), target="cortex-m7")
-    return render_project(g, plan)
+    return render_project(g, forward_memory_report(g, 1 << 62, 1 << 62), options=EmitOptions(target="cortex-m7"))
 
 
 @pytest.mark.parametrize("kind", ["mobilenet", "windows"])
 @pytest.mark.parametrize("dsp", [False, True])
 def test_streamed_c_equals_the_layer_by_layer_simulator(kind, dsp, cache):
     g, mb = _graph(kind)
-    plan = plan_forward(g, 1 << 62, 1 << 62)
+    plan = forward_memory_report(g, 1 << 62, 1 << 62)
     assert plan.stream is not None and plan.stream.rings, "the prefix should stream"
     x = np.random.default_rng(1).integers(-128, 128, (3,) + g.tensors[g.inputs[0]].shape[1:], dtype=np.int8)
     want = forward(g, {g.inputs[0]: x})[g.outputs[0]]
@@ -87,7 +86,7 @@ def test_every_streamable_prefix_computes_the_same_output(kind, cache):
         region = stream_prefix(g, steps)
         if region is None:
             continue
-        plan = plan_forward(g, 1 << 62, 1 << 62, stream=region)
+        plan = forward_memory_report(g, 1 << 62, 1 << 62, stream=region)
         lib = ctypes.CDLL(str(engine_c.compile_files(render_project(g, plan), cache)))
         lib.tt_init()
         got = np.empty_like(want)
@@ -99,7 +98,7 @@ def test_every_streamable_prefix_computes_the_same_output(kind, cache):
 
 def test_row_source_is_read_once_per_row_in_order(cache):
     g, _ = _graph("mobilenet")
-    plan = plan_forward(g, 1 << 62, 1 << 62)
+    plan = forward_memory_report(g, 1 << 62, 1 << 62)
     source = next(b for b in plan.stream.buffers if b.source)
     assert source.rows < source.height  # a line buffer, not the image
     lib = ctypes.CDLL(str(engine_c.compile_files(render_project(g, plan), cache)))
@@ -126,7 +125,7 @@ def test_mobilenet_v2_inference_streams_below_64_kb():
     from tinytrain.frontends import load_model
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
-    streamed, whole = plan_forward(g, 1 << 30, 1 << 30), plan_forward(g, 1 << 30, 1 << 30, stream=False)
+    streamed, whole = forward_memory_report(g, 1 << 30, 1 << 30), forward_memory_report(g, 1 << 30, 1 << 30, stream=False)
     assert whole.peak_sram_bytes == 240 * 1024
     assert streamed.peak_sram_bytes == 46976 <= 64 * 1024
     image = streamed.stream.buffer(g.inputs[0])
@@ -147,8 +146,8 @@ def test_region_stops_where_the_backward_pass_reads():
     assert region is not None
     for b in region.buffers:
         assert step.tensors[b.tensor].role is not Role.SAVED
-    chosen = plan_stream(step)
-    report = plan_memory(step, 1 << 30, 1 << 30)
+    chosen = stream_region(step)
+    report = memory_report(step, 1 << 30, 1 << 30)
     assert chosen is not None and report.stream == chosen
     saved = [b for b in report.buffers if b.use.role == "saved"]
     assert saved and all(b.use.first_use >= chosen.steps for b in saved)

@@ -394,7 +394,7 @@ def test_streamed_max_pool_equals_the_simulator(cache):
 
     from tinytrain.engines import host_c as engine_c
     from tinytrain.codegen import render_project
-    from tinytrain.memory.report import plan_forward
+    from tinytrain.memory.report import forward_memory_report
     from tinytrain.memory.stream import stream_prefix, streamable_prefix
 
     mb = ModelBuilder("stream_pool", 0)
@@ -408,7 +408,7 @@ def test_streamed_max_pool_equals_the_simulator(cache):
         region = stream_prefix(g, steps)
         if region is None:
             continue
-        files = render_project(g, plan_forward(g, 1 << 62, 1 << 62, stream=region))
+        files = render_project(g, forward_memory_report(g, 1 << 62, 1 << 62, stream=region))
         bands += "tt_max_pool_3x3_s2_p1x1_s8_band(" in files["tinytrain_model.c"]
         lib = ctypes.CDLL(str(engine_c.compile_files(files, cache)))
         lib.tt_init()

@@ -144,10 +144,10 @@ def test_known_distances():
 
 def test_mbv2_forward_in_place_pairs_and_arena():
     from tinytrain.frontends import load_model
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
-    r = plan_memory(g, 1 << 30, 1 << 30, inplace=True, stream=False)  # layer by layer (streaming: test_stream.py)
+    r = memory_report(g, 1 << 30, 1 << 30, inplace=True, stream=False)  # layer by layer (streaming: test_stream.py)
     steps = {p.step: p for p in r.inplace}
     assert 3 in steps and 4 in steps  # the expand 1x1 and the stride-2 depthwise of block 2
     assert steps[4].delta == 0
@@ -160,14 +160,14 @@ def test_mbv2_forward_in_place_pairs_and_arena():
 
 def test_saved_activations_are_never_overwritten_before_their_last_use():
     from tinytrain.frontends import load_model
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
     from tinytrain.training.reorder import reorder
     from tinytrain.training.sparse import load_plan
     from tinytrain.training.train_graph import build_training_graph
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
     step = reorder(build_training_graph(g, load_plan(ROOT / "models" / "plans" / "mbv2-w0.35-sparse.json")))
-    r = plan_memory(step, 1 << 30, 1 << 30)
+    r = memory_report(step, 1 << 30, 1 << 30)
     uses = {b.use.tensor: b.use for b in r.buffers}
     assert r.inplace
     for p in r.inplace:
@@ -203,11 +203,11 @@ def _compile_and_run(graph, plan, x, tmp_path):
 def test_c_forward_with_in_place_buffers_matches_the_simulator(tmp_path):
     """The emitted kernels honour the min_read contract: the in-place plan computes what the simulator does."""
     from tinytrain.frontends import load_model
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
     from tinytrain.simulator import forward
 
     g = load_model(ROOT / "models" / "mbv2-w0.35.onnx")
-    plan = plan_memory(g, 1 << 30, 1 << 30, inplace=True, stream=False)
+    plan = memory_report(g, 1 << 30, 1 << 30, inplace=True, stream=False)
     # the pairs of the crowded steps (block 2's expand and depthwise); the training-step tests run dozens more
     assert len(plan.inplace) >= 3
     x = np.random.default_rng(0).integers(-128, 128, (2,) + g.tensors[g.inputs[0]].shape[1:], dtype=np.int8)

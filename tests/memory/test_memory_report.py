@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 from tinytrain.cli import main
-from tinytrain.memory.report import RUNTIME_BYTES, STACK_BYTES, plan_memory, trainable_copies
+from tinytrain.cores import STACK_BYTES
+from tinytrain.memory.footprint import RUNTIME_BYTES, trainable_copies
+from tinytrain.memory.report import memory_report
 from tinytrain.training.reorder import reorder
 from tinytrain.training.fuse import fuse_updates
 from tinytrain.training.sparse import Plan, WeightUpdate, load_plan, preset
@@ -24,7 +26,7 @@ def test_sram_is_arena_plus_trainable_copies_plus_runtime():
     # the last layer (fully connected) fully, the one before it on a quarter of its channels
     plan = Plan(bias_last_k=2, weights=(WeightUpdate(9, 0.25), WeightUpdate(10, 1.0)))
     step = reorder(build_training_graph(g, plan))
-    r = plan_memory(step, 1 << 30, 1 << 30)
+    r = memory_report(step, 1 << 30, 1 << 30)
     copies = dict(trainable_copies(step))
     fc_w = next(n for n in g.nodes if n.op == "fully_connected").inputs[1]
     conv_w = [n for n in g.nodes if n.op == "conv2d"][-1].inputs[1]
@@ -43,8 +45,8 @@ def test_momentum_counts_as_optimizer_state():
     from tinytrain.training.qas import UpdateConfig
 
     g, _ = tiny_mobilenet()
-    plain = plan_memory(build_training_graph(g, preset("last-k:2", g, remainder_bits=0)), 1 << 30, 1 << 30)
-    heavy = plan_memory(build_training_graph(g, preset("last-k:2", g, remainder_bits=0), UpdateConfig(momentum=0.9)),
+    plain = memory_report(build_training_graph(g, preset("last-k:2", g, remainder_bits=0)), 1 << 30, 1 << 30)
+    heavy = memory_report(build_training_graph(g, preset("last-k:2", g, remainder_bits=0), UpdateConfig(momentum=0.9)),
                         1 << 30, 1 << 30)
     assert heavy.optimizer_state_bytes > 0 and plain.optimizer_state_bytes == 0
     assert heavy.peak_sram_bytes >= plain.peak_sram_bytes + heavy.optimizer_state_bytes
@@ -114,7 +116,7 @@ def test_fusing_weight_gradients_with_updates_fits_mobilenet_v1_last_k2(tmp_path
     assert report["schedule"][report["peak_step"]].startswith("conv2d ")  # the first convolution
     g = new_head(load_model(model), 2)
     unfused = reorder(build_training_graph(g, preset("last-k:2", g, remainder_bits=0)))
-    assert plan_memory(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 351784
+    assert memory_report(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 351784
 
 
 def test_fusing_weight_gradients_with_updates_fits_mcunet_last_k2(tmp_path):
@@ -128,7 +130,7 @@ def test_fusing_weight_gradients_with_updates_fits_mcunet_last_k2(tmp_path):
     assert report["fits"] and report["peak_sram_bytes"] == 144136
     g = load_model(model)
     unfused = reorder(build_training_graph(g, preset("last-k:2", g, remainder_bits=0)))
-    assert plan_memory(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 484616
+    assert memory_report(unfused, 1 << 30, 1 << 30).peak_sram_bytes == 484616
 
 
 def test_compile_rejects_plan_and_update_together(tmp_path, capsys):
@@ -155,7 +157,7 @@ def test_arena_within_five_percent_of_the_largest_live_set(model):
         graphs += [step, reorder(step), reorder(fuse_updates(step)), device_schedule(step)]
     for graph in graphs:
         for inplace in (False, True):
-            r = plan_memory(graph, 1 << 30, 1 << 30, inplace=inplace)
+            r = memory_report(graph, 1 << 30, 1 << 30, inplace=inplace)
             slack = 1.10 if inplace else 1.05
             assert r.max_live_bytes <= r.arena_bytes <= slack * r.max_live_bytes, (graph.name, len(graph.nodes), inplace)
 
@@ -212,7 +214,7 @@ def test_shipped_sparse_plans_backward_working_set(model):
 def test_the_stack_reservation_is_the_measured_high_water_mark_plus_the_margin():
     """memory/report.py STACK_BYTES rests on benchmarks/results/stack.json (benchmarks/stack.py): every zoo plan and
     VWW TFLite model on qemu-m4, qemu-m7 and qemu-m55."""
-    from tinytrain.memory.report import STACK_MARGIN_BYTES, STACK_MEASURED_BYTES
+    from tinytrain.cores import STACK_MARGIN_BYTES, STACK_MEASURED_BYTES
 
     measured = json.loads((ROOT / "benchmarks" / "results" / "stack.json").read_text())
     marks = [r["stack_used_bytes"] for r in measured["rows"] if r["stack_used_bytes"] is not None]
@@ -224,11 +226,12 @@ def test_the_stack_reservation_is_the_measured_high_water_mark_plus_the_margin()
 def test_the_cores_without_dsp_reserve_their_measured_stack_plus_the_margin():
     """The Cortex-M3, M0+ and RISC-V reserve rests on benchmarks/results/cores.json (benchmarks/cores.py); the DSP
     cores and hosts keep the reserve of stack.json; the report counts the target's reserve."""
-    from tinytrain.codegen.context import CORE_TARGETS, arm_dsp
-    from tinytrain.memory.report import (PORTABLE_STACK_BYTES, PORTABLE_STACK_MEASURED_BYTES, PORTABLE_STACK_TARGETS,
-                                         STACK_MARGIN_BYTES, stack_reserve)
+    from tinytrain.codegen.context import arm_dsp
+    from tinytrain.cores import (CORE_TARGETS, CORES, PORTABLE_STACK_BYTES, PORTABLE_STACK_MEASURED_BYTES,
+                                 STACK_MARGIN_BYTES, stack_reserve)
 
-    assert PORTABLE_STACK_TARGETS == {t for t in CORE_TARGETS if not arm_dsp(t)}
+    portable_stack_targets = {c.name for c in CORES.values() if c.stack_bytes == PORTABLE_STACK_BYTES}
+    assert portable_stack_targets == {t for t in CORE_TARGETS if not arm_dsp(t)}
 
     rows = json.loads((ROOT / "benchmarks" / "results" / "cores.json").read_text())["rows"]
     portable = [r["stack_used_bytes"] for r in rows if not r["dsp"] and r.get("stack_used_bytes")]
@@ -238,7 +241,7 @@ def test_the_cores_without_dsp_reserve_their_measured_stack_plus_the_margin():
     assert [stack_reserve(t) for t in ("cortex-m0plus", "cortex-m3", "riscv32")] == [PORTABLE_STACK_BYTES] * 3
     assert [stack_reserve(t) for t in ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "")] == [STACK_BYTES] * 5
     g, _ = tiny_mobilenet()
-    assert plan_memory(g, 1 << 20, 1 << 20, target="cortex-m0plus").stack_bytes == PORTABLE_STACK_BYTES
+    assert memory_report(g, 1 << 20, 1 << 20, target="cortex-m0plus").stack_bytes == PORTABLE_STACK_BYTES
 
 
 def test_each_layers_remainder_bits_are_counted_and_the_command_line_replaces_them(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tinytrain.memory.lifetimes import buffer_lifetimes
-from tinytrain.memory.report import plan_memory
+from tinytrain.memory.report import memory_report
 from tinytrain.training.reorder import reorder, update_steps
 from tinytrain.ops import get_op
 from tinytrain.training.autodiff import is_forward
@@ -51,8 +51,8 @@ def test_reorder_keeps_the_graph_valid_and_updates_early(spec, forward, step):
 
 def test_reorder_frees_memory_on_a_full_update():
     _, g, step = next(_graphs())
-    assert plan_memory(reorder(step), 1 << 30, 1 << 30).peak_sram_bytes < \
-        plan_memory(step, 1 << 30, 1 << 30).peak_sram_bytes
+    assert memory_report(reorder(step), 1 << 30, 1 << 30).peak_sram_bytes < \
+        memory_report(step, 1 << 30, 1 << 30).peak_sram_bytes
 
 
 @pytest.mark.parametrize("model", ["mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps"])
@@ -73,15 +73,15 @@ def test_shipped_sparse_plans_peak_sram(model):
 
     g = load_model(ROOT / "models" / f"{model}.onnx")
     plan = load_plan(ROOT / "models" / "plans" / f"{model}-sparse.json")
-    with_remainders = plan_memory(device_schedule(build_training_graph(g, plan)), 256 * 1024, 1 << 20)
+    with_remainders = memory_report(device_schedule(build_training_graph(g, plan)), 256 * 1024, 1 << 20)
     step = build_training_graph(g, replace(plan, remainder_bits=0))
-    naive = plan_memory(step, 256 * 1024, 1 << 20, inplace=False)
-    reordered = plan_memory(device_schedule(step), 256 * 1024, 1 << 20, inplace=False)
-    best = plan_memory(device_schedule(step), 256 * 1024, 1 << 20)
+    naive = memory_report(step, 256 * 1024, 1 << 20, inplace=False)
+    reordered = memory_report(device_schedule(step), 256 * 1024, 1 << 20, inplace=False)
+    best = memory_report(device_schedule(step), 256 * 1024, 1 << 20)
     assert best.peak_sram_bytes <= reordered.peak_sram_bytes < naive.peak_sram_bytes
     assert not naive.fits and best.fits
     assert best.peak_sram_bytes == {"mbv2-w0.35": 115320, "proxyless-w0.3": 99288, "mcunet-5fps": 138584}[model]
-    assert best.peak_sram_bytes <= plan_memory(reorder(step), 256 * 1024, 1 << 20).peak_sram_bytes
+    assert best.peak_sram_bytes <= memory_report(reorder(step), 256 * 1024, 1 << 20).peak_sram_bytes
     assert best.peak_sram_bytes <= {"mbv2-w0.35": 113, "proxyless-w0.3": 108, "mcunet-5fps": 138}[model] * 1024
     assert plan.remainder_bits == 4 and with_remainders.arena_bytes == best.arena_bytes
     assert with_remainders.peak_sram_bytes == best.peak_sram_bytes + with_remainders.remainder_bytes

@@ -302,7 +302,7 @@ def test_noise_floor_comes_from_the_repeated_runs():
 
 
 def test_memory_oracle_is_compiles_peak_and_is_cached(tiny, tmp_path):
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
     from tinytrain.training.reorder import reorder
     from tinytrain.search.memory import MemoryOracle
     from tinytrain.training.fuse import fuse_updates
@@ -310,7 +310,7 @@ def test_memory_oracle_is_compiles_peak_and_is_cached(tiny, tmp_path):
     n = len(layers(tiny))
     plan = Plan(4, (WeightUpdate(n - 1, 1.0), WeightUpdate(n - 3, 0.5)))
     oracle = MemoryOracle(tiny, path=tmp_path / "mem.json")
-    want = plan_memory(reorder(fuse_updates(build_training_graph(tiny, plan))), 1 << 30, 1 << 30).peak_sram_bytes
+    want = memory_report(reorder(fuse_updates(build_training_graph(tiny, plan))), 1 << 30, 1 << 30).peak_sram_bytes
     assert oracle(plan) == want and oracle(plan) == want and oracle.evaluations == 1
     oracle.save()
     again = MemoryOracle(tiny, path=tmp_path / "mem.json")

@@ -212,7 +212,7 @@ def test_the_noise_of_a_gain_of_means_shrinks_with_their_seeds():
 def test_the_search_memory_model_counts_the_remainder_bytes(tiny):
     from dataclasses import replace
 
-    from tinytrain.memory.report import plan_memory
+    from tinytrain.memory.report import memory_report
     from tinytrain.search.memory import MemoryOracle, MonotoneFits, plan_key
     from tinytrain.search.space import Choice, Space
     from tinytrain.training.device_step import device_step
@@ -223,7 +223,7 @@ def test_the_search_memory_model_counts_the_remainder_bytes(tiny):
     peaks = {}
     for bits in (0, 4, 8):
         p = replace(plan, remainder_bits=bits)
-        report = plan_memory(device_step(tiny, p), 1 << 62, 1 << 62)
+        report = memory_report(device_step(tiny, p), 1 << 62, 1 << 62)
         peaks[bits] = oracle(p)
         assert peaks[bits] == report.peak_sram_bytes  # what compile reports, remainders included
         assert (report.remainder_bytes > 0) == (bits > 0)

@@ -15,10 +15,11 @@ import jinja2
 import numpy as np
 
 from tinytrain.codegen import cformat
+from tinytrain.cores import core_of
 from tinytrain.csources import codegen_runtime, codegen_templates
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Tensor
-from tinytrain.memory.report import MemoryReport
+from tinytrain.memory.arena import ArenaLayout
 from tinytrain.names import unique_name
 
 MODEL_SOURCE = "tinytrain_model.c"
@@ -28,51 +29,35 @@ MODEL_HEADER = "tinytrain_model.h"
 SIMD_FILES = ("tt_simd.h", "tt_simd_ops.h", "tt_simd_asm.h", "tt_simd_dot.h", "tt_simd_depthwise.h", "tt_simd_store.h",
               "tt_simd_loops.h")
 RUNTIME_FILES = ("tt_fixedpoint.h",) + SIMD_FILES + ("tt_rows.h", "tt_stream.h")
-# The compile targets: the microcontroller cores a project may be compiled for (`tinytrain compile --target`, a
-# firmware board's core). Any other target ("", the engines, the plan search) is a host build.
-CORE_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33", "cortex-m3", "cortex-m0plus", "riscv32")
-# Cores with the Arm DSP extension (SXTB16, SMLAD; ARMv8-M mainline's DSP on the M33 is the M4's). A project for any
-# core defines TT_ARM_DSP 1 (dsp_kernels): the device kernels, whose inner products tt_simd.h computes with the DSP
-# instructions on these cores and with their exact C models on the others (Cortex-M3, M0+, RISC-V rv32). A host
-# build gets the portable C reference and, for pointwise and depthwise convolutions, the host kernels vectorized
-# across channels (bindings/conv2d.py, kernels/conv2d_rows.c.j2).
-DSP_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
-
-
-# Cores whose FPU (Cortex-M7's FPv5, Cortex-M33's FPv5-SP, Cortex-M55's Armv8.1-M floating point) has VMAXNM / VMINNM
-# and VCVTM (float to integer rounding toward minus infinity): a training project for one of them defines TT_FPV5 1,
-# and tt_float.h's tt_floor_clamped (the landing of every SGD step) takes them, built with that FPU, in place of
-# compares and branches.
-FPV5_TARGETS = frozenset({"cortex-m7", "cortex-m55", "cortex-m33"})
-# Cores with a single-precision FPU on every board tinytrain knows (hard-float builds); the others compute the fp32
-# backward in software float (libgcc). riscv32 is either: its boards choose rv32imac (soft) or rv32imafc (F).
-FPU_TARGETS = frozenset({"cortex-m4", "cortex-m7", "cortex-m55", "cortex-m33"})
-
-
 def core_build(target: str) -> bool:
-    """Whether ``target`` is a microcontroller core (CORE_TARGETS), not a host."""
-    return target in CORE_TARGETS
+    """Whether ``target`` is a microcontroller core (tinytrain/cores.py), not a host."""
+    return core_of(target) is not None
 
 
 def fpv5(target: str) -> bool:
     """Whether a project for ``target`` may use the FPv5 rounding instructions (tt_float.h tt_floor_clamped)."""
-    return target in FPV5_TARGETS
+    core = core_of(target)
+    return core is not None and core.fpv5
 
 
 def has_fpu(target: str) -> bool:
     """Whether every board of ``target`` has a single-precision FPU (hard-float builds)."""
-    return target in FPU_TARGETS
+    core = core_of(target)
+    return core is not None and core.fpu
 
 
 def arm_dsp(target: str) -> bool:
     """Whether ``target`` has the Arm DSP extension: tt_simd.h's inner products are its instructions there."""
-    return target in DSP_TARGETS
+    core = core_of(target)
+    return core is not None and core.dsp
 
 
 def dsp_kernels(target: str) -> bool:
     """Whether a project for ``target`` defines TT_ARM_DSP 1: the device kernels' inner products in the DSP
     instructions' shapes (tt_simd.h), the instructions themselves where the compiler targets the extension
-    (``arm_dsp``), their exact C models elsewhere (Cortex-M3, M0+, RISC-V: the same integers in portable C)."""
+    (``arm_dsp``), their exact C models elsewhere (Cortex-M3, M0+, RISC-V: the same integers in portable C). A host
+    build gets the portable C reference and, for pointwise and depthwise convolutions, the host kernels vectorized
+    across channels (bindings/conv2d.py, kernels/conv2d_rows.c.j2)."""
     return core_build(target)
 
 
@@ -164,23 +149,23 @@ def runtime_files(names: tuple[str, ...]) -> dict[str, str]:
     return {name: (runtime / name).read_text(encoding="utf-8") for name in names}
 
 
-def streamed_input(plan: MemoryReport) -> bool:
+def streamed_input(layout: ArenaLayout) -> bool:
     """Whether the step reads its input row by row into a line buffer (memory/stream.py sources)."""
-    return plan.stream is not None and any(b.source for b in plan.stream.buffers)
+    return layout.stream is not None and any(b.source for b in layout.stream.buffers)
 
 
-def arena_offsets(graph: Graph, plan: MemoryReport) -> dict[str, int]:
+def arena_offsets(graph: Graph, layout: ArenaLayout) -> dict[str, int]:
     """Tensor name -> arena offset, from the planner's buffers (views share their buffer's offset)."""
     offsets: dict[str, int] = {}
-    for b in plan.buffers:
+    for b in layout.buffers:
         for name in (b.use.tensor,) + tuple(b.use.views):
             t = graph.tensors.get(name)
-            whole = plan.stream is None or name not in {r.tensor for r in plan.stream.rings}
+            whole = layout.stream is None or name not in {r.tensor for r in layout.stream.rings}
             if t is None or (whole and t.nbytes > b.use.size):
                 raise ValueError(f"memory plan buffer {name!r} does not match this graph; plan it with "
-                                 "tinytrain.memory.report.plan_forward(graph, ...)")
-            if b.offset % 16 or b.offset + b.use.size > plan.arena_bytes:
-                raise ValueError(f"memory plan puts {name!r} at {b.offset}, outside a {plan.arena_bytes}-byte arena")
+                                 "tinytrain.memory.report.forward_memory_report(graph, ...)")
+            if b.offset % 16 or b.offset + b.use.size > layout.arena_bytes:
+                raise ValueError(f"memory plan puts {name!r} at {b.offset}, outside a {layout.arena_bytes}-byte arena")
             offsets[name] = b.offset
     return offsets
 
@@ -192,7 +177,7 @@ class Context:
         self.graph = graph
         self.offsets = offsets
         self.host = host_build(target)         # bindings may choose the host kernels
-        self.plain = frozenset(plain)          # nodes whose kernels derive no table from their weight (MemoryReport)
+        self.plain = frozenset(plain)          # nodes whose kernels derive no table from their weight (EmitOptions)
         self.pointers: dict[str, str] = {}     # tensor -> pointer variable, in order of first use
         self.constants: dict[str, Array] = {}  # C name -> array, in order of first use
         self._const_names: dict[str, str] = {}

@@ -1,8 +1,8 @@
 """The C project of a graph's int8 forward pass: kernels, frozen constants, one arena, the schedule.
 
-Codegen only reads the graph and the memory plan (docs/design.md §2): every activation is placed at the
+Codegen only reads the graph and its arena layout (docs/design.md §2): every activation is placed at the
 offset the planner gave its buffer (a view such as a reshape output shares its buffer's offset), and
-nothing is planned here. The output is deterministic: the same graph and plan give the same bytes.
+nothing is planned here. The output is deterministic: the same graph and layout give the same bytes.
 """
 
 from __future__ import annotations
@@ -17,30 +17,32 @@ from tinytrain.codegen.contract import header_contract
 from tinytrain.codegen.emit_stream import render_region
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import Graph
-from tinytrain.memory.report import MemoryReport
+from tinytrain.codegen.options import EmitOptions
+from tinytrain.memory.arena import ArenaLayout
 from tinytrain.ops import get_op
 
 
-def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+def render_forward_project(graph: Graph, layout: ArenaLayout, choices: list[str] | None = None,
+                           options: EmitOptions = EmitOptions()) -> dict[str, str]:
     """File name -> text of the emitted inference project (model source, header, runtime); the bindings' kernel
     choices appended to ``choices``."""
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise UnsupportedModelError(f"codegen: the C API takes one input and one output; this model has "
                                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
     env = environment()
-    ctx = Context(graph, arena_offsets(graph, plan), plan.target, plan.plain)
+    ctx = Context(graph, arena_offsets(graph, layout), options.target, options.plain)
     kernels: dict[str, tuple[Kernel, str]] = {}
-    steps, used = _forward_steps(graph, plan, env, ctx, kernels)
+    steps, used = _forward_steps(graph, layout, env, ctx, kernels)
     common = {
         "version": __version__,
         "model_name": cformat.comment(graph.name),
         "sha256": graph.source_sha256 or "(none: graph built in memory)",
-        "arena_bytes": plan.arena_bytes,
+        "arena_bytes": layout.arena_bytes,
         "input": _io(graph, ctx, graph.inputs[0]),
         "output": _io(graph, ctx, graph.outputs[0]),
         "uint8_io": graph.uint8_io,
-        "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
-        "streamed_input": streamed_input(plan),
+        "arm_dsp": arm_dsp(options.target), "dsp_kernels": dsp_kernels(options.target),
+        "streamed_input": streamed_input(layout),
     }
     contract = header_contract(graph, graph.inputs[0], graph.outputs[0], "TT_OUTPUT")
     constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
@@ -48,7 +50,7 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
     files = {
         MODEL_HEADER: env.get_template("model.h.j2").render(**common, contract=contract),
         MODEL_SOURCE: env.get_template("model.c.j2").render(
-            **common, planner=plan.planner, steps=steps, kernels=[text for _, text in kernels.values()],
+            **common, planner=layout.planner, steps=steps, kernels=[text for _, text in kernels.values()],
             constants=constants, pointers=_pointers(graph, ctx, used),
             const_bytes=sum(c.values.nbytes for c in ctx.constants.values())),
     }
@@ -58,16 +60,16 @@ def render_forward_project(graph: Graph, plan: MemoryReport, choices: list[str] 
     return files
 
 
-def _forward_steps(graph: Graph, plan: MemoryReport, env, ctx: Context,
+def _forward_steps(graph: Graph, layout: ArenaLayout, env, ctx: Context,
                    kernels: dict[str, tuple[Kernel, str]]) -> tuple[list[dict], set[str]]:
     """(each step's comment and call, the pointer variables the calls use); the streamed region is one step."""
     ctx.act(graph.inputs[0])
     steps = []
     used: set[str] = set()  # pointer variables some kernel call reads or writes
     for k, node in enumerate(graph.nodes):
-        if plan.stream is not None and k < plan.stream.steps:
+        if layout.stream is not None and k < layout.stream.steps:
             if k == 0:
-                step, region_used = render_region(graph, plan.stream, ctx, lambda n, c: bind_call(env, BINDINGS, n, c, kernels),
+                step, region_used = render_region(graph, layout.stream, ctx, lambda n, c: bind_call(env, BINDINGS, n, c, kernels),
                                                   lambda j, n: step_comment(j, n, graph))
                 steps.append(step)
                 used.update(region_used)

@@ -28,14 +28,14 @@ from typing import Callable
 from tinytrain.codegen import cformat
 from tinytrain.codegen.context import Band, Call
 from tinytrain.ir import Graph, Node, Tensor
-from tinytrain.memory.stream import StreamPlan
+from tinytrain.memory.stream import StreamRegion
 from tinytrain.ops import RowWindow
 
 
 class _RowContext:
     """The emitter's context as the binding of node ``k`` of a streamed region sees it (see the module doc)."""
 
-    def __init__(self, ctx, plan: StreamPlan, k: int, row0: dict[str, str]) -> None:
+    def __init__(self, ctx, plan: StreamRegion, k: int, row0: dict[str, str]) -> None:
         self._ctx = ctx
         self._plan = plan
         self._k = k
@@ -79,7 +79,7 @@ def _ready(j: int, w: RowWindow, k: int, total_j: int) -> str:
     return f"d{j} >= tt_imin({total_j}, {end})"
 
 
-def _low(plan: StreamPlan, tensor: str, p: str) -> str:
+def _low(plan: StreamRegion, tensor: str, p: str) -> str:
     """C: the lowest row of ``tensor`` its readers still need when row ``p`` is about to be written
     (memory.stream.low_water)."""
     low = p
@@ -93,7 +93,7 @@ def _low(plan: StreamPlan, tensor: str, p: str) -> str:
     return low
 
 
-def _drop(plan: StreamPlan, tensor: str, p: str, row0: str, pointer: str) -> list[str]:
+def _drop(plan: StreamRegion, tensor: str, p: str, row0: str, pointer: str) -> list[str]:
     """C: before row ``p`` of ``tensor`` is written, when its line buffer is full, drop the rows no reader needs."""
     b = plan.buffer(tensor)
     return [f"    if ({p} - {row0} == {b.rows}) {{  /* full: drop the rows no reader needs */",
@@ -101,7 +101,7 @@ def _drop(plan: StreamPlan, tensor: str, p: str, row0: str, pointer: str) -> lis
             "    }"]
 
 
-def _pull(plan: StreamPlan, tensor: str, w: RowWindow, k: int, i: str, pointer: str) -> list[str]:
+def _pull(plan: StreamRegion, tensor: str, w: RowWindow, k: int, i: str, pointer: str) -> list[str]:
     """C: read the input rows that node k's next output row reads from the row source into their line buffer."""
     b = plan.buffer(tensor)
     end = f"d{k}" + (f" * {w.stride}" if w.stride != 1 else "") + (
@@ -114,7 +114,7 @@ def _pull(plan: StreamPlan, tensor: str, w: RowWindow, k: int, i: str, pointer: 
     return lines
 
 
-def render_region(graph: Graph, plan: StreamPlan, ctx, bind: Callable[[Node, object], Call],
+def render_region(graph: Graph, plan: StreamRegion, ctx, bind: Callable[[Node, object], Call],
                   step_comment: Callable[[int, Node], str]) -> tuple[dict, set[str]]:
     """The region as one schedule step (``{"comment", "code"}``) and the pointer variables its code uses."""
     nodes = graph.nodes[: plan.steps]

@@ -1,8 +1,8 @@
 """The C project of a training graph: int8 forward, fp32 loss + backward, in-place SGD updates.
 
-``render_training_project(graph, plan)`` takes a training graph (``training.train_graph``: inputs
-image, label[, step]; output loss; ``sgd_update`` nodes) and the memory plan of that graph, and
-returns the project's files. As for the forward pass, codegen only reads the graph and the plan: every
+``render_training_project(graph, layout)`` takes a training graph (``training.train_graph``: inputs
+image, label[, step]; output loss; ``sgd_update`` nodes) and the arena layout of that graph, and
+returns the project's files. As for the forward pass, codegen only reads the graph and the layout: every
 activation and gradient sits at the offset of its planned buffer, the schedule is the node order.
 
 Memory: one static arena of ``TT_ARENA_BYTES`` holds the int8 activations, the fp32 gradients and the kernels'
@@ -33,12 +33,13 @@ from tinytrain.codegen.context import (MODEL_HEADER, MODEL_SOURCE, RUNTIME_FILES
                                        step_comment, streamed_input)
 from tinytrain.codegen.contract import header_contract
 from tinytrain.codegen.emit_stream import render_region
+from tinytrain.codegen.options import EmitOptions
 from tinytrain.codegen.state import MAGIC, VERSION, StateEntry, fingerprint, state_layout, state_size
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ir import DType, Graph, Node, Role
 from tinytrain.memory.lifetimes import scratch_name
-from tinytrain.memory.report import MemoryReport, PlannedBuffer
-from tinytrain.memory.stream import StreamPlan
+from tinytrain.memory.arena import ArenaLayout, PlannedBuffer
+from tinytrain.memory.stream import StreamRegion
 from tinytrain.names import LABEL, LOSS, STEP_INPUT, TARGET
 from tinytrain.ops import loss_ops
 from tinytrain.ops import get_op
@@ -186,7 +187,7 @@ def _train_only(forward: list[Node], logits: str) -> set[str]:
 
 
 def _render_steps(env, ctx: _TrainContext, graph: Graph, nodes: list[Node], kernels: dict,
-                  stream: StreamPlan | None = None, train_only: set[str] = frozenset()) -> tuple[list[dict], set[str]]:
+                  stream: StreamRegion | None = None, train_only: set[str] = frozenset()) -> tuple[list[dict], set[str]]:
     """The steps of ``nodes``; those of a streamed region (a prefix of the schedule) as one step, those in
     ``train_only`` run only when the forward pass's ``train`` flag is set."""
     index = {n.name: k for k, n in enumerate(graph.nodes)}
@@ -246,14 +247,16 @@ def _pointer_decls(ctx: _TrainContext, graph: Graph, used: set[str]) -> list[dic
     return decls
 
 
-def _checked_layout(graph: Graph) -> list:
+def _checked_layout(graph: Graph, options: EmitOptions) -> list:
     """The state layout of a training graph the C can run (inputs, outputs, proven-finite gradients, optimizer state
-    starting at zero); UnsupportedModelError otherwise."""
+    starting at zero); UnsupportedModelError otherwise. The finite-gradient proof is ``options.proof``, proven here
+    when the caller has none."""
     if graph.inputs[1:] not in ((LABEL,), (LABEL, STEP_INPUT), (LABEL, TARGET), (LABEL, TARGET, STEP_INPUT)) \
             or graph.outputs != (LOSS,):
         raise UnsupportedModelError(f"codegen: a training graph has inputs (image, {LABEL}[, {TARGET}][, "
                                     f"{STEP_INPUT}]) and output {LOSS}; this one has {graph.inputs} -> {graph.outputs}")
-    gradient_bounds(graph)  # the C guard checks the loss only: a finite one must imply finite gradients
+    if options.proof is None:  # the C guard checks the loss only: a finite one must imply finite gradients
+        gradient_bounds(graph)
     layout = state_layout(graph)
     for e in layout:
         t = graph.tensors[e.name]
@@ -286,40 +289,41 @@ def _flash_bytes(ctx, graph: Graph) -> int:
     return sum(c.values.nbytes for c in ctx.constants.values()) + inits
 
 
-def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str] | None = None) -> dict[str, str]:
+def render_training_project(graph: Graph, layout: ArenaLayout, choices: list[str] | None = None,
+                            options: EmitOptions = EmitOptions()) -> dict[str, str]:
     """File name -> text of the emitted training project (model source, header, runtime); the bindings' kernel
     choices appended to ``choices``."""
     image = graph.inputs[0]
-    layout = _checked_layout(graph)
+    state_entries = _checked_layout(graph, options)
     env = environment()
-    offsets = arena_offsets(graph, plan)
-    ctx = _TrainContext(graph, offsets, layout, {LABEL: "label", STEP_INPUT: "tt_step", TARGET: "tt_target"},
-                        {b.use.tensor: b for b in plan.scratch}, plan.target, plan.plain)
+    offsets = arena_offsets(graph, layout)
+    ctx = _TrainContext(graph, offsets, state_entries, {LABEL: "label", STEP_INPUT: "tt_step", TARGET: "tt_target"},
+                        {b.use.tensor: b for b in layout.scratch}, options.target, options.plain)
     loss_node = _loss_node(graph)
     logits = loss_node.inputs[0]
     forward, training = _phases(graph)
     ctx.act(image)
     kernels: dict[str, tuple[Kernel, str]] = {}
-    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, plan.stream, _train_only(forward, logits))
+    fwd_steps, fwd_used = _render_steps(env, ctx, graph, forward, kernels, layout.stream, _train_only(forward, logits))
     train_steps, train_used = _render_steps(env, ctx, graph, training, kernels)
     guard_after = _guard_position(training, loss_node)
     ctx.act(logits)
     ctx.fp(LOSS)
 
-    state, sram = _state_and_sram(ctx, graph, layout)
+    state, sram = _state_and_sram(ctx, graph, state_entries)
     constants = [{"name": c.name, "ctype": c.ctype, "count": c.values.size, "comment": c.comment,
                   "body": cformat.array_body(c.values)} for c in ctx.constants.values()]
     common = {
         "version": __version__,
         "model_name": cformat.comment(graph.name),
         "sha256": graph.source_sha256 or "(none: graph built in memory)",
-        "arena_bytes": plan.arena_bytes,
+        "arena_bytes": layout.arena_bytes,
         **_io(graph, offsets, image, logits),
         "uint8_io": graph.uint8_io,
-        "arm_dsp": arm_dsp(plan.target), "dsp_kernels": dsp_kernels(plan.target),
-        "fpv5": fpv5(plan.target),
-        "streamed_input": streamed_input(plan),
-        **_state_file(state, layout),
+        "arm_dsp": arm_dsp(options.target), "dsp_kernels": dsp_kernels(options.target),
+        "fpv5": fpv5(options.target),
+        "streamed_input": streamed_input(layout),
+        **_state_file(state, state_entries),
         "stochastic": STEP_INPUT in graph.inputs,
         "target_floats": graph.tensors[TARGET].size if TARGET in graph.inputs else 0,
         "trainable_bytes": sum(a.values.nbytes for a in ctx.sram.values()),
@@ -328,7 +332,7 @@ def render_training_project(graph: Graph, plan: MemoryReport, choices: list[str]
         MODEL_HEADER: env.get_template("train_model.h.j2").render(
             **common, contract=header_contract(graph, image, logits, "TT_LOGITS")),
         MODEL_SOURCE: env.get_template("train_model.c.j2").render(
-            **common, planner=plan.planner, kernels=[text for _, text in kernels.values()],
+            **common, planner=layout.planner, kernels=[text for _, text in kernels.values()],
             constants=constants, sram=sram, loss_offset=offsets[LOSS] // 4,
             fwd_steps=fwd_steps, train_steps=train_steps, guard_after=guard_after,
             fwd_pointers=_pointer_decls(ctx, graph, fwd_used), train_pointers=_pointer_decls(ctx, graph, train_used),

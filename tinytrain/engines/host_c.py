@@ -31,7 +31,7 @@ from tinytrain.codegen.state import pack, unpack
 from tinytrain.engines import HOST_CC
 from tinytrain.errors import TinyTrainError
 from tinytrain.ir import Graph
-from tinytrain.memory.report import plan_forward, plan_memory
+from tinytrain.memory.report import forward_memory_report, memory_report
 from tinytrain.names import TARGET
 from tinytrain.ops import loss_ops
 from tinytrain.training.device_step import device_schedule
@@ -99,8 +99,8 @@ def build(graph: Graph, cache_dir: str | Path | None = None, *, planner: str = "
           cflags: tuple[str, ...] = HOST_CFLAGS) -> Path:
     """Emit and compile ``graph`` (unless cached); return the shared library's path."""
 
-    plan = plan_forward(graph, sram_budget=1 << 62, flash_budget=1 << 62, planner=planner)
-    return compile_files(render_project(graph, plan), cache_dir, cc=cc, cflags=cflags)
+    memory = forward_memory_report(graph, sram_budget=1 << 62, flash_budget=1 << 62, planner=planner)
+    return compile_files(render_project(graph, memory), cache_dir, cc=cc, cflags=cflags)
 
 
 def compile_files(files: dict[str, str], cache_dir: str | Path | None = None, *, cc: str = HOST_CC,
@@ -195,7 +195,7 @@ class CTrainer:
 
     The graph is scheduled by ``training.device_step.device_schedule`` (clamp masks in bits, fused updates,
     reorder; ``reorder=False``: as given) and laid out by
-    ``memory.report.plan_memory`` — the device's schedule and memory plan. Each trainer loads its own copy
+    ``memory.report.memory_report`` — the device's schedule and memory report. Each trainer loads its own copy
     of the library, so trainers of the same graph do not share weights. States are ``simulator.TrainState``
     and convert through the byte layout of ``codegen.state``.
     """
@@ -205,8 +205,8 @@ class CTrainer:
                  cflags: tuple[str, ...] = TRAIN_CFLAGS) -> None:
         self.graph = graph
         self.schedule = device_schedule(graph) if reorder else graph
-        self.plan = plan_memory(self.schedule, 1 << 62, 1 << 62, planner=planner, inplace=inplace)
-        self.files = render_project(self.schedule, self.plan)
+        self.memory = memory_report(self.schedule, 1 << 62, 1 << 62, planner=planner, inplace=inplace)
+        self.files = render_project(self.schedule, self.memory)
         self.library = compile_files(self.files, cache_dir, cc=cc, cflags=cflags)
         lib = self._lib = _private_copy(self.library)
         vp, i32, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
@@ -319,5 +319,5 @@ class CTrainer:
             raise ValueError("the library refused the state (magic, version or layout differ)")
 
     def arena(self) -> bytes:
-        """A copy of the arena (tensor offsets: ``codegen.arena_offsets(trainer.schedule, trainer.plan)``)."""
-        return ctypes.string_at(self._lib.tt_arena_base(), self.plan.arena_bytes)
+        """A copy of the arena (tensor offsets: ``codegen.arena_offsets(trainer.schedule, trainer.memory)``)."""
+        return ctypes.string_at(self._lib.tt_arena_base(), self.memory.arena_bytes)

@@ -22,14 +22,16 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.codegen.flash import render_within_flash
+from tinytrain.codegen.options import EmitOptions
 from tinytrain.codegen.project import is_training_graph
 from tinytrain.codegen.state import pack, state_layout, state_size, unpack
+from tinytrain.cores import DEFAULT_CORE
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import BOARDS, get_board, samples, write_firmware
 from tinytrain.firmware.fit import link_error
 from tinytrain.firmware.persist import newest
 from tinytrain.ir import Graph
-from tinytrain.memory.report import check_budget, plan_memory
+from tinytrain.memory.report import check_budget, memory_report
 from tinytrain.training.device_step import device_schedule
 from tinytrain.version import __version__
 
@@ -76,7 +78,7 @@ def _need(tool: str, package: str) -> str:
 
 
 def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budget: int, *,
-                     target: str = "cortex-m7", reorder: bool = True, stream: bool = True) -> dict:
+                     target: str = DEFAULT_CORE, reorder: bool = True, stream: bool = True) -> dict:
     """What `tinytrain compile` writes into ``out`` (C project + report.json) for a forward graph or a training
     graph, scheduled and planned as ``host_c.CTrainer`` does (``device_schedule``, in-place memory plan), so the firmware
     runs the very C the host engine runs; ``stream``: the streamed prefix (memory/stream.py), else every tensor
@@ -85,16 +87,17 @@ def emit_compile_dir(graph: Graph, out: str | Path, sram_budget: int, flash_budg
 
     training = is_training_graph(graph)
     step = device_schedule(graph) if training and reorder else graph
-    report = plan_memory(step, sram_budget, flash_budget, target=target, stream=stream)
+    report = memory_report(step, sram_budget, flash_budget, target=target, stream=stream)
     check_budget(report, step)
-    report, files = render_within_flash(step, report)
+    options, files, flash = render_within_flash(step, report, EmitOptions(target))
+    report = report.with_emitted_flash(flash.constant_bytes, flash.code_bytes)
     check_budget(report, step)  # the flash of the emitted C
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_bytes(text.encode("utf-8"))
     data = {"tinytrain_version": __version__, "model": graph.name, "model_sha256": graph.source_sha256,
-            "mode": "training" if training else "inference", **report.to_json()}
+            "mode": "training" if training else "inference", **report.to_json(options.plain)}
     (out / "report.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 

@@ -15,14 +15,14 @@ from tinytrain.field_runtime.emit import FIELD_SOURCE, FLASH_FILES, field_memory
 from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.runtime import STATUS
-from tinytrain.memory.report import plan_memory
+from tinytrain.memory.report import memory_report
 from tinytrain.training.device_step import device_schedule
 
 
 def field_files(program: FieldProgram) -> dict[str, str]:
     """The emitted project: the cut model's training step and the field runtime (tt_field.c / .h)."""
     schedule = device_schedule(program.tg)
-    files = dict(render_project(schedule, plan_memory(schedule, 1 << 62, 1 << 62)))
+    files = dict(render_project(schedule, memory_report(schedule, 1 << 62, 1 << 62)))
     files.update(render_field(program))
     return files
 

@@ -9,6 +9,8 @@ flash and SRAM start and how much the board has; the linker script uses the comp
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tinytrain.cores import CORES
 from tinytrain.errors import UsageError
 
 
@@ -99,15 +101,16 @@ TOOLCHAINS = {
 }
 
 
-M4F = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
-M7_SP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16")  # STM32F746: single precision
-M7_DP = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16")     # STM32F767: double precision
-M55 = ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard")
-M33F = ("-mcpu=cortex-m33", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16")  # ARMv8-M mainline, DSP and FPU
-M3 = ("-mcpu=cortex-m3", "-mthumb", "-mfloat-abi=soft")                           # ARMv7-M, no DSP, no FPU
-M0PLUS = ("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft")                   # ARMv6-M
-RV32IMAC = ("-march=rv32imac", "-mabi=ilp32", "-mcmodel=medany")    # soft float (CSR access: .option arch)
-RV32IMAFC = ("-march=rv32imafc", "-mabi=ilp32f", "-mcmodel=medany")  # the F extension: hard float
+# A board's compiler flags: its core's (tinytrain/cores.py), then the float ABI and FPU its chip has.
+M4F = CORES["cortex-m4"].cpu_flags + ("-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+M7_SP = CORES["cortex-m7"].cpu_flags + ("-mfloat-abi=hard", "-mfpu=fpv5-sp-d16")  # STM32F746: single precision
+M7_DP = CORES["cortex-m7"].cpu_flags + ("-mfloat-abi=hard", "-mfpu=fpv5-d16")     # STM32F767: double precision
+M55 = CORES["cortex-m55"].cpu_flags + ("-mfloat-abi=hard",)
+M33F = CORES["cortex-m33"].cpu_flags + ("-mfloat-abi=hard", "-mfpu=fpv5-sp-d16")  # ARMv8-M mainline, DSP and FPU
+M3 = CORES["cortex-m3"].cpu_flags + ("-mfloat-abi=soft",)                           # ARMv7-M, no DSP, no FPU
+M0PLUS = CORES["cortex-m0plus"].cpu_flags + ("-mfloat-abi=soft",)                   # ARMv6-M
+RV32IMAC = CORES["riscv32"].cpu_flags + ("-march=rv32imac", "-mabi=ilp32", "-mcmodel=medany")  # soft float
+RV32IMAFC = CORES["riscv32"].cpu_flags + ("-march=rv32imafc", "-mabi=ilp32f", "-mcmodel=medany")  # the F extension
 MB = 1024 * 1024
 # QEMU boards: a file on the host through semihosting (firmware/c/tt_flash_semihost.c), NOR rules kept by the driver.
 SEMIHOST_FLASH = Flash("tt_flash_semihost.c", 4096, 4)

@@ -6,7 +6,8 @@ The memory report counts the step (arena, trainable copies, optimizer state, run
 firmware adds its board's stack reserve, the heap the harness's C library needs (newlib's stdio on the semihosting
 boards) and the harness's and C library's own statics. The harnesses read every sample row by row into the step's
 line buffers (firmware/c/tt_harness_*.c): no image buffer. ``firmware`` refuses, in one line, a step whose firmware
-would not link; ``link_error`` turns a linker overflow that still happens into one line with the numbers.
+would not link; ``link_error`` turns a linker overflow that still happens into one line with the numbers;
+``compile --board`` refuses such a step before it writes anything (``check_board``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tinytrain.errors import BudgetError
+from tinytrain.errors import BudgetError, UsageError
 from tinytrain.firmware.boards import BOARDS, Board
-from tinytrain.memory.report import stack_reserve
+from tinytrain.cores import stack_reserve
 from tinytrain.sizes import format_size
 
 # Minimum heap in the RAM region (bytes): newlib's stdio (FILE structures of the sample files) on QEMU; the serial
@@ -90,6 +91,21 @@ def check_flash(report: dict, board: Board, available: int) -> None:
             f"does not link on {board.name}: weights and code need about {format_size(need)} of flash, "
             f"{format_size(need - available)} more than the {format_size(available)} it gives the application; "
             "use a smaller model or a board with more flash")
+
+
+def check_board(report: dict, board: Board) -> RamNeed:
+    """What ``firmware --board`` would refuse, checked on a compile's report before anything is written (``compile
+    --board``): the core, the SRAM budget against the board's SRAM, the flash and the RAM the firmware needs; each a
+    one-line error with the numbers and the fix. The RAM need otherwise."""
+    if report.get("target") != board.core:
+        raise UsageError(f"{board.name} is a {board.core} board, the step is compiled for "
+                         f"{report.get('target') or 'a host'}; compile with --target {board.core} or without --target")
+    sram = int(report["sram_budget_bytes"])
+    if sram > board.ram_max:
+        raise BudgetError(f"does not link on {board.name}: the SRAM budget {format_size(sram)} is more than it has "
+                          f"({format_size(board.ram_max)}); compile again with --sram {board.ram_max // 1024}k or less")
+    check_flash(report, board, min(int(report["flash_budget_bytes"]), board.flash_max))
+    return check_links(report, board)
 
 
 def boards_of(target: str) -> list[Board]:

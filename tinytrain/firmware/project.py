@@ -25,7 +25,7 @@ from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
 from tinytrain.firmware.fit import check_flash, check_links
-from tinytrain.memory.report import stack_reserve
+from tinytrain.cores import stack_reserve
 from tinytrain.outputs import OutputDir, read_manifest
 from tinytrain.sizes import format_size
 from tinytrain.version import __version__
@@ -42,7 +42,7 @@ PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.
 PERSIST_API = ("tt_persist.c", "tt_persist.h", "tt_flash.h", "tt_flash_port.h")
 PERSIST_HEADER_BYTES = 32  # firmware/c/tt_persist.h TT_PERSIST_HEADER_BYTES
 DEFAULT_BAUD = 115200
-# The stack reserved is the one the memory report counts for the board's core (memory/report.py stack_reserve,
+# The stack reserved is the one the memory report counts for the board's core (tinytrain/cores.py stack_reserve,
 # measured: benchmarks/results/stack.md, cores.md); the minimum heap is fit.py's.
 
 _TRAINING_API = re.compile(r"\btt_train_step\s*\(")
@@ -116,7 +116,7 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
                     save_every: int = 0) -> dict[str, bytes]:
     """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes). ``save_every`` > 0:
     the training state is saved to the board's flash every that many samples and loaded at boot
-    (firmware/c/tt_persist.h). ``stack_bytes``: the reserve of the board's core (memory/report.py) unless given."""
+    (firmware/c/tt_persist.h). ``stack_bytes``: the reserve of the board's core (tinytrain/cores.py) unless given."""
     b = board if isinstance(board, Board) else get_board(board)
     stack_bytes = stack_reserve(b.core) if stack_bytes is None else stack_bytes
     report, sources = read_compile_dir(Path(compile_dir))

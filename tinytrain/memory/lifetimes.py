@@ -2,7 +2,7 @@
 
 Works for a forward graph and for a training step alike: every tensor without data (graph inputs,
 activations, saved activations, gradients, the loss) is one arena buffer from its producer to its last
-reader. Constants live in flash and trainable copies / optimizer state in static SRAM (memory/report.py);
+reader. Constants live in flash and trainable copies / optimizer state in static SRAM (memory/footprint.py);
 neither is an arena buffer. A saved activation is therefore freed after its last backward use and a
 gradient right after the update that consumes it — the schedule (training/reorder.py) decides when that is.
 """
@@ -16,7 +16,7 @@ from tinytrain.ir import Graph
 from tinytrain.ops import get_op
 
 if TYPE_CHECKING:
-    from tinytrain.memory.stream import StreamPlan
+    from tinytrain.memory.stream import StreamRegion
 
 SCRATCH = "scratch"
 RING = "ring"
@@ -34,7 +34,7 @@ class BufferUse:
     views: tuple[str, ...] = ()  # tensors that are these same bytes under another shape (e.g. reshape outputs)
 
 
-def buffer_lifetimes(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
+def buffer_lifetimes(graph: Graph, stream: StreamRegion | None = None) -> list[BufferUse]:
     """Every computed tensor of a batch-1 step: from its producer to its last reader, in graph order.
 
     Graph inputs are alive from step 0; graph outputs stay alive until the last step. The output of a
@@ -92,7 +92,7 @@ def scratch_name(node: str) -> str:
     return f"{node}:{SCRATCH}"
 
 
-def scratch_requests(graph: Graph, stream: StreamPlan | None = None) -> list[BufferUse]:
+def scratch_requests(graph: Graph, stream: StreamRegion | None = None) -> list[BufferUse]:
     """One buffer per node whose kernel asks for scratch (``OpDef.scratch``), alive at that node's step only
     (over the whole streamed region for a node of it)."""
 

@@ -17,7 +17,7 @@ readers need rows (``source``); tensors read after the region are whole (``rows 
 largest span a buffer ever holds while the schedule above runs at compile time (``sweeps``); the emitted C
 (codegen/emit_stream.py) runs the same schedule, so it never needs more.
 
-Which prefix streams is chosen by the peak of live bytes it gives (``plan_stream``). The region recomputes nothing
+Which prefix streams is chosen by the peak of live bytes it gives (``stream_region``). The region recomputes nothing
 and its outputs are bit-identical to layer-by-layer execution: the kernels' arithmetic is the same, only rows are
 addressed relative to row0. The simulator still runs layer by layer: it is the spec.
 """
@@ -62,7 +62,7 @@ class Ring:
 
 
 @dataclass(frozen=True)
-class StreamPlan:
+class StreamRegion:
     """Nodes ``0 .. steps - 1`` run row-streamed; ``buffers`` are every activation they read or write;
     ``windows[k]``: node k's activation inputs with the rows an output row reads; ``total[k]``: the rows of node
     k's output the region computes."""
@@ -112,7 +112,7 @@ def streamable_prefix(graph: Graph) -> int:
     return n
 
 
-def plan_stream(graph: Graph) -> StreamPlan | None:
+def stream_region(graph: Graph) -> StreamRegion | None:
     """The streamed region of ``graph``'s schedule: of the streamable prefixes, the one whose execution has the
     smallest peak of live bytes (ties: the fewest bytes in the region); None when no prefix lowers the peak."""
     best, best_key = None, (peak_live_bytes(graph, None), 0)
@@ -125,7 +125,7 @@ def plan_stream(graph: Graph) -> StreamPlan | None:
     return best
 
 
-def peak_live_bytes(graph: Graph, region: StreamPlan | None) -> int:
+def peak_live_bytes(graph: Graph, region: StreamRegion | None) -> int:
     """The most bytes of arena buffers (lifetimes.buffer_lifetimes) alive at one step, with ``region`` streamed."""
 
     delta = [0] * (len(graph.nodes) + 1)
@@ -139,7 +139,7 @@ def peak_live_bytes(graph: Graph, region: StreamPlan | None) -> int:
     return peak
 
 
-def stream_prefix(graph: Graph, steps: int) -> StreamPlan | None:
+def stream_prefix(graph: Graph, steps: int) -> StreamRegion | None:
     """Nodes 0 .. steps - 1 streamed (a streamable prefix of the schedule), or None if that keeps every tensor whole."""
 
     nodes = graph.nodes[:steps]
@@ -191,7 +191,7 @@ def stream_prefix(graph: Graph, steps: int) -> StreamPlan | None:
                             computed, t in sources))
     if all(b.whole for b in buffers):
         return None
-    return StreamPlan(steps, tuple(buffers), tuple(windows), tuple(total))
+    return StreamRegion(steps, tuple(buffers), tuple(windows), tuple(total))
 
 
 def low_water(readers: list[Reader], done: list[int], total: list[int], p: int) -> int:

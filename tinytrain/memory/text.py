@@ -31,13 +31,15 @@ def _stream_lines(report: MemoryReport, graph: Graph) -> list[str]:
     return lines
 
 
-def report_text(report: MemoryReport, graph: Graph, top: int = 8, boards: str | None = None) -> str:
-    """The report; ``boards``: a line after the totals (the boards its firmware links on, firmware/fit.py)."""
+def report_text(report: MemoryReport, graph: Graph, top: int = 8, boards: str | None = None,
+                plain: tuple[str, ...] = ()) -> str:
+    """The report; ``boards``: a line after the totals (the boards its firmware links on, firmware/fit.py);
+    ``plain``: the convolutions codegen emitted with plain kernels (codegen/flash.py)."""
     node = graph.nodes[report.peak_step]
     ties = {p.output: p.input for p in report.inplace}
     lines = [
         f"memory report for {graph.name} ({len(graph.nodes)} steps, planner: {report.planner}"
-        f"{', target ' + report.target if report.target else ''})",
+        f"{', target ' + report.footprint.core if report.footprint.core else ''})",
         f"  peak SRAM  {format_size(report.peak_sram_bytes):>10}  of {format_size(report.sram_budget_bytes)} budget"
         f"  ({'fits' if report.fits else 'DOES NOT FIT'})",
         f"    arena            {format_size(report.arena_bytes):>10}  (largest live set {format_size(report.max_live_bytes)}"
@@ -53,8 +55,8 @@ def report_text(report: MemoryReport, graph: Graph, top: int = 8, boards: str | 
     ]
     if boards:
         lines.append(boards)
-    if report.plain:
-        lines.append(f"    {len(report.plain)} convolutions read their int8 weight, no packed table: the tables would "
+    if plain:
+        lines.append(f"    {len(plain)} convolutions read their int8 weight, no packed table: the tables would "
                      "not fit the flash budget")
     if report.stream is not None:
         lines.extend(_stream_lines(report, graph))

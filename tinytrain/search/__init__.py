@@ -8,7 +8,7 @@ As in MCUNetV3 ("On-Device Training Under 256KB Memory", Lin et al. 2022, sectio
    on the host C engine; the results are cached on disk (resumable, budget independent);
    Gains within the noise of repeated baseline runs count as 0 (noise.py);
 2. search (evolution.py, exact.py) the plan maximizing Δb[k] + Σ_i Δw[i, r_i] subject to the true peak SRAM
-   of its training step (training.device_step.device_step -> plan_memory, what
+   of its training step (training.device_step.device_step -> memory_report, what
    ``tinytrain compile --plan`` reports; memory.py caches it) being within the budget;
 3. (not in the paper: gains do not add up) train the finalists — every preset that fits (candidates.py) and the
    searches' proposals, and plans keeping other remainder bits — with the recipe (every rung under the recipe's lr

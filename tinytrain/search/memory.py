@@ -1,7 +1,7 @@
 """Peak SRAM of a plan's training step, as ``tinytrain compile --plan`` reports it, cached.
 
 A plan's memory is the real thing, not a formula: ``training.device_step.device_step`` (the step compile
-plans) -> ``memory.report.plan_memory`` (greedy planner, in-place outputs: compile's
+plans) -> ``memory.report.memory_report`` (greedy planner, in-place outputs: compile's
 defaults), and its ``peak_sram_bytes`` (arena + trainable SRAM copies + optimizer state + runtime + stack
 estimate; the optimizer state includes the trained weights' remainders, ``remainder_bytes``, so a plan's
 remainder bits are part of its figure and of its key). One evaluation takes tens of milliseconds; the search asks for thousands, mostly repeated, so results
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tinytrain.errors import PlanError
 from tinytrain.ir import Graph
-from tinytrain.memory.report import plan_memory
+from tinytrain.memory.report import memory_report
 from tinytrain.search.measure import source_fingerprint
 from tinytrain.training.device_step import device_step
 from tinytrain.training.finite import gradient_bounds
@@ -30,7 +30,7 @@ UNTRAINABLE = 1 << 62  # the "peak" of a plan no engine runs: over every budget
 
 
 def plan_key(plan: Plan) -> str:
-    """What decides a plan's memory: its updates and its remainder bits (their bytes: memory/report.py
+    """What decides a plan's memory: its updates and its remainder bits (their bytes: memory/footprint.py
     ``remainder_bytes``, part of the optimizer state the peak counts)."""
     return f"b{plan.bias_last_k}" + "".join(
         f"|w{w.conv}:{w.ratio:g}" + ("" if w.remainder_bits is None else f"r{w.remainder_bits}")
@@ -47,7 +47,7 @@ def peak_sram(graph: Graph, plan: Plan, config: UpdateConfig = UpdateConfig(), p
         gradient_bounds(step)
     except PlanError:
         return UNTRAINABLE
-    return plan_memory(step, 1 << 62, 1 << 62, planner=planner).peak_sram_bytes
+    return memory_report(step, 1 << 62, 1 << 62, planner=planner).peak_sram_bytes
 
 
 class MemoryOracle:

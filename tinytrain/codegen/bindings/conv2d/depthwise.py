@@ -16,7 +16,7 @@ from tinytrain.codegen.context import Call, Signature
 # planar_width halfwords) or of the input map of one unrolling every window (depthwise_map.c.j2); a wider one takes
 # the kernel four channels at a time. 3x3 windows over 64-pixel rows take 408, 5x5 ones at stride 2 680 (measured on
 # qemu-m7: planar, proxyless-w0.3's streamed 5x5 layer saves 0.31 M instructions per step for 4 bytes more of the
-# measured stack), inside the measured stack's reserve (memory/report.py STACK_BYTES).
+# measured stack), inside the measured stack's reserve (tinytrain/cores.py STACK_BYTES).
 PLANAR_RING_MAX = 680
 # The least share of a planar depthwise kernel's window taps that lie inside the input (the rest, padding, it
 # multiplies too, where the four-channel kernel skips them): measured on qemu-m7, 7x7 windows over 4x4 maps (a third

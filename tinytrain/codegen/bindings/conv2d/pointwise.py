@@ -14,7 +14,7 @@ from tinytrain.codegen.bindings.conv2d.tables import packed_quads, packed_rows
 from tinytrain.codegen.context import Call, Signature
 
 # The longest input vector a convolution kernel widens into a stack buffer once per output pixel (conv2d.c.j2 "xw"):
-# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window), part of the measured stack (memory/report.py
+# 256 int8 channels, 512 bytes of int16 (+ 256 bytes of im2col window), part of the measured stack (tinytrain/cores.py
 # STACK_BYTES: the models measured have 256-channel pointwise inputs). Inputs of up to XW_MAX / 2 go two pixels at a
 # time ("xw2": 2 output channels x 2 pixels per inner product, the buffers as long as one pixel's of XW_MAX).
 XW_MAX = 256
