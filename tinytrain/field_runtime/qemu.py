@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.codegen.context import environment
+from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.field_runtime.emit import render_field
 from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
@@ -35,19 +36,22 @@ class QemuField:
     learned: np.ndarray  # (N,) bool: the call was tt_learn
     state: bytes  # tt_field_save after the stream
     restored: bytes | None = None  # with flash: tt_field_save after a reboot that restored the buffer from flash
-    erases: int | None = None  # with flash: sector erases of the buffer's log
+    erases: int | None = None  # with flash: sector erases of the buffer's log and the state's ring
     statuses: list = field(default_factory=list)  # with checkpoints: tt_field_status after each call
     checkpoints: dict = field(default_factory=dict)  # sample index -> (tt_field_save bytes, test predictions)
 
 
 def flash_geometry(program: FieldProgram, program_bytes: int = 8) -> dict:
-    """A simulated NOR region (256 B sectors or more) just large enough for the buffer's log."""
+    """Simulated NOR regions (256 B sectors or more) just large enough for the buffer's log and for a ring of 2
+    frames of the last good state."""
     record = -(-(16 + program.width) // program_bytes) * program_bytes
     sector = 256
     while sector < 4 * record:
         sector *= 2
     per = sector // record
-    return {"sector": sector, "sectors": -(-(program.cfg.replay + 2 * per) // per) + 1}
+    frame = -(-(32 + state_size(state_layout(program.tg))) // sector)
+    return {"sector": sector, "sectors": -(-(program.cfg.replay + 2 * per) // per) + 1, "state_sectors": 2 * frame,
+            "replay": program.cfg.replay}
 
 
 def _rows(latents: np.ndarray) -> list[str]:
