@@ -13,18 +13,22 @@ from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.version import __version__
 
 FIELD_HEADER, FIELD_SOURCE = "tt_field.h", "tt_field.c"
+FLASH_SECTOR = 4096  # the sectors the flash figures of the memory report assume
 FLASH_FILES = {"tt_field_flash.h": "field_flash.h.j2", "tt_field_flash.c": "field_flash.c.j2"}
 
 
 @dataclass(frozen=True)
 class FieldMemory:
-    """Bytes the field runtime adds: SRAM of its statics, by part, and what ``tt_field_save`` writes."""
+    """Bytes the field runtime adds: SRAM of its statics, by part, and what ``tt_field_save`` writes; flash: the
+    smallest regions of FLASH_SECTOR-byte sectors for the buffer's log and the last good state's ring."""
 
     buffer: int
     guard: int
     states: int  # the last good state and a scratch copy
     statistics: int
     save: int
+    flash_buffer: int
+    flash_state: int
 
     @property
     def sram(self) -> int:
@@ -41,7 +45,10 @@ def field_memory(program: FieldProgram) -> FieldMemory:
     guard = cfg.guard * (k + 2) + 8
     stats = 8 * k + 40 + 20 + 4 + c * 6  # EMA, reference, drift words, counters, rng, seen / count / logits
     save = 4 + 2 * s + buffer + guard + c * 5 + 8 * k + 60
-    return FieldMemory(buffer, guard, 2 * s, stats, save)
+    per = FLASH_SECTOR // (-(-(16 + k) // 8) * 8)  # records of a sector (tt_fstore_record_bytes, 8-byte programs)
+    log = (-(-cfg.replay // per) + 2) * FLASH_SECTOR if cfg.replay else 0
+    ring = 2 * -(-(32 + s) // FLASH_SECTOR) * FLASH_SECTOR
+    return FieldMemory(buffer, guard, 2 * s, stats, save, log, ring)
 
 
 def render_field(program: FieldProgram) -> dict[str, str]:
