@@ -5,6 +5,7 @@ result, status, drift report, test prediction and the final tt_field_save bytes 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
@@ -12,10 +13,13 @@ import numpy as np
 import pytest
 
 from test_field import CFG, stream
+from test_field_cli import FLAGS, MODEL, files  # noqa: F401 (a fixture)
 from test_firmware import _pty_board
 from test_firmware_netduino import _qemu
 from ir_builders import tiny_mobilenet
+from tinytrain.cli import main
 from tinytrain.csources import firmware_sources
+from tinytrain.field_runtime.api import field_model
 from tinytrain.field_runtime.board import SerialField, serial_firmware
 from tinytrain.field_runtime.program import field_program
 from tinytrain.field_runtime.run import run_stream
@@ -56,9 +60,8 @@ def _compare(program, port) -> None:
     assert b.state == a.state
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_field_runtime_over_a_pty_equals_the_simulator(program, tmp_path):
-    serial = pytest.importorskip("serial")
+def _host_board(program, tmp_path):
+    """The field serial firmware's sources built for the host (the "UART" a pty, tt_uart_posix.c)."""
     files = serial_firmware(program, "disco_f746ng", tmp_path / "work")
     out = tmp_path / "board"
     out.mkdir()
@@ -68,8 +71,35 @@ def test_field_runtime_over_a_pty_equals_the_simulator(program, tmp_path):
     shutil.copy(firmware_sources() / "tt_uart_posix.c", out)
     subprocess.run(["gcc", "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-O1", "-ffp-contract=off", "-Wall", "-Wextra",
                     "-Werror", "-I.", *HOST_SOURCES, "-lm", "-o", "board"], cwd=out, check=True)
-    with _pty_board(out / "board") as pty, serial.Serial(pty.port, timeout=10) as port:
+    return out / "board"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_field_runtime_over_a_pty_equals_the_simulator(program, tmp_path):
+    serial = pytest.importorskip("serial")
+    with _pty_board(_host_board(program, tmp_path)) as pty, serial.Serial(pty.port, timeout=10) as port:
         _compare(program, port)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_tinytrain_stream_field_equals_tinytrain_field_sim(files, tmp_path, capsys):
+    """`tinytrain stream MODEL --port PORT --field STREAM.npz`: the report and JSON of `tinytrain field --engine
+    sim` with the same options; a board without a field runtime is refused in one line."""
+    pytest.importorskip("serial")
+    program = field_model(MODEL, max_classes=3, replay=8, replay_k=2, guard=4, guard_every=3, imprint=2,
+                          drift_warmup=4)
+    args = ["--stream", str(files / "stream.npz"), "--test", str(files / "test.npz"), *FLAGS]
+    assert main(["field", MODEL, *args, "--engine", "sim", "--json", str(tmp_path / "sim.json")]) == 0
+    with _pty_board(_host_board(program, tmp_path)) as pty:
+        flags = [a if a != "--stream" else "--field" for a in args]
+        assert main(["stream", MODEL, "--port", pty.port, "--timeout", "10", *flags, "--field-json",
+                     str(tmp_path / "board.json")]) == 0
+    assert main(["stream", MODEL, "--port", "nowhere"]) == 2  # neither --data nor --field
+    assert "--data DATA" in capsys.readouterr().err
+    sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))
+    assert board["engine"] == "board disco_f746ng"
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in board.items() if k not in ("engine", "seconds")}
 
 
 @pytest.mark.slow
