@@ -26,6 +26,7 @@ from tinytrain.firmware.project import render_firmware
 from tinytrain.version import __version__
 
 HARNESS = "src/tt_harness_qemu.c"
+RAW_STACK = 16 * 1024  # raw inputs: the prefix's forward runs on the stack the cut step's measured reserve sized
 _CALL = re.compile(r"^tt: (learn|observe) (\d+) result (-?\d+) ticks (\d+)$")
 
 
@@ -59,7 +60,7 @@ def _rows(latents: np.ndarray) -> list[str]:
 
 
 def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
-            every: int = 0, test: np.ndarray | None = None, start: bytes | None = None) -> str:
+            every: int = 0, test: np.ndarray | None = None, start: bytes | None = None, raw: bool = False) -> str:
     """The harness's C: the stream baked in; ``every`` > 0: the status after each call and, every ``every`` samples
     and at the end, the predictions of ``test`` (latents) and the whole runtime; ``start``: the model state it starts
     from (tt_field_start)."""
@@ -67,23 +68,24 @@ def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flas
         version=__version__, n=len(latents), rows=_rows(latents),
         labels=", ".join(map(str, np.asarray(labels, int))), flash=flash, every=every,
         tests=_rows(test) if test is not None and len(test) else [],
-        start=", ".join(map(str, start)) if start is not None else "")
+        start=", ".join(map(str, start)) if start is not None else "", raw=raw)
 
 
 def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
                timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None,
-               start: bytes | None = None) -> QemuField:
+               start: bytes | None = None, raw: bool = False) -> QemuField:
     """The stream through the board's field runtime; ``flash``: its buffer in a simulated flash (tt_flash_sim.c),
-    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``."""
+    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``; ``raw``: ``latents``
+    are the model's inputs, the board's frozen prefix computes the latents (tt_learn_input / tt_observe_input)."""
     b = get_board(board)
     _need(b.tools.prefix + "gcc", b.tools.package)
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
     with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
         tmp = Path(tmp)
         emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max)  # the stream is baked into flash
-        files = render_firmware(tmp / "compile", board)
+        files = render_firmware(tmp / "compile", board, stack_bytes=RAW_STACK if raw else None)
         geometry = flash_geometry(program) if flash else None
-        files[HARNESS] = harness(program, latents, labels, geometry, every, test, start).encode()
+        files[HARNESS] = harness(program, latents, labels, geometry, every, test, start, raw).encode()
         if flash:
             files.update({f"src/{n}": (firmware_sources() / n).read_bytes() for n in ("tt_flash_sim.c", "tt_flash_sim.h")})
         files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
