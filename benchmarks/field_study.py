@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 import warnings
@@ -42,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT, field_audio, kws_data  # noqa: E402
+from common import ROOT, command, field_audio, kws_data, write_results  # noqa: E402
+from common.flash_life import flash_lines, flash_study  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from tinytrain.api import load_model  # noqa: E402
-from tinytrain.field_runtime.emit import field_memory, flash_store  # noqa: E402
-from tinytrain.csources import firmware_sources  # noqa: E402
+from tinytrain.field_runtime.emit import field_memory  # noqa: E402
 from tinytrain.data import load_dataset, model_inputs  # noqa: E402
 from tinytrain.engines.host_c import CTrainer  # noqa: E402
 from tinytrain.errors import Notice  # noqa: E402
@@ -80,6 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=3, help="stream orders per scenario (default 3)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
+    p.add_argument("--flash-only", action="store_true", help="only the flash life (to results/field_flash)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
     return p.parse_args(argv)
 
@@ -234,51 +233,22 @@ def on_boards(graph, plan, sc: dict, n: int = 200) -> list[dict]:
     return out
 
 
-LIFE_PROGRAM = r"""
-#include <stdio.h>
-#include <string.h>
-#include "tt_field_flash.h"
-#include "tt_flash_sim.h"
-static uint8_t bytes[SECTORS * SECTOR];
-static int8_t x[SLOTS][TT_FSTORE_WIDTH];
-static int16_t y[SLOTS];
-int main(void)
-{
-    tt_flash f; tt_flash_sim sim; tt_fstore s; uint32_t filled, rng = 1;
-    tt_flash_sim_init(&f, &sim, bytes, sizeof bytes, SECTOR, 8);
-    if (tt_fstore_open(&s, &f, SLOTS, x, y, &filled) != 0) return 1;
-    const uint32_t formatted = s.erases;
-    for (uint32_t j = 0; j < PUTS; j++) {
-        rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5;
-        uint32_t slot = j < SLOTS ? j : rng % SLOTS;
-        for (int i = 0; i < TT_FSTORE_WIDTH; i++) x[slot][i] = (int8_t)(rng >> (i % 24));
-        y[slot] = (int16_t)(j % 10);
-        if (tt_fstore_put(&s, slot, y[slot], x[slot], (const int8_t (*)[TT_FSTORE_WIDTH])x, y, SLOTS) != 0) return 2;
-    }
-    printf("%u\n", s.erases - formatted);
-    return 0;
-}
-"""
+def flash_rows(graph, plan, lat: dict, args) -> list[dict]:
+    """The flash life of the study's label streams (first stream order), replay+guard (common/flash_life.py)."""
+    prog = field_program(graph, plan, FieldConfig(**CONFIGS["replay+guard"]))
+    streams = {sc["name"]: (sc["y"], sc["known"]) for sc in runs_of(lat, args.pool)}
+    return flash_study(streams, prog.cfg, prog.width, prog.state_size, prog.classes, WORK)
 
 
-def flash_life(slots: int = 240, width: int = 256, sectors: int = 32, sector: int = 4096, puts: int = 20000) -> dict:
-    """Erases of the buffer's flash log (``sectors`` x ``sector`` B, 8-byte programs) over ``puts`` writes of random
-    slots (every label written: the worst case), and the life it gives 10,000-cycle flash at one label a minute."""
-    work = WORK / "flash"
-    work.mkdir(parents=True, exist_ok=True)
-    for name, text in flash_store(slots, width).items():
-        (work / name).write_text(text)
-    for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
-        shutil.copy(firmware_sources() / name, work / name)
-    (work / "life.c").write_text(LIFE_PROGRAM)
-    defs = [f"-DSLOTS={slots}", f"-DSECTORS={sectors}", f"-DSECTOR={sector}", f"-DPUTS={puts}"]
-    subprocess.run(["gcc", "-std=c99", "-O2", *defs, "-o", "life", "life.c", "tt_field_flash.c", "tt_flash_sim.c"],
-                   cwd=work, check=True)
-    erases = int(subprocess.run(["./life"], cwd=work, capture_output=True, text=True, check=True).stdout)
-    per_sector_per_write = erases / puts / sectors
-    return dict(slots=slots, width=width, region_bytes=sectors * sector, sector_bytes=sector, writes=puts,
-                erases=erases, erases_per_1000=round(1000 * erases / puts, 1),
-                life_years=round(10000 / (per_sector_per_write * 525600), 1))
+def flash_only(graph, plan, args, t0: float) -> dict:
+    """--flash-only: the flash section alone from the pool's labels (no latents), to results/field_flash."""
+    train = load_dataset("fashion-mnist:train")
+    py = train.y[np.random.default_rng(0).permutation(len(train.y))[1000 : 1000 + args.pool]]  # latents()' pool
+    lat = {"pool": {h: (np.zeros((len(py), 1), np.int8), py) for h in SHIFTS}}
+    rec = dict(flash=flash_rows(graph, plan, lat, args), seconds=round(time.time() - t0, 1))
+    head = f"# Field study: flash life\n\n`{command()}` ({rec['seconds']} s)\n\n"
+    write_results("field_flash", head + "\n".join(flash_lines(rec["flash"])), rec)
+    return rec
 
 
 def start_state(program, lat: dict, known: int, seed: int = 0) -> bytes:
@@ -351,6 +321,8 @@ def main(argv=None) -> dict:
     t0 = time.time()
     graph = load_model(MODEL, new_head=10)
     plan = preset("last-k:1", graph, lr=args.lr)
+    if args.flash_only:
+        return flash_only(graph, plan, args, t0)
     lat = latents(field_program(graph, plan, FieldConfig()), graph, args)
     base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
     starts = {k: start_state(base, lat, k) for k in (5, 9, 10)}
@@ -365,8 +337,7 @@ def main(argv=None) -> dict:
     kws_sweep = audio(args, rows, exact)
     for r in rows:
         r.pop("final_bytes")
-    life = [flash_life(sectors=n) for n in (32, 48, 64)]
-    print("flash:", life, flush=True)
+    life = flash_rows(graph, plan, lat, args)
     boards = [] if args.no_qemu else on_boards(graph, plan, runs_of(lat, args.pool)[2])
     print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
@@ -480,15 +451,7 @@ def write(rec: dict, out: Path) -> None:
     lines += ["", f"SRAM the runtime adds (replay+guard): {m['sram']} B (buffer {m['buffer']}, guard {m['guard']}, "
               f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
               f"{agg[0]['memory']['sram']} B.", ""]
-    fl = rec["flash"][0]
-    lines += [f"Flash (the buffer's log-structured store, tt_field_flash.c, on the NOR simulator): {fl['slots']} slots "
-              f"of {fl['width']} B, {fl['sector_bytes']} B sectors, {fl['writes']:,} writes of random slots (every "
-              "label written: the worst case), sectors erased in turn; the life of 10,000-cycle flash at one label a "
-              "minute (the buffer only: the runtime keeps its last good state in SRAM):", "",
-              "| region | erases | per 1,000 labelled samples | life (years) |", "|---|---|---|---|"]
-    lines += [f"| {f['region_bytes'] // 1024} KB | {f['erases']} | {f['erases_per_1000']} | {f['life_years']} |"
-              for f in rec["flash"]]
-    lines.append("")
+    lines += flash_lines(rec["flash"])
     lines += ["lr sweep (offline on the pretraining set, validation accuracy % on 1,000 pool images): " + "; ".join(
         f"{r['lr']}: {fmt(r['epochs_1'])} (1 epoch), {fmt(r['epochs_' + str(rec['offline_epochs'])])} "
         f"({rec['offline_epochs']})" for r in rec["lr_sweep"]), ""]

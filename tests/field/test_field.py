@@ -170,7 +170,9 @@ def test_qemu_m4_equals_simulator(program):
 
 @pytest.mark.slow
 @pytest.mark.qemu
-def test_qemu_buffer_in_flash_survives_a_reboot(program):
+def test_qemu_buffer_and_state_in_flash_survive_a_reboot(program):
+    """The buffer in its log and the last good state in its ring: a reboot resumes from both (the model's state
+    becomes the last good one)."""
     xs, ys, _ = stream(program, 60)
     sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
     for x, y in zip(xs, ys):
@@ -181,3 +183,6 @@ def test_qemu_buffer_in_flash_survives_a_reboot(program):
     for part in ("buffer_filled", "buffer_x", "buffer_y"):
         assert np.array_equal(mine[part], back[part]), part
     assert np.array_equal(back["buffer_offered"], np.bincount(mine["buffer_y"], minlength=program.classes))
+    assert np.array_equal(back["good"], mine["good"]) and np.array_equal(back["state"], mine["good"])
+    assert not np.array_equal(mine["good"], split_state(program, FieldRuntime(program, SimStep(
+        program.cut_graph, program.tg)).state_bytes())["good"])  # the stream changed the last good state
