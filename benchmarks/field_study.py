@@ -19,8 +19,8 @@ Scenarios: ``stationary`` (10,000 draws from the clean pool, 10 % labelled: fals
 ten examples of class 9 among old ones), ``scarce-labels`` (the noise shift, 10 % labelled in runs of 20 of one
 class), ``wrong-labels`` (3,000 labelled clean samples, 30 % of labels wrong from 1,000 to 1,600). Configurations:
 ``none`` (no buffer, no guard: the newest sample alone), ``replay`` (210 slots: the most a 64 KB flash log
-holds; K 2), ``replay+guard`` (and the guard's 64 slots, ``guard_drop`` 4: chosen over 32 slots / 0 and / 2 and 64 / 2 on 2,000 validation
-images, Fashion-MNIST train images outside the study's sets, on the class-incremental and wrong-labels streams).
+holds; K 2), ``replay+guard`` (and the guard's 64 slots, ``guard_drop`` 4: chosen over 32 slots / 0 and / 2
+and 64 / 2 on 2,000 validation images, Fashion-MNIST train images outside the study's sets, on the class-incremental and wrong-labels streams).
 Offline: the same plan from the same start, 3 shuffled epochs over the same labelled samples.
 Audio (``kws-room``, benchmarks/common/field_audio.py, skipped without the model or espeak-ng): the MLPerf Tiny DS-CNN
 (``kws_ref_model.tflite``, its own 12-class head, last-k:1 at the lr of ``KWS_LRS`` best on validation) on synthesized
