@@ -27,6 +27,11 @@ def _model(model: str | Path | Graph, max_classes: int | None, seed: int) -> tup
     when it has another number of outputs."""
     graph = model if isinstance(model, Graph) else load_model(model)
     n = int(np.prod(graph.tensors[graph.outputs[0]].shape[1:]))
+    if max_classes is None and n == int(np.prod(graph.tensors[graph.inputs[0]].shape[1:])):
+        raise UsageError(f"{graph.name}: its output has its input's size ({n}), an autoencoder's; the field runtime "
+                         "learns classifiers only (train an autoencoder with `tinytrain train --loss mse` or "
+                         f"tinytrain.train(loss=\"mse\")); a classifier of {n} classes: say so with "
+                         f"{param('max_classes', n)}")
     if max_classes is None or max_classes == n:
         return graph, False
     if max_classes < 2:
