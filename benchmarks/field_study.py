@@ -18,8 +18,13 @@ Scenarios: ``stationary`` (10,000 draws from the clean pool, 10 % labelled: fals
 5..9 arrive one by one, 600 samples apart, all labelled), ``new-class-10`` (classes 0-8 known, 300 old samples, then
 ten examples of class 9 among old ones), ``scarce-labels`` (the noise shift, 10 % labelled in runs of 20 of one
 class), ``wrong-labels`` (3,000 labelled clean samples, 30 % of labels wrong from 1,000 to 1,600). Configurations:
-``none`` (no buffer, no guard: the newest sample alone), ``replay`` (240 slots, 61,964 B, K 2), ``replay+guard`` (and the
-guard's 32 slots). Offline: the same plan from the same start, 3 shuffled epochs over the same labelled samples.
+``none`` (no buffer, no guard: the newest sample alone), ``replay`` (210 slots: the most a 64 KB flash log
+holds; K 2), ``replay+guard`` (and the guard's 64 slots, ``guard_drop`` 4: chosen over 32 slots / 0 and / 2
+and 64 / 2 on 2,000 validation images, Fashion-MNIST train images outside the study's sets, on the class-incremental and wrong-labels streams).
+Offline: the same plan from the same start, 3 shuffled epochs over the same labelled samples.
+Audio (``kws-room``, benchmarks/common/field_audio.py, skipped without the model or espeak-ng): the MLPerf Tiny DS-CNN
+(``kws_ref_model.tflite``, its own 12-class head, last-k:1 at the lr of ``KWS_LRS`` best on validation) on synthesized
+keyword speech, 1,000 clean clips then 2,000 in a new room through a new microphone, 30 % labelled.
 Writes benchmarks/results/field_study.{md,json}.
 """
 
@@ -28,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 import warnings
@@ -37,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT  # noqa: E402
+from common import ROOT, command, field_audio, kws_data, write_results  # noqa: E402
+from common.flash_life import flash_lines, flash_study  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from tinytrain.api import load_model  # noqa: E402
-from tinytrain.field_runtime.emit import field_memory, flash_store  # noqa: E402
-from tinytrain.csources import firmware_sources  # noqa: E402
+from tinytrain.field_runtime.emit import field_memory  # noqa: E402
 from tinytrain.data import load_dataset, model_inputs  # noqa: E402
 from tinytrain.engines.host_c import CTrainer  # noqa: E402
 from tinytrain.errors import Notice  # noqa: E402
@@ -55,12 +58,14 @@ from tinytrain.field_runtime.step import SimStep  # noqa: E402
 from tinytrain.training.sparse import preset  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
+KWS_MODEL = ROOT.parent / "shared" / "models" / "kws_ref_model.tflite"
+KWS_LRS = (0.01, 0.03, 0.1)
 WORK = ROOT / "build" / "field_study"
 SHIFTS = {"clean": lambda x, rng: x,
           "contrast": lambda x, rng: (x.astype(np.int32) // 2 + 96).astype(np.uint8),
           "noise": lambda x, rng: np.clip(x + rng.normal(0, 40, x.shape), 0, 255).astype(np.uint8)}
-CONFIGS = {"none": dict(replay=0, replay_k=0, guard=0), "replay": dict(replay=240, replay_k=2, guard=0),
-           "replay+guard": dict(replay=240, replay_k=2, guard=32)}  # 240 slots: a buffer under 64 KB
+CONFIGS = {"none": dict(replay=0, replay_k=0, guard=0), "replay": dict(replay=210, replay_k=2, guard=0),
+           "replay+guard": dict(replay=210, replay_k=2, guard=64, guard_drop=4)}  # 210 slots: a 64 KB flash log
 EPOCHS = 3
 QEMU_BOARDS = ("qemu-m4", "qemu-m7")
 
@@ -73,6 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=3, help="stream orders per scenario (default 3)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
+    p.add_argument("--flash-only", action="store_true", help="only the flash life (to results/field_flash)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
     return p.parse_args(argv)
 
@@ -109,16 +115,21 @@ def offline(program, start: bytes, x: np.ndarray, y: np.ndarray, seed: int, epoc
     t.load_state_bytes(start)
     order = np.concatenate([np.random.default_rng(seed + e).permutation(len(y)) for e in range(epochs)])
     if len(y):
-        t.train(x.reshape(len(x), 1, 1, -1), y, order)
+        t.train(batch(t, x), y, order)
     return t
 
 
 def accuracy_of(trainer: CTrainer, x: np.ndarray, y: np.ndarray, seen: list[int]) -> np.ndarray:
     """Per test sample, 1 where the prediction among ``seen`` is right (samples of seen classes only)."""
     keep = np.isin(y, seen)
-    logits = trainer.predict(x[keep].reshape(int(keep.sum()), 1, 1, -1)).astype(np.int32)
+    logits = trainer.predict(batch(trainer, x[keep])).astype(np.int32)
     mask = np.isin(np.arange(logits.shape[1]), seen)
     return (np.argmax(np.where(mask, logits, -1000), axis=1) == y[keep]).astype(np.float64)
+
+
+def batch(trainer: CTrainer, x: np.ndarray) -> np.ndarray:
+    """(N, width) latents in the shape of the trainer's input (the cut tensor's)."""
+    return x.reshape((len(x), *trainer._x_shape))
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -188,18 +199,19 @@ def scarce(pool, rng) -> dict:
     return dict(name="scarce-labels", x=sx, y=y, test="noise", known=10, shift=None)
 
 
-def lr_sweep(graph, lat: dict) -> list[dict]:
+def lr_sweep(graph, lat: dict, lrs=(0.001, 0.003, 0.01, 0.03), n_val: int = 1000) -> list[dict]:
     """Validation accuracy of offline training on the pretraining set (1 and 3 epochs) per lr."""
     px, py = lat["pretrain"]["clean"]
-    vx, vy = lat["pool"]["clean"][0][:1000], lat["pool"]["clean"][1][:1000]
+    vx, vy = lat["pool"]["clean"][0][:n_val], lat["pool"]["clean"][1][:n_val]
+    classes = int(py.max()) + 1
     out = []
-    for lr in (0.001, 0.003, 0.01, 0.03):
+    for lr in lrs:
         program = field_program(graph, preset("last-k:1", graph, lr=lr), FieldConfig(replay=0, replay_k=0, guard=0))
         init = CTrainer(program.tg).state_bytes()
         row = {"lr": lr}
         for epochs in (1, EPOCHS):
             t = offline(program, init, px, py, 0, epochs)
-            row[f"epochs_{epochs}"] = float(accuracy_of(t, vx, vy, list(range(10))).mean())
+            row[f"epochs_{epochs}"] = float(accuracy_of(t, vx, vy, list(range(classes))).mean())
         out.append(row)
     return out
 
@@ -221,51 +233,22 @@ def on_boards(graph, plan, sc: dict, n: int = 200) -> list[dict]:
     return out
 
 
-LIFE_PROGRAM = r"""
-#include <stdio.h>
-#include <string.h>
-#include "tt_field_flash.h"
-#include "tt_flash_sim.h"
-static uint8_t bytes[SECTORS * SECTOR];
-static int8_t x[SLOTS][TT_FSTORE_WIDTH];
-static int16_t y[SLOTS];
-int main(void)
-{
-    tt_flash f; tt_flash_sim sim; tt_fstore s; uint32_t filled, rng = 1;
-    tt_flash_sim_init(&f, &sim, bytes, sizeof bytes, SECTOR, 8);
-    if (tt_fstore_open(&s, &f, SLOTS, x, y, &filled) != 0) return 1;
-    const uint32_t formatted = s.erases;
-    for (uint32_t j = 0; j < PUTS; j++) {
-        rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5;
-        uint32_t slot = j < SLOTS ? j : rng % SLOTS;
-        for (int i = 0; i < TT_FSTORE_WIDTH; i++) x[slot][i] = (int8_t)(rng >> (i % 24));
-        y[slot] = (int16_t)(j % 10);
-        if (tt_fstore_put(&s, slot, y[slot], x[slot], (const int8_t (*)[TT_FSTORE_WIDTH])x, y, SLOTS) != 0) return 2;
-    }
-    printf("%u\n", s.erases - formatted);
-    return 0;
-}
-"""
+def flash_rows(graph, plan, lat: dict, args) -> list[dict]:
+    """The flash life of the study's label streams (first stream order), replay+guard (common/flash_life.py)."""
+    prog = field_program(graph, plan, FieldConfig(**CONFIGS["replay+guard"]))
+    streams = {sc["name"]: (sc["y"], sc["known"]) for sc in runs_of(lat, args.pool)}
+    return flash_study(streams, prog.cfg, prog.width, prog.state_size, prog.classes, WORK)
 
 
-def flash_life(slots: int = 240, width: int = 256, sectors: int = 32, sector: int = 4096, puts: int = 20000) -> dict:
-    """Erases of the buffer's flash log (``sectors`` x ``sector`` B, 8-byte programs) over ``puts`` writes of random
-    slots (every label written: the worst case), and the life it gives 10,000-cycle flash at one label a minute."""
-    work = WORK / "flash"
-    work.mkdir(parents=True, exist_ok=True)
-    for name, text in flash_store(slots, width).items():
-        (work / name).write_text(text)
-    for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
-        shutil.copy(firmware_sources() / name, work / name)
-    (work / "life.c").write_text(LIFE_PROGRAM)
-    defs = [f"-DSLOTS={slots}", f"-DSECTORS={sectors}", f"-DSECTOR={sector}", f"-DPUTS={puts}"]
-    subprocess.run(["gcc", "-std=c99", "-O2", *defs, "-o", "life", "life.c", "tt_field_flash.c", "tt_flash_sim.c"],
-                   cwd=work, check=True)
-    erases = int(subprocess.run(["./life"], cwd=work, capture_output=True, text=True, check=True).stdout)
-    per_sector_per_write = erases / puts / sectors
-    return dict(slots=slots, width=width, region_bytes=sectors * sector, sector_bytes=sector, writes=puts,
-                erases=erases, erases_per_1000=round(1000 * erases / puts, 1),
-                life_years=round(10000 / (per_sector_per_write * 525600), 1))
+def flash_only(graph, plan, args, t0: float) -> dict:
+    """--flash-only: the flash section alone from the pool's labels (no latents), to results/field_flash."""
+    train = load_dataset("fashion-mnist:train")
+    py = train.y[np.random.default_rng(0).permutation(len(train.y))[1000 : 1000 + args.pool]]  # latents()' pool
+    lat = {"pool": {h: (np.zeros((len(py), 1), np.int8), py) for h in SHIFTS}}
+    rec = dict(flash=flash_rows(graph, plan, lat, args), seconds=round(time.time() - t0, 1))
+    head = f"# Field study: flash life\n\n`{command()}` ({rec['seconds']} s)\n\n"
+    write_results("field_flash", head + "\n".join(flash_lines(rec["flash"])), rec)
+    return rec
 
 
 def start_state(program, lat: dict, known: int, seed: int = 0) -> bytes:
@@ -338,6 +321,8 @@ def main(argv=None) -> dict:
     t0 = time.time()
     graph = load_model(MODEL, new_head=10)
     plan = preset("last-k:1", graph, lr=args.lr)
+    if args.flash_only:
+        return flash_only(graph, plan, args, t0)
     lat = latents(field_program(graph, plan, FieldConfig()), graph, args)
     base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
     starts = {k: start_state(base, lat, k) for k in (5, 9, 10)}
@@ -349,18 +334,41 @@ def main(argv=None) -> dict:
         for sc in scenarios:
             exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0,
                                   () if args.no_qemu else QEMU_BOARDS)
+    kws_sweep = audio(args, rows, exact)
     for r in rows:
         r.pop("final_bytes")
-    life = [flash_life(sectors=n) for n in (32, 48, 64)]
-    print("flash:", life, flush=True)
+    life = flash_rows(graph, plan, lat, args)
     boards = [] if args.no_qemu else on_boards(graph, plan, runs_of(lat, args.pool)[2])
     print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
                   model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test, seeds=args.seeds,
-                  offline_epochs=EPOCHS, lr_sweep=sweep, boards=boards, flash=life, configs=CONFIGS, rows=rows,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, kws_lr_sweep=kws_sweep, boards=boards, flash=life,
+                  configs=CONFIGS, rows=rows,
                   exact=exact, seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
     return record
+
+
+def audio(args, rows: list, exact: list) -> list[dict]:
+    """The audio domain shift (kws-room, benchmarks/common/field_audio.py) into ``rows`` / ``exact``: the DS-CNN,
+    last-k:1 at the lr of the best validation accuracy (offline on the pretraining speakers, scored on the stream
+    pool's clean clips); the lr sweep ([] when the model or espeak-ng is missing)."""
+    if not KWS_MODEL.exists() or not kws_data.espeak_available():
+        print("kws-room skipped: no", KWS_MODEL.name if not KWS_MODEL.exists() else "espeak-ng", flush=True)
+        return []
+    graph = load_model(KWS_MODEL)
+    lat = field_audio.latent_sets(field_program(graph, preset("last-k:1", graph), FieldConfig()),
+                                  field_audio.clips(graph, WORK))
+    sweep = lr_sweep(graph, lat, KWS_LRS, n_val=len(lat["pool"]["clean"][1]))
+    lr = max(sweep, key=lambda r: r[f"epochs_{EPOCHS}"])["lr"]
+    plan = preset("last-k:1", graph, lr=lr)
+    base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
+    starts = {base.classes: start_state(base, lat, base.classes)}
+    for seed in range(args.seeds):
+        sc = field_audio.stream(lat, seed)
+        exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0,
+                              () if args.no_qemu else QEMU_BOARDS)
+    return sweep
 
 
 def run_scenario(graph, plan, sc, lat, starts, rows: list, seed: int, exact: bool, boards=()) -> list[dict]:
@@ -439,22 +447,22 @@ def write(rec: dict, out: Path) -> None:
         lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']:.0f} | {fmt(r['accuracy'])} ± "
                      f"{100 * r['accuracy_sd']:.1f} | {fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {alarms} | "
                      f"{r['rollbacks']} / {r['checks']} | {measure(r)} |")
-    m = agg[-1]["memory"]
+    m = next(a for a in agg if a["config"] == "replay+guard")["memory"]
     lines += ["", f"SRAM the runtime adds (replay+guard): {m['sram']} B (buffer {m['buffer']}, guard {m['guard']}, "
               f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
               f"{agg[0]['memory']['sram']} B.", ""]
-    fl = rec["flash"][0]
-    lines += [f"Flash (the buffer's log-structured store, tt_field_flash.c, on the NOR simulator): {fl['slots']} slots "
-              f"of {fl['width']} B, {fl['sector_bytes']} B sectors, {fl['writes']:,} writes of random slots (every "
-              "label written: the worst case), sectors erased in turn; the life of 10,000-cycle flash at one label a "
-              "minute (the buffer only: the runtime keeps its last good state in SRAM):", "",
-              "| region | erases | per 1,000 labelled samples | life (years) |", "|---|---|---|---|"]
-    lines += [f"| {f['region_bytes'] // 1024} KB | {f['erases']} | {f['erases_per_1000']} | {f['life_years']} |"
-              for f in rec["flash"]]
-    lines.append("")
+    lines += flash_lines(rec["flash"])
     lines += ["lr sweep (offline on the pretraining set, validation accuracy % on 1,000 pool images): " + "; ".join(
         f"{r['lr']}: {fmt(r['epochs_1'])} (1 epoch), {fmt(r['epochs_' + str(rec['offline_epochs'])])} "
         f"({rec['offline_epochs']})" for r in rec["lr_sweep"]), ""]
+    if rec["kws_lr_sweep"]:
+        lines += ["kws-room (the DS-CNN keyword model, last-k:1, on synthesized speech, "
+                  "benchmarks/common/field_audio.py: 1,000 clean clips, then 2,000 in a new room through a new "
+                  "microphone, 30 % labelled; the test "
+                  "speakers' shifted clips; the pretrained head first trained offline on 6 adaptation speakers' clean "
+                  "clips) lr sweep, validation accuracy % on the 6 stream-pool speakers' clean clips: " + "; ".join(
+                      f"{r['lr']}: {fmt(r['epochs_' + str(rec['offline_epochs'])])} ({rec['offline_epochs']} epochs)"
+                      for r in rec["kws_lr_sweep"]) + "; the best is the lr used.", ""]
     for b in rec["boards"]:
         lines.append(f"{b['board']} (replay+guard, the first {b['samples']} samples of shift-noise, from the new "
                      f"head): {b['learn_insns']:,.0f} instructions per tt_learn that trains (1 + K steps), "

@@ -95,3 +95,11 @@ def test_bad_data_is_one_line_and_writes_nothing(name, ad01, tmp_path, capsys):
         argv += ["--update", "last-k:2", "--state-out", str(state), "-o", str(onnx)]
     assert re.search(words, _one_line(argv, capsys))
     assert not state.exists() and not onnx.exists()
+
+
+def test_field_refuses_an_autoencoder_in_one_line(ad01, tmp_path, capsys):
+    x, _ = _features(8)
+    np.savez(tmp_path / "stream.npz", x=x, y=np.zeros(8, np.int64))
+    line = _one_line(["field", ad01, "--stream", str(tmp_path / "stream.npz"), "--json", str(tmp_path / "o.json")],
+                     capsys)
+    assert "autoencoder" in line and "--loss mse" in line and not (tmp_path / "o.json").exists()

@@ -117,6 +117,8 @@ def prepare_field(args: argparse.Namespace):
         m = report["memory"]
         print(f"wrote {args.output}/field/: the field runtime (tt_field.c/h) beside the training step of the model "
               f"from {program.cut}; it adds {m['sram']} B SRAM (buffer {m['buffer']}, guard {m['guard']}, "
-              f"states {m['states']})")
+              f"states {m['states']}); flash, 4 KB sectors: at least {m['flash_buffer']} B for the buffer's log, "
+              f"{m['flash_state']} B for the last good state's ring; the frozen prefix (tt_prefix.c, raw input): "
+              f"{m['prefix_arena']} B SRAM, {m['prefix_weights']} B of weights")
 
     return write

@@ -19,6 +19,7 @@ import numpy as np
 
 from tinytrain.api import load_model, score_outputs
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.cli_stream_field import add_stream_field_options, stream_field
 from tinytrain.cli_train import add_force_argument, add_input_mapping_argument
 from tinytrain.engines.order import sample_order
 from tinytrain.engines.samples import anomaly_labels, default_loss, load_data, prepared
@@ -62,6 +63,13 @@ def cmd_stream(args: argparse.Namespace) -> None:
         import serial
     except ImportError:
         raise UsageError("tinytrain stream needs pyserial: pip install pyserial") from None
+    if args.field is None and args.data is None:
+        raise UsageError("tinytrain stream needs --data DATA (train on it) or --field STREAM.npz (the field runtime)")
+    if args.field is not None:
+        with _port_url(args.port) as url:
+            with _open(serial, url, args) as port:
+                stream_field(args, port)
+        return
     graph = load_model(args.model, input_mapping=args.input_mapping)
     data = _stream_data(graph, args)
     parts = held_out_split(data.y, args.held_out, args.split_seed)
@@ -92,6 +100,13 @@ def cmd_stream(args: argparse.Namespace) -> None:
         print(f"accuracy {result['accuracy']:.4f} on {len(test_rows)} samples after {steps} steps on {result['board']}")
     if args.state_out:
         print(f"wrote {args.state_out}")
+
+
+def _open(serial, url: str, args: argparse.Namespace):
+    try:
+        return serial.serial_for_url(url, baudrate=args.baud, timeout=args.timeout)
+    except (serial.SerialException, ValueError) as e:
+        raise UsageError(f"cannot open {args.port}: {e}") from None
 
 
 def _port_url(port: str):
@@ -182,7 +197,7 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("model", help="the model the board's firmware was built from (for the input pipeline)")
     s.add_argument("--port", required=True, help="serial port (e.g. /dev/ttyACM0), a pyserial URL, or qemu:PROJECT: "
                    "run that firmware project of an emulated board (netduinoplus2) under QEMU for this command")
-    s.add_argument("--data", required=True,
+    s.add_argument("--data",
                    help=".npz (x: uint8 NHWC images or int8 / float32 features of the input shape; y labels, or none "
                         "for an autoencoder), a "
                         "class-folder tree, lfw or fashion-mnist[:test][:N] (docs/guide/data.md)")
@@ -204,4 +219,5 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("--timeout", type=positive_float, default=60.0, help="seconds to wait for one reply")
     s.add_argument("--state-out", help="write the board's trained state (tt_state_save bytes) here")
     s.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    add_stream_field_options(s)
     s.set_defaults(func=cmd_stream, new_head=None)

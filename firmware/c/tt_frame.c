@@ -46,8 +46,8 @@ int tt_frame_receive(tt_request *req, uint8_t *image, size_t image_bytes)
     }
     const char command = (char)head[0];
     const uint32_t length = tt_get_le32(head + 1);
-    const int with_image = command == 'T' || command == 'P';
-    if (!with_image && command != 'I' && command != 'S' && command != 'L') {
+    const int with_image = command == 'T' || command == 'P' || command == 'R';  /* R: the field runtime's */
+    if (!with_image && command != 'I' && command != 'S' && command != 'L' && command != 'D' && command != 'Q') {
         tt_frame_error("unknown command");
         return -1;
     }

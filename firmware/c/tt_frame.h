@@ -13,7 +13,7 @@
 #define TT_PROTOCOL_VERSION 1
 
 typedef struct {
-    char command;     /* 'I', 'T', 'P', 'S' or 'L' */
+    char command;     /* 'I', 'T', 'P', 'S' or 'L'; the field runtime's firmware also 'R', 'D' and 'Q' */
     int label;
     uint32_t length;  /* payload bytes */
     uint32_t crc;     /* L: the CRC of the head, to go on with tt_frame_read over the payload */

@@ -3,6 +3,7 @@ the buffer's selection rule, imprinting, drift alarms, the guard's rollbacks, ba
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from ir_builders import tiny_mobilenet
 from tinytrain.errors import PlanError, UsageError
 from tinytrain.field_runtime.buffer import Slots, offer_replay
 from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.head import imprint
 from tinytrain.field_runtime.host import HostField
 from tinytrain.field_runtime.program import field_program
 from tinytrain.field_runtime.qemu import qemu_field
@@ -92,6 +94,33 @@ def test_new_class_is_imprinted(program):
     assert np.mean([predicted(o, sim.seen)[0] == 4 for o in out]) >= 0.7
 
 
+def test_imprinted_bias_meets_the_other_rows_at_the_buffer_mean(program):
+    """The new row's accumulator on the buffer's mean latent is the other seen rows' mean there (floors aside)."""
+    layout, rng = program.head, np.random.default_rng(5)
+    buf = Slots.empty(8, layout.width, program.classes)
+    buf.x[:] = rng.integers(-128, 60, buf.x.shape)
+    buf.y[:], buf.filled = [0, 1, 0, 1, 2, 2, 0, 1], 8
+    state = SimStep(program.cut_graph, program.tg).save()
+    seen = np.arange(program.classes) < 3
+    out = imprint(state, layout, buf, 2, seen)
+    w = np.frombuffer(out, np.int8, layout.classes * layout.width, layout.weight).reshape(layout.classes, -1)
+    b = np.frombuffer(out, "<i4", layout.classes, layout.bias)
+    s = buf.x.astype(np.int64).sum(0) - 8 * layout.zero
+    level = [int(w[j].astype(np.int64) @ s) + 8 * int(b[j]) for j in range(3)]
+    assert abs(level[2] - (level[0] + level[1]) / 2) < 8 + 1
+
+
+def test_guard_keeps_the_last_good_state_between_rollback_and_gain(program):
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    sim.cfg = replace(CFG, guard_drop=1 << 10)  # never a rollback
+    sim.guard.filled = CFG.guard
+    good, scores = sim.good, iter([3, 4])  # the state scores 3, the last good one 4
+    sim.score = lambda: next(scores)
+    sim.step.train(sim.guard.x[0], 1)
+    sim.check()
+    assert sim.good == good and sim.step.save() != good and sim.n.rollbacks == 0
+
+
 def test_xorshift32():
     assert next_u32(1) == 270369 and next_u32(0x2545F491) < 1 << 32
 
@@ -141,7 +170,9 @@ def test_qemu_m4_equals_simulator(program):
 
 @pytest.mark.slow
 @pytest.mark.qemu
-def test_qemu_buffer_in_flash_survives_a_reboot(program):
+def test_qemu_buffer_and_state_in_flash_survive_a_reboot(program):
+    """The buffer in its log and the last good state in its ring: a reboot resumes from both (the model's state
+    becomes the last good one)."""
     xs, ys, _ = stream(program, 60)
     sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
     for x, y in zip(xs, ys):
@@ -152,3 +183,6 @@ def test_qemu_buffer_in_flash_survives_a_reboot(program):
     for part in ("buffer_filled", "buffer_x", "buffer_y"):
         assert np.array_equal(mine[part], back[part]), part
     assert np.array_equal(back["buffer_offered"], np.bincount(mine["buffer_y"], minlength=program.classes))
+    assert np.array_equal(back["good"], mine["good"]) and np.array_equal(back["state"], mine["good"])
+    assert not np.array_equal(mine["good"], split_state(program, FieldRuntime(program, SimStep(
+        program.cut_graph, program.tg)).state_bytes())["good"])  # the stream changed the last good state

@@ -27,6 +27,11 @@ def _model(model: str | Path | Graph, max_classes: int | None, seed: int) -> tup
     when it has another number of outputs."""
     graph = model if isinstance(model, Graph) else load_model(model)
     n = int(np.prod(graph.tensors[graph.outputs[0]].shape[1:]))
+    if max_classes is None and n == int(np.prod(graph.tensors[graph.inputs[0]].shape[1:])):
+        raise UsageError(f"{graph.name}: its output has its input's size ({n}), an autoencoder's; the field runtime "
+                         "learns classifiers only (train an autoencoder with `tinytrain train --loss mse` or "
+                         f"tinytrain.train(loss=\"mse\")); a classifier of {n} classes: say so with "
+                         f"{param('max_classes', n)}")
     if max_classes is None or max_classes == n:
         return graph, False
     if max_classes < 2:
@@ -53,14 +58,16 @@ def field_model(model: str | Path | Graph, *, plan=None, update: str | None = No
 def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: str | None = None,
           lr: float | None = None, max_classes: int | None = None, known_classes: int | None = None,
           replay: int = 256, replay_k: int = 2, guard: int = 32, engine: str | None = None, checkpoints: int = 10,
-          seed: int = 0, board: str = "qemu-m4", **settings) -> FieldResult:
+          seed: int = 0, board: str = "qemu-m4", runtime=None, **settings) -> FieldResult:
     """Run ``stream`` (STREAM.npz: ``x`` in arrival order, ``y`` labels with -1 for none) through the field runtime
     of ``model`` trained by ``plan`` / ``update`` (default last-k:1: the head) on ``engine`` (sim | c | qemu on
     ``board``; default c with gcc); ``test`` (a DATA spec) is scored at ``checkpoints`` points. ``max_classes``: the head's rows (a new
     head when the model has another count); ``known_classes``: classes known at the start (default all, none with
-    a new head). ``replay`` / ``replay_k`` / ``guard`` and ``settings`` (the other ``FieldConfig`` fields)."""
+    a new head). ``replay`` / ``replay_k`` / ``guard`` and ``settings`` (the other ``FieldConfig`` fields).
+    ``runtime``: program -> the runtime to run it on instead (``engine`` names it; ``tinytrain stream --field``: a
+    board's over its serial port, board.SerialField)."""
     engine = engine or default_engine()
-    if engine not in FIELD_ENGINES:
+    if runtime is None and engine not in FIELD_ENGINES:
         raise UsageError(f"{param('engine', engine)}: the field runtime runs on {', '.join(FIELD_ENGINES)}")
     program = field_model(model, plan=plan, update=update, lr=lr, max_classes=max_classes,
                           known_classes=known_classes, seed=seed, replay=replay, replay_k=replay_k, guard=guard,
@@ -74,4 +81,4 @@ def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: st
         test_latents, test_y = np.zeros((0, program.width), np.int8), np.zeros(0, np.int64)
     every = max(1, len(s.y) // max(1, checkpoints))
     return run_stream(program, program.latents(s.x), s.y, (test_latents, test_y), engine=engine, every=every,
-                      board=board)
+                      board=board, rt=runtime(program) if runtime else None)

@@ -1,13 +1,27 @@
-"""A QEMU board's field runtime behind the ``FieldRuntime`` calls: the stream runs on the board first (qemu.py), then
-``learn`` / ``observe`` / ``status`` / ``predict`` / ``state_bytes`` read back, call by call, what it printed."""
+"""A board's field runtime behind the ``FieldRuntime`` calls: ``BoardField``, a QEMU board the stream was baked into
+(qemu.py: it runs first, then ``learn`` / ``observe`` / ``status`` / ``predict`` / ``state_bytes`` read back, call
+by call, what it printed); ``SerialField``, a board running the field runtime's serial harness, each call a frame
+of firmware/protocol.py; ``serial_firmware``, that firmware's project."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from pathlib import Path
+
+from tinytrain.codegen.context import environment
+from tinytrain.engines.qemu import emit_compile_dir
+from tinytrain.errors import UsageError
+from tinytrain.field_runtime.emit import field_memory, render_field
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.qemu import QemuField, qemu_field
 from tinytrain.field_runtime.runtime import STATUS
+from tinytrain.firmware import get_board
+from tinytrain.firmware.project import render_firmware
+from tinytrain.firmware.protocol import PROTOCOL_VERSION, Board
+from tinytrain.version import __version__
+
+SERIAL_HARNESS = "src/tt_harness_serial.c"
 
 
 class BoardField:
@@ -35,3 +49,47 @@ class BoardField:
 
     def state_bytes(self) -> bytes:
         return self.run.checkpoints[self.i][0] if self.i in self.run.checkpoints else self.run.state
+
+
+class SerialField:
+    """The field runtime of a board over its serial port (``Board``: a firmware of ``serial_firmware``)."""
+
+    def __init__(self, program: FieldProgram, board: Board) -> None:
+        if board.info.get("field") != "1" or board.input_bytes != program.width:
+            raise UsageError(f"the board on the port runs no field runtime of this model ({board.info}); build it "
+                             "with serial_firmware")
+        self.program, self.board = program, board
+
+    def start(self, state: bytes) -> None:
+        raise UsageError("a board's field runtime starts from its firmware's model: give no start state")
+
+    def learn(self, latent: np.ndarray, label: int) -> int:
+        return self.board.learn(np.ascontiguousarray(latent, np.int8), label)
+
+    def observe(self, latent: np.ndarray) -> int:
+        return self.board.observe(np.ascontiguousarray(latent, np.int8))[0]
+
+    def status(self) -> dict:
+        return dict(zip(STATUS, self.board.field_status()))
+
+    def predict(self, latents: np.ndarray) -> np.ndarray:
+        xs = np.ascontiguousarray(latents, np.int8)
+        return np.array([self.board.field_predict(x) for x in xs], np.int64)
+
+    def state_bytes(self) -> bytes:
+        return self.board.state()
+
+
+def serial_firmware(program: FieldProgram, board: str, work: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of a firmware project for ``board`` (a serial board) running ``program``'s field
+    runtime behind the serial harness of codegen/templates/field_serial.c.j2 (``work``: a scratch folder)."""
+    b = get_board(board)
+    emit_compile_dir(program.tg, work / "compile", b.ram_max, b.flash_max, target=b.core)
+    files = render_firmware(work / "compile", b)
+    if SERIAL_HARNESS not in files:
+        raise UsageError(f"{board} has no serial harness (a semihosting QEMU board: use qemu_field)")
+    files[SERIAL_HARNESS] = environment().get_template("field_serial.c.j2").render(
+        version=__version__, protocol=PROTOCOL_VERSION, width=program.width, classes=program.classes,
+        save_bytes=field_memory(program).save).encode()
+    files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
+    return files

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.codegen.context import environment
+from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.field_runtime.emit import render_field
 from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
@@ -25,6 +26,7 @@ from tinytrain.firmware.project import render_firmware
 from tinytrain.version import __version__
 
 HARNESS = "src/tt_harness_qemu.c"
+RAW_STACK = 16 * 1024  # raw inputs: the prefix's forward runs on the stack the cut step's measured reserve sized
 _CALL = re.compile(r"^tt: (learn|observe) (\d+) result (-?\d+) ticks (\d+)$")
 
 
@@ -35,19 +37,22 @@ class QemuField:
     learned: np.ndarray  # (N,) bool: the call was tt_learn
     state: bytes  # tt_field_save after the stream
     restored: bytes | None = None  # with flash: tt_field_save after a reboot that restored the buffer from flash
-    erases: int | None = None  # with flash: sector erases of the buffer's log
+    erases: int | None = None  # with flash: sector erases of the buffer's log and the state's ring
     statuses: list = field(default_factory=list)  # with checkpoints: tt_field_status after each call
     checkpoints: dict = field(default_factory=dict)  # sample index -> (tt_field_save bytes, test predictions)
 
 
 def flash_geometry(program: FieldProgram, program_bytes: int = 8) -> dict:
-    """A simulated NOR region (256 B sectors or more) just large enough for the buffer's log."""
+    """Simulated NOR regions (256 B sectors or more) just large enough for the buffer's log and for a ring of 2
+    frames of the last good state."""
     record = -(-(16 + program.width) // program_bytes) * program_bytes
     sector = 256
     while sector < 4 * record:
         sector *= 2
     per = sector // record
-    return {"sector": sector, "sectors": -(-(program.cfg.replay + 2 * per) // per) + 1}
+    frame = -(-(32 + state_size(state_layout(program.tg))) // sector)
+    return {"sector": sector, "sectors": -(-(program.cfg.replay + 2 * per) // per) + 1, "state_sectors": 2 * frame,
+            "replay": program.cfg.replay}
 
 
 def _rows(latents: np.ndarray) -> list[str]:
@@ -55,7 +60,7 @@ def _rows(latents: np.ndarray) -> list[str]:
 
 
 def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
-            every: int = 0, test: np.ndarray | None = None, start: bytes | None = None) -> str:
+            every: int = 0, test: np.ndarray | None = None, start: bytes | None = None, raw: bool = False) -> str:
     """The harness's C: the stream baked in; ``every`` > 0: the status after each call and, every ``every`` samples
     and at the end, the predictions of ``test`` (latents) and the whole runtime; ``start``: the model state it starts
     from (tt_field_start)."""
@@ -63,23 +68,24 @@ def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flas
         version=__version__, n=len(latents), rows=_rows(latents),
         labels=", ".join(map(str, np.asarray(labels, int))), flash=flash, every=every,
         tests=_rows(test) if test is not None and len(test) else [],
-        start=", ".join(map(str, start)) if start is not None else "")
+        start=", ".join(map(str, start)) if start is not None else "", raw=raw)
 
 
 def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
                timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None,
-               start: bytes | None = None) -> QemuField:
+               start: bytes | None = None, raw: bool = False) -> QemuField:
     """The stream through the board's field runtime; ``flash``: its buffer in a simulated flash (tt_flash_sim.c),
-    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``."""
+    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``; ``raw``: ``latents``
+    are the model's inputs, the board's frozen prefix computes the latents (tt_learn_input / tt_observe_input)."""
     b = get_board(board)
     _need(b.tools.prefix + "gcc", b.tools.package)
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
     with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
         tmp = Path(tmp)
         emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max)  # the stream is baked into flash
-        files = render_firmware(tmp / "compile", board)
+        files = render_firmware(tmp / "compile", board, stack_bytes=RAW_STACK if raw else None)
         geometry = flash_geometry(program) if flash else None
-        files[HARNESS] = harness(program, latents, labels, geometry, every, test, start).encode()
+        files[HARNESS] = harness(program, latents, labels, geometry, every, test, start, raw).encode()
         if flash:
             files.update({f"src/{n}": (firmware_sources() / n).read_bytes() for n in ("tt_flash_sim.c", "tt_flash_sim.h")})
         files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})

@@ -99,16 +99,17 @@ def per_class(pred: np.ndarray, y: np.ndarray, seen: list[int]) -> tuple[float |
 
 def run_stream(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, test: tuple[np.ndarray, np.ndarray],
                *, engine: str | None = None, every: int = 0, start: bytes | None = None,
-               on_sample: Callable | None = None, board: str = "qemu-m4") -> FieldResult:
+               on_sample: Callable | None = None, board: str = "qemu-m4", rt=None) -> FieldResult:
     """The stream of ``latents`` / ``labels`` (-1: none) through the runtime; ``test`` (latents, labels) scored
     every ``every`` samples (0: ten checkpoints) and at the end; ``start``: the model state to start from (not on
-    qemu); ``on_sample(i, rt)`` after each sample."""
+    qemu); ``on_sample(i, rt)`` after each sample; ``rt``: a runtime of the ``FieldRuntime`` calls to run it on
+    (a board's over its serial port: board.SerialField; ``engine`` then only names it)."""
     engine = engine or default_engine()
     every = every or max(1, len(labels) // 10)
     if start is not None and engine == "qemu":
         raise UsageError("the qemu engine starts from the model (tt_field_init): give no start state")
     t0 = time.time()
-    rt = runtime(program, engine, (latents, labels), test[0], every, board)
+    rt = rt or runtime(program, engine, (latents, labels), test[0], every, board)
     if start is not None:
         rt.start(start)
     result = FieldResult(engine, len(labels), int((labels >= 0).sum()), memory=field_memory(program).as_dict())

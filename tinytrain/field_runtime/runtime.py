@@ -12,7 +12,8 @@ its head row (head.py) — a new class closes a guard period first (``check``) a
 the new last good one; then one training step on the sample and ``replay_k`` steps on buffer slots drawn uniformly
 from the filled ones. Every ``guard_period`` learned samples the guard ``check``s: the state's score (guard samples
 predicted right) against the last good state's on the same guard set; more than ``guard_drop`` below it rolls the
-state back to the last good one (``rollbacks`` counts), else the state becomes the last good one. While the guard
+state back to the last good one (``rollbacks`` counts); at least as high, the state becomes the last good one; in
+between, learning goes on from the state and the last good one stays (so small losses cannot add up). While the guard
 set is less than half full the state becomes the last good one unchecked; a drift alarm empties the guard set (its
 samples are of the distribution the input drifted from).
 """
@@ -119,8 +120,8 @@ class FieldRuntime:
         return sum(predicted(o, self.seen)[0] == y for o, y in zip(out, g.y[: g.filled]))
 
     def check(self) -> None:
-        """The guard's check: roll back to the last good state, or make the state the last good one (without
-        comparing while the guard set is less than half full)."""
+        """The guard's check: roll back to the last good state, make the state the last good one, or neither
+        (without comparing while the guard set is less than half full: it becomes the last good one)."""
         now = self.step.save()
         if 2 * self.guard.filled < self.cfg.guard:
             self.good = now
@@ -133,7 +134,8 @@ class FieldRuntime:
             self.n.rollbacks += 1
             return
         self.step.load(now)
-        self.good = now
+        if mine >= good:
+            self.good = now
 
     def status(self) -> dict:
         d, n = self.drift, self.n

@@ -31,7 +31,11 @@ command byte: after stray bytes, the receiver resynchronizes on the first magic 
 
 Payloads: I  ASCII "key=value" pairs separated by spaces (board, protocol, input, output, training, state);
 T  float32 loss + uint64 ticks (CPU cycles of the step); P  int16 class + uint64 ticks + the int8 logits;
-S  the tt_state_save() bytes (codegen/state.py); L  empty. A request with a bad CRC or length is answered with E
+S  the tt_state_save() bytes (codegen/state.py); L  empty.
+A board running the field runtime (codegen/templates/field_serial.c.j2; info has field=1) takes a latent (the cut
+model's input) as the payload: T  tt_learn, reply int16 result + uint64 ticks; P  tt_observe, reply int16 class +
+uint64 ticks + the int8 logits; R  tt_field_predict (statistics untouched), reply int16 class; D  tt_drift, reply
+int32 active + uint32 since; Q  tt_field_status, reply 8 int32; S  the tt_field_save bytes. It has no L. A request with a bad CRC or length is answered with E
 and changes nothing; the board then resynchronizes on the next magic. L is streamed into tt_state_load_from
 (no copy of the state in the board's RAM): a state of another model or plan (magic, version or fingerprint) is
 refused with E and changes nothing; a CRC mismatch, found once the whole state is in, answers E and puts the
@@ -49,7 +53,7 @@ from tinytrain.errors import TinyTrainError
 REQUEST_MAGIC = b"Tt"
 REPLY_MAGIC = b"tT"
 PROTOCOL_VERSION = 1
-COMMANDS = (b"I", b"T", b"P", b"S", b"L")
+COMMANDS = (b"I", b"T", b"P", b"S", b"L", b"R", b"D", b"Q")  # R, D, Q: the field runtime's firmware
 REPLY_COMMANDS = COMMANDS + (b"E",)
 _REQ_HEAD = struct.Struct("<2scIh")
 _REPLY_HEAD = struct.Struct("<2scI")
@@ -184,6 +188,27 @@ class Board:
 
     def state(self) -> bytes:
         return self._call(b"S").payload
+
+    def learn(self, x, label: int) -> int:
+        """The field runtime's tt_learn: TT_FIELD_LEARNED, HELD or BAD_LABEL."""
+        return struct.unpack_from("<h", self._call(b"T", self._image(x), label).payload)[0]
+
+    def observe(self, x) -> tuple[int, bytes]:
+        """The field runtime's tt_observe: (class, int8 logits)."""
+        p = self._call(b"P", self._image(x)).payload
+        return struct.unpack_from("<h", p)[0], p[10:]
+
+    def field_predict(self, x) -> int:
+        return struct.unpack("<h", self._call(b"R", self._image(x)).payload)[0]
+
+    def drift(self) -> tuple[int, int]:
+        """tt_drift: (1 while an alarm lasts, the sample count it was raised at)."""
+        active, since = struct.unpack("<iI", self._call(b"D").payload)
+        return active, since
+
+    def field_status(self) -> tuple[int, ...]:
+        """tt_field_status: labelled, learned, steps, rollbacks, checks, alarms, active, since."""
+        return struct.unpack("<8i", self._call(b"Q").payload)
 
     def load_state(self, data: bytes) -> None:
         """Load a state (the tt_state_load bytes, e.g. a fleet's global state) into the board's model; a state of

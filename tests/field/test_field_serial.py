@@ -1,0 +1,117 @@
+"""The field runtime behind a board's serial harness (codegen/templates/field_serial.c.j2, firmware/protocol.py's
+T / P / R / D / Q / S frames of latents), driven call by call through board.SerialField: built for the host on a
+pty (the real boards' frame code, tt_uart_posix.c) and for the netduinoplus2 on QEMU (its USART over TCP); every
+result, status, drift report, test prediction and the final tt_field_save bytes are the simulator's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_field import CFG, stream
+from test_field_cli import FLAGS, MODEL, files  # noqa: F401 (a fixture)
+from test_firmware import _pty_board
+from test_firmware_netduino import _qemu
+from ir_builders import tiny_mobilenet
+from tinytrain.cli import main
+from tinytrain.csources import firmware_sources
+from tinytrain.field_runtime.api import field_model
+from tinytrain.field_runtime.board import SerialField, serial_firmware
+from tinytrain.field_runtime.program import field_program
+from tinytrain.field_runtime.run import run_stream
+from tinytrain.field_runtime.runtime import FieldRuntime
+from tinytrain.field_runtime.step import SimStep
+from tinytrain.firmware import protocol as proto
+from tinytrain.training.sparse import preset
+
+HOST_SOURCES = ("tt_harness_serial.c", "tt_frame.c", "tt_uart_posix.c", "tinytrain_model.c", "tt_field.c",
+                "tt_field_flash.c")
+
+
+@pytest.fixture(scope="module")
+def program():
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    return field_program(g, preset("last-k:1", g, lr=0.05), CFG)
+
+
+def _compare(program, port) -> None:
+    """A stream call by call, then through run_stream with the test latents: the board's answers are the sim's."""
+    xs, ys, labelled = stream(program, 60)
+    labels = np.where(labelled, ys, -1)
+    board = SerialField(program, proto.Board(port))
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    for x, y in zip(xs[:30], labels[:30]):
+        mine = sim.learn(x, int(y)) if y >= 0 else sim.observe(x)
+        theirs = board.learn(x, int(y)) if y >= 0 else board.observe(x)
+        assert mine == theirs and sim.status() == board.status()
+    assert board.board.drift() == (sim.status()["active"], sim.status()["since"] & 0xFFFFFFFF)
+    assert board.learn(xs[0], program.classes) == sim.learn(xs[0], program.classes)  # a bad label: refused
+    assert board.state_bytes() == sim.state_bytes()
+    test = (xs[:12], ys[:12])
+    a = run_stream(program, xs[30:], labels[30:], test, engine="sim", every=10, rt=sim)
+    b = run_stream(program, xs[30:], labels[30:], test, engine="sim", every=10, rt=board)
+    drop = ("seconds",)
+    assert {k: v for k, v in a.to_json().items() if k not in drop} == {k: v for k, v in b.to_json().items()
+                                                                       if k not in drop}
+    assert b.state == a.state
+
+
+def _host_board(program, tmp_path):
+    """The field serial firmware's sources built for the host (the "UART" a pty, tt_uart_posix.c)."""
+    files = serial_firmware(program, "disco_f746ng", tmp_path / "work")
+    out = tmp_path / "board"
+    out.mkdir()
+    for rel, data in files.items():
+        if rel.startswith("src/"):
+            (out / rel[4:]).write_bytes(data)
+    shutil.copy(firmware_sources() / "tt_uart_posix.c", out)
+    subprocess.run(["gcc", "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-O1", "-ffp-contract=off", "-Wall", "-Wextra",
+                    "-Werror", "-I.", *HOST_SOURCES, "-lm", "-o", "board"], cwd=out, check=True)
+    return out / "board"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_field_runtime_over_a_pty_equals_the_simulator(program, tmp_path):
+    serial = pytest.importorskip("serial")
+    with _pty_board(_host_board(program, tmp_path)) as pty, serial.Serial(pty.port, timeout=10) as port:
+        _compare(program, port)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_tinytrain_stream_field_equals_tinytrain_field_sim(files, tmp_path, capsys):
+    """`tinytrain stream MODEL --port PORT --field STREAM.npz`: the report and JSON of `tinytrain field --engine
+    sim` with the same options; a board without a field runtime is refused in one line."""
+    pytest.importorskip("serial")
+    program = field_model(MODEL, max_classes=3, replay=8, replay_k=2, guard=4, guard_every=3, imprint=2,
+                          drift_warmup=4)
+    args = ["--stream", str(files / "stream.npz"), "--test", str(files / "test.npz"), *FLAGS]
+    assert main(["field", MODEL, *args, "--engine", "sim", "--json", str(tmp_path / "sim.json")]) == 0
+    with _pty_board(_host_board(program, tmp_path)) as pty:
+        flags = [a if a != "--stream" else "--field" for a in args]
+        assert main(["stream", MODEL, "--port", pty.port, "--timeout", "10", *flags, "--field-json",
+                     str(tmp_path / "board.json")]) == 0
+    assert main(["stream", MODEL, "--port", "nowhere"]) == 2  # neither --data nor --field
+    assert "--data DATA" in capsys.readouterr().err
+    sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))
+    assert board["engine"] == "board disco_f746ng"
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in board.items() if k not in ("engine", "seconds")}
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_field_runtime_over_qemu_netduinoplus2_serial_equals_the_simulator(program, tmp_path):
+    serial = pytest.importorskip("serial")
+    files = serial_firmware(program, "netduinoplus2", tmp_path / "work")
+    project = tmp_path / "project"
+    for rel, data in files.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_bytes(data)
+    r = subprocess.run(["make", "-s"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with _qemu(project) as url, serial.serial_for_url(url, timeout=60) as port:
+        _compare(program, port)
