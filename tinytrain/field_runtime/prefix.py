@@ -17,7 +17,7 @@ from tinytrain.codegen.context import environment
 from tinytrain.engines.cut import stretch
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.ir import Graph
-from tinytrain.memory.report import plan_forward
+from tinytrain.memory.report import forward_memory_report
 from tinytrain.version import __version__
 
 PREFIX_SOURCE, PREFIX_HEADER = "tt_prefix.c", "tt_prefix.h"
@@ -40,9 +40,9 @@ def prefix_graph(program: FieldProgram) -> Graph:
 
 
 def prefix_memory(program: FieldProgram) -> PrefixMemory:
-    """What the frozen prefix adds: its arena and its weights (memory/report.py's plan of its forward pass)."""
-    plan = plan_forward(prefix_graph(program), 1 << 62, 1 << 62)
-    return PrefixMemory(plan.arena_bytes, plan.flash_bytes)
+    """What the frozen prefix adds: its arena and its weights (memory/report.py: its forward pass laid out)."""
+    memory = forward_memory_report(prefix_graph(program), 1 << 62, 1 << 62)
+    return PrefixMemory(memory.arena_bytes, memory.flash_bytes)
 
 
 def _inline(files: dict[str, str], name: str, seen: set[str]) -> str:
@@ -61,8 +61,8 @@ def _inline(files: dict[str, str], name: str, seen: set[str]) -> str:
 def render_prefix(program: FieldProgram) -> tuple[dict[str, str], PrefixMemory]:
     """File name -> text of the prefix (tt_prefix.c / .h) and tt_field_input.c / .h; what the prefix adds."""
     pre = prefix_graph(program)
-    plan = plan_forward(pre, 1 << 62, 1 << 62)
-    text = _inline(render_project(pre, plan), MODEL_SOURCE, set())
+    memory = forward_memory_report(pre, 1 << 62, 1 << 62)
+    text = _inline(render_project(pre, memory), MODEL_SOURCE, set())
     for name in PUBLIC:
         text = re.sub(rf"\b{name}\b", "tt_prefix_" + name[3:], text)
     shape = pre.tensors[pre.inputs[0]].shape[1:]
@@ -72,4 +72,4 @@ def render_prefix(program: FieldProgram) -> tuple[dict[str, str], PrefixMemory]:
                             "forward pass (tt_prefix.h), one translation unit. */\n" + text,
              PREFIX_HEADER: env.get_template("field_prefix.h.j2").render(**ctx)}
     files.update({name: env.get_template(t).render(**ctx) for name, t in INPUT_FILES.items()})
-    return files, PrefixMemory(plan.arena_bytes, plan.flash_bytes)
+    return files, PrefixMemory(memory.arena_bytes, memory.flash_bytes)
