@@ -156,7 +156,7 @@ def flash_study(streams: dict[str, tuple[np.ndarray, int]], cfg: FieldConfig, wi
     label a minute, and of the worst case, with the buffer in 64 KB (the slots that fit) and the study's
     ``cfg.replay`` slots in the smallest region of whole 4 KB sectors they fit, the state's ring in 64 KB."""
     n, state = int(years * YEAR), 16
-    layouts = [(fitting(16, width), 16), (cfg.replay, smallest(cfg.replay, width))]
+    layouts = list(dict.fromkeys([(fitting(16, width), 16), (cfg.replay, smallest(cfg.replay, width))]))
     out = []
     for slots, sectors in layouts:
         regions = Regions(slots, width, sectors, state_bytes, state)
