@@ -72,7 +72,69 @@ def test_litert_transpose_matches_tflite_micro():
     assert len(np.unique(ours, axis=0)) > 10
 
 
-STEP_MODELS = [f"{name}.onnx" for name in make_zoo.ZOO] + ["litert_transpose.tflite"]
+def test_tf_converter_constant_mul_add_sub_match_tflite_micro_on_every_tensor():
+    """The TF converter's unfused hard-swish (ADD 3 RELU6, MUL 1/6, MUL), SUB and MUL of a scalar constant: each a
+    table of TFLite Micro's kernel, byte for byte on every tensor of 50 inputs."""
+    pytest.importorskip("tflite_micro")
+    from oracles import first_mismatch, sim_tensors, tflm_run, tflm_tensors
+
+    data = (HERE / "tf_const_ops.tflite").read_bytes()
+    graph = load_model(HERE / "tf_const_ops.tflite")
+    assert [n.op for n in graph.nodes].count("const_affine") == 4
+    xs = np.random.default_rng(2).random((50, 8, 8, 3), np.float32)
+    q = graph.tensors[graph.inputs[0]].quant
+    xq = np.clip(np.floor(xs / np.float32(q.s) + 0.5) + q.zp, -128, 127).astype(np.int8)  # TFLite rounds half up
+    for i in range(0, 50, 10):
+        assert first_mismatch(graph, sim_tensors(graph, xq[i:i + 1]), tflm_tensors(data, xs[i])) is None
+    ours = forward(graph, {graph.inputs[0]: xq})[graph.outputs[0]]
+    oq = graph.tensors[graph.outputs[0]].quant
+    np.testing.assert_array_equal(ours, (np.rint(tflm_run(data, xs) / np.float32(oq.s)) + oq.zp).reshape(ours.shape))
+    assert len(np.unique(ours, axis=0)) > 10
+
+
+def _tf_const_ops_with(change) -> bytes:
+    """tf_const_ops.tflite with one operator's inputs changed by ``change(schema, model)``."""
+    import flatbuffers
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    model = s.ModelT.InitFromPackedBuf(bytearray((HERE / "tf_const_ops.tflite").read_bytes()), 0)
+    change(s, model)
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _tflite_refusal(data: bytes) -> str:
+    from tinytrain.frontends.tflite import graph_from_tflite
+
+    with pytest.raises(UnsupportedModelError) as info:
+        graph_from_tflite(data, "m", "0" * 64)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_a_per_channel_constant_and_a_difference_of_activations_are_refused():
+    pytest.importorskip("tflite_micro")
+
+    def per_channel(s, model):
+        g = model.subgraphs[0]
+        t = next(t for t in g.tensors if t.name == b"mean")
+        t.shape = [1, 1, 1, 4]
+        model.buffers[t.buffer].data = np.array([-77, -70, 1, 9], np.int8).view(np.uint8)
+
+    msg = _tflite_refusal(_tf_const_ops_with(per_channel))
+    assert "operator 5 (SUB)" in msg and "'mean'" in msg and "scalar constant" in msg and "fold it" in msg
+
+    def two_activations(s, model):
+        g = model.subgraphs[0]
+        sub = g.operators[5]
+        sub.inputs[1] = sub.inputs[0]
+
+    msg = _tflite_refusal(_tf_const_ops_with(two_activations))
+    assert "operator 5 (SUB) subtracts two activations" in msg
+
+
+STEP_MODELS = [f"{name}.onnx" for name in make_zoo.ZOO] + ["litert_transpose.tflite", "tf_const_ops.tflite"]
 
 
 @pytest.mark.parametrize("name", STEP_MODELS)
