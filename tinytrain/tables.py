@@ -141,7 +141,7 @@ def _scalar(im, op, index: int) -> tuple[int, QuantParams]:
         raise UnsupportedModelError(f"operator {op.index} ({op.name}): constant {t.name!r} has no quantization; "
                                     "quantize the model fully to int8")
     if data.size == 0 or (data != data.ravel()[0]).any() or len(set(t.quant.scale)) != 1:
-        raise UnsupportedModelError(f"operator {op.index} ({op.name}) has the constant {t.name!r} of shape "
+        raise UnsupportedModelError(f"operator {op.index} ({op.name}) has a constant operand {t.name!r} of shape "
                                     f"{list(t.shape)} with different values per element; only a scalar constant is "
                                     "supported: fold it into the layer before it ahead of conversion")
     shift = 128 * (t.type == "UINT8")

@@ -123,7 +123,7 @@ def test_a_per_channel_constant_and_a_difference_of_activations_are_refused():
         model.buffers[t.buffer].data = np.array([-77, -70, 1, 9], np.int8).view(np.uint8)
 
     msg = _tflite_refusal(_tf_const_ops_with(per_channel))
-    assert "operator 5 (SUB)" in msg and "'mean'" in msg and "scalar constant" in msg and "fold it" in msg
+    assert "operator 5 (SUB) has a constant operand 'mean'" in msg and "scalar constant" in msg and "fold it" in msg
 
     def two_activations(s, model):
         g = model.subgraphs[0]
@@ -235,3 +235,53 @@ def test_a_zero_point_written_as_identity_of_an_initializer_is_a_constant():
     dq.input[2] = "zp_alias"
     graph = graph_from_onnx(m.SerializeToString(), "m")
     assert [n.op for n in graph.nodes] == [n.op for n in load_model(HERE / "qcdq.onnx").nodes]
+
+
+# ----- different integer types at the two ends: refused in one line naming both ends and the fix (exit 2)
+
+def _tflite_mixed_ends(uint8_input: bool) -> bytes:
+    """uint8 input -> QUANTIZE to int8 -> FULLY_CONNECTED -> int8 output (TF converter's inference_input_type
+    uint8 alone), or the reverse (an int8 model with a uint8 output)."""
+    from oracles import TfliteBuilder
+
+    b = TfliteBuilder()
+    x = b.tensor("x", (1, 4), "UINT8" if uint8_input else "INT8", 0.02, 0 if uint8_input else -128)
+    xq = b.tensor("x_q", (1, 4), "INT8", 0.02, -128)
+    if uint8_input:
+        b.op("QUANTIZE", [x], [xq])
+    w = b.tensor("w", (3, 4), "INT8", 0.01, 0, 0, np.arange(12, dtype=np.int8).reshape(3, 4))
+    y = b.tensor("y", (1, 3), "INT8", 0.05, 0)
+    b.op("FULLY_CONNECTED", [xq if uint8_input else x, w], [y])
+    if uint8_input:
+        return b.finish([x], [y])
+    yu = b.tensor("y_u8", (1, 3), "UINT8", 0.05, 128)
+    b.op("QUANTIZE", [y], [yu])
+    return b.finish([x], [yu])
+
+
+@pytest.mark.parametrize("uint8_input", [True, False], ids=["uint8_in_int8_out", "int8_in_uint8_out"])
+def test_different_integer_types_at_the_two_ends_of_a_tflite_model_are_refused(uint8_input, tmp_path, capsys):
+    pytest.importorskip("tflite_micro")
+    from tinytrain.cli import main
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(_tflite_mixed_ends(uint8_input))
+    assert main(["compile", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    first, second = ("input 'x' is uint8", "output 'y' is int8") if uint8_input else ("input 'x' is int8",
+                                                                                       "output 'y_u8' is uint8")
+    assert "\n" not in err and first in err and second in err and "one integer type at both ends" in err
+    assert "inference_input_type and inference_output_type both tf.int8" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_uint8_input_with_an_int8_output_of_an_onnx_model_is_refused():
+    m = _model("const_ops")
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    for name in {q.input[2]} | {n.input[2] for n in m.graph.node if n.op_type == "DequantizeLinear"
+                                and n.input[0] == q.output[0]}:
+        zp = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == name))
+        _set(m, name, (zp.astype(np.int16) + 128).astype(np.uint8))
+    msg = _refusal(m)
+    assert "the input 'x' is uint8 but output" in msg and "is int8" in msg and "one integer type" in msg
+    assert "activation_type=QuantType.QInt8" in msg

@@ -117,7 +117,7 @@ class _Importer(TensorReader):
                 raise ModelError(f"graph output {self.tensor(o).name!r} is never written by an operator")
         uint8 = {self.tensor(i).type == "UINT8" for i in inputs + outputs}
         if len(uint8) > 1:
-            raise UnsupportedModelError("the model mixes uint8 and int8 graph inputs/outputs")
+            self._mixed_ends(inputs, outputs)
         graph = Graph(self.name, self.tensors, tuple(self.nodes), tuple(self.names[i] for i in inputs),
                       tuple(self.names[o] for o in outputs), self.sha256, uint8_io=uint8 == {True})
         try:
@@ -125,6 +125,14 @@ class _Importer(TensorReader):
         except ValueError as e:
             raise ModelError(f"imported graph is inconsistent: {e}") from None
         return graph
+
+    def _mixed_ends(self, inputs: list[int], outputs: list[int]) -> None:
+        ends = [("input", i) for i in inputs] + [("output", o) for o in outputs]
+        (w1, a), (w2, b) = next((x, y) for x in ends for y in ends if self.tensor(x[1]).type != self.tensor(y[1]).type)
+        ta, tb = self.tensor(a), self.tensor(b)
+        raise UnsupportedModelError(f"graph {w1} {ta.name!r} is {ta.type.lower()} but {w2} {tb.name!r} is "
+                                    f"{tb.type.lower()}: tinytrain needs one integer type at both ends; convert with "
+                                    "inference_input_type and inference_output_type both tf.int8 (or both tf.uint8)")
 
     def _consumers(self, index: int) -> list[TflOperator]:
         return [op for op in self.model.operators if index in op.inputs]
