@@ -29,6 +29,8 @@ Choices (each matches what the device runs):
   an inner DEQUANTIZE is refused.
 - A TRANSPOSE of the input from NCHW to NHWC (LiteRT-torch's export of a PyTorch model), before or after its
   QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images.
+- Integer ops that only compute a RESHAPE's new shape (Keras 3's Flatten: SHAPE -> STRIDED_SLICE -> PACK) are
+  dropped: the RESHAPE takes its output tensor's static shape.
 - Graphs are built for batch 1 (a -1 batch in shape_signature is fine); the simulator runs batches.
 """
 
@@ -72,6 +74,9 @@ def graph_from_tflite(data: bytes, name: str, sha256: str) -> Graph:
         raise ModelError(f"{name}: inconsistent quantization or shapes ({e})") from None
 
 
+_SHAPE_OPS = frozenset({"SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "GATHER", "SLICE", "CAST"})
+
+
 @dataclass
 class _Importer(TensorReader):
     model: TflModel
@@ -101,6 +106,7 @@ class _Importer(TensorReader):
                                         "optimizations=[DEFAULT] and a representative dataset)")
         inputs = [self._graph_input(i) for i in m.inputs]
         outputs = [self._graph_output(o) for o in m.outputs]
+        self.skip |= self._shape_arithmetic()
         for op in m.operators:
             if op.index not in self.skip and builtin_name(op.opcode) not in self.readers:
                 raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
@@ -133,6 +139,24 @@ class _Importer(TensorReader):
         raise UnsupportedModelError(f"graph {w1} {ta.name!r} is {ta.type.lower()} but {w2} {tb.name!r} is "
                                     f"{tb.type.lower()}: tinytrain needs one integer type at both ends; convert with "
                                     "inference_input_type and inference_output_type both tf.int8 (or both tf.uint8)")
+
+    def _shape_arithmetic(self) -> set[int]:
+        """The integer ops (SHAPE -> STRIDED_SLICE -> PACK, as Keras 3's Flatten writes) that only compute a RESHAPE's
+        new shape: dropped, the RESHAPE taking its output's static shape (batch 1)."""
+        ops = {op.index: op for op in self.model.operators if builtin_name(op.opcode) in _SHAPE_OPS
+               and all(self.tensor(o).type in ("INT32", "INT64") for o in op.outputs)}
+        changed = True
+        while changed:
+            changed = False
+            for k, op in list(ops.items()):
+                for o in op.outputs:
+                    users = [(c, c.inputs.index(o)) for c in self._consumers(o)]
+                    if o in self.model.outputs or any(c.index not in ops and not (
+                            builtin_name(c.opcode) == "RESHAPE" and pos == 1) for c, pos in users):
+                        del ops[k]
+                        changed = True
+                        break
+        return set(ops)
 
     def _consumers(self, index: int) -> list[TflOperator]:
         return [op for op in self.model.operators if index in op.inputs]
