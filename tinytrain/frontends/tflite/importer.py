@@ -109,6 +109,10 @@ class _Importer(TensorReader):
         self.skip |= self._shape_arithmetic()
         for op in m.operators:
             if op.index not in self.skip and builtin_name(op.opcode) not in self.readers:
+                if any(i >= 0 and self.tensor(i).type == "FLOAT32" for i in op.inputs):
+                    raise UnsupportedModelError(f"operator {op.index} ({op.name}) computes in float (the model is not "
+                                                "int8 there, as LiteRT-torch leaves what follows a residual ADD up to "
+                                                "the next QUANTIZE): quantize that part of the model to int8 too")
                 raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
                                             f"supported ops: {', '.join(sorted(self.readers))}")
         self.graph_inputs, self.graph_outputs = set(inputs), set(outputs)
