@@ -216,6 +216,19 @@ accuracy {s['held_out_before']:.4f} before, {s['held_out_after']:.4f} after ({s[
 """
 
 
+def quantizers_markdown(r: dict) -> str:
+    return (f"# Per quantizer: the MobileNetV2-style model of quantize_float.py through each quantizer\n\n"
+            f"Float model: {r['epochs']} epoch(s) on {r['train_images']} Fashion-MNIST images, float test accuracy "
+            f"{r['float_test']:.4f} ({r['test_images']} images); {r['calibration_images']} calibration images. "
+            "Fine-tune: `train --update last-k:2 --engine c`, 1 epoch on 2,000 validation images, 25 % held out.\n\n"
+            + quantizers.markdown(r["rows"]) + "\n" + quantizers.__doc__.split("\n\n")[1].replace("\n", " ")
+            + "\n\nThe 1 LSB: layer by layer the int8 tensors equal onnxruntime's but for values within float32 error "
+            "of a rounding tie (onnxruntime requantizes in float32, docs/design.md §3a); such a value, rare per layer, "
+            "then moves the layers after it, so the logits of a trained model differ by one LSB on a few per cent of "
+            "values and never by more. NNCF leaves the logits float (the import quantizes them to their reachable range): "
+            "there onnxruntime's float logits are rounded to that scale to compare.\n")
+
+
 def per_quantizer(epochs: int, n_calib: int, n_train: int) -> None:
     """--quantizers: the float model (trained on ``n_train`` images) through each installed quantizer
     (common/quantizers.py); writes benchmarks/results/quantizers.md and .json."""
@@ -232,13 +245,10 @@ def per_quantizer(epochs: int, n_calib: int, n_train: int) -> None:
         cli(["quantize", str(float_path), "--data", str(tmp / "calib.npz"), "-o", str(qdq)])
         rows = quantizers.run_quantizers(float_path, qdq, train.x[pick], (test.x, test.y), (train.x[val], train.y[val]))
         float_test = float(float_correct(float_path, test.x, test.y).mean())
-    text = (f"# Per quantizer: the MobileNetV2-style model of quantize_float.py through each quantizer\n\n"
-            f"Float model: {epochs} epoch(s) on {n_train} Fashion-MNIST images, float test accuracy {float_test:.4f} "
-            f"({len(test.y)} images); {n_calib} calibration images. Fine-tune: `train --update last-k:2 --engine c`, 1 "
-            f"epoch on 2,000 validation images, 25 % held out.\n\n" + quantizers.markdown(rows) +
-            "\n" + quantizers.__doc__.split("\n\n")[1].replace("\n", " ") + "\n")
-    write_results("quantizers", text, {"float_test": float_test, "train_images": n_train, "epochs": epochs,
-                                       "calibration_images": n_calib, "rows": rows})
+    data = {"float_test": float_test, "test_images": int(len(test.y)), "train_images": n_train, "epochs": epochs,
+            "calibration_images": n_calib, "rows": rows}
+    text = quantizers_markdown(data)
+    write_results("quantizers", text, data)
     print(text)
 
 
