@@ -17,6 +17,8 @@ import of the int8 model, the emitted C forward pass), with the 95 % confidence 
 (per image: int8 correct minus float correct; normal approximation). Then `tinytrain compile --update last-k:2
 --sram 256k` and `tinytrain train --update last-k:2` (engine c, 1 epoch on 2,000 validation images, 25 % held out),
 and 3 steps on sim and on c, compared bit for bit. Writes benchmarks/results/quantize_float.json and .md.
+With --quantizers, per quantizer instead (common/quantizers.py: import, max LSB vs its runtime, int8 accuracy,
+last-k:2 peak SRAM, a fine-tune's gain; the float model trained on --train-images images): results/quantizers.md.
 Needs the Debian package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist). About 5 minutes on 2 idle
 cores (the float training is most of it).
 """
@@ -42,7 +44,7 @@ from tinytrain.data import load_fashion_mnist
 from tinytrain.splits import stratified_split, stratified_subset
 from tinytrain.engines.trainer import forward_outputs
 
-from common import ROOT  # noqa: E402
+from common import ROOT, quantizers, write_results  # noqa: E402
 OUT = ROOT / "benchmarks" / "results"
 VALIDATION = 5000
 SEED = 0
@@ -214,12 +216,53 @@ accuracy {s['held_out_before']:.4f} before, {s['held_out_after']:.4f} after ({s[
 """
 
 
+def quantizers_markdown(r: dict) -> str:
+    return (f"# Per quantizer: the MobileNetV2-style model of quantize_float.py through each quantizer\n\n"
+            f"Float model: {r['epochs']} epoch(s) on {r['train_images']} Fashion-MNIST images, float test accuracy "
+            f"{r['float_test']:.4f} ({r['test_images']} images); {r['calibration_images']} calibration images. "
+            "Fine-tune: `train --update last-k:2 --engine c`, 1 epoch on 2,000 validation images, 25 % held out.\n\n"
+            + quantizers.markdown(r["rows"]) + "\n" + quantizers.__doc__.split("\n\n")[1].replace("\n", " ")
+            + "\n\nThe 1 LSB: layer by layer the int8 tensors equal onnxruntime's but for values within float32 error "
+            "of a rounding tie (onnxruntime requantizes in float32, docs/design.md §3a); such a value, rare per layer, "
+            "then moves the layers after it, so the logits of a trained model differ by one LSB on a few per cent of "
+            "values and never by more. NNCF leaves the logits float (the import quantizes them to their reachable range): "
+            "there onnxruntime's float logits are rounded to that scale to compare.\n")
+
+
+def per_quantizer(epochs: int, n_calib: int, n_train: int) -> None:
+    """--quantizers: the float model (trained on ``n_train`` images) through each installed quantizer
+    (common/quantizers.py); writes benchmarks/results/quantizers.md and .json."""
+    train, test = load_fashion_mnist("fashion-mnist:train"), load_fashion_mnist("fashion-mnist:test")
+    rest, val = stratified_split(train.y, VALIDATION / len(train.y), SEED)
+    sub = rest[stratified_subset(train.y[rest], n_train, SEED)]
+    model = train_float(train.x[sub], train.y[sub], epochs)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        float_path = export(model, tmp / "mbv2_float.onnx")
+        pick = rest[stratified_subset(train.y[rest], n_calib, SEED)]
+        np.savez(tmp / "calib.npz", x=train.x[pick], y=train.y[pick])
+        qdq = tmp / "mbv2_int8.onnx"
+        cli(["quantize", str(float_path), "--data", str(tmp / "calib.npz"), "-o", str(qdq)])
+        rows = quantizers.run_quantizers(float_path, qdq, train.x[pick], (test.x, test.y), (train.x[val], train.y[val]))
+        float_test = float(float_correct(float_path, test.x, test.y).mean())
+    data = {"float_test": float_test, "test_images": int(len(test.y)), "train_images": n_train, "epochs": epochs,
+            "calibration_images": n_calib, "rows": rows}
+    text = quantizers_markdown(data)
+    write_results("quantizers", text, data)
+    print(text)
+
+
 def cli_main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--calibration", type=int, default=200, help="calibration images")
     p.add_argument("--methods", default="minmax,percentile,entropy")
+    p.add_argument("--quantizers", action="store_true", help="per quantizer instead (benchmarks/results/quantizers.md)")
+    p.add_argument("--train-images", type=int, default=10000, help="--quantizers: float training images")
     a = p.parse_args()
+    if a.quantizers:
+        per_quantizer(a.epochs, a.calibration, a.train_images)
+        return
     r = run(a.epochs, a.calibration, a.methods.split(","))
     OUT.mkdir(exist_ok=True)
     (OUT / "quantize_float.json").write_text(json.dumps(r, indent=2) + "\n")

@@ -133,6 +133,48 @@ def tflite_read(im, op, kind: str, make, alpha: float = 0.0) -> None:
     im.node(op, kind, [x.name], [out.name], TableAttrs(table, kind, alpha))
 
 
+def _scalar(im, op, index: int) -> tuple[int, QuantParams]:
+    """A constant operand's int8 value and quantization (uint8 shifted by -128, as the importer shifts tensors)."""
+    t = im.tensor(index)
+    data = np.asarray(im.const_data(index, f"{op.name} constant", ("INT8", "UINT8"))).astype(np.int64)
+    if t.quant is None:
+        raise UnsupportedModelError(f"operator {op.index} ({op.name}): constant {t.name!r} has no quantization; "
+                                    "quantize the model fully to int8")
+    if data.size == 0 or (data != data.ravel()[0]).any() or len(set(t.quant.scale)) != 1:
+        raise UnsupportedModelError(f"operator {op.index} ({op.name}) has a constant operand {t.name!r} of shape "
+                                    f"{list(t.shape)} with different values per element; only a scalar constant is "
+                                    "supported: fold it into the layer before it ahead of conversion")
+    shift = 128 * (t.type == "UINT8")
+    return int(data.ravel()[0]) - shift, QuantParams.per_tensor(float(t.quant.scale[0]),
+                                                                  int(t.quant.zero_point[0]) - shift)
+
+
+def real_affine(kind: str, x_first: bool, c_real: float) -> tuple[float, float]:
+    """(alpha, beta) of the real y = alpha x + beta of x ``kind`` c (x_first) or c ``kind`` x."""
+    if kind == "MUL":
+        return c_real, 0.0
+    if kind == "ADD":
+        return 1.0, c_real
+    return (1.0, -c_real) if x_first else (-1.0, c_real)
+
+
+def tflite_const(im, op, make) -> None:
+    """TFLite MUL / ADD / SUB of an activation and a scalar constant (either operand) as the ``const_affine`` table
+    (ops/const_affine.py) ``make(x_first, xq, c, cq, yq, act)`` of the runtime's kernel on the constant's value c."""
+    k = 0 if im.is_constant(op.inputs[0]) else 1
+    if im.is_constant(op.inputs[1 - k]):
+        raise UnsupportedModelError(f"operator {op.index} ({op.name}) has two constant operands; fold constants "
+                                    "before conversion")
+    c, cq = _scalar(im, op, op.inputs[k])
+    x, out = im.act(op.inputs[1 - k]), im.out(op)
+    if x.shape != out.shape:
+        raise UnsupportedModelError(f"operator {op.index} ({op.name}): the activation {list(x.shape)} broadcasts to "
+                                    f"{list(out.shape)}; only a scalar constant operand is supported")
+    table = make(k == 1, x.quant, c, cq, out.quant, im.activation(op, out))
+    alpha, beta = real_affine(op.name, k == 1, cq.s * (c - cq.zp))
+    im.node(op, "const_affine", [x.name], [out.name], TableAttrs(table, "const_affine", alpha, beta))
+
+
 def export_as(ex, n, op: str, **attrs) -> None:
     """Export a table op as the ONNX float op ``op`` between DequantizeLinear and QuantizeLinear (onnxruntime
     recomputes a TFLite import's fixed-point table in float32: up to 1 LSB apart)."""

@@ -72,7 +72,69 @@ def test_litert_transpose_matches_tflite_micro():
     assert len(np.unique(ours, axis=0)) > 10
 
 
-STEP_MODELS = [f"{name}.onnx" for name in make_zoo.ZOO] + ["litert_transpose.tflite"]
+def test_tf_converter_constant_mul_add_sub_match_tflite_micro_on_every_tensor():
+    """The TF converter's unfused hard-swish (ADD 3 RELU6, MUL 1/6, MUL), SUB and MUL of a scalar constant: each a
+    table of TFLite Micro's kernel, byte for byte on every tensor of 50 inputs."""
+    pytest.importorskip("tflite_micro")
+    from oracles import first_mismatch, sim_tensors, tflm_run, tflm_tensors
+
+    data = (HERE / "tf_const_ops.tflite").read_bytes()
+    graph = load_model(HERE / "tf_const_ops.tflite")
+    assert [n.op for n in graph.nodes].count("const_affine") == 4
+    xs = np.random.default_rng(2).random((50, 8, 8, 3), np.float32)
+    q = graph.tensors[graph.inputs[0]].quant
+    xq = np.clip(np.floor(xs / np.float32(q.s) + 0.5) + q.zp, -128, 127).astype(np.int8)  # TFLite rounds half up
+    for i in range(0, 50, 10):
+        assert first_mismatch(graph, sim_tensors(graph, xq[i:i + 1]), tflm_tensors(data, xs[i])) is None
+    ours = forward(graph, {graph.inputs[0]: xq})[graph.outputs[0]]
+    oq = graph.tensors[graph.outputs[0]].quant
+    np.testing.assert_array_equal(ours, (np.rint(tflm_run(data, xs) / np.float32(oq.s)) + oq.zp).reshape(ours.shape))
+    assert len(np.unique(ours, axis=0)) > 10
+
+
+def _tf_const_ops_with(change) -> bytes:
+    """tf_const_ops.tflite with one operator's inputs changed by ``change(schema, model)``."""
+    import flatbuffers
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    model = s.ModelT.InitFromPackedBuf(bytearray((HERE / "tf_const_ops.tflite").read_bytes()), 0)
+    change(s, model)
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _tflite_refusal(data: bytes) -> str:
+    from tinytrain.frontends.tflite import graph_from_tflite
+
+    with pytest.raises(UnsupportedModelError) as info:
+        graph_from_tflite(data, "m", "0" * 64)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_a_per_channel_constant_and_a_difference_of_activations_are_refused():
+    pytest.importorskip("tflite_micro")
+
+    def per_channel(s, model):
+        g = model.subgraphs[0]
+        t = next(t for t in g.tensors if t.name == b"mean")
+        t.shape = [1, 1, 1, 4]
+        model.buffers[t.buffer].data = np.array([-77, -70, 1, 9], np.int8).view(np.uint8)
+
+    msg = _tflite_refusal(_tf_const_ops_with(per_channel))
+    assert "operator 5 (SUB) has a constant operand 'mean'" in msg and "scalar constant" in msg and "fold it" in msg
+
+    def two_activations(s, model):
+        g = model.subgraphs[0]
+        sub = g.operators[5]
+        sub.inputs[1] = sub.inputs[0]
+
+    msg = _tflite_refusal(_tf_const_ops_with(two_activations))
+    assert "operator 5 (SUB) subtracts two activations" in msg
+
+
+STEP_MODELS = [f"{name}.onnx" for name in make_zoo.ZOO] + ["litert_transpose.tflite", "tf_const_ops.tflite"]
 
 
 @pytest.mark.parametrize("name", STEP_MODELS)
@@ -173,3 +235,53 @@ def test_a_zero_point_written_as_identity_of_an_initializer_is_a_constant():
     dq.input[2] = "zp_alias"
     graph = graph_from_onnx(m.SerializeToString(), "m")
     assert [n.op for n in graph.nodes] == [n.op for n in load_model(HERE / "qcdq.onnx").nodes]
+
+
+# ----- different integer types at the two ends: refused in one line naming both ends and the fix (exit 2)
+
+def _tflite_mixed_ends(uint8_input: bool) -> bytes:
+    """uint8 input -> QUANTIZE to int8 -> FULLY_CONNECTED -> int8 output (TF converter's inference_input_type
+    uint8 alone), or the reverse (an int8 model with a uint8 output)."""
+    from oracles import TfliteBuilder
+
+    b = TfliteBuilder()
+    x = b.tensor("x", (1, 4), "UINT8" if uint8_input else "INT8", 0.02, 0 if uint8_input else -128)
+    xq = b.tensor("x_q", (1, 4), "INT8", 0.02, -128)
+    if uint8_input:
+        b.op("QUANTIZE", [x], [xq])
+    w = b.tensor("w", (3, 4), "INT8", 0.01, 0, 0, np.arange(12, dtype=np.int8).reshape(3, 4))
+    y = b.tensor("y", (1, 3), "INT8", 0.05, 0)
+    b.op("FULLY_CONNECTED", [xq if uint8_input else x, w], [y])
+    if uint8_input:
+        return b.finish([x], [y])
+    yu = b.tensor("y_u8", (1, 3), "UINT8", 0.05, 128)
+    b.op("QUANTIZE", [y], [yu])
+    return b.finish([x], [yu])
+
+
+@pytest.mark.parametrize("uint8_input", [True, False], ids=["uint8_in_int8_out", "int8_in_uint8_out"])
+def test_different_integer_types_at_the_two_ends_of_a_tflite_model_are_refused(uint8_input, tmp_path, capsys):
+    pytest.importorskip("tflite_micro")
+    from tinytrain.cli import main
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(_tflite_mixed_ends(uint8_input))
+    assert main(["compile", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    first, second = ("input 'x' is uint8", "output 'y' is int8") if uint8_input else ("input 'x' is int8",
+                                                                                       "output 'y_u8' is uint8")
+    assert "\n" not in err and first in err and second in err and "one integer type at both ends" in err
+    assert "inference_input_type and inference_output_type both tf.int8" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_uint8_input_with_an_int8_output_of_an_onnx_model_is_refused():
+    m = _model("const_ops")
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    for name in {q.input[2]} | {n.input[2] for n in m.graph.node if n.op_type == "DequantizeLinear"
+                                and n.input[0] == q.output[0]}:
+        zp = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == name))
+        _set(m, name, (zp.astype(np.int16) + 128).astype(np.uint8))
+    msg = _refusal(m)
+    assert "the input 'x' is uint8 but output" in msg and "is int8" in msg and "one integer type" in msg
+    assert "activation_type=QuantType.QInt8" in msg

@@ -464,7 +464,8 @@ def test_every_new_op_trains_on_qemu_m7_like_the_host_c(tmp_path):
 
 
 def test_unsupported_forms_are_one_line():
-    """A constant MUL operand, a LOGISTIC output off TFLite's fixed quantization, a CONCATENATION that rescales."""
+    """A per-channel constant MUL operand (a scalar one imports: ops/const_affine.py), a LOGISTIC output off TFLite's
+    fixed quantization, a CONCATENATION that rescales."""
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
 
     from tinytrain.errors import UnsupportedModelError
@@ -473,7 +474,7 @@ def test_unsupported_forms_are_one_line():
         b = TfliteBuilder()
         x = b.tensor("x", (1, 2, 2, 3), "INT8", 0.05, -3)
         if kind == "mul_const":
-            c = b.tensor("c", (1, 1, 1, 3), "INT8", 0.01, 0, data=np.ones((1, 1, 1, 3), np.int8))
+            c = b.tensor("c", (1, 1, 1, 3), "INT8", 0.01, 0, data=np.array([1, 2, 3], np.int8).reshape(1, 1, 1, 3))
             y = b.tensor("y", (1, 2, 2, 3), "INT8", 0.05, -3)
             b.op("MUL", [x, c], [y], s.MulOptionsT())
         elif kind == "logistic":

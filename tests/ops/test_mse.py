@@ -127,11 +127,8 @@ def test_ad01_last_k2_sim_and_c_bit_identical(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.qemu
 def test_ad01_last_k2_on_qemu_m7_is_bit_identical_to_the_simulator():
-    import shutil
-
-    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
-        pytest.skip("qemu-system-arm / arm-none-eabi-gcc not installed")
     from tinytrain.engines.qemu import QemuTrainer
     from tinytrain.simulator import init_state, train
 

@@ -23,7 +23,9 @@ Brevitas nor NNCF installed:
 and one TFLite model written with the test schema builder (tests/oracles.py ``TfliteBuilder``, tflite-micro's
 schema), ``litert_transpose.tflite`` (LiteRT-torch's export of an NCHW PyTorch model): float NCHW input -> QUANTIZE
 -> TRANSPOSE [0, 2, 3, 1] -> CONV_2D (RELU) -> a residual left in float as LiteRT-torch leaves it (CONV_2D 1x1, then
-DEQUANTIZE both -> float ADD -> QUANTIZE) -> MEAN -> FULLY_CONNECTED -> DEQUANTIZE.
+DEQUANTIZE both -> float ADD -> QUANTIZE) -> MEAN -> FULLY_CONNECTED -> DEQUANTIZE; and ``tf_const_ops.tflite``
+(the TensorFlow converter's unfused hard-swish and a Rescaling, MobileNetV3-Small-like): CONV_2D -> ADD 3 (RELU6)
+-> MUL 1/6 -> MUL by the conv -> SUB a constant -> MUL a constant (operand first, RELU) -> MEAN -> FULLY_CONNECTED.
 """
 
 from __future__ import annotations
@@ -260,6 +262,58 @@ def litert_transpose() -> bytes:
     return b.finish([fin], [out])
 
 
+def tf_const_ops() -> bytes:
+    """The TF converter's unfused hard-swish / hard-sigmoid and a Rescaling: ADD(x, 3) RELU6 -> MUL(., 1/6) ->
+    MUL(x, .); SUB(x, c); MUL(c, x) (the constant first); uint8-free, int8 throughout."""
+    sys.path.insert(0, str(HERE.parent))
+    from oracles import TfliteBuilder
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+
+    rng = np.random.default_rng(7)
+    b = TfliteBuilder()
+    fin = b.tensor("x", (1, 8, 8, 3), "FLOAT32")
+    q = b.tensor("x_q", (1, 8, 8, 3), "INT8", 1 / 255, -128)
+    b.op("QUANTIZE", [fin], [q])
+    w_scale = rng.uniform(0.002, 0.006, 4)
+    w = b.tensor("conv_w", (4, 3, 3, 3), "INT8", w_scale, 0, 0, rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8))
+    bias = b.tensor("conv_b", (4,), "INT32", np.float32(1 / 255) * w_scale.astype(np.float32), 0, 0,
+                    rng.integers(-2000, 2000, 4).astype(np.int32))
+    c = b.tensor("conv", (1, 4, 4, 4), "INT8", 0.031, 5)
+    b.op("CONV_2D", [q, w, bias], [c], s.Conv2DOptionsT(padding=s.Padding.SAME, strideW=2, strideH=2))
+
+    def const(name, value, scale, zp, shape=()):
+        return b.tensor(name, shape, "INT8", scale, zp, 0, np.full(shape, value, np.int8))
+
+    def act(name, scale, zp):
+        return b.tensor(name, (1, 4, 4, 4), "INT8", scale, zp)
+    three = const("three", 127, 3 / 127, 0)
+    plus3 = act("plus3", 6 / 255, -128)
+    b.op("ADD", [c, three], [plus3], s.AddOptionsT(fusedActivationFunction=s.ActivationFunctionType.RELU6))
+    sixth = const("sixth", 127, (1 / 6) / 127, 0, (1,))
+    gate = act("hard_sigmoid", 1 / 255, -128)
+    b.op("MUL", [plus3, sixth], [gate], s.MulOptionsT())
+    hs = act("hard_swish", 0.019, -100)
+    b.op("MUL", [c, gate], [hs], s.MulOptionsT())
+    mean = const("mean", -77, 0.004, 3, (1, 1, 1, 1))
+    centred = act("centred", 0.021, -90)
+    b.op("SUB", [hs, mean], [centred], s.SubOptionsT())
+    scale = const("scale", 91, 0.011, -20)
+    scaled = act("scaled", 0.024, -85)
+    b.op("MUL", [scale, centred], [scaled], s.MulOptionsT(fusedActivationFunction=s.ActivationFunctionType.RELU))
+    axes = b.tensor("axes", (2,), "INT32", data=np.array([1, 2], np.int32))
+    m = b.tensor("mean_hw", (1, 4), "INT8", 0.012, -128)
+    b.op("MEAN", [scaled, axes], [m], s.ReducerOptionsT(keepDims=False))
+    fs = rng.uniform(0.004, 0.01, 3)
+    fw = b.tensor("fc_w", (3, 4), "INT8", fs, 0, 0, rng.integers(-127, 128, (3, 4)).astype(np.int8))
+    fb = b.tensor("fc_b", (3,), "INT32", np.float32(0.012) * fs.astype(np.float32), 0, 0,
+                  rng.integers(-500, 500, 3).astype(np.int32))
+    y = b.tensor("logits_q", (1, 3), "INT8", 0.02, 0)
+    b.op("FULLY_CONNECTED", [m, fw, fb], [y], s.FullyConnectedOptionsT())
+    out = b.tensor("logits", (1, 3), "FLOAT32")
+    b.op("DEQUANTIZE", [y], [out])
+    return b.finish([fin], [out])
+
+
 def transpose_const(q: onnx.ModelProto) -> onnx.ModelProto:
     m = copy.deepcopy(q)
     rng = np.random.default_rng(6)
@@ -289,6 +343,8 @@ def build(out: Path = HERE) -> dict[str, Path]:
         onnx.save(m, str(paths[name]))
     paths["litert_transpose"] = out / "litert_transpose.tflite"
     paths["litert_transpose"].write_bytes(litert_transpose())
+    paths["tf_const_ops"] = out / "tf_const_ops.tflite"
+    paths["tf_const_ops"].write_bytes(tf_const_ops())
     return paths
 
 

@@ -5,7 +5,7 @@ requantized to the output scale, all in fixed point. The three requantizations r
 Requant says (double rounding for TFLite imports; single rounding for ONNX imports, where the two input
 rescales are exact to 2^-20 and the sum is rounded once, like onnxruntime's float add).
 
-Imports: TFLite ADD of two activations of one shape; ONNX Add of two dequantized activations and com.microsoft
+Imports: TFLite ADD of two activations of one shape (plus a scalar constant: ops/const_affine.py); ONNX Add of two dequantized activations and com.microsoft
 QLinearAdd (a constant added to a convolution's or fully-connected layer's output folds into its bias instead; ONNX
 Sub of a constant folds likewise, frontends/onnx/fold.py);
 exported as Add.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinytrain import tables
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, TfliteRead, elementwise_min_read, elementwise_rows
 from tinytrain.ops.clamp_mask import masked_grad
@@ -152,12 +153,28 @@ def onnx_qlinear_add(cv, node) -> None:
     cv.set_output(node, cv.materialize(cv.fold_bias(p, cv.real(qc), label), yq, node.output[0]), dtype)
 
 
+def const_table(kind: str):
+    """TFLite Micro's int8 ADD / SUB (``kind``) of x and a constant's int8 value c, as a table over x
+    (``tables.tflite_const``): both shifted left 20, rescaled, summed or the second subtracted, requantized."""
+    def make(x_first: bool, xq, c: int, cq, yq, act: tuple[int, int]) -> tuple[int, ...]:
+        x = tables.INT8_VALUES
+        s1, s2 = (xq.s, cq.s) if x_first else (cq.s, xq.s)
+        a = AddAttrs.from_scales(s1, s2, yq.s)
+        tx = input_term(a, 0 if x_first else 1, xq.zp, x)
+        tc = input_term(a, 1 if x_first else 0, cq.zp, np.full_like(x, c))
+        t1, t2 = (tx, tc) if x_first else (tc, tx)
+        raw = t1 + t2 if kind == "ADD" else t1 - t2
+        y = multiply_by_quantized_multiplier(raw, a.output.multiplier[0], a.output.shift[0]) + yq.zp
+        return tuple(int(v) for v in np.clip(y, *act))
+    return make
+
+
 def tflite_add(im, op) -> None:
     if im.float_add(op):  # DEQUANTIZE -> float ADD -> QUANTIZE (LiteRT-torch): emitted by that QUANTIZE
         return
-    if any(im.is_constant(i) for i in op.inputs[:2]):
-        raise UnsupportedModelError(f"operator {op.index} (ADD) has a constant operand; only the sum of two "
-                                    "activations is supported")
+    if any(im.is_constant(i) for i in op.inputs[:2]):  # plus a scalar constant: a table (ops/const_affine.py)
+        tables.tflite_const(im, op, const_table("ADD"))
+        return
     a, b, out = im.act(op.inputs[0]), im.act(op.inputs[1]), im.out(op)
     if a.shape != b.shape or a.shape != out.shape:
         raise UnsupportedModelError(f"operator {op.index} (ADD) broadcasts {list(a.shape)} and {list(b.shape)}; "

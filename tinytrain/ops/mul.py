@@ -8,7 +8,7 @@ have the output's rank; each dimension equals the output's or is 1 (broadcast).
 Backward (real y = a * b, after the clamp mask): g_a = g * b, summed over the dimensions a is broadcast along;
 alike for b (``mul_grad``, one node per operand that needs it, reading the other operand's saved int8 values).
 
-Imports: TFLite MUL of two activations (broadcast); ONNX Mul of two dequantized activations and com.microsoft
+Imports: TFLite MUL of two activations (broadcast; by a scalar constant: ops/const_affine.py); ONNX Mul of two dequantized activations and com.microsoft
 QLinearMul; exported as Mul. ONNX Mul / Div by a constant (per channel or scalar) is no mul: it folds into the Conv /
 Gemm before it (frontends/onnx/fold.py).
 """
@@ -20,6 +20,7 @@ from itertools import product
 
 import numpy as np
 
+from tinytrain import tables
 from tinytrain.errors import UnsupportedModelError
 from tinytrain.ops import OpDef, OpDoc, TfliteRead, no_macs
 from tinytrain.ops.clamp_mask import masked_grad
@@ -113,11 +114,19 @@ def onnx_qlinear_mul(cv, node) -> None:
     cv.set_output(node, cv.materialize(p, yq, node.output[0]), dtype)
 
 
+def const_table(x_first: bool, xq, c: int, cq, yq, act: tuple[int, int]) -> tuple[int, ...]:
+    """TFLite Micro's int8 MUL of x and a constant's int8 value c, as a table over x (``tables.tflite_const``)."""
+    r = Requant.from_scales([xq.s * cq.s / yq.s])
+    y = multiply_by_quantized_multiplier((tables.INT8_VALUES - xq.zp) * (c - cq.zp), r.multiplier[0], r.shift[0])
+    return tuple(int(v) for v in np.clip(y + yq.zp, *act))
+
+
 def tflite_mul(im, op) -> None:
-    """Two activations (TFLite's int8 Mul / BroadcastMul): multiplier of s_a * s_b / s_y in double."""
-    if any(im.is_constant(i) for i in op.inputs[:2]):
-        raise UnsupportedModelError(f"operator {op.index} (MUL) has a constant operand; only the product of "
-                                    "two activations is supported")
+    """Two activations (TFLite's int8 Mul / BroadcastMul): multiplier of s_a * s_b / s_y in double; an activation
+    times a scalar constant: ops/const_affine.py."""
+    if any(im.is_constant(i) for i in op.inputs[:2]):  # times a scalar constant: a table (ops/const_affine.py)
+        tables.tflite_const(im, op, const_table)
+        return
     a, b, out = im.act(op.inputs[0]), im.act(op.inputs[1]), im.out(op)
     try:
         if broadcast_shape(a.shape, b.shape) != out.shape:

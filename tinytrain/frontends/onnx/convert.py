@@ -113,8 +113,10 @@ class Converter(Reader):
                 raise self.unsupported(f"graph output '{vi.name}' is quantized per channel; tinytrain's outputs have "
                                        f"one scale: quantize it per tensor")
             if act.dtype != self.input_act.dtype:
-                raise self.unsupported(f"the input is {self.input_act.dtype} but output '{vi.name}' is {act.dtype}; "
-                                       f"tinytrain needs one integer type at both ends")
+                raise self.unsupported(f"the input '{self.input_name}' is {self.input_act.dtype} but output "
+                                       f"'{vi.name}' is {act.dtype}: tinytrain needs one integer type at both ends; "
+                                       f"quantize with one activation type (quantize_static's activation_type="
+                                       f"QuantType.QInt8, or tinytrain quantize on the float model)")
             outputs.append(act.ir)
             out_names.append(vi.name)
         self._eliminate_dead(outputs)

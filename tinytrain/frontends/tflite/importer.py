@@ -29,6 +29,8 @@ Choices (each matches what the device runs):
   an inner DEQUANTIZE is refused.
 - A TRANSPOSE of the input from NCHW to NHWC (LiteRT-torch's export of a PyTorch model), before or after its
   QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images.
+- Integer ops that only compute a RESHAPE's new shape (Keras 3's Flatten: SHAPE -> STRIDED_SLICE -> PACK) are
+  dropped: the RESHAPE takes its output tensor's static shape.
 - Graphs are built for batch 1 (a -1 batch in shape_signature is fine); the simulator runs batches.
 """
 
@@ -72,6 +74,9 @@ def graph_from_tflite(data: bytes, name: str, sha256: str) -> Graph:
         raise ModelError(f"{name}: inconsistent quantization or shapes ({e})") from None
 
 
+_SHAPE_OPS = frozenset({"SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "GATHER", "SLICE", "CAST"})
+
+
 @dataclass
 class _Importer(TensorReader):
     model: TflModel
@@ -101,8 +106,13 @@ class _Importer(TensorReader):
                                         "optimizations=[DEFAULT] and a representative dataset)")
         inputs = [self._graph_input(i) for i in m.inputs]
         outputs = [self._graph_output(o) for o in m.outputs]
+        self.skip |= self._shape_arithmetic()
         for op in m.operators:
             if op.index not in self.skip and builtin_name(op.opcode) not in self.readers:
+                if any(i >= 0 and self.tensor(i).type == "FLOAT32" for i in op.inputs):
+                    raise UnsupportedModelError(f"operator {op.index} ({op.name}) computes in float (the model is not "
+                                                "int8 there, as LiteRT-torch leaves what follows a residual ADD up to "
+                                                "the next QUANTIZE): quantize that part of the model to int8 too")
                 raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
                                             f"supported ops: {', '.join(sorted(self.readers))}")
         self.graph_inputs, self.graph_outputs = set(inputs), set(outputs)
@@ -117,7 +127,7 @@ class _Importer(TensorReader):
                 raise ModelError(f"graph output {self.tensor(o).name!r} is never written by an operator")
         uint8 = {self.tensor(i).type == "UINT8" for i in inputs + outputs}
         if len(uint8) > 1:
-            raise UnsupportedModelError("the model mixes uint8 and int8 graph inputs/outputs")
+            self._mixed_ends(inputs, outputs)
         graph = Graph(self.name, self.tensors, tuple(self.nodes), tuple(self.names[i] for i in inputs),
                       tuple(self.names[o] for o in outputs), self.sha256, uint8_io=uint8 == {True})
         try:
@@ -125,6 +135,32 @@ class _Importer(TensorReader):
         except ValueError as e:
             raise ModelError(f"imported graph is inconsistent: {e}") from None
         return graph
+
+    def _mixed_ends(self, inputs: list[int], outputs: list[int]) -> None:
+        ends = [("input", i) for i in inputs] + [("output", o) for o in outputs]
+        (w1, a), (w2, b) = next((x, y) for x in ends for y in ends if self.tensor(x[1]).type != self.tensor(y[1]).type)
+        ta, tb = self.tensor(a), self.tensor(b)
+        raise UnsupportedModelError(f"graph {w1} {ta.name!r} is {ta.type.lower()} but {w2} {tb.name!r} is "
+                                    f"{tb.type.lower()}: tinytrain needs one integer type at both ends; convert with "
+                                    "inference_input_type and inference_output_type both tf.int8 (or both tf.uint8)")
+
+    def _shape_arithmetic(self) -> set[int]:
+        """The integer ops (SHAPE -> STRIDED_SLICE -> PACK, as Keras 3's Flatten writes) that only compute a RESHAPE's
+        new shape: dropped, the RESHAPE taking its output's static shape (batch 1)."""
+        ops = {op.index: op for op in self.model.operators if builtin_name(op.opcode) in _SHAPE_OPS
+               and all(self.tensor(o).type in ("INT32", "INT64") for o in op.outputs)}
+        changed = True
+        while changed:
+            changed = False
+            for k, op in list(ops.items()):
+                for o in op.outputs:
+                    users = [(c, c.inputs.index(o)) for c in self._consumers(o)]
+                    if o in self.model.outputs or any(c.index not in ops and not (
+                            builtin_name(c.opcode) == "RESHAPE" and pos == 1) for c, pos in users):
+                        del ops[k]
+                        changed = True
+                        break
+        return set(ops)
 
     def _consumers(self, index: int) -> list[TflOperator]:
         return [op for op in self.model.operators if index in op.inputs]
