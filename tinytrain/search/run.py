@@ -114,19 +114,22 @@ def _feasible(run: Run) -> tuple[list, list, int]:
     space = run.space
     options = [("bias", k, 0.0) for k in space.bias_ks if k > 1] + \
               [("weight", i, r) for i in space.weight_layers for r in (0.125, 0.25, 0.5, 1.0)]
-    feasible, skipped = [], 0
+    feasible, skipped, checked = [], 0, 0
     stop = run.clock.at(CONTRIBUTIONS_SHARE)
+    choices = [space.bias_option(i) if kind == "bias" else space.weight_option(i, r) for kind, i, r in options]
     with run.clock.phase("memory of each option", len(options)) as phase:
-        for kind, i, r in options:
+        if run.opts.executor == "local":  # the workers evaluate them in parallel
+            run.mem.prefetch([run.plan_of(c) for c in choices], run.opts.workers, stop, phase.update)
+        for (kind, i, r), c in zip(options, choices):
             if stop is not None and time.time() > stop:
-                phase.cut(f"{len(options) - phase.record.done} options not checked, left out")
+                phase.cut(f"{len(options) - checked} options not checked, left out")
                 break
-            c = space.bias_option(i) if kind == "bias" else space.weight_option(i, r)
             if run.fits_plan(run.plan_of(c)):
                 feasible.append((kind, i, r, c))
             else:
                 skipped += 1
-            phase.update(1)
+            checked += 1
+            phase.update(max(0, checked - phase.record.done))
     return options, feasible, skipped
 
 
@@ -148,11 +151,19 @@ def _fine_tune_options(run: Run, base, feasible: list, repeat_keys: list, seeds:
 
         # the baseline and its repeats first, by the whole run's limit: without them nothing can be compared
         first = [t for t in todo if t[0].split("#")[0] == base_key]
+        if run.clock.limit is None:  # the longest first (the deepest backward): no worker idles at the end
+            todo.sort(key=lambda t: (-_depth(run, t[1]), t[0]))
         complete = run.executor.run(job, first, on_result, run.clock.deadline, phase) and run.executor.run(
             job, [t for t in todo if t not in first], on_result, run.clock.at(CONTRIBUTIONS_SHARE), phase)
         if not complete:
             phase.cut(f"{len(todo) - len(measured_now)} options not measured, left out of the gain model")
     return tasks, todo, measured_now, complete, job
+
+
+def _depth(run: Run, plan_json: dict) -> int:
+    """How many layers a fine-tune's backward pass goes through (its cost grows with it)."""
+    convs = [w["conv"] for w in plan_json.get("weights", ())]
+    return max(plan_json.get("bias_last_k", 1), run.space.n_layers - min(convs, default=run.space.n_layers))
 
 
 def _contributions(run: Run) -> Contributions:
