@@ -118,6 +118,45 @@ def test_firmware_and_one_qemu_run_meet_the_host(user, monkeypatch, capsys):
     assert sorted(c.files) == sorted(q.files) and all(np.array_equal(c[k], q[k]) for k in c.files)
 
 
+def test_samples_and_stream_take_the_seed_of_the_step_the_board_runs(user, tmp_path, monkeypatch, capsys):
+    """samples --plan (a plan file, or the compile output it was built into) orders the samples with the plan's
+    seed, as `train --plan` does; --seed still wins; stream takes the same --plan / --seed."""
+    from tinytrain.cli import build_parser
+
+    monkeypatch.chdir(user)
+    (tmp_path / "seeded.json").write_text(json.dumps({**PLAN, "seed": 3}))
+    assert tt("compile", "tiny.onnx", "--sram", "64k", "--new-head", "2", "--plan", tmp_path / "seeded.json",
+              "-o", tmp_path / "build") == 0
+    runs = {}
+    for name, extra in (("file", ["--plan", tmp_path / "seeded.json"]), ("build", ["--plan", tmp_path / "build"]),
+                        ("seed 3", ["--seed", "3"]), ("seed 0", []),
+                        ("file, seed 0", ["--plan", tmp_path / "seeded.json", "--seed", "0"])):
+        (tmp_path / f"s-{name}").mkdir()
+        assert tt("samples", "tiny.onnx", "--data", "tiny.npz", "--new-head", "2", "--steps", "9", *extra,
+                  "-o", tmp_path / f"s-{name}") == 0
+        runs[name] = (tmp_path / f"s-{name}" / "tt_train.bin").read_bytes()
+    assert runs["file"] == runs["build"] == runs["seed 3"] != runs["seed 0"] == runs["file, seed 0"]
+    args = build_parser().parse_args(["stream", "tiny.onnx", "--port", "x", "--data", "tiny.npz", "--plan",
+                                      str(tmp_path / "build")])
+    from tinytrain.cli_samples import step_seed
+
+    assert step_seed(args) == 3
+    capsys.readouterr()
+
+
+def test_a_power_cut_run_that_ends_early_is_one_line(tmp_path):
+    """The QEMU run cut after N flash saves (engines/qemu.py _run_until_saves): a firmware that ends first, or a
+    missing emulator, is one line naming what happened, not a multi-line dump."""
+    from tinytrain.engines.qemu import QemuError, _run_until_saves
+
+    script = "echo 'tt: flash saved 1'; echo 'tt: error the flash is full'; exit 3"
+    with pytest.raises(QemuError) as e:
+        _run_until_saves(["sh", "-c", script], tmp_path, 2)
+    assert "\n" not in str(e.value) and "after 1 of 2 flash saves" in str(e.value) and "flash is full" in str(e.value)
+    with pytest.raises(QemuError, match="cannot run"):
+        _run_until_saves([str(tmp_path / "no-such-qemu")], tmp_path, 1)
+
+
 # ---- the mistakes a user makes -------------------------------------------------------------------------------
 
 # name -> argv (M: the model, D: the .npz, P: the photos folder). Run in the user's folder holding a sentinel file.
