@@ -10,10 +10,10 @@ import numpy as np
 
 from tinytrain.search.candidates import Candidate, finalists, presets, sparse_presets
 from tinytrain.search.halving import successive_halving
-from tinytrain.search.measure import add_features, unpack_correct
+from tinytrain.search.measure import unpack_correct
 from tinytrain.search.noise import NoiseFloor, paired_se
 from tinytrain.search.rank import rung_agreement
-from tinytrain.search.state import Contributions, Run, predicted
+from tinytrain.search.state import Contributions, Run, frozen_features, predicted
 from tinytrain.training.sparse import Plan
 from tinytrain.training.sparse import parse_plan
 from tinytrain.version import __version__
@@ -78,7 +78,7 @@ def _measure(run: Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], 
             for n, s in wanted}
     todo = [(keys[w], run.plan_of(by_name[w[0]].choice).to_json(), steps, w[1])
             for w in sorted(wanted, key=lambda w: w[0] != BASE) if run.cache.get(keys[w]) is None]
-    add_features(job, [parse_plan(t[1]) for t in todo])
+    frozen_features(run, job, [parse_plan(t[1]) for t in todo])
     with run.clock.phase(f"{name} ({steps} steps each)", len(todo)) as phase:
 
         def on_result(key, result):

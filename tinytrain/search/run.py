@@ -45,6 +45,7 @@ from tinytrain.search.exact import branch_and_bound
 from tinytrain.search.executors import make_executor
 from tinytrain.search.finals import rank_finalists, search_report
 from tinytrain.search.measure import ContributionCache, FineTune, Measurement, dataset_sha256, prepare_job
+from tinytrain.search.state import frozen_features
 from tinytrain.search.memory import MemoryOracle, MonotoneFits
 from tinytrain.search.noise import NoiseFloor
 from tinytrain.search.space import Gains, Space
@@ -142,7 +143,8 @@ def _fine_tune_options(run: Run, base, feasible: list, repeat_keys: list, seeds:
     tasks += [(key, base.to_json(), None, s) for key, s in zip(repeat_keys, seeds) if s != run.ft.seed]
     todo = [t for t in tasks if run.cache.get(t[0]) is None]
     measured_now, complete = [], True
-    job = prepare_job(run.graph, run.x, run.y, run.train_rows, run.val_rows, run.ft, [parse_plan(t[1]) for t in todo])
+    job = frozen_features(run, prepare_job(run.graph, run.x, run.y, run.train_rows, run.val_rows, run.ft, []),
+                          [parse_plan(t[1]) for t in todo])
     with run.clock.phase(f"contribution fine-tunes ({run.ft.steps} steps each)", len(todo)) as phase:
 
         def on_result(key, result):

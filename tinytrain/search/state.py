@@ -13,6 +13,7 @@ import numpy as np
 from tinytrain.ir import Graph
 from tinytrain.outputs import write_files
 from tinytrain.search.exact import MAX_NODES
+from tinytrain.search.measure import add_features, new_cuts
 from tinytrain.search.phases import Clock
 from tinytrain.training.sparse import Plan
 from tinytrain.training.spec import StepSpec
@@ -137,3 +138,12 @@ class Contributions:
     measured_now: list
     complete: bool
     job: Any
+
+
+def frozen_features(run: Run, job: dict, plans: list) -> dict:
+    """``job`` with the frozen features the fine-tunes of ``plans`` need (measure.add_features), as a phase."""
+    cuts = new_cuts(job, plans)
+    if cuts:
+        with run.clock.phase("frozen features (the C forward below each cut)", len(cuts)) as phase:
+            add_features(job, plans, phase)
+    return job
