@@ -55,7 +55,7 @@ from tinytrain.sizes import format_size
 from tinytrain.splits import held_out_split, stratified_split
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, REMAINDER_BITS
-from tinytrain.training.sparse import parse_plan, with_lr_schedule
+from tinytrain.training.sparse import layers, parse_plan, with_lr_schedule
 from tinytrain.training.spec import StepSpec
 
 CONTRIBUTIONS_SHARE = 0.5  # of --time-limit: the options' memory and fine-tunes stop by then
@@ -86,6 +86,10 @@ def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     clock = Clock(time.time(), opts.time_limit, opts.progress)
     executor = make_executor(opts.executor, opts.workers, opts.address)
     _check_options(opts)
+    n = len(layers(graph))
+    if opts.bias_k and not all(1 <= k <= n for k in opts.bias_k):
+        raise UsageError(f"--bias-k {','.join(map(str, opts.bias_k))}: k counts the layers from the last; give "
+                         f"values from 1 to {n} (this model has {n} layers)")
     space = Space.of(graph, opts.bias_k)
     parts = held_out_split(y, opts.held_out, opts.split_seed)
     rows = parts[0] if parts is not None else np.arange(len(y))
