@@ -203,6 +203,7 @@ MISTAKES = {
     "a bias depth the model has not": "plan M --data D --new-head 2 --bias-k 1,999 -o p.json",
     "plan -o onto the model": "plan M --data D --new-head 2 -o tiny.onnx",
     "samples --plan of a folder that is no compile output": "samples M --data D --new-head 2 --plan mine -o mine",
+    "samples -o a file": "samples M --data D --new-head 2 -o notes.txt",
     "a non-ASCII folder of the user's as -o": "compile M --sram 64k --update last-k:1 --new-head 2 -o dossier_é",
 }
 

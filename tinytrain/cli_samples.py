@@ -66,6 +66,9 @@ def step_seed(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace) -> None:
     out = Path(args.output)
+    if not out.is_dir():
+        raise UsageError(f"-o {out}: {'a file' if out.exists() else 'no such folder'}; give the folder the sample "
+                         "files go to (the firmware project of a QEMU board, or a new folder you made)")
     names = {out / "tt_train.bin": "samples", out / "tt_test.bin": "samples"}
     args.seed = step_seed(args)
     graph = load_model(args.model, new_head=args.new_head, seed=args.seed, input_size=args.input_size,
