@@ -85,7 +85,10 @@ def _measure(run: Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], 
             run.cache.put(key, result)
             ran.append(key)
 
-        if not run.executor.run(job, todo, on_result, run.clock.deadline, phase):
+        # the reference first and whatever the time (one short fine-tune): without it no gain can be measured
+        first = [t for t in todo if t[0].startswith(by_name[BASE].choice.key() + "@")]
+        run.executor.run(job, first, on_result, None, phase)
+        if not run.executor.run(job, [t for t in todo if t not in first], on_result, run.clock.deadline, phase):
             phase.cut(f"{phase.record.total - phase.record.done} of {phase.record.total} fine-tunes not run")
     got = {w: run.cache.get(keys[w]) for w in wanted}
     return {w: r for w, r in got.items() if r is not None}
