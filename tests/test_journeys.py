@@ -118,6 +118,45 @@ def test_firmware_and_one_qemu_run_meet_the_host(user, monkeypatch, capsys):
     assert sorted(c.files) == sorted(q.files) and all(np.array_equal(c[k], q[k]) for k in c.files)
 
 
+def test_samples_and_stream_take_the_seed_of_the_step_the_board_runs(user, tmp_path, monkeypatch, capsys):
+    """samples --plan (a plan file, or the compile output it was built into) orders the samples with the plan's
+    seed, as `train --plan` does; --seed still wins; stream takes the same --plan / --seed."""
+    from tinytrain.cli import build_parser
+
+    monkeypatch.chdir(user)
+    (tmp_path / "seeded.json").write_text(json.dumps({**PLAN, "seed": 3}))
+    assert tt("compile", "tiny.onnx", "--sram", "64k", "--new-head", "2", "--plan", tmp_path / "seeded.json",
+              "-o", tmp_path / "build") == 0
+    runs = {}
+    for name, extra in (("file", ["--plan", tmp_path / "seeded.json"]), ("build", ["--plan", tmp_path / "build"]),
+                        ("seed 3", ["--seed", "3"]), ("seed 0", []),
+                        ("file, seed 0", ["--plan", tmp_path / "seeded.json", "--seed", "0"])):
+        (tmp_path / f"s-{name}").mkdir()
+        assert tt("samples", "tiny.onnx", "--data", "tiny.npz", "--new-head", "2", "--steps", "9", *extra,
+                  "-o", tmp_path / f"s-{name}") == 0
+        runs[name] = (tmp_path / f"s-{name}" / "tt_train.bin").read_bytes()
+    assert runs["file"] == runs["build"] == runs["seed 3"] != runs["seed 0"] == runs["file, seed 0"]
+    args = build_parser().parse_args(["stream", "tiny.onnx", "--port", "x", "--data", "tiny.npz", "--plan",
+                                      str(tmp_path / "build")])
+    from tinytrain.cli_samples import step_seed
+
+    assert step_seed(args) == 3
+    capsys.readouterr()
+
+
+def test_a_power_cut_run_that_ends_early_is_one_line(tmp_path):
+    """The QEMU run cut after N flash saves (engines/qemu.py _run_until_saves): a firmware that ends first, or a
+    missing emulator, is one line naming what happened, not a multi-line dump."""
+    from tinytrain.engines.qemu import QemuError, _run_until_saves
+
+    script = "echo 'tt: flash saved 1'; echo 'tt: error the flash is full'; exit 3"
+    with pytest.raises(QemuError) as e:
+        _run_until_saves(["sh", "-c", script], tmp_path, 2)
+    assert "\n" not in str(e.value) and "after 1 of 2 flash saves" in str(e.value) and "flash is full" in str(e.value)
+    with pytest.raises(QemuError, match="cannot run"):
+        _run_until_saves([str(tmp_path / "no-such-qemu")], tmp_path, 1)
+
+
 # ---- the mistakes a user makes -------------------------------------------------------------------------------
 
 # name -> argv (M: the model, D: the .npz, P: the photos folder). Run in the user's folder holding a sentinel file.
@@ -154,6 +193,18 @@ MISTAKES = {
     "a held-out fraction of 1": "train M --data D --new-head 2 --held-out 1.0",
     "a new head of 0 classes": "compile M --sram 64k --new-head 0 --update last-k:1 -o out",
     "labels beyond the head": "train M --data D --new-head 1 --steps 2",
+    "an empty model": "inspect empty.onnx",
+    "a truncated model": "compile truncated.onnx --sram 64k -o out",
+    "an SRAM of 0": "compile M --sram 0 --update last-k:1 --new-head 2 -o out",
+    "an SRAM of 12q": "plan M --data D --new-head 2 --sram 12q -o p.json",
+    "a negative lr": "train M --data D --new-head 2 --lr -1 --update last-k:1 --steps 2",
+    "0 epochs": "train M --data D --new-head 2 --epochs 0 --update last-k:1",
+    "an empty .npz": "train M --data empty.npz --new-head 2 --steps 2",
+    "a bias depth the model has not": "plan M --data D --new-head 2 --bias-k 1,999 -o p.json",
+    "plan -o onto the model": "plan M --data D --new-head 2 -o tiny.onnx",
+    "samples --plan of a folder that is no compile output": "samples M --data D --new-head 2 --plan mine -o mine",
+    "samples -o a file": "samples M --data D --new-head 2 -o notes.txt",
+    "a non-ASCII folder of the user's as -o": "compile M --sram 64k --update last-k:1 --new-head 2 -o dossier_é",
 }
 
 
@@ -171,6 +222,11 @@ def desk(user, tmp_path) -> Path:
     (d / "mine").mkdir()
     (d / "mine" / "notes.txt").write_bytes(SENTINEL)
     (d / "notes.txt").write_bytes(SENTINEL)
+    (d / "empty.onnx").write_bytes(b"")
+    (d / "empty.npz").write_bytes(b"")
+    (d / "truncated.onnx").write_bytes((user / "tiny.onnx").read_bytes()[:3000])
+    (d / "dossier_é").mkdir()
+    (d / "dossier_é" / "modèle.txt").write_bytes(SENTINEL)
     np.savez(d / "bad.npz", images=np.zeros((2, 16, 16, 3), np.uint8))
     np.savez(d / "wrong_count.npz", x=np.zeros((4, 16, 16, 3), np.uint8), y=np.array([0, 1, 0]))
     np.savez(d / "features.npz", x=np.zeros((4, 7), np.float32), y=np.array([0, 1, 0, 1]))
@@ -197,6 +253,20 @@ def test_a_mistake_is_one_line_exit_2_and_touches_nothing(mistake, desk, monkeyp
     assert _snapshot(desk) == before, f"{mistake}: a file was added, changed or removed"
     if mistake.startswith("a typo"):
         assert "did you mean" in err, err
+
+
+def test_an_output_folder_that_is_not_writable_is_refused_before_the_work(desk, monkeypatch, capsys):
+    """plan -o into a read-only folder: refused at once (not after the search), one line; as does any file output
+    (outputs/files.py check_file; os.access is patched: the tests may run as root, who may write anywhere)."""
+    import tinytrain.outputs.files as files
+
+    monkeypatch.chdir(desk)
+    real = os.access
+    monkeypatch.setattr(files.os, "access", lambda p, mode: False if Path(p).name == "mine" else real(p, mode))
+    before = _snapshot(desk)
+    assert main(["plan", "tiny.onnx", "--data", "tiny.npz", "--new-head", "2", "-o", "mine/p.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mine is not writable" in err and _snapshot(desk) == before, err
 
 
 def _shell(home: Path) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 
 from tinytrain.api import load_model, score_outputs
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.cli_samples import add_plan_seed_arguments, step_seed
 from tinytrain.cli_stream_field import add_stream_field_options, stream_field
 from tinytrain.cli_train import add_force_argument, add_input_mapping_argument
 from tinytrain.engines.order import sample_order
@@ -78,7 +79,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
     steps = args.steps if args.steps is not None else args.epochs * len(rows)
     if steps < 0:
         raise UsageError("--steps / --epochs must not be negative")
-    order = sample_order(rows, steps, args.seed)
+    order = sample_order(rows, steps, step_seed(args))
     with _port_url(args.port) as url:  # qemu:PROJECT: QEMU for this command only, stopped however it ends
         try:
             port = serial.serial_for_url(url, baudrate=args.baud, timeout=args.timeout)
@@ -206,7 +207,7 @@ def add_firmware_commands(sub) -> None:
     n.add_argument("--steps", type=int, help="steps instead of --epochs (the rows in order, then again)")
     s.add_argument("--held-out", type=float, help="evaluate on this stratified fraction, train on the rest")
     s.add_argument("--split-seed", type=non_negative_int, default=0)
-    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order")
+    add_plan_seed_arguments(s, "sample order")
     s.add_argument("--loss", choices=("xent", "mse"),
                    help="the firmware's loss: xent (classifier) or mse (an autoencoder's reconstruction of its input; "
                         "reports the reconstruction error; default for DATA without y on a model whose output has its "

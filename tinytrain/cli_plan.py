@@ -35,6 +35,7 @@ from tinytrain.cli_args import non_negative_float, non_negative_int, positive_fl
 from tinytrain.cli_train import add_input_mapping_argument, add_input_size_argument, add_schedule_arguments
 from tinytrain.errors import UsageError
 from tinytrain.outputs import check_file
+from tinytrain.search.exact import MAX_NODES
 from tinytrain.search.state import DEFAULT_LR
 from tinytrain.search.state import search_report_path
 from tinytrain.sizes import format_size
@@ -97,6 +98,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                   final_seeds=args.final_seeds,
                   executor=args.executor, address=args.address,
                   time_limit=args.time_limit, search_seconds_min=args.search_seconds_min,
+                  exact_nodes=args.exact_nodes,
                   population=args.population, generations=args.generations, cache=args.cache,
                   use_cache=not args.no_cache, loss=args.loss)
     details = result.write(out)
@@ -128,6 +130,10 @@ def _print_report(result, out: Path, details: Path) -> None:
     pct = report["score"] == "accuracy"
     for f in report["finalists"]:
         pred = "   n/a" if f["predicted_gain"] is None else _gain(f["predicted_gain"], pct)
+        if not f["measured"]:
+            print(f"  {f['name']:22s} {format_size(f['peak_sram_bytes']):>9s}  predicted {pred}  not measured "
+                  "(the time limit)")
+            continue
         last = f["measured"][-1] if f["full_length"] is None else {**f["full_length"], "steps": report[
             "measurement"]["finalist_steps"]}
         at = f"{100 * last['accuracy']:.1f} %" if pct else f"score {last['accuracy']:.4f}"
@@ -135,6 +141,8 @@ def _print_report(result, out: Path, details: Path) -> None:
               f"{_gain(last['gain'], pct)} ({at} at {last['steps']} steps)"
               + ("  <- chosen" if f["name"] == report["chosen"] else ""))
     _print_rank_check(report)
+    for what in report["cut_short"]:
+        print(f"cut short: {what}")
     chosen = result.plan
     print(f"wrote {out} ({report['chosen']}: bias_last_k {chosen.bias_last_k}, {len(chosen.weights)} weight layers, "
           f"{format_size(report['peak_sram_bytes'])}) and {details}")
@@ -227,10 +235,14 @@ def _add_run_arguments(s) -> None:
     s.add_argument("--address", help="--executor ray: the Ray cluster to connect to (e.g. auto, HOST:6379, "
                    "ray://HOST:10001; default: start a local Ray instance)")
     s.add_argument("--time-limit", type=positive_float, metavar="SECONDS",
-                   help="seconds from the start of the search (after loading) by which the contribution fine-tunes "
-                        "stop, 20 s early to leave the proposals' searches their time; options not measured by then "
-                        "are left out of the gain model. The finalists are trained after it in full: the whole run "
-                        "takes longer")
+                   help="seconds the whole search may take (from the model and data loaded): the options' memory "
+                        "and fine-tunes stop at half of it (those not measured are left out of the gain model), "
+                        "the proposals' searches at 0.6, the finalists' rungs and the rank check at the limit "
+                        "(a rung cut short is the last; the rank check is then skipped); the printout and "
+                        "PLAN.search.json say what was cut short")
+    s.add_argument("--exact-nodes", type=positive_int, default=MAX_NODES, metavar="N",
+                   help=f"the branch and bound's node budget (default {MAX_NODES:,}): its progress counts nodes "
+                        "against it; a search that reaches it returns the best plan found, not proven optimal")
     s.add_argument("--search-seconds-min", type=float, default=20.0, help=argparse.SUPPRESS)
     s.add_argument("--population", type=positive_int, default=100, help="evolutionary search: population (default 100)")
     s.add_argument("--generations", type=positive_int, default=30, help="evolutionary search: generations (default 30)")

@@ -1,9 +1,9 @@
 """``tinytrain samples``: the files a QEMU board's harness reads, from any DATA spec, and what it wrote, read back
 (docs/guide/firmware.md "Running a QEMU board by hand"; formats: firmware/c/tt_samples.h, tt_harness_qemu.c).
 
-    tinytrain samples MODEL --data DATA [--held-out F] [--steps N | --epochs E] [--seed S] -o DIR
+    tinytrain samples MODEL --data DATA [--plan P] [--held-out F] [--steps N | --epochs E] [--seed S] -o DIR
         DIR/tt_train.bin: the training samples, one per step, in the order `train` uses (same --seed, --held-out,
-        --split-seed); DIR/tt_test.bin: the held-out samples (every sample without --held-out); DIR/tt_targets.bin
+        --split-seed; --seed defaults to the seed of the step --plan P names, as train's, else 0); DIR/tt_test.bin: the held-out samples (every sample without --held-out); DIR/tt_targets.bin
         for float targets. DIR is the firmware project of a QEMU board: then `make -C DIR run` (QEMU runs there).
     tinytrain samples MODEL --read DIR [--log RUN.txt]
         the accuracy (or reconstruction error) of DIR/tt_logits.bin against DIR/tt_test.bin, the losses of the
@@ -28,6 +28,8 @@ from tinytrain.errors import UsageError
 from tinytrain.firmware import samples
 from tinytrain.outputs import write_files
 from tinytrain.splits import held_out_split
+from tinytrain.training.resolve import read_step, seed_of
+from tinytrain.training.spec import StepSpec
 
 
 def cmd_samples(args: argparse.Namespace) -> None:
@@ -41,9 +43,34 @@ def cmd_samples(args: argparse.Namespace) -> None:
     _write(args)
 
 
+def given_step(path: str | None) -> StepSpec | None:
+    """The step ``--plan`` names: a plan file, or the output folder of a training ``tinytrain compile`` (its
+    report.json's plan); None: none given."""
+    if path is None:
+        return None
+    folder = Path(path)
+    if not folder.is_dir():
+        return read_step(path)
+    try:
+        obj = json.loads((folder / "report.json").read_text(encoding="utf-8"))["plan"]
+    except (OSError, UnicodeError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--plan {path}: a folder, but not the output of a training `tinytrain compile` (no "
+                         "report.json with its plan); give a plan file or that output") from None
+    return read_step(obj)
+
+
+def step_seed(args: argparse.Namespace) -> int:
+    """The seed of the run: --seed, else that of the step --plan names (as ``train --plan``), else 0."""
+    return seed_of(given_step(args.plan), {"seed": args.seed})
+
+
 def _write(args: argparse.Namespace) -> None:
     out = Path(args.output)
+    if not out.is_dir():
+        raise UsageError(f"-o {out}: {'a file' if out.exists() else 'no such folder'}; give the folder the sample "
+                         "files go to (the firmware project of a QEMU board, or a new folder you made)")
     names = {out / "tt_train.bin": "samples", out / "tt_test.bin": "samples"}
+    args.seed = step_seed(args)
     graph = load_model(args.model, new_head=args.new_head, seed=args.seed, input_size=args.input_size,
                        input_mapping=args.input_mapping)
     ds = load_data(args.data)
@@ -67,7 +94,7 @@ def _write(args: argparse.Namespace) -> None:
 
 def _read(args: argparse.Namespace) -> None:
     folder = Path(args.read)
-    graph = load_model(args.model, new_head=args.new_head, seed=args.seed, input_size=args.input_size)
+    graph = load_model(args.model, new_head=args.new_head, seed=step_seed(args), input_size=args.input_size)
     try:
         x, y = samples.decode((folder / "tt_test.bin").read_bytes())
         logits = np.fromfile(folder / "tt_logits.bin", np.int8)
@@ -109,6 +136,13 @@ def _state(folder: Path) -> str | None:
     return str(path) if path.is_file() else None
 
 
+def add_plan_seed_arguments(s, what: str) -> None:
+    """``--plan`` (the step the board runs: its seed) and ``--seed`` of ``samples`` and ``stream``."""
+    s.add_argument("--plan", metavar="PLAN", help="the plan file the board's firmware was compiled with, or that "
+                   "compile's output folder: --seed defaults to its seed")
+    s.add_argument("--seed", type=non_negative_int, help=f"{what}; default: the --plan's seed, else 0")
+
+
 def add_samples_command(sub) -> None:
     s = sub.add_parser("samples", help="write the sample files a QEMU board's harness reads, or read what it wrote")
     s.add_argument("model", help="an int8 ONNX (QDQ or QOperator) or TFLite model")
@@ -118,7 +152,7 @@ def add_samples_command(sub) -> None:
     s.add_argument("--read", metavar="DIR", help="read DIR/tt_logits.bin (and tt_state.bin) the harness wrote")
     s.add_argument("--log", metavar="RUN.txt", help="--read: the harness's output (make run > RUN.txt): its losses")
     s.add_argument("--new-head", type=positive_int, metavar="N", help="as train --new-head")
-    s.add_argument("--seed", type=non_negative_int, default=0, help="sample order and new-head init (as train)")
+    add_plan_seed_arguments(s, "sample order and new-head init (as train)")
     add_input_size_argument(s)
     add_input_mapping_argument(s)
     s.add_argument("--loss", choices=("xent", "mse"), help="as train --loss")

@@ -190,6 +190,42 @@ def test_branch_and_bound_is_exact_and_evolution_is_feasible(seed):
     assert evo["history"] == sorted(evo["history"])  # elitist: the best never gets worse
 
 
+def test_branch_and_bound_counts_nodes_against_its_budget():
+    """Its progress is nodes of a known total (the budget); a search the budget stops says so, with the best plan
+    it found (never over the budget, never worse than the baseline)."""
+    from tinytrain.search.exact import branch_and_bound
+
+    gains, mem = _synthetic(0)
+    seen = []
+
+    class Bar:
+        def update(self, n):
+            seen.append(n)
+
+    whole = branch_and_bound(gains, lambda c: mem(c) <= 9.0, progress=Bar())
+    assert whole["proven_optimal"] and whole["stopped"] is None and sum(seen) == whole["nodes"] > 3
+    cut = branch_and_bound(gains, lambda c: mem(c) <= 9.0, max_nodes=3)
+    assert not cut["proven_optimal"] and cut["stopped"] == "node budget" and cut["nodes"] == 3
+    assert mem(cut["choice"]) <= 9.0 and cut["score"] <= whole["score"] + 1e-12
+
+
+def test_a_rung_the_time_limit_cuts_is_the_last_of_those_it_measured():
+    """successive halving with a measure that leaves names out (the --time-limit): that rung ranks what it measured
+    and ends the halving; without the reference it stops with one line."""
+    from tinytrain.errors import UsageError
+    from tinytrain.search.halving import successive_halving
+
+    final = {"ref": 0.70, "a": 0.75, "b": 0.74, "c": 0.60}
+
+    def measure(names, steps):  # the second rung runs out of time after one finalist
+        return {n: final[n] for n in names if steps < 400 or n in ("ref", "b")}
+
+    winner, rungs = successive_halving(list(final), "ref", measure, 400, size=lambda n: 0, max_rungs=2)
+    assert [r.steps for r in rungs] == [200, 400] and rungs[-1].kept == ("b",) and winner == "b"
+    with pytest.raises(UsageError, match="--time-limit ran out"):
+        successive_halving(list(final), "ref", lambda names, steps: {"a": 0.7}, 400, size=lambda n: 0)
+
+
 def test_presets_that_fit_are_always_finalists():
     from tinytrain.search.candidates import Candidate, finalists, presets
     from tinytrain.search.space import Choice, Space

@@ -204,9 +204,13 @@ def _run_reporting(cmd: list[str], cwd: Path, progress) -> subprocess.CompletedP
 
 
 def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
-    """Run QEMU until the firmware has reported ``saves`` saves to its flash, then kill it (a power cut)."""
-    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         text=True)
+    """Run QEMU until the firmware has reported ``saves`` saves to its flash, then kill it (a power cut). A run that
+    ends first is one line: how many saves it made and the firmware's last line (or QEMU's)."""
+    try:
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, text=True, errors="replace")
+    except OSError as e:
+        raise QemuError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
     seen, tail = 0, []
     try:
         for line in p.stdout:
@@ -214,7 +218,10 @@ def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:
             seen += line.startswith("tt: flash saved")
             if seen >= saves:
                 return
-        raise QemuError(f"the firmware ended after {seen} of {saves} saves:\n{''.join(tail)}")
+        status = p.wait()
+        why = " (timed out)" if status in (124, 137) else _status_meaning(status)
+        raise QemuError(f"the firmware ended after {seen} of {saves} flash saves, exit status {status}{why}; its "
+                        f"last line: {_last_line(''.join(tail))}")
     finally:
         p.kill()
         p.wait()

@@ -97,6 +97,8 @@ def check_file(path: str | Path, kind: str, inputs=()) -> Path:
                          "name, or move it away")
     if not real.parent.is_dir():
         raise UsageError(f"cannot write {path}: its folder {path.parent} does not exist")
+    if not os.access(real.parent, os.W_OK):  # known before the work, not after it (a long search, a training run)
+        raise UsageError(f"cannot write {path}: its folder {path.parent} is not writable")
     return path
 
 
@@ -121,7 +123,9 @@ def write_files(files: dict[Path, bytes], kind: str | dict[Path, str], inputs=()
             os.chmod(tmp, 0o666 & ~umask())
         for path, tmp in temps.items():
             os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:  # an error, or Ctrl-C while writing: no temporary is left behind
         for tmp in temps.values():
             tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        if isinstance(e, OSError):
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        raise

@@ -14,7 +14,8 @@ planners' heuristics. Under it:
 
 Variables: k first (it decides how deep the backward pass goes), then layers by decreasing best gain;
 options by decreasing gain, so the first leaf is the greedy plan. The search is exhaustive when it ends
-before ``deadline`` (``proven_optimal``); otherwise it returns the best plan found.
+before ``deadline`` and within ``max_nodes`` nodes (``proven_optimal``; its progress counts nodes against that
+budget); otherwise it returns the best plan found.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from tinytrain.search.space import Choice, Gains
 
 EPS = 1e-12
+MAX_NODES = 20_000  # the default node budget (``tinytrain plan --exact-nodes``)
 
 
 def _undominated(options: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -37,7 +39,8 @@ def _undominated(options: list[tuple[float, float]]) -> list[tuple[float, float]
     return sorted(keep, key=lambda o: (-o[1], o[0]))
 
 
-def branch_and_bound(gains: Gains, fits, deadline: float | None = None, progress=None) -> dict:
+def branch_and_bound(gains: Gains, fits, deadline: float | None = None, progress=None,
+                     max_nodes: int = MAX_NODES) -> dict:
     ks = _undominated([(float(k), g) for k, g in gains.bias.items()])
     layer_opts = {i: _undominated([(0.0, 0.0)] + [(r, gains.weight[(i, r)]) for r in gains.options(i)])
                   for i in gains.layers}
@@ -50,7 +53,7 @@ def branch_and_bound(gains: Gains, fits, deadline: float | None = None, progress
 
     k0 = min(gains.bias)
     best = {"choice": Choice(k0), "score": gains.bias[k0]}
-    stats = {"nodes": 0, "complete": True}
+    stats = {"nodes": 0, "complete": True, "stopped": None}
 
     def choice_of(k: int, ratios: dict[int, float]) -> Choice:
         return Choice(k, tuple((i, r) for i, r in sorted(ratios.items()) if r > 0))
@@ -61,12 +64,12 @@ def branch_and_bound(gains: Gains, fits, deadline: float | None = None, progress
         if j == len(variables):
             best.update(choice=choice_of(k, ratios), score=score)
             return
-        if deadline is not None and time.time() > deadline:
-            stats["complete"] = False
+        if stats["nodes"] >= max_nodes or deadline is not None and time.time() > deadline:
+            stats.update(complete=False, stopped="node budget" if stats["nodes"] >= max_nodes else "time limit")
             return
         stats["nodes"] += 1
-        if progress is not None and stats["nodes"] % 50 == 0:
-            progress.update(50)
+        if progress is not None:
+            progress.update(1)
         var, opts = variables[j]
         for size, gain in opts:
             if var == "k":
@@ -80,4 +83,4 @@ def branch_and_bound(gains: Gains, fits, deadline: float | None = None, progress
     if fits(Choice(k0)):
         dfs(0, k0, {}, 0.0)
     return {"choice": best["choice"], "score": best["score"], "proven_optimal": stats["complete"],
-            "nodes": stats["nodes"], "variables": len(variables)}
+            "nodes": stats["nodes"], "variables": len(variables), "stopped": stats["stopped"]}

@@ -10,13 +10,15 @@ import numpy as np
 
 from tinytrain.search.candidates import Candidate, finalists, presets, sparse_presets
 from tinytrain.search.halving import successive_halving
-from tinytrain.search.measure import add_features, unpack_correct
+from tinytrain.search.measure import unpack_correct
 from tinytrain.search.noise import NoiseFloor, paired_se
 from tinytrain.search.rank import rung_agreement
-from tinytrain.search.state import Contributions, Run, progress_bar, predicted
+from tinytrain.search.state import Contributions, Run, frozen_features, predicted
 from tinytrain.training.sparse import Plan
 from tinytrain.training.sparse import parse_plan
 from tinytrain.version import __version__
+
+BASE = "classifier-only"  # the reference every finalist's gain is measured against
 
 @dataclass(frozen=True)
 class Final:
@@ -65,25 +67,31 @@ def _margin(run: Run, noise, results: dict, decision: dict, candidate: str, pres
     return margin
 
 
-def _measure(run: Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], steps: int, ran: list) -> dict:
+def _measure(run: Run, job: dict, by_name: dict, wanted: list[tuple[str, int]], steps: int, ran: list,
+             name: str = "finalists") -> dict:
     """{(name, seed): fine-tune result} of the finalists ``wanted`` trained ``steps`` steps with those seeds
     (sample order, rounding; cached under the option key, @steps and #seedS when not the run's seed): the lrs
-    follow the recipe's schedule compressed to ``steps`` (measure.finetune_accuracy)."""
+    follow the recipe's schedule compressed to ``steps`` (measure.finetune_accuracy). The baseline first; those the
+    time limit left unmeasured are absent (``name``: the phase's)."""
 
     keys = {(n, s): f"{by_name[n].choice.key()}@{steps}" + ("" if s == run.ft.seed else f"#seed{s}")
             for n, s in wanted}
     todo = [(keys[w], run.plan_of(by_name[w[0]].choice).to_json(), steps, w[1])
-            for w in wanted if run.cache.get(keys[w]) is None]
-    add_features(job, [parse_plan(t[1]) for t in todo])
-    bar = progress_bar(len(todo), f"finalists ({steps} steps each)", run.opts.progress)
+            for w in sorted(wanted, key=lambda w: w[0] != BASE) if run.cache.get(keys[w]) is None]
+    frozen_features(run, job, [parse_plan(t[1]) for t in todo])
+    with run.clock.phase(f"{name} ({steps} steps each)", len(todo)) as phase:
 
-    def on_result(key, result):
-        run.cache.put(key, result)
-        ran.append(key)
+        def on_result(key, result):
+            run.cache.put(key, result)
+            ran.append(key)
 
-    run.executor.run(job, todo, on_result, None, bar)
-    bar.close()
-    return {w: run.cache.get(keys[w]) for w in wanted}
+        # the reference first and whatever the time (one short fine-tune): without it no gain can be measured
+        first = [t for t in todo if t[0].startswith(by_name[BASE].choice.key() + "@")]
+        run.executor.run(job, first, on_result, None, phase)
+        if not run.executor.run(job, [t for t in todo if t not in first], on_result, run.clock.deadline, phase):
+            phase.cut(f"{phase.record.total - phase.record.done} of {phase.record.total} fine-tunes not run")
+    got = {w: run.cache.get(keys[w]) for w in wanted}
+    return {w: r for w, r in got.items() if r is not None}
 
 
 def _final_seeds(run: Run) -> list[int]:
@@ -99,16 +107,22 @@ def _reference(run: Run, job: dict, by_name: dict, rungs: list, full_steps: int,
     whose one run beats the last rung's best mean is trained with the final seeds too before it can be chosen:
     the best of many single runs is not compared with means (it is high by chance more often)."""
 
-    base, final = "classifier-only", _final_seeds(run)
+    base, final = BASE, _final_seeds(run)
     repeats = [run.ft.seed + j for j in range(max(run.opts.repeats, run.opts.final_seeds))]
     seeds = {n: repeats if n == base else final if n in rungs[-1].accuracy else final[:1] for n in by_name}
-    got = _measure(run, job, by_name, [(n, s) for n in by_name for s in seeds[n]], full_steps, ran)
+    wanted = [(n, s) for n in by_name for s in seeds[n]]
+    got = _measure(run, job, by_name, wanted, full_steps, ran, "rank check")
+    if len(got) < len(wanted):
+        return None  # the time limit: no reference ranking
     results = {n: _pooled([got[(n, s)] for s in seeds[n]], len(run.val_rows)) for n in by_name}
     lead = max(results[n]["accuracy"] for n in rungs[-1].accuracy)
     challengers = [n for n in by_name if len(seeds[n]) < len(final) and results[n]["accuracy"] > lead]
     if challengers:
         seeds.update({n: final for n in challengers})
-        got.update(_measure(run, job, by_name, [(n, s) for n in challengers for s in final], full_steps, ran))
+        more = [(n, s) for n in challengers for s in final]
+        got.update(_measure(run, job, by_name, more, full_steps, ran, "rank check's challengers"))
+        if any(w not in got for w in more):
+            return None
         results.update({n: _pooled([got[(n, s)] for s in final], len(run.val_rows)) for n in challengers})
     acc = {n: r["accuracy"] for n, r in results.items()}
     noise = NoiseFloor(tuple(got[(base, s)]["accuracy"] for s in repeats), len(run.val_rows), run.opts.noise_floor)
@@ -153,13 +167,14 @@ def rank_finalists(run: Run, contrib: Contributions, evo: dict, exact: dict, oth
         # the last rung (full length) averages each finalist over the final seeds; shorter rungs run one
         seeds = _final_seeds(run) if steps == full_steps else [run.ft.seed]
         got = _measure(run, contrib.job, by_name, [(n, s) for n in names for s in seeds], steps, ran)
+        done = [n for n in names if all((n, s) in got for s in seeds)]  # the time limit may leave some out
         last.clear()
-        last.update({n: _pooled([got[(n, s)] for s in seeds], len(run.val_rows)) for n in names})
-        return {n: last[n]["accuracy"] for n in names}
+        last.update({n: _pooled([got[(n, s)] for s in seeds], len(run.val_rows)) for n in done})
+        return {n: last[n]["accuracy"] for n in done}
 
     def rank(max_rungs: int, measure_, noise) -> tuple[str, list]:
         return successive_halving(
-            [c.name for c in cands], "classifier-only", measure_, full_steps,
+            [c.name for c in cands], BASE, measure_, full_steps,
             lambda n: run.mem(run.plan_of(by_name[n].choice)), max_rungs,
             presets=frozenset(c.name for c in cands if c.preset),
             margin=lambda cand, preset: _margin(run, noise, last, decision, cand, preset),
@@ -167,8 +182,13 @@ def rank_finalists(run: Run, contrib: Contributions, evo: dict, exact: dict, oth
 
     winner, rungs = rank(run.opts.max_rungs, measure, contrib.noise)
     accuracy, ref = rungs[-1].accuracy[winner], None
-    if run.opts.rank_check:
+    if run.opts.rank_check and run.clock.out_of_time():
+        run.clock.skip("rank check", "not run: the time limit was reached; the plan is the last rung's best")
+    elif run.opts.rank_check:
         ref = _reference(run, contrib.job, by_name, rungs, full_steps, ran)
+        if ref is None:
+            run.clock.records[-1].cut_short += "; no reference ranking: the plan is the last rung's best"
+    if ref is not None:
         last.clear()
         last.update(ref["results"])
         decision.clear()
@@ -256,6 +276,7 @@ def search_report(run: Run, chosen: Plan, contrib: Contributions, evo: tuple, ex
         "finetunes_run": len(contrib.measured_now), "finetunes_cached": len(contrib.tasks) - len(contrib.todo),
         "finalist_finetunes_run": len(final.finalists_run),
         "memory_evaluations": run.mem.evaluations, "memory_checks_inferred": fits.inferred,
-        "seconds": round(time.time() - run.t_start, 2),
+        "seconds": round(time.time() - run.clock.start, 2),
+        "phases": run.clock.to_json(), "time_limit": opts.time_limit, "cut_short": run.clock.cut_short(),
     }
 

@@ -11,7 +11,8 @@ smaller peak SRAM, then the earlier candidate — presets come first), except th
 has to beat the best preset of the last rung by more than ``margin`` (a number, or ``margin(candidate, preset)``:
 noise.py's run-to-run and paired validation-row noise): otherwise the preset wins — a ranking within the noise of
 the validation rows must not replace the obvious plan by a searched one.
-``measure(names, steps)`` -> {name: accuracy} runs the fine-tunes (in parallel, cached: measure.py).
+``measure(names, steps)`` -> {name: accuracy} runs the fine-tunes (in parallel, cached: measure.py); a name it leaves
+out (the time limit) is out of the ranking, and that rung is the last.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from tinytrain.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,19 @@ def successive_halving(names: list[str], reference: str, measure, full_steps: in
     for j, steps in enumerate(steps_list):
         wanted = alive + ([reference] if reference not in alive else [])
         acc = measure(wanted, steps)
-        ranked = sorted(alive, key=lambda n: (-acc[n], size(n), names.index(n)))
-        last = j == len(steps_list) - 1
+        if reference not in acc:
+            raise UsageError(f"--time-limit ran out before the finalists' {steps}-step rung measured the "
+                             f"reference plan ({reference}); give more time")
+        cut = any(n not in acc for n in wanted)  # the time limit: this rung is the last, of those it measured
+        ranked = sorted((n for n in alive if n in acc), key=lambda n: (-acc[n], size(n), names.index(n)))
+        if not ranked:
+            break  # none of the survivors measured: the previous rung's ranking stands
+        last = j == len(steps_list) - 1 or cut
         kept = tuple(ranked if last else ranked[: math.ceil(len(ranked) / 2)])
-        rungs.append(Rung(steps, {n: acc[n] for n in wanted}, kept))
+        rungs.append(Rung(steps, {n: acc[n] for n in wanted if n in acc}, kept))
         alive = list(kept)
+        if cut:
+            break
     winner = alive[0]
     if presets and winner not in presets:
         final = rungs[-1].accuracy

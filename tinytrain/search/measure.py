@@ -206,16 +206,24 @@ def prepare_job(graph: Graph, x: np.ndarray, y: np.ndarray, train_rows: np.ndarr
     return job
 
 
-def add_features(job: dict, plans: list[Plan]) -> None:
+def new_cuts(job: dict, plans: list[Plan]) -> dict:
+    """The cuts ``plans`` need whose features ``job`` does not have yet: cut tensor -> the node it starts at."""
+    graph, starts = job["graph"], job["cut_starts"]
+    return {cut: len(graph.nodes) - len(g.nodes) for p in plans for g, _, cut in [suffix_model(graph, p)]
+            if cut is not None and cut not in starts}
+
+
+def add_features(job: dict, plans: list[Plan], progress=None) -> None:
     """Compute the frozen features of the cuts ``plans`` need that ``job`` does not have yet: each from the
     deepest tensor below it the job has (the images or another cut), by the C forward of the frozen layers
-    between the two (``engine_c.predict``, bit-identical to the simulator's; about ten times as fast)."""
+    between the two (``engine_c.predict``, bit-identical to the simulator's; about ten times as fast);
+    ``progress.update(1)`` after each."""
     graph, starts = job["graph"], job["cut_starts"]
-    new = {cut: len(graph.nodes) - len(g.nodes) for p in plans for g, _, cut in [suffix_model(graph, p)]
-           if cut is not None and cut not in starts}
-    for cut, start in sorted(new.items(), key=lambda item: item[1]):
+    for cut, start in sorted(new_cuts(job, plans).items(), key=lambda item: item[1]):
         src, src_start = max(((c, s) for c, s in starts.items() if s < start), key=lambda cs: cs[1],
                              default=(graph.inputs[0], 0))
         values = job["x"] if src_start == 0 else job["features"][src]
         job["features"][cut] = np.ascontiguousarray(predict(stretch(graph, src, src_start, start, cut), values))
         starts[cut] = start
+        if progress is not None:
+            progress.update(1)

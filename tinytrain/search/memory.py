@@ -13,7 +13,9 @@ decide the figure (``MEMORY_SOURCES``): a file written by another memory model i
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import time
 from pathlib import Path
 
 from tinytrain.errors import PlanError
@@ -27,6 +29,7 @@ from tinytrain.training.sparse import Plan
 
 MEMORY_SOURCES = ("ops", "training", "memory")
 UNTRAINABLE = 1 << 62  # the "peak" of a plan no engine runs: over every budget
+_PREFETCH: list = []  # MemoryOracle.prefetch: the oracle and the plans its forked workers evaluate
 
 
 def plan_key(plan: Plan) -> str:
@@ -84,6 +87,25 @@ class MemoryOracle:
                 self.save()
         return v
 
+    def prefetch(self, plans: list[Plan], workers: int, deadline: float | None = None, done=None) -> None:
+        """The figures of ``plans`` not known yet, evaluated by ``workers`` forked processes (the same numbers as
+        one by one: ``peak_sram`` is a pure function of the plan); ``done(n)`` as they come, stopped at
+        ``deadline`` (the rest are evaluated when asked for)."""
+        missing = {plan_key(p): p for p in plans if plan_key(p) not in self.values}
+        if workers <= 1 or len(missing) < 2:
+            return
+        _PREFETCH[:] = [self, list(missing.values())]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for key, v in zip(missing, pool.imap(_peak_of, range(len(missing)))):
+                self.values[key] = v
+                self.evaluations += 1
+                self._dirty += 1
+                if done is not None:
+                    done(1)
+                if deadline is not None and time.time() > deadline:
+                    break
+        _PREFETCH.clear()
+
     def save(self) -> None:
         if self.path is None or not self._dirty:
             return
@@ -93,6 +115,12 @@ class MemoryOracle:
         tmp.write_text(json.dumps({"memory_model": self._model, "peak_sram_bytes": merged}, sort_keys=True))
         os.replace(tmp, self.path)
         self._dirty = 0
+
+
+def _peak_of(i: int) -> int:
+    """A prefetch worker's task: the figure of the i-th plan."""
+    oracle, plans = _PREFETCH
+    return peak_sram(oracle.graph, plans[i], oracle.config, oracle.planner)
 
 
 class MonotoneFits:

@@ -45,16 +45,22 @@ from tinytrain.search.exact import branch_and_bound
 from tinytrain.search.executors import make_executor
 from tinytrain.search.finals import rank_finalists, search_report
 from tinytrain.search.measure import ContributionCache, FineTune, Measurement, dataset_sha256, prepare_job
+from tinytrain.search.state import frozen_features
 from tinytrain.search.memory import MemoryOracle, MonotoneFits
 from tinytrain.search.noise import NoiseFloor
 from tinytrain.search.space import Gains, Space
-from tinytrain.search.state import Contributions, Run, SearchOptions, SearchResult, progress_bar
+from tinytrain.search.phases import Clock
+from tinytrain.search.state import Contributions, Run, SearchOptions, SearchResult
 from tinytrain.sizes import format_size
 from tinytrain.splits import held_out_split, stratified_split
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, REMAINDER_BITS
-from tinytrain.training.sparse import parse_plan, with_lr_schedule
+from tinytrain.training.sparse import layers, parse_plan, with_lr_schedule
 from tinytrain.training.spec import StepSpec
+
+CONTRIBUTIONS_SHARE = 0.5  # of --time-limit: the options' memory and fine-tunes stop by then
+PROPOSALS_SHARE = 0.6     # the evolution and the branch and bound by then; the finalists have the rest
+
 
 def _check_options(opts: SearchOptions) -> None:
     if not 0 < opts.val < 1:
@@ -77,10 +83,13 @@ def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
     """The options checked, the data split into fit and validation rows, the recipe, the memory oracle and the
     contribution cache."""
 
-    t_start = time.time()
-    deadline = t_start + opts.time_limit if opts.time_limit else None
+    clock = Clock(time.time(), opts.time_limit, opts.progress)
     executor = make_executor(opts.executor, opts.workers, opts.address)
     _check_options(opts)
+    n = len(layers(graph))
+    if opts.bias_k and not all(1 <= k <= n for k in opts.bias_k):
+        raise UsageError(f"--bias-k {','.join(map(str, opts.bias_k))}: k counts the layers from the last; give "
+                         f"values from 1 to {n} (this model has {n} layers)")
     space = Space.of(graph, opts.bias_k)
     parts = held_out_split(y, opts.held_out, opts.split_seed)
     rows = parts[0] if parts is not None else np.arange(len(y))
@@ -100,7 +109,7 @@ def _setup(graph: Graph, x: np.ndarray, y: np.ndarray, opts: SearchOptions, sour
                         opts.split_seed, opts.val, ft)
     cache = ContributionCache(cache_root / f"{ident.key()}.json" if cache_root else None,
                               {"model": source["model"], "data": source["data"], **asdict(ident)})
-    return Run(graph, x, y, opts, source, t_start, deadline, executor, space, rows, train_rows, val_rows, ft, mem,
+    return Run(graph, x, y, opts, source, clock, executor, space, rows, train_rows, val_rows, ft, mem,
                 cache)
 
 
@@ -110,16 +119,22 @@ def _feasible(run: Run) -> tuple[list, list, int]:
     space = run.space
     options = [("bias", k, 0.0) for k in space.bias_ks if k > 1] + \
               [("weight", i, r) for i in space.weight_layers for r in (0.125, 0.25, 0.5, 1.0)]
-    feasible, skipped = [], 0
-    bar = progress_bar(len(options), "memory of each option", run.opts.progress)
-    for kind, i, r in options:
-        c = space.bias_option(i) if kind == "bias" else space.weight_option(i, r)
-        if run.fits_plan(run.plan_of(c)):
-            feasible.append((kind, i, r, c))
-        else:
-            skipped += 1
-        bar.update(1)
-    bar.close()
+    feasible, skipped, checked = [], 0, 0
+    stop = run.clock.at(CONTRIBUTIONS_SHARE)
+    choices = [space.bias_option(i) if kind == "bias" else space.weight_option(i, r) for kind, i, r in options]
+    with run.clock.phase("memory of each option", len(options)) as phase:
+        if run.opts.executor == "local":  # the workers evaluate them in parallel
+            run.mem.prefetch([run.plan_of(c) for c in choices], run.opts.workers, stop, phase.update)
+        for (kind, i, r), c in zip(options, choices):
+            if stop is not None and time.time() > stop:
+                phase.cut(f"{len(options) - checked} options not checked, left out")
+                break
+            if run.fits_plan(run.plan_of(c)):
+                feasible.append((kind, i, r, c))
+            else:
+                skipped += 1
+            checked += 1
+            phase.update(max(0, checked - phase.record.done))
     return options, feasible, skipped
 
 
@@ -132,20 +147,29 @@ def _fine_tune_options(run: Run, base, feasible: list, repeat_keys: list, seeds:
     tasks += [(key, base.to_json(), None, s) for key, s in zip(repeat_keys, seeds) if s != run.ft.seed]
     todo = [t for t in tasks if run.cache.get(t[0]) is None]
     measured_now, complete = [], True
-    job = prepare_job(run.graph, run.x, run.y, run.train_rows, run.val_rows, run.ft, [parse_plan(t[1]) for t in todo])
-    if todo:
-        bar = progress_bar(len(todo), f"fine-tunes ({run.ft.steps} steps each)", run.opts.progress)
+    job = frozen_features(run, prepare_job(run.graph, run.x, run.y, run.train_rows, run.val_rows, run.ft, []),
+                          [parse_plan(t[1]) for t in todo])
+    with run.clock.phase(f"contribution fine-tunes ({run.ft.steps} steps each)", len(todo)) as phase:
 
         def on_result(key, result):
             run.cache.put(key, result)
             measured_now.append(key)
 
-        # the baseline and its repeats first: without them nothing can be compared
-        todo.sort(key=lambda t: t[0].split("#")[0] != base_key)
-        complete = run.executor.run(job, todo, on_result, None if run.deadline is None
-                                    else run.deadline - run.opts.search_seconds_min, bar)
-        bar.close()
+        # the baseline and its repeats first, by the whole run's limit: without them nothing can be compared
+        first = [t for t in todo if t[0].split("#")[0] == base_key]
+        if run.clock.limit is None:  # the longest first (the deepest backward): no worker idles at the end
+            todo.sort(key=lambda t: (-_depth(run, t[1]), t[0]))
+        complete = run.executor.run(job, first, on_result, run.clock.deadline, phase) and run.executor.run(
+            job, [t for t in todo if t not in first], on_result, run.clock.at(CONTRIBUTIONS_SHARE), phase)
+        if not complete:
+            phase.cut(f"{len(todo) - len(measured_now)} options not measured, left out of the gain model")
     return tasks, todo, measured_now, complete, job
+
+
+def _depth(run: Run, plan_json: dict) -> int:
+    """How many layers a fine-tune's backward pass goes through (its cost grows with it)."""
+    convs = [w["conv"] for w in plan_json.get("weights", ())]
+    return max(plan_json.get("bias_last_k", 1), run.space.n_layers - min(convs, default=run.space.n_layers))
 
 
 def _contributions(run: Run) -> Contributions:
@@ -188,21 +212,36 @@ def _propose(run: Run, gains) -> tuple[dict, float, dict, float, Any]:
     """Phase 2: the gain model proposes, by evolution and an exact branch and bound (each with half the time
     left), at the default remainder bits; their results and seconds, and the memory check they shared."""
 
-    opts, deadline = run.opts, run.deadline
+    opts = run.opts
     fits = MonotoneFits(run.mem, opts.sram_bytes, run.plan_of)
-    t0 = time.time()
-    share = None if deadline is None else max(opts.search_seconds_min / 2, (deadline - t0) / 2)
-    bar = progress_bar(opts.generations, "evolutionary search", opts.progress)
-    evo = evolve(gains, fits, population=opts.population, generations=opts.generations, seed=opts.seed,
-                 deadline=None if share is None else t0 + share, progress=bar)
-    bar.close()
+    t0, end = time.time(), _proposals_end(run)
+    with run.clock.phase("evolutionary search (generations)", opts.generations) as phase:
+        evo = evolve(gains, fits, population=opts.population, generations=opts.generations, seed=opts.seed,
+                     deadline=None if end is None else t0 + (end - t0) / 2, progress=phase)
+        if evo["generations"] < opts.generations:
+            phase.cut(f"{opts.generations - evo['generations']} generations not run")
     evo_seconds = time.time() - t0
     t0 = time.time()
-    bar = progress_bar(0, "branch and bound (nodes)", opts.progress)
-    exact = branch_and_bound(gains, fits, deadline=None if deadline is None else max(deadline, t0 + share),
-                             progress=bar)
-    bar.close()
+    exact = _exact(run, gains, fits, "branch and bound (nodes of its budget)", end)
     return evo, evo_seconds, exact, time.time() - t0, fits
+
+
+def _proposals_end(run: Run) -> float | None:
+    """When the proposals' searches stop: at PROPOSALS_SHARE of the time limit, but with at least
+    ``search_seconds_min`` if the run has them (never past the limit)."""
+    if run.clock.limit is None:
+        return None
+    return min(run.clock.deadline, max(run.clock.at(PROPOSALS_SHARE), time.time() + run.opts.search_seconds_min))
+
+
+def _exact(run: Run, gains, fits, name: str, end: float | None) -> dict:
+    """The branch and bound as a phase: nodes against the node budget, and what stopped it short of a proof."""
+    with run.clock.phase(name, run.opts.exact_nodes) as phase:
+        res = branch_and_bound(gains, fits, deadline=end, progress=phase, max_nodes=run.opts.exact_nodes)
+        if res["stopped"]:
+            phase.cut(f"stopped by the {res['stopped']} after {res['nodes']} nodes: the best plan found, "
+                      "not proven optimal")
+    return res
 
 
 def _propose_bits(run: Run, gains) -> dict[int, dict]:
@@ -213,8 +252,7 @@ def _propose_bits(run: Run, gains) -> dict[int, dict]:
     for bits in sorted(set(run.opts.other_bits) - {DEFAULT_REMAINDER_BITS}):
         fits = MonotoneFits(run.mem, run.opts.sram_bytes, lambda c, b=bits: run.plan_of(replace(c, bits=b)))
         t0 = time.time()
-        share = None if run.deadline is None else max(run.opts.search_seconds_min / 2, run.deadline - t0)
-        res = branch_and_bound(gains, fits, deadline=None if share is None else t0 + share)
+        res = _exact(run, gains, fits, f"branch and bound @r{bits} (nodes of its budget)", _proposals_end(run))
         out[bits] = {**res, "choice": replace(res["choice"], bits=bits), "seconds": round(time.time() - t0, 2)}
     return out
 

@@ -4,7 +4,6 @@ phase 1's contributions."""
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,9 @@ import numpy as np
 
 from tinytrain.ir import Graph
 from tinytrain.outputs import write_files
+from tinytrain.search.exact import MAX_NODES
+from tinytrain.search.measure import add_features, new_cuts
+from tinytrain.search.phases import Clock
 from tinytrain.training.sparse import Plan
 from tinytrain.training.spec import StepSpec
 
@@ -52,7 +54,8 @@ class SearchOptions:
     executor: str = "local"          # "local" or "ray" (search/executors.py)
     address: str | None = None       # ray: the cluster to connect to (default: this process's or a local one)
     time_limit: float | None = None
-    search_seconds_min: float = 20.0
+    search_seconds_min: float = 20.0  # the proposals' searches get at least this much of a --time-limit
+    exact_nodes: int = MAX_NODES     # the branch and bound's node budget (each of its runs)
     population: int = 100
     generations: int = 30
     cache: str | None = None
@@ -101,8 +104,7 @@ class Run:
     y: np.ndarray
     opts: SearchOptions
     source: dict
-    t_start: float
-    deadline: float | None
+    clock: Clock  # the start, the --time-limit and the phases' records
     executor: Any
     space: Any
     rows: np.ndarray
@@ -138,7 +140,10 @@ class Contributions:
     job: Any
 
 
-def progress_bar(total: int, desc: str, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not enabled, leave=False, mininterval=0.5)
+def frozen_features(run: Run, job: dict, plans: list) -> dict:
+    """``job`` with the frozen features the fine-tunes of ``plans`` need (measure.add_features), as a phase."""
+    cuts = new_cuts(job, plans)
+    if cuts:
+        with run.clock.phase("frozen features (the C forward below each cut)", len(cuts)) as phase:
+            add_features(job, plans, phase)
+    return job
