@@ -11,6 +11,7 @@ import json
 
 from tinytrain.cli_args import positive_float, positive_int
 from tinytrain.cli_field import _settings, add_field_options
+from tinytrain.cli_samples import step_seed
 from tinytrain.errors import UsageError
 from tinytrain.field_runtime.api import field
 from tinytrain.field_runtime.board import SerialField
@@ -23,7 +24,6 @@ def add_stream_field_options(s: argparse.ArgumentParser) -> None:
     g.add_argument("--field", metavar="STREAM.npz", help="drive the board's field runtime with this stream (x in "
                    "arrival order, y labels, -1 for none) instead of training on --data")
     g.add_argument("--test", metavar="DATA", help="--field: DATA scored at every checkpoint")
-    g.add_argument("--plan", help="--field: the sparse-update plan the firmware was built with")
     g.add_argument("--update", help="--field: full | bias-only | last-k:N (default last-k:1)")
     g.add_argument("--lr", type=positive_float, help="--field: the learning rate of an --update preset")
     g.add_argument("--checkpoints", type=positive_int, default=10, help="--field: test this many times (default 10)")
@@ -43,7 +43,7 @@ def stream_field(args: argparse.Namespace, port) -> None:
     result = field(args.model, args.field, args.test, plan=args.plan, update=args.update, lr=args.lr,
                    max_classes=args.max_classes, known_classes=args.known_classes, replay=args.replay,
                    replay_k=args.replay_k, guard=args.guard, engine=f"board {board.info.get('board', '?')}",
-                   checkpoints=args.checkpoints, seed=args.seed, runtime=lambda p: SerialField(p, board),
+                   checkpoints=args.checkpoints, seed=step_seed(args), runtime=lambda p: SerialField(p, board),
                    **_settings(args))
     print(result.text())
     if args.field_json:
