@@ -75,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pool", type=int, default=3000)
     p.add_argument("--test", type=int, default=2000)
     p.add_argument("--lr", type=float, default=0.003, help="the plan's lr (default: the sweep's choice)")
-    p.add_argument("--seeds", type=int, default=3, help="stream orders per scenario (default 3)")
+    p.add_argument("--seeds", type=int, default=8, help="stream orders per scenario (default 8)")
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
     p.add_argument("--flash-only", action="store_true", help="only the flash life (to results/field_flash)")
