@@ -15,23 +15,7 @@ import pytest
 from tinytrain.field_runtime.emit import flash_store
 from tinytrain.csources import firmware_sources
 
-PROGRAM = r"""
-#include <stdio.h>
-#include <string.h>
-#include "tt_field_flash.h"
-#include "tt_flash_sim.h"
-#define SLOTS 24
-#define W TT_FSTORE_WIDTH
-#define PUTS 400
-static uint8_t bytes[8 * 256];
-static int8_t fx[SLOTS][W], mx[SLOTS][W], px[SLOTS][W];
-static int16_t fy[SLOTS], my[SLOTS], py[SLOTS];
-static uint32_t rng = 12345;
-static uint32_t wear[8];
-static tt_flash inner;
-static int counted_erase(const tt_flash *f, uint32_t offset) { (void)f; wear[offset / 256]++; return inner.erase(&inner, offset); }
-static int counted_program(const tt_flash *f, uint32_t o, const uint8_t *d, uint32_t n) { (void)f; return inner.program(&inner, o, d, n); }
-static int counted_read(const tt_flash *f, uint32_t o, uint8_t *d, uint32_t n) { (void)f; return inner.read(&inner, o, d, n); }
+WORKLOAD = r"""
 static uint32_t draw(void) { rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5; return rng; }
 static int same(const int8_t (*x)[W], const int16_t *y)
 {
@@ -49,6 +33,26 @@ static void write_of(int j, uint32_t *slot, int *label, int8_t *x)
     *label = (int)(draw() % 10);
     for (int i = 0; i < W; i++) x[i] = (int8_t)draw();
 }
+"""  # the C both programs share: the draws, the comparison, the j-th write
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include "tt_field_flash.h"
+#include "tt_flash_sim.h"
+#define SLOTS 24
+#define W TT_FSTORE_WIDTH
+#define PUTS 400
+static uint8_t bytes[8 * 256];
+static int8_t fx[SLOTS][W], mx[SLOTS][W], px[SLOTS][W];
+static int16_t fy[SLOTS], my[SLOTS], py[SLOTS];
+static uint32_t rng = 12345;
+static uint32_t wear[8];
+static tt_flash inner;
+static int counted_erase(const tt_flash *f, uint32_t offset) { (void)f; wear[offset / 256]++; return inner.erase(&inner, offset); }
+static int counted_program(const tt_flash *f, uint32_t o, const uint8_t *d, uint32_t n) { (void)f; return inner.program(&inner, o, d, n); }
+static int counted_read(const tt_flash *f, uint32_t o, uint8_t *d, uint32_t n) { (void)f; return inner.read(&inner, o, d, n); }
+/* WORKLOAD */
 int main(void)
 {
     tt_flash f; tt_flash_sim sim; tt_fstore s;
@@ -101,7 +105,7 @@ def test_power_cuts_during_buffer_writes(tmp_path):
         (tmp_path / name).write_text(text)
     for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
         shutil.copy(firmware_sources() / name, tmp_path / name)
-    (tmp_path / "main.c").write_text(PROGRAM)
+    (tmp_path / "main.c").write_text(PROGRAM.replace("/* WORKLOAD */", WORKLOAD))
     subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o", "t", "main.c", "tt_field_flash.c",
                     "tt_flash_sim.c"], cwd=tmp_path, check=True)
     out = subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
@@ -144,22 +148,7 @@ static tt_flash region(view *v, uint32_t sectors)
     f.size = sectors * SB; f.erase = v_erase; f.program = v_program; f.read = v_read; f.context = v;
     return f;
 }
-static uint32_t draw(void) { rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5; return rng; }
-static int same(const int8_t (*x)[W], const int16_t *y)
-{
-    for (int k = 0; k < SLOTS; k++) {
-        if (fy[k] != y[k]) return 0;
-        if (y[k] >= 0 && memcmp(fx[k], x[k], W) != 0) return 0;
-    }
-    return 1;
-}
-static void write_of(int j, uint32_t *slot, int *label, int8_t *x)
-{
-    rng = 777u + 7919u * (uint32_t)j;
-    *slot = j < SLOTS ? (uint32_t)j : draw() % SLOTS;
-    *label = (int)(draw() % 10);
-    for (int i = 0; i < W; i++) x[i] = (int8_t)draw();
-}
+/* WORKLOAD */
 static void state_of(int g, uint8_t *s) { for (int i = 0; i < STATE; i++) s[i] = (uint8_t)(g * 31 + i * 7 + (i >> 5)); }
 /* After a reboot: the buffer at its last write or the one in flight, the state at its last save or the one in
  * flight (saved: the last completed save's number, -1: none). */
@@ -237,7 +226,7 @@ def test_power_cuts_during_buffer_and_state_writes(tmp_path):
         (tmp_path / name).write_text(text)
     for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
         shutil.copy(firmware_sources() / name, tmp_path / name)
-    (tmp_path / "main.c").write_text(BOTH)
+    (tmp_path / "main.c").write_text(BOTH.replace("/* WORKLOAD */", WORKLOAD))
     subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o", "t", "main.c", "tt_field_flash.c",
                     "tt_flash_sim.c"], cwd=tmp_path, check=True)
     out = subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
