@@ -144,14 +144,21 @@ def _idle(phase: dict) -> float:
     return phase["cpu_seconds"] / (2 if phase["name"].startswith(PARALLEL) else 1)
 
 
+def _shared(load: dict) -> str:
+    """What the load says of the wall times: the search's own 2 workers make a load of about 2."""
+    if load["start_1min"] < 1 and load["mean_during"] <= 2.5:
+        return "the machine was otherwise idle, so the wall times are measured ones"
+    return "other work shared them, so the wall times are stretched; the CPU times are the search's own"
+
+
 def markdown(data: dict) -> str:
     load = data["load_average"]
     lines = ["# `tinytrain plan` with its defaults: time per phase", "",
              f"`{data['plan_command']}` ({data['machine']}; fresh caches): {data['wall_seconds'] / 60:.1f} min wall "
              f"in all ({data['search_seconds'] / 60:.1f} min of search after loading the model and the data), "
              f"{data['cpu_seconds'] / 60:.1f} CPU-min in its phases. Load average (1 min) while it ran: mean "
-             f"{load['mean_during']} (at the start {load['start_1min']:.2f}) on 2 cores: other work shared them, so "
-             "the wall times are stretched; the CPU times are the search's own. On 2 idle cores (each parallel "
+             f"{load['mean_during']} (at the start {load['start_1min']:.2f}) on 2 cores: {_shared(load)}. On 2 "
+             "idle cores (each parallel "
              "phase's CPU time over its 2 workers, the others' as they are, and the "
              f"{data['outside_phases_seconds']:.0f} s outside the phases at their wall time) the search takes "
              f"{data['idle_estimate_seconds'] / 60:.1f} min (an estimate from the CPU times, not a measurement).", "",
