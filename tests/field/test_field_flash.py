@@ -99,16 +99,21 @@ int main(void)
 """
 
 
+def _build_and_run(work, program: str) -> str:
+    """The flash store and the NOR simulator built with ``program`` (its workload filled in) in ``work``: its stdout."""
+    for name, text in flash_store(24, 20).items():
+        (work / name).write_text(text)
+    for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
+        shutil.copy(firmware_sources() / name, work / name)
+    (work / "main.c").write_text(program.replace("/* WORKLOAD */", WORKLOAD))
+    subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o", "t", "main.c", "tt_field_flash.c",
+                    "tt_flash_sim.c"], cwd=work, check=True)
+    return subprocess.run(["./t"], cwd=work, capture_output=True, text=True, check=True).stdout
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_power_cuts_during_buffer_writes(tmp_path):
-    for name, text in flash_store(24, 20).items():
-        (tmp_path / name).write_text(text)
-    for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
-        shutil.copy(firmware_sources() / name, tmp_path / name)
-    (tmp_path / "main.c").write_text(PROGRAM.replace("/* WORKLOAD */", WORKLOAD))
-    subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o", "t", "main.c", "tt_field_flash.c",
-                    "tt_flash_sim.c"], cwd=tmp_path, check=True)
-    out = subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    out = _build_and_run(tmp_path, PROGRAM)
     cuts, corrupt, wrong, violations = map(int, re.search(r"cuts (\d+) corrupt (\d+) wrong (\d+) violations (\d+)",
                                                           out).groups())
     assert cuts >= 1000 and corrupt == 0 and wrong == 0 and violations == 0, out
@@ -222,14 +227,7 @@ def test_power_cuts_during_buffer_and_state_writes(tmp_path):
     """The buffer's log and the last good state's ring on one flash, a power cut at every erase and program of
     both (torn and not): every boot opens both, the buffer at its last write or the one in flight and the state at
     its last save or the one in flight, both go on working; an unchanged state is not written again."""
-    for name, text in flash_store(24, 20).items():
-        (tmp_path / name).write_text(text)
-    for name in ("tt_flash_sim.h", "tt_flash_sim.c"):
-        shutil.copy(firmware_sources() / name, tmp_path / name)
-    (tmp_path / "main.c").write_text(BOTH.replace("/* WORKLOAD */", WORKLOAD))
-    subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o", "t", "main.c", "tt_field_flash.c",
-                    "tt_flash_sim.c"], cwd=tmp_path, check=True)
-    out = subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    out = _build_and_run(tmp_path, BOTH)
     cuts, state, corrupt, wrong, violations = map(int, re.search(
         r"cuts (\d+) state (\d+) corrupt (\d+) wrong (\d+) violations (\d+)", out).groups())
     assert cuts >= 1000 and state >= 1000 and corrupt == 0 and wrong == 0 and violations == 0, out

@@ -215,6 +215,23 @@ def const_ops(q: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+def _pooled_head(b, s, rng, x, mean_name: str, mean_scale: float, fin) -> bytes:
+    """The TFLite fixtures' tail after ``x`` (1, 4, 4, 4): MEAN over H and W into ``mean_name`` at ``mean_scale``,
+    a seeded 3-class FULLY_CONNECTED, DEQUANTIZE to float logits; the finished model from input ``fin``."""
+    axes = b.tensor("axes", (2,), "INT32", data=np.array([1, 2], np.int32))
+    m = b.tensor(mean_name, (1, 4), "INT8", mean_scale, -128)
+    b.op("MEAN", [x, axes], [m], s.ReducerOptionsT(keepDims=False))
+    fs = rng.uniform(0.004, 0.01, 3)
+    fw = b.tensor("fc_w", (3, 4), "INT8", fs, 0, 0, rng.integers(-127, 128, (3, 4)).astype(np.int8))
+    fb = b.tensor("fc_b", (3,), "INT32", np.float32(mean_scale) * fs.astype(np.float32), 0, 0,
+                  rng.integers(-500, 500, 3).astype(np.int32))
+    y = b.tensor("logits_q", (1, 3), "INT8", 0.02, 0)
+    b.op("FULLY_CONNECTED", [m, fw, fb], [y], s.FullyConnectedOptionsT())
+    out = b.tensor("logits", (1, 3), "FLOAT32")
+    b.op("DEQUANTIZE", [y], [out])
+    return b.finish([fin], [out])
+
+
 def litert_transpose() -> bytes:
     sys.path.insert(0, str(HERE.parent))
     from oracles import TfliteBuilder
@@ -248,18 +265,7 @@ def litert_transpose() -> bytes:
     b.op("ADD", [fa, fb2], [fsum], s.AddOptionsT())
     r = b.tensor("sum", (1, 4, 4, 4), "INT8", 0.0123, -60)
     b.op("QUANTIZE", [fsum], [r])
-    axes = b.tensor("axes", (2,), "INT32", data=np.array([1, 2], np.int32))
-    m = b.tensor("mean", (1, 4), "INT8", 0.008, -128)
-    b.op("MEAN", [r, axes], [m], s.ReducerOptionsT(keepDims=False))
-    fs = rng.uniform(0.004, 0.01, 3)
-    fw = b.tensor("fc_w", (3, 4), "INT8", fs, 0, 0, rng.integers(-127, 128, (3, 4)).astype(np.int8))
-    fb = b.tensor("fc_b", (3,), "INT32", np.float32(0.008) * fs.astype(np.float32), 0, 0,
-                  rng.integers(-500, 500, 3).astype(np.int32))
-    y = b.tensor("logits_q", (1, 3), "INT8", 0.02, 0)
-    b.op("FULLY_CONNECTED", [m, fw, fb], [y], s.FullyConnectedOptionsT())
-    out = b.tensor("logits", (1, 3), "FLOAT32")
-    b.op("DEQUANTIZE", [y], [out])
-    return b.finish([fin], [out])
+    return _pooled_head(b, s, rng, r, "mean", 0.008, fin)
 
 
 def tf_const_ops() -> bytes:
@@ -300,18 +306,7 @@ def tf_const_ops() -> bytes:
     scale = const("scale", 91, 0.011, -20)
     scaled = act("scaled", 0.024, -85)
     b.op("MUL", [scale, centred], [scaled], s.MulOptionsT(fusedActivationFunction=s.ActivationFunctionType.RELU))
-    axes = b.tensor("axes", (2,), "INT32", data=np.array([1, 2], np.int32))
-    m = b.tensor("mean_hw", (1, 4), "INT8", 0.012, -128)
-    b.op("MEAN", [scaled, axes], [m], s.ReducerOptionsT(keepDims=False))
-    fs = rng.uniform(0.004, 0.01, 3)
-    fw = b.tensor("fc_w", (3, 4), "INT8", fs, 0, 0, rng.integers(-127, 128, (3, 4)).astype(np.int8))
-    fb = b.tensor("fc_b", (3,), "INT32", np.float32(0.012) * fs.astype(np.float32), 0, 0,
-                  rng.integers(-500, 500, 3).astype(np.int32))
-    y = b.tensor("logits_q", (1, 3), "INT8", 0.02, 0)
-    b.op("FULLY_CONNECTED", [m, fw, fb], [y], s.FullyConnectedOptionsT())
-    out = b.tensor("logits", (1, 3), "FLOAT32")
-    b.op("DEQUANTIZE", [y], [out])
-    return b.finish([fin], [out])
+    return _pooled_head(b, s, rng, scaled, "mean_hw", 0.012, fin)
 
 
 def transpose_const(q: onnx.ModelProto) -> onnx.ModelProto:
