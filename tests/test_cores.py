@@ -46,3 +46,53 @@ def test_codegen_and_the_report_read_the_table():
         assert (arm_dsp(core.name), has_fpu(core.name), fpv5(core.name)) == (core.dsp, core.fpu, core.fpv5)
         assert stack_reserve(core.name) == core.stack_bytes
     assert not arm_dsp("") and not has_fpu("") and not fpv5("")
+
+
+def _pooled_rates(rows, macs) -> dict[str, tuple[float, float]]:
+    """Per QEMU board: instructions per forward MAC (the inferences') and per backward MAC (the steps' less the
+    inferences'), pooled over the measured plans (``macs``: plan -> (forward MACs, step MACs))."""
+    sums = {}
+    for r in rows:
+        if "insns_per_step" in r:
+            fwd, step = macs[r["plan"]]
+            s = sums.setdefault(r["board"], [0, 0, 0, 0])
+            s[0] += r["insns_per_inference"]
+            s[1] += fwd
+            s[2] += r["insns_per_step"] - r["insns_per_inference"]
+            s[3] += step - fwd
+    return {b: (s[0] / s[1], s[2] / s[3]) for b, s in sums.items()}
+
+
+def test_the_rates_are_those_measured_in_the_cores_benchmark():
+    """Each core's instructions per MAC (the report's time estimate) are benchmarks/results/cores.json's, to the
+    table's 3 significant digits, and each measured board has its row."""
+    import json
+
+    from tinytrain.api import compile
+    from tinytrain.describe import node_macs
+
+    root = PACKAGE.parent
+    rows = json.loads((root / "benchmarks" / "results" / "cores.json").read_text())["rows"]
+    macs = {}
+    for plan in sorted({r["plan"] for r in rows}):
+        c = compile(root / "models" / (Path(plan).stem.rsplit("-", 1)[0] + ".onnx"), plan=root / plan)
+        macs[plan] = (sum(node_macs(c.graph, n) for n in c.graph.nodes), sum(node_macs(c.step, n) for n in c.step.nodes))
+    measured = _pooled_rates(rows, macs)
+    table = {r.board: r for core in CORES.values() for r in core.rates}
+    assert set(table) == set(measured)
+    for board, (fwd, bwd) in measured.items():
+        assert float(f"{fwd:.3g}") == table[board].forward and float(f"{bwd:.3g}") == table[board].backward, board
+
+
+def test_the_report_estimates_the_time_at_a_clock(tmp_path):
+    from tinytrain.api import compile
+
+    model = PACKAGE.parent / "models" / "mbv2-w0.35.onnx"
+    c = compile(model, update="last-k:2", clock_mhz=100)
+    est = c.to_json()["time_estimate"]
+    rate = CORES[c.options.target].rates[0]
+    assert est["clock_mhz"] == 100 and est["backward_macs"] > 0
+    assert est["estimates"][0]["instructions"] == round(est["forward_macs"] * rate.forward
+                                                        + est["backward_macs"] * rate.backward)
+    assert f"at 100 MHz (estimate" in c.text()
+    assert compile(model, target="cortex-m55").to_json()["time_estimate"]["estimates"] == []

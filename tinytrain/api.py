@@ -85,9 +85,9 @@ def model_data(graph: Graph, data, loss: str = "xent") -> tuple[np.ndarray, np.n
 def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str | int = "1m", plan=None,
             update: str | None = None, target: str = DEFAULT_CORE, new_head: int | None = None,
             planner: str = "greedy", reorder: bool = True, inplace: bool = True, input_size: InputSize = None,
-            input_mapping=None, classes=None, **step) -> Compiled:
+            input_mapping=None, classes=None, clock_mhz: float | None = None, **step) -> Compiled:
     """Plan the training step of ``plan`` / ``update`` (without them: the inference forward pass) against the
-    budgets and emit its C. ``step``: the step's knobs, as ``train`` takes them (training/spec.py ``KNOBS``; a
+    budgets and emit its C; ``clock_mhz``: the clock of the report's time estimate (None: the core's reference). ``step``: the step's knobs, as ``train`` takes them (training/spec.py ``KNOBS``; a
     cosine ``lr_schedule`` needs ``schedule_steps`` here), so the step tuned with ``train`` is the step compiled.
     Raises BudgetError when it does not fit."""
 
@@ -98,7 +98,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     spec = resolve_step(graph, given, update=update, new_head=new_head, **step)
     graph = with_classes(graph, classes if classes is not None else getattr(spec, "classes", None))
     return compile_step(graph, spec, sram_bytes, flash_bytes, planner=planner, reorder=reorder, inplace=inplace,
-                        target=target)
+                        target=target, clock_mhz=clock_mhz)
 
 
 # ---- train and evaluate ----------------------------------------------------------------------------------

@@ -122,7 +122,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
     compiled = compile(args.model, sram=args.sram, flash=args.flash, plan=args.plan, update=args.update,
                        target=core, new_head=args.new_head, planner=args.planner, reorder=not args.no_reorder,
                        inplace=not args.no_inplace, input_size=args.input_size, input_mapping=args.input_mapping,
-                       classes=args.classes.split(",") if args.classes else None, **step_knobs(args))
+                       classes=args.classes.split(",") if args.classes else None, clock_mhz=args.clock_mhz,
+                       **step_knobs(args))
     links = None if board is None else check_board(compiled.to_json(), board)
     out = Path(args.output)
     write_field = prepare_field(args)  # compile --replay: the field runtime (cli_field.py), checked before writing
@@ -216,6 +217,8 @@ def _add_compile_command(sub) -> None:
     s.add_argument("--no-reorder", action="store_true", help="keep every update after the whole backward pass")
     s.add_argument("--no-inplace", action="store_true", help="give every output its own buffer")
     add_step_arguments(s)
+    s.add_argument("--clock", dest="clock_mhz", type=float, metavar="MHZ", help="the core's clock for the report's "
+                   "time estimate (default: a common part's top clock, tinytrain/cores.py; docs/guide/memory-report.md)")
     s.add_argument("--explain", action="store_true", help="print each convolution's kernel variant and why not the "
                    "earlier ones (docs/design.md: kernel selection)")
     s.add_argument("-o", "--output", required=True, help="output folder")

@@ -28,6 +28,7 @@ from tinytrain.search.candidates import deepest_fitting
 from tinytrain.search.memory import peak_sram
 from tinytrain.search.space import Choice, Space
 from tinytrain.sizes import format_size
+from tinytrain.step_time import TimeEstimate, check_clock, estimate_time
 from tinytrain.training.device_step import device_schedule
 from tinytrain.training.finite import gradient_bounds
 from tinytrain.training.sparse import DEFAULT_REMAINDER_BITS, Plan
@@ -50,10 +51,16 @@ class Compiled:
     nonfinite_guard: dict | None = None  # training: the proof that a finite loss gives finite gradients
     kernel_choices: tuple[str, ...] = ()  # per forward convolution: the kernel variant and why not the earlier ones
     options: EmitOptions = EmitOptions()  # what the C was emitted for: target core, plain kernels
+    clock_mhz: float | None = None  # the time estimate's clock (None: the core's reference clock, tinytrain/cores.py)
 
     @property
     def plan(self) -> Plan | None:
         return None if self.spec is None else self.spec.plan
+
+    @property
+    def time(self) -> TimeEstimate | None:
+        """The step's (or the inference's) estimated time on the target core; None for a host build."""
+        return estimate_time(self.graph, self.step, self.options.target, self.clock_mhz)
 
     @property
     def mode(self) -> str:
@@ -66,12 +73,14 @@ class Compiled:
         if self.plan is not None:
             meta.update(plan=self.spec.to_json(), reorder=self.reorder, nonfinite_guard=self.nonfinite_guard)
         report = self.report.to_json(self.options.plain)
-        return {**meta, **report, "firmware": links_json(report),
+        time = self.time
+        return {**meta, **report, "firmware": links_json(report), "time_estimate": time and time.to_json(),
                 "layers": [r.to_json() for r in layer_table(self.graph, self.step, self.report)],
                 "schedule": [f"{n.op} {n.name}" for n in self.step.nodes]}
 
     def text(self) -> str:
-        text = report_text(self.report, self.step, boards=links_text(self.report.to_json()), plain=self.options.plain)
+        lines = (links_text(self.report.to_json()), self.time and self.time.text())
+        text = report_text(self.report, self.step, notes=tuple(t for t in lines if t), plain=self.options.plain)
         if self.spec is not None:
             text += f"\nstep: {self.spec.recipe()}"
         return text + "\n\n" + layer_text(layer_table(self.graph, self.step, self.report), self.plan is not None)
@@ -98,11 +107,14 @@ class Compiled:
 
 
 def compile_step(graph: Graph, spec: StepSpec | None, sram_bytes: int, flash_bytes: int, *, planner: str = "greedy",
-                 reorder: bool = True, inplace: bool = True, target: str = DEFAULT_CORE) -> Compiled:
+                 reorder: bool = True, inplace: bool = True, target: str = DEFAULT_CORE,
+                 clock_mhz: float | None = None) -> Compiled:
     """What ``compile`` plans for ``graph``: the step the device runs (``spec``'s training step, None: the forward
     pass), its memory report, the C project (or a note when no C was written), the finite-gradient proof (training,
-    proven once) and each forward convolution's kernel choice. Raises BudgetError when the step does not fit the SRAM
-    (naming the deepest presets that do) or, once emitted, the flash budget."""
+    proven once), each forward convolution's kernel choice and the time estimate at ``clock_mhz`` (MHz). Raises
+    BudgetError when the step does not fit the SRAM (naming the deepest presets that do) or, once emitted, the flash
+    budget."""
+    check_clock(clock_mhz)
     step, plan = graph, None if spec is None else spec.plan
     if spec is not None:
         step = build_training_graph(graph, plan, spec.config)
@@ -127,7 +139,7 @@ def compile_step(graph: Graph, spec: StepSpec | None, sram_bytes: int, flash_byt
         files, note = {}, f"note: no C project written for the training step yet ({e})"
     check_budget(report, step)  # the flash of the emitted C
     return Compiled(graph, step, report, spec, reorder, files, note, None if proof is None else proof.to_json(),
-                    tuple(choices), options)
+                    tuple(choices), options, clock_mhz)
 
 
 def fitting_hint(graph: Graph, spec: StepSpec, sram_bytes: int, planner: str = "greedy") -> str:

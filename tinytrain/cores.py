@@ -30,6 +30,20 @@ PORTABLE_STACK_BYTES = -(-(PORTABLE_STACK_MEASURED_BYTES + STACK_MARGIN_BYTES) /
 
 
 @dataclass(frozen=True)
+class Rate:
+    """The emitted C's instructions per multiply-accumulate on a core, measured under QEMU ``-icount shift=0`` (one
+    instruction per tick) by benchmarks/cores.py over the shipped sparse plans (benchmarks/results/cores.json; pooled:
+    the plans' instructions over their MACs, tests/test_cores.py recomputes them from that file): ``forward`` per MAC
+    of an inference, ``backward`` per MAC the training step adds to the forward (the step's instructions less the
+    inference's, over the step's MACs less the forward's). ``variant``: the build measured; ``board``: where it ran."""
+
+    variant: str
+    board: str
+    forward: float
+    backward: float
+
+
+@dataclass(frozen=True)
 class Core:
     """What tinytrain knows of a core.
 
@@ -49,16 +63,26 @@ class Core:
     fpv5: bool
     stack_bytes: int
     cpu_flags: tuple[str, ...]
+    clock_mhz: int
+    rates: tuple[Rate, ...]
 
 
+# Clocks: STM32F405 (168 MHz), STM32F746 (216 MHz), Alif Ensemble's high-performance M55 (400 MHz), STM32U575
+# (160 MHz), STM32F103 (72 MHz), STM32G071 (64 MHz), GD32VF103 (108 MHz). The M55 rows of cores.json did not link.
 CORES: dict[str, Core] = {c.name: c for c in (
-    Core("cortex-m4", "armv7e-m", True, True, False, STACK_BYTES, ("-mcpu=cortex-m4", "-mthumb")),
-    Core("cortex-m7", "armv7e-m", True, True, True, STACK_BYTES, ("-mcpu=cortex-m7", "-mthumb")),
-    Core("cortex-m55", "armv8.1-m.main", True, True, True, STACK_BYTES, ("-mcpu=cortex-m55", "-mthumb")),
-    Core("cortex-m33", "armv8-m.main", True, True, True, STACK_BYTES, ("-mcpu=cortex-m33", "-mthumb")),
-    Core("cortex-m3", "armv7-m", False, False, False, PORTABLE_STACK_BYTES, ("-mcpu=cortex-m3", "-mthumb")),
-    Core("cortex-m0plus", "armv6-m", False, False, False, PORTABLE_STACK_BYTES, ("-mcpu=cortex-m0plus", "-mthumb")),
-    Core("riscv32", "rv32imac", False, False, False, PORTABLE_STACK_BYTES, ()),
+    Core("cortex-m4", "armv7e-m", True, True, False, STACK_BYTES, ("-mcpu=cortex-m4", "-mthumb"), 168,
+         (Rate("DSP, FPv4-SP", "qemu-m4", 1.54, 2.27),)),
+    Core("cortex-m7", "armv7e-m", True, True, True, STACK_BYTES, ("-mcpu=cortex-m7", "-mthumb"), 216,
+         (Rate("DSP, FPv5-SP", "qemu-m7", 1.54, 2.17),)),
+    Core("cortex-m55", "armv8.1-m.main", True, True, True, STACK_BYTES, ("-mcpu=cortex-m55", "-mthumb"), 400, ()),
+    Core("cortex-m33", "armv8-m.main", True, True, True, STACK_BYTES, ("-mcpu=cortex-m33", "-mthumb"), 160,
+         (Rate("DSP, FPv5-SP", "qemu-m33", 1.53, 2.19),)),
+    Core("cortex-m3", "armv7-m", False, False, False, PORTABLE_STACK_BYTES, ("-mcpu=cortex-m3", "-mthumb"), 72,
+         (Rate("soft float", "qemu-m3", 4.7, 351.0),)),
+    Core("cortex-m0plus", "armv6-m", False, False, False, PORTABLE_STACK_BYTES, ("-mcpu=cortex-m0plus", "-mthumb"),
+         64, (Rate("soft float", "qemu-m0plus", 10.5, 904.0),)),
+    Core("riscv32", "rv32imac", False, False, False, PORTABLE_STACK_BYTES, (), 108,
+         (Rate("rv32imac, soft float", "qemu-riscv32", 7.2, 666.0), Rate("rv32imafc", "qemu-riscv32f", 7.19, 9.97))),
 )}
 # The compile targets (`tinytrain compile --target`, a firmware board's core), in the table's order.
 CORE_TARGETS = tuple(CORES)

@@ -31,9 +31,10 @@ def _stream_lines(report: MemoryReport, graph: Graph) -> list[str]:
     return lines
 
 
-def report_text(report: MemoryReport, graph: Graph, top: int = 8, boards: str | None = None,
+def report_text(report: MemoryReport, graph: Graph, top: int = 8, notes: tuple[str, ...] = (),
                 plain: tuple[str, ...] = ()) -> str:
-    """The report; ``boards``: a line after the totals (the boards its firmware links on, firmware/fit.py);
+    """The report; ``notes``: lines after the totals (the boards its firmware links on, firmware/fit.py; the time
+    estimate, step_time.py);
     ``plain``: the convolutions codegen emitted with plain kernels (codegen/flash.py)."""
     node = graph.nodes[report.peak_step]
     ties = {p.output: p.input for p in report.inplace}
@@ -53,8 +54,7 @@ def report_text(report: MemoryReport, graph: Graph, top: int = 8, boards: str | 
         f"  (weights and tables {format_size(report.weights_flash_bytes)}, code estimate "
         f"{format_size(report.code_bytes)})",
     ]
-    if boards:
-        lines.append(boards)
+    lines.extend(notes)
     if plain:
         lines.append(f"    {len(plain)} convolutions read their int8 weight, no packed table: the tables would "
                      "not fit the flash budget")
