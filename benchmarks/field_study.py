@@ -53,7 +53,7 @@ from tinytrain.field_runtime.config import FieldConfig  # noqa: E402
 from tinytrain.field_runtime.program import field_program  # noqa: E402
 from tinytrain.field_runtime.qemu import qemu_field  # noqa: E402
 from tinytrain.field_runtime.run import run_stream  # noqa: E402
-from tinytrain.field_runtime.runtime import HELD, FieldRuntime  # noqa: E402
+from tinytrain.field_runtime.runtime import HELD, FieldRuntime, split_state  # noqa: E402
 from tinytrain.field_runtime.step import SimStep  # noqa: E402
 from tinytrain.training.sparse import preset  # noqa: E402
 
@@ -270,7 +270,7 @@ def run_one(graph, plan, sc: dict, lat: dict, cfg_name: str, starts: dict, engin
     program = field_program(graph, plan, cfg)
     tx, ty = lat["test"][sc["test"]]
     res = run_stream(program, sc["x"], sc["y"], (tx, ty), engine=engine, every=200, start=starts[sc["known"]])
-    state = bytes(np.frombuffer(res.state, np.uint8, program.state_size, 4))
+    state = split_state(program, res.state)["state"].tobytes()
     seen = res.classes_seen
     mine = accuracy_of(final_trainer(program, state), tx, ty, seen)
     rec = dict(scenario=sc["name"], config=cfg_name, engine=engine, samples=res.samples, labelled=res.labelled,
@@ -305,7 +305,7 @@ def scenario_metrics(sc, program, res, state, tx, ty, starts) -> dict:
         nine, old = ty == 9, ty < 9
         prefix = run_stream(program, sc["x"][:n], sc["y"][:n], (tx[:0], ty[:0]), engine=res.engine,
                             start=starts[sc["known"]])
-        b = final_trainer(program, bytes(np.frombuffer(prefix.state, np.uint8, program.state_size, 4)))
+        b = final_trainer(program, split_state(program, prefix.state)["state"].tobytes())
         out.update(new_class=float(accuracy_of(t, tx[nine], ty[nine], res.classes_seen).mean()),
                    old_before=float(accuracy_of(b, tx[old], ty[old], prefix.classes_seen).mean()),
                    old_after=float(accuracy_of(t, tx[old], ty[old], res.classes_seen).mean()))

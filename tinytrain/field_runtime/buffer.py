@@ -6,7 +6,8 @@ largest class (the lowest class index among the largest) in place of a slot of t
 slots in slot order, j drawn uniformly; a sample of a largest class replaces the r-th slot of its own class when
 r < slots of its class, r drawn from 0 .. (samples of its class offered so far - 1), and is dropped otherwise. So
 every class keeps a fair share and, within a class, the slots are a uniform sample of what it offered.
-The guard set is a plain reservoir (Vitter's algorithm R) over the samples held back for it.
+The guard set is a plain reservoir (Vitter's algorithm R) over the samples held back for it, drawing from its own
+stream (``rng.guard_seed``: the guard does not change the replay draws).
 Draws are ``Rng.below`` (xorshift32), in the order written here, identical in the C (codegen/templates/field.c.j2).
 """
 

@@ -11,6 +11,7 @@ from tinytrain.csources import firmware_sources
 from tinytrain.field_runtime.head import DEFAULT_NORM
 from tinytrain.field_runtime.prefix import prefix_memory, render_prefix
 from tinytrain.field_runtime.program import FieldProgram
+from tinytrain.field_runtime.rng import guard_seed
 from tinytrain.version import __version__
 
 FIELD_HEADER, FIELD_SOURCE = "tt_field.h", "tt_field.c"
@@ -47,8 +48,8 @@ def field_memory(program: FieldProgram) -> FieldMemory:
     s = state_size(state_layout(program.tg))
     buffer = cfg.replay * (k + 2) + 4 * c + 4
     guard = cfg.guard * (k + 2) + 8
-    stats = 8 * k + 40 + 20 + 4 + c * 6  # EMA, reference, drift words, counters, rng, seen / count / logits
-    save = 4 + 2 * s + buffer + guard + c * 5 + 8 * k + 60
+    stats = 8 * k + 40 + 20 + 8 + c * 6  # EMA, reference, drift words, counters, two rngs, seen / count / logits
+    save = 8 + 2 * s + buffer + guard + c * 5 + 8 * k + 60
     per = FLASH_SECTOR // (-(-(16 + k) // 8) * 8)  # records of a sector (tt_fstore_record_bytes, 8-byte programs)
     log = (-(-cfg.replay // per) + 2) * FLASH_SECTOR if cfg.replay else 0
     ring = 2 * -(-(32 + s) // FLASH_SECTOR) * FLASH_SECTOR
@@ -62,7 +63,7 @@ def render_field(program: FieldProgram) -> dict[str, str]:
     env = environment()
     mem = field_memory(program)
     ctx = dict(version=__version__, cfg=program.cfg, width=program.width, classes=program.classes,
-               replay=program.cfg.replay, guard=program.cfg.guard, seed=program.cfg.seed, head=program.head,
+               replay=program.cfg.replay, guard=program.cfg.guard, seed=program.cfg.seed, guard_seed=guard_seed(program.cfg.seed), head=program.head,
                default_norm=DEFAULT_NORM, sram_bytes=mem.sram, save_bytes=mem.save)
     files = {FIELD_HEADER: env.get_template("field.h.j2").render(**ctx),
              FIELD_SOURCE: env.get_template("field.c.j2").render(**ctx)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 MASK = 0xFFFFFFFF
+GUARD_SALT = 0x9E3779B9  # the guard set's own stream starts from seed ^ GUARD_SALT (GUARD_SALT when that is 0)
 
 
 def next_u32(x: int) -> int:
@@ -11,6 +12,11 @@ def next_u32(x: int) -> int:
     x ^= x >> 17
     x ^= (x << 5) & MASK
     return x
+
+
+def guard_seed(seed: int) -> int:
+    """The seed of the guard set's stream: its own, so that a guard does not change the replay draws."""
+    return ((seed ^ GUARD_SALT) & MASK) or GUARD_SALT
 
 
 class Rng:

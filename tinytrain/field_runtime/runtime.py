@@ -15,7 +15,10 @@ predicted right) against the last good state's on the same guard set; more than 
 state back to the last good one (``rollbacks`` counts); at least as high, the state becomes the last good one; in
 between, learning goes on from the state and the last good one stays (so small losses cannot add up). While the guard
 set is less than half full the state becomes the last good one unchecked; a drift alarm empties the guard set (its
-samples are of the distribution the input drifted from).
+samples are of the distribution the input drifted from) and, while it lasts, nothing is held back (every labelled
+sample is learned from); then the set refills from post-drift samples, and its first check at half full compares the
+state with the last good one on them (re-baselines). The guard set's reservoir draws from its own xorshift32 stream
+(``rng.guard_seed``), so a guard does not change the replay draws.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from tinytrain.field_runtime.buffer import Slots, offer_guard, offer_replay
 from tinytrain.field_runtime.drift import Drift, observe_drift
 from tinytrain.field_runtime.head import imprint
 from tinytrain.field_runtime.program import FieldProgram
-from tinytrain.field_runtime.rng import Rng
+from tinytrain.field_runtime.rng import Rng, guard_seed
 
 LEARNED, HELD, BAD_LABEL = 0, 1, -1
 STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")
@@ -58,6 +61,7 @@ class FieldRuntime:
         self.program, self.step = program, step
         k, c = program.width, program.classes
         self.rng = Rng(cfg.seed)
+        self.guard_rng = Rng(guard_seed(cfg.seed))  # the guard set's own stream (rng.py)
         self.buffer = Slots.empty(cfg.replay, k, c)
         self.guard = Slots.empty(cfg.guard, k, 1)
         self.drift = Drift.empty(k)
@@ -86,8 +90,9 @@ class FieldRuntime:
         self.observe(latent)
         self.n.labelled += 1
         self.count[label] += 1
-        if cfg.guard and self.count[label] > cfg.imprint and self.count[label] % cfg.guard_every == 0:
-            offer_guard(self.guard, self.rng, latent, label)
+        if (cfg.guard and not self.drift.active and self.count[label] > cfg.imprint
+                and self.count[label] % cfg.guard_every == 0):
+            offer_guard(self.guard, self.guard_rng, latent, label)
             return HELD
         offer_replay(self.buffer, self.rng, latent, label)
         if self.count[label] <= cfg.imprint and self.program.head is not None and label >= cfg.known:
@@ -150,7 +155,7 @@ class FieldRuntime:
         """Everything the runtime holds, in the byte layout of the C's ``tt_field_save`` (``state_parts``)."""
         d, n = self.drift, self.n
         s = self.step.save()
-        values = dict(rng=self.rng.x, state=np.frombuffer(s, np.uint8), good=np.frombuffer(self.good, np.uint8),
+        values = dict(rng=self.rng.x, guard_rng=self.guard_rng.x, state=np.frombuffer(s, np.uint8), good=np.frombuffer(self.good, np.uint8),
                       seen=self.seen, count=self.count, m=d.m, r=d.r,
                       drift=[d.conf, d.conf_ref, d.seen, d.dmax, d.threshold, d.score, d.active, d.since, d.alarms, 0],
                       counters=[n.labelled, n.learned, n.steps, n.rollbacks, n.checks])
@@ -164,7 +169,7 @@ class FieldRuntime:
 def state_parts(program: FieldProgram) -> list[tuple[str, str, int]]:
     """(name, little-endian dtype, count) of each part of the saved runtime, in order (the C's ``tt_field_save``)."""
     cfg, k, c, size = program.cfg, program.width, program.classes, program.state_size
-    return [("rng", "<u4", 1), ("state", "u1", size), ("good", "u1", size),
+    return [("rng", "<u4", 1), ("guard_rng", "<u4", 1), ("state", "u1", size), ("good", "u1", size),
             ("buffer_filled", "<u4", 1), ("buffer_x", "i1", cfg.replay * k), ("buffer_y", "<i2", cfg.replay),
             ("buffer_offered", "<u4", c), ("guard_filled", "<u4", 1), ("guard_x", "i1", cfg.guard * k),
             ("guard_y", "<i2", cfg.guard), ("guard_offered", "<u4", 1), ("seen", "u1", c), ("count", "<u4", c),
