@@ -14,7 +14,8 @@ from tinytrain.engines.qemu import emit_compile_dir
 from tinytrain.errors import UsageError
 from tinytrain.field_runtime.emit import field_memory, render_field
 from tinytrain.field_runtime.program import FieldProgram
-from tinytrain.field_runtime.qemu import RAW_STACK, QemuField, qemu_field
+from tinytrain.field_runtime.qemu import QemuField, qemu_field
+from tinytrain.firmware.field import RAW_STACK
 from tinytrain.field_runtime.runtime import STATUS
 from tinytrain.firmware import get_board
 from tinytrain.firmware.project import render_firmware

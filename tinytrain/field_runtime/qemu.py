@@ -22,11 +22,11 @@ from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.firmware import get_board
+from tinytrain.firmware.field import RAW_STACK
 from tinytrain.firmware.project import render_firmware
 from tinytrain.version import __version__
 
 HARNESS = "src/tt_harness_qemu.c"
-RAW_STACK = 16 * 1024  # raw inputs: the prefix's forward runs on the stack the cut step's measured reserve sized
 _CALL = re.compile(r"^tt: (learn|observe) (\d+) result (-?\d+) ticks (\d+)$")
 
 
