@@ -40,7 +40,7 @@ from tinytrain.firmware.boards import get_board
 from tinytrain.cores import STACK_BYTES, STACK_MARGIN_BYTES
 from tinytrain.training.sparse import load_plan, parse_plan
 
-from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common import ROOT, write_results  # noqa: E402  (puts the checkout on sys.path)
 BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55")
 PROBE_STACK = 16 * 1024   # reserved while measuring: far above any measured use, so the mark is never clipped
 KB = 1024
@@ -137,9 +137,7 @@ def field_stack(args) -> None:
     lines += ["", f"Largest: **{top} B**. Reservation (tinytrain/firmware/field.py RAW_STACK): max + "
               f"{STACK_MARGIN_BYTES} B margin, rounded up to 64 B = **{meta['reservation_bytes']} B** (in the code: "
               f"{RAW_STACK} B).", ""]
-    out = ROOT / "benchmarks" / "results"
-    (out / "stack_field.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    (out / "stack_field.md").write_text("\n".join(lines))
+    write_results("stack_field", "\n".join(lines), {"meta": meta, "rows": rows}, meta["command"])
     print("\n".join(lines))
 
 
