@@ -13,6 +13,14 @@ inferences on QEMU. The startup code paints the stack and the harness prints how
 forward, loss, backward, updates, state save, inference.
 
 Writes benchmarks/results/stack.json and .md; the reservation = max measured + MARGIN_BYTES, rounded up to 64.
+
+    .venv/bin/python benchmarks/stack.py --field
+
+The field runtime given raw input instead (FIELD_MODELS, a new head, FIELD_SETTINGS): a stream of --field-samples
+random inputs through tt_learn_input / tt_observe_input (the frozen prefix's forward, learning with replay, imprints,
+guard checks, drift statistics, the buffer in a simulated flash) on qemu-m4 and qemu-m7 (field_runtime/qemu.py:
+the QEMU field harness linked with firmware/field.py's RAW_STACK, prints the painted stack's high-water mark). Writes
+benchmarks/results/stack_field.json and .md.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from tinytrain.firmware.boards import get_board
 from tinytrain.cores import STACK_BYTES, STACK_MARGIN_BYTES
 from tinytrain.training.sparse import load_plan, parse_plan
 
-from common import ROOT  # noqa: E402  (puts the checkout on sys.path)
+from common import ROOT, write_results  # noqa: E402  (puts the checkout on sys.path)
 BOARDS = ("qemu-m4", "qemu-m7", "qemu-m55")
 PROBE_STACK = 16 * 1024   # reserved while measuring: far above any measured use, so the mark is never clipped
 KB = 1024
@@ -91,12 +99,59 @@ def markdown(rows, meta) -> str:
     return "\n".join(lines)
 
 
+FIELD_MODELS = (("mbv1-0.25-vww 96x96", ROOT / "models" / "mbv1-0.25-vww.onnx", 3),
+                ("MobileNetV1-0.25 128x128 (the field study's)", SHARED / "models" / "mobilenet_v1_0.25_128_quant.tflite",
+                 10))
+FIELD_SETTINGS = dict(replay=8, replay_k=2, guard=4, guard_every=3, imprint=2, drift_warmup=4)
+
+
+def field_stack(args) -> None:
+    """--field: the field runtime's stack given raw input (module docstring); results in stack_field.*."""
+    import numpy as np
+    from tinytrain.field_runtime.api import field_model
+    from tinytrain.field_runtime.qemu import qemu_field
+    from tinytrain.firmware.field import RAW_STACK
+    rows, n = [], args.field_samples
+    for name, path, classes in FIELD_MODELS:
+        p = field_model(path, max_classes=classes, **FIELD_SETTINGS)
+        shape = p.graph.tensors[p.graph.inputs[0]].shape[1:]
+        rng = np.random.default_rng(5)
+        x = rng.integers(-128, 128, (n, *shape)).astype(np.int8).reshape(n, -1)
+        y = np.where(np.arange(n) % 4 == 3, -1, rng.integers(0, classes, n))
+        for board in ("qemu-m4", "qemu-m7"):
+            t0 = time.time()
+            r = qemu_field(p, x, y, board, raw=True, flash=True)
+            rows.append({"model": name, "board": board, "samples": n, "stack_used_bytes": r.stack_bytes,
+                         "linked_stack_bytes": RAW_STACK, "qemu_seconds": round(time.time() - t0, 2)})
+            print(f"{name:48s} {board:8s} {r.stack_bytes} B", flush=True)
+    top = max(r["stack_used_bytes"] for r in rows)
+    meta = {"command": f"python benchmarks/stack.py --field --field-samples {n}", "date": time.strftime("%Y-%m-%d"),
+            "host": platform.node(), "max_stack_used_bytes": top, "margin_bytes": STACK_MARGIN_BYTES,
+            "reservation_bytes": -(-(top + STACK_MARGIN_BYTES) // 64) * 64, "stack_bytes_in_code": RAW_STACK,
+            "settings": FIELD_SETTINGS}
+    lines = ["# Stack high-water mark of the field runtime given raw input", "",
+             f"`{meta['command']}` — {meta['date']}; stack painted at reset, measured over a stream of {n} random "
+             f"inputs (3 of 4 labelled) through tt_learn_input / tt_observe_input, the buffer in a simulated flash "
+             f"(firmware linked with a {RAW_STACK} B stack).", "", "| model | board | stack used |", "|---|---|---:|"]
+    lines += [f"| {r['model']} | {r['board']} | {r['stack_used_bytes']} B |" for r in rows]
+    lines += ["", f"Largest: **{top} B**. Reservation (tinytrain/firmware/field.py RAW_STACK): max + "
+              f"{STACK_MARGIN_BYTES} B margin, rounded up to 64 B = **{meta['reservation_bytes']} B** (in the code: "
+              f"{RAW_STACK} B).", ""]
+    write_results("stack_field", "\n".join(lines), {"meta": meta, "rows": rows}, meta["command"])
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--inferences", type=int, default=1)
     ap.add_argument("--boards", default=",".join(BOARDS))
+    ap.add_argument("--field", action="store_true", help="the field runtime given raw input (stack_field.*)")
+    ap.add_argument("--field-samples", type=int, default=24)
     args = ap.parse_args()
+    if args.field:
+        field_stack(args)
+        return
     rows = []
     for name, path, plan, src in workloads():
         for board in args.boards.split(","):

@@ -291,3 +291,58 @@ def test_as_typed_in_a_shell_a_closed_pipe_is_quiet_and_an_error_has_no_tracebac
     r = subprocess.run(["bash", "-c", "tinytrain train tiny.onnx --data nosuch.npz --steps 2"], cwd=desk, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stdout == "", r.stderr
+
+
+FIELD_MODEL = str(Path(__file__).resolve().parents[1] / "models" / "mbv1-0.25-vww.onnx")
+FIELD_FLAGS = ["--max-classes", "3", "--replay", "8", "--guard", "4", "--guard-every", "3", "--imprint", "2",
+               "--drift-warmup", "4"]
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@pytest.mark.skipif(ARM_GCC is None or QEMU is None, reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_learning_in_the_field_compile_firmware_qemu_stream(tmp_path, capsys):
+    """The guide's journey (docs/guide/field-learning.md "From compile to a board"): compile --replay, firmware
+    --field for the mps2-an385 (QEMU, its UART), make, then stream --field with raw samples: the report of
+    `tinytrain field --engine sim` on the same stream, bit for bit; the user's main.c survives a second run."""
+    pytest.importorskip("serial")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (16, 96, 96, 3)).astype(np.uint8)
+    np.savez(tmp_path / "stream.npz", x=x, y=np.array([0, 1, -1, 2] * 4))
+    np.savez(tmp_path / "test.npz", x=x[:4], y=np.array([0, 1, 2, 0]))
+    build, project = tmp_path / "build", tmp_path / "project"
+    assert tt("compile", FIELD_MODEL, "--update", "last-k:1", "--new-head", "3", *FIELD_FLAGS, "--sram", "256k",
+              "-o", str(build)) == 0
+    assert tt("firmware", str(build), "--board", "mps2-an385", "--field", "-o", str(project)) == 0
+    assert "stream MODEL --port socket://" in capsys.readouterr().out
+    r = subprocess.run(["make", "-s", "-C", str(project)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = ["--test", str(tmp_path / "test.npz"), *FIELD_FLAGS, "--checkpoints", "2"]
+    assert tt("field", FIELD_MODEL, "--stream", str(tmp_path / "stream.npz"), *run, "--engine", "sim",
+              "--json", str(tmp_path / "sim.json")) == 0
+    assert tt("stream", FIELD_MODEL, "--port", f"qemu:{project}", "--field", str(tmp_path / "stream.npz"), *run,
+              "--field-json", str(tmp_path / "board.json")) == 0
+    sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))
+    assert board["engine"] == "board mps2-an385"
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in board.items() if k not in ("engine", "seconds")}
+    (project / "src" / "main.c").write_text("/* mine */\n")
+    assert tt("firmware", str(build), "--board", "mps2-an385", "--field", "-o", str(project)) == 0
+    assert (project / "src" / "main.c").read_text() == "/* mine */\n"
+
+
+def test_firmware_field_refusals_are_one_line(tmp_path, capsys):
+    """firmware --field: a semihosting board, a compile without --replay and a budget the field firmware does not
+    link in (its RAM counted before writing) are each refused in one line, nothing written."""
+    build, plain, small = tmp_path / "build", tmp_path / "plain", tmp_path / "small"
+    assert tt("compile", FIELD_MODEL, "--update", "last-k:1", "--new-head", "3", *FIELD_FLAGS, "-o", str(build)) == 0
+    assert tt("compile", FIELD_MODEL, "--update", "last-k:1", "-o", str(plain)) == 0
+    assert tt("compile", FIELD_MODEL, "--update", "last-k:1", "--new-head", "3", *FIELD_FLAGS, "--sram", "48k",
+              "-o", str(small)) == 0
+    capsys.readouterr()
+    for build_dir, board, says in ((build, "qemu-m4", "use a serial board"), (plain, "mps2-an385", "--replay N"),
+                                   (small, "mps2-an385", "does not link on mps2-an385")):
+        assert tt("firmware", str(build_dir), "--board", board, "--field", "-o", str(tmp_path / "no")) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+        assert not (tmp_path / "no").exists()

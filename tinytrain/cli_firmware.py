@@ -42,12 +42,19 @@ def cmd_firmware(args: argparse.Namespace) -> None:
     board = get_board(args.board)
     target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
     files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
-                            save_every=args.save_every)
+                            save_every=args.save_every, field=args.field)
     out = Path(args.output)
     write_project(files, target)
     report = json.loads(files["report.json"])
     print(f"wrote {out}: firmware for {board.name} ({board.core}), RAM region {report['sram_budget_bytes']} bytes "
-          f"(the SRAM budget), {len(files)} files")
+          f"(the SRAM budget), {len(files)} files" + ("; main: the field runtime's serial harness (raw samples)"
+                                                     if args.field else ""))
+    if args.field:
+        port = "socket://127.0.0.1:5555" if board.emulator else "PORT"
+        run = f"`make -C {out} run PORT=5555`, then: " if board.emulator else f"upload ({board.pio.note}), then: "
+        print(f"build: make -C {out}; {run}tinytrain stream MODEL --port {port} --field STREAM.npz --test DATA "
+              "(the compile's field options)")
+        return
     if board.qemu:
         print(f"build: make -C {out}; run: put tt_train.bin / tt_test.bin (format: src/tt_samples.h) in {out} and "
               f"`make -C {out} run`, or let `tinytrain train ... --engine qemu --board {board.name}` do all of it")
@@ -192,6 +199,9 @@ def add_firmware_commands(sub) -> None:
     s.add_argument("--save-every", type=non_negative_int, default=0, metavar="N",
                    help="training builds: save the trained state to the board's flash every N samples (two slots, "
                         "power-loss safe) and load it at boot (default 0: state in SRAM only)")
+    s.add_argument("--field", action="store_true",
+                   help="the field runtime's serial firmware (a compile with --replay N): main runs tt_learn / "
+                        "tt_observe on raw samples over the serial protocol, for `tinytrain stream --field`")
     s.set_defaults(func=cmd_firmware)
 
     s = sub.add_parser("stream", help="train and evaluate on a real board over its serial port")

@@ -1,5 +1,5 @@
 """The field runtime behind a board's serial harness (codegen/templates/field_serial.c.j2, firmware/protocol.py's
-T / P / R / D / Q / S frames of latents), driven call by call through board.SerialField: built for the host on a
+T / P / R / D / Q / S frames of latents or raw samples), driven call by call through board.SerialField: built for the host on a
 pty (the real boards' frame code, tt_uart_posix.c) and for the netduinoplus2 on QEMU (its USART over TCP); every
 result, status, drift report, test prediction and the final tt_field_save bytes are the simulator's."""
 
@@ -29,7 +29,7 @@ from tinytrain.firmware import protocol as proto
 from tinytrain.training.sparse import preset
 
 HOST_SOURCES = ("tt_harness_serial.c", "tt_frame.c", "tt_uart_posix.c", "tinytrain_model.c", "tt_field.c",
-                "tt_field_flash.c")
+                "tt_field_flash.c", "tt_prefix.c", "tt_field_input.c")
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,10 @@ def _compare(program, port) -> None:
     assert b.state == a.state
 
 
-def _host_board(program, tmp_path):
-    """The field serial firmware's sources built for the host (the "UART" a pty, tt_uart_posix.c)."""
-    files = serial_firmware(program, "disco_f746ng", tmp_path / "work")
+def _host_board(program, tmp_path, raw: bool = True):
+    """The field serial firmware's sources built for the host (the "UART" a pty, tt_uart_posix.c); ``raw``: its
+    frames carry the model's inputs (the board's frozen prefix computes the latents), else the latents."""
+    files = serial_firmware(program, "disco_f746ng", tmp_path / "work", raw=raw)
     out = tmp_path / "board"
     out.mkdir()
     for rel, data in files.items():
@@ -77,14 +78,15 @@ def _host_board(program, tmp_path):
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_field_runtime_over_a_pty_equals_the_simulator(program, tmp_path):
     serial = pytest.importorskip("serial")
-    with _pty_board(_host_board(program, tmp_path)) as pty, serial.Serial(pty.port, timeout=10) as port:
+    with _pty_board(_host_board(program, tmp_path, raw=False)) as pty, serial.Serial(pty.port, timeout=10) as port:
         _compare(program, port)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_tinytrain_stream_field_equals_tinytrain_field_sim(files, tmp_path, capsys):
-    """`tinytrain stream MODEL --port PORT --field STREAM.npz`: the report and JSON of `tinytrain field --engine
-    sim` with the same options; a board without a field runtime is refused in one line."""
+    """`tinytrain stream MODEL --port PORT --field STREAM.npz` to a board given raw samples (the model's inputs; its
+    frozen prefix computes the latents): the report and JSON of `tinytrain field --engine sim` with the same
+    options; a board without a field runtime is refused in one line."""
     pytest.importorskip("serial")
     program = field_model(MODEL, max_classes=3, replay=8, replay_k=2, guard=4, guard_every=3, imprint=2,
                           drift_warmup=4)
@@ -106,7 +108,7 @@ def test_tinytrain_stream_field_equals_tinytrain_field_sim(files, tmp_path, caps
 @pytest.mark.qemu
 def test_field_runtime_over_qemu_netduinoplus2_serial_equals_the_simulator(program, tmp_path):
     serial = pytest.importorskip("serial")
-    files = serial_firmware(program, "netduinoplus2", tmp_path / "work")
+    files = serial_firmware(program, "netduinoplus2", tmp_path / "work", raw=False)
     project = tmp_path / "project"
     for rel, data in files.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)

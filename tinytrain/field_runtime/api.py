@@ -74,11 +74,14 @@ def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: st
                           **settings)
     graph = program.graph
     s = load_stream(stream, graph, program.classes)
+    rt = runtime(program) if runtime else None
+    # a runtime given raw samples (a board whose frozen prefix computes the latents) gets the model's int8 inputs
+    feed = (lambda x: x.reshape(len(x), -1)) if getattr(rt, "raw", False) else program.latents
     if test is not None:
         t = training_samples(graph, load_data(test), "xent")
-        test_latents, test_y = program.latents(t.x), np.asarray(t.y, np.int64)
+        test_latents, test_y = feed(t.x), np.asarray(t.y, np.int64)
     else:
         test_latents, test_y = np.zeros((0, program.width), np.int8), np.zeros(0, np.int64)
     every = max(1, len(s.y) // max(1, checkpoints))
-    return run_stream(program, program.latents(s.x), s.y, (test_latents, test_y), engine=engine, every=every,
-                      board=board, rt=runtime(program) if runtime else None)
+    return run_stream(program, feed(s.x), s.y, (test_latents, test_y), engine=engine, every=every, board=board,
+                      rt=rt)

@@ -15,6 +15,7 @@ from tinytrain.errors import UsageError
 from tinytrain.field_runtime.emit import field_memory, render_field
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.qemu import QemuField, qemu_field
+from tinytrain.firmware.field import RAW_STACK
 from tinytrain.field_runtime.runtime import STATUS
 from tinytrain.firmware import get_board
 from tinytrain.firmware.project import render_firmware
@@ -52,12 +53,16 @@ class BoardField:
 
 
 class SerialField:
-    """The field runtime of a board over its serial port (``Board``: a firmware of ``serial_firmware``)."""
+    """The field runtime of a board over its serial port (``Board``: a firmware of ``serial_firmware``). ``raw``
+    (the board's info says raw=1): it takes the model's input and computes the latent itself (its frozen prefix), so
+    ``learn`` / ``observe`` / ``predict`` are given the model's int8 inputs; else the latents."""
 
     def __init__(self, program: FieldProgram, board: Board) -> None:
-        if board.info.get("field") != "1" or board.input_bytes != program.width:
+        self.raw = board.info.get("raw") == "1"
+        want = program.input_bytes if self.raw else program.width
+        if board.info.get("field") != "1" or board.input_bytes != want:
             raise UsageError(f"the board on the port runs no field runtime of this model ({board.info}); build it "
-                             "with serial_firmware")
+                             "with `tinytrain firmware` from `tinytrain compile MODEL --replay N`")
         self.program, self.board = program, board
 
     def start(self, state: bytes) -> None:
@@ -80,16 +85,17 @@ class SerialField:
         return self.board.state()
 
 
-def serial_firmware(program: FieldProgram, board: str, work: Path) -> dict[str, bytes]:
+def serial_firmware(program: FieldProgram, board: str, work: Path, raw: bool = True) -> dict[str, bytes]:
     """Relative path -> bytes of a firmware project for ``board`` (a serial board) running ``program``'s field
-    runtime behind the serial harness of codegen/templates/field_serial.c.j2 (``work``: a scratch folder)."""
+    runtime behind the serial harness of codegen/templates/field_serial.c.j2 (``work``: a scratch folder); ``raw``:
+    the frames carry the model's input and the board's frozen prefix computes the latent, else the latent."""
     b = get_board(board)
     emit_compile_dir(program.tg, work / "compile", b.ram_max, b.flash_max, target=b.core)
-    files = render_firmware(work / "compile", b)
+    files = render_firmware(work / "compile", b, stack_bytes=RAW_STACK if raw else None)
     if SERIAL_HARNESS not in files:
         raise UsageError(f"{board} has no serial harness (a semihosting QEMU board: use qemu_field)")
     files[SERIAL_HARNESS] = environment().get_template("field_serial.c.j2").render(
         version=__version__, protocol=PROTOCOL_VERSION, width=program.width, classes=program.classes,
-        save_bytes=field_memory(program).save).encode()
+        save_bytes=field_memory(program).save, raw=raw, input_bytes=program.input_bytes).encode()
     files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
     return files

@@ -37,6 +37,11 @@ class FieldProgram:
         return int(np.prod(self.cut_graph.tensors[self.cut].shape[1:]))
 
     @property
+    def input_bytes(self) -> int:
+        """Bytes of the model's int8 input (a raw sample, the frozen prefix's input)."""
+        return int(np.prod(self.graph.tensors[self.graph.inputs[0]].shape[1:]))
+
+    @property
     def state_size(self) -> int:
         """Bytes of the cut model's saved state (tt_state_save)."""
         return state_size(state_layout(self.tg))

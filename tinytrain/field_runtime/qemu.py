@@ -22,11 +22,11 @@ from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.firmware import get_board
+from tinytrain.firmware.field import RAW_STACK
 from tinytrain.firmware.project import render_firmware
 from tinytrain.version import __version__
 
 HARNESS = "src/tt_harness_qemu.c"
-RAW_STACK = 16 * 1024  # raw inputs: the prefix's forward runs on the stack the cut step's measured reserve sized
 _CALL = re.compile(r"^tt: (learn|observe) (\d+) result (-?\d+) ticks (\d+)$")
 
 
@@ -40,6 +40,7 @@ class QemuField:
     erases: int | None = None  # with flash: sector erases of the buffer's log and the state's ring
     statuses: list = field(default_factory=list)  # with checkpoints: tt_field_status after each call
     checkpoints: dict = field(default_factory=dict)  # sample index -> (tt_field_save bytes, test predictions)
+    stack_bytes: int | None = None  # the painted stack's high-water mark over the run (tt_stack_used)
 
 
 def flash_geometry(program: FieldProgram, program_bytes: int = 8) -> dict:
@@ -103,7 +104,7 @@ def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, b
 
 def parse(text: str) -> QemuField:
     calls, state, tick, restored, erases = [], None, None, None, None
-    statuses, checkpoints, at, classes = [], {}, None, None
+    statuses, checkpoints, at, classes, stack = [], {}, None, None, None
     for line in text.splitlines():
         if line.startswith("tt: status "):
             statuses.append(tuple(int(v) for v in line.split()[2:]))
@@ -120,6 +121,8 @@ def parse(text: str) -> QemuField:
             state = bytes.fromhex(line[len("tt: field "):])
         elif line.startswith("tt: restored "):
             restored = bytes.fromhex(line[len("tt: restored "):])
+        elif line.startswith("tt: stack "):
+            stack = int(line[len("tt: stack "):])
         elif line.startswith("tt: erases "):
             erases = int(line[len("tt: erases "):])
         elif line.startswith("tt: tick "):
@@ -129,4 +132,4 @@ def parse(text: str) -> QemuField:
         raise QemuError(f"the field firmware did not finish:\n{text[-2000:]}")
     c = np.array(calls, np.int64).reshape(-1, 3)
     return QemuField(c[:, 1], c[:, 2] * tick[0] // tick[1], c[:, 0].astype(bool), state, restored, erases, statuses,
-                     checkpoints)
+                     checkpoints, stack)

@@ -24,6 +24,7 @@ from tinytrain.codegen.context import MODEL_HEADER, MODEL_SOURCE
 from tinytrain.csources import firmware_sources, firmware_templates
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board, get_board
+from tinytrain.firmware.field import HARNESS as FIELD_HARNESS, RAW_STACK, field_parts
 from tinytrain.firmware.fit import check_flash, check_links
 from tinytrain.cores import stack_reserve
 from tinytrain.outputs import OutputDir, read_manifest
@@ -55,6 +56,10 @@ def _environment() -> jinja2.Environment:
                               keep_trailing_newline=True, autoescape=False)
 
 
+def _sources(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in _compile_files(folder) if p.suffix in (".c", ".h")}
+
+
 def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
     """(report.json, C sources by name) of a `tinytrain compile` output folder, or a UsageError saying what is missing."""
     report_path = compile_dir / "report.json"
@@ -68,7 +73,7 @@ def read_compile_dir(compile_dir: Path) -> tuple[dict, dict[str, bytes]]:
     except (ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{report_path}: not a tinytrain memory report ({e})") from None
     report.update(sizes)
-    sources = {p.name: p.read_bytes() for p in _compile_files(compile_dir) if p.suffix in (".c", ".h")}
+    sources = _sources(compile_dir)
     if MODEL_HEADER not in sources or MODEL_SOURCE not in sources:
         raise UsageError(f"{compile_dir} has no tinytrain_model.c / .h; run `tinytrain compile` again")
     return report, sources
@@ -113,13 +118,21 @@ def _persist(b: Board, header: str, training: bool, save_every: int) -> dict | N
 
 def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = DEFAULT_BAUD,
                     stack_bytes: int | None = None, heap_bytes: int | None = None,
-                    save_every: int = 0) -> dict[str, bytes]:
+                    save_every: int = 0, field: bool = False) -> dict[str, bytes]:
     """Relative path -> bytes of the firmware project (deterministic: same inputs, same bytes). ``save_every`` > 0:
     the training state is saved to the board's flash every that many samples and loaded at boot
-    (firmware/c/tt_persist.h). ``stack_bytes``: the reserve of the board's core (tinytrain/cores.py) unless given."""
+    (firmware/c/tt_persist.h). ``stack_bytes``: the reserve of the board's core (tinytrain/cores.py) unless given.
+    ``field``: the field runtime's serial firmware given raw samples (firmware/field.py; its measured stack)."""
     b = board if isinstance(board, Board) else get_board(board)
-    stack_bytes = stack_reserve(b.core) if stack_bytes is None else stack_bytes
     report, sources = read_compile_dir(Path(compile_dir))
+    harness = None
+    if field:
+        if save_every:
+            raise UsageError("--field: the field runtime keeps its own state; --save-every is for the plain step")
+        report, field_sources = field_parts(Path(compile_dir), b, report, sources, _sources)
+        harness, sources = field_sources.pop(FIELD_HARNESS), field_sources
+        stack_bytes = RAW_STACK if stack_bytes is None else stack_bytes
+    stack_bytes = stack_reserve(b.core) if stack_bytes is None else stack_bytes
     sram, flash_budget = report["sram_budget_bytes"], report["flash_budget_bytes"]
     if sram > b.ram_max:
         raise UsageError(f"the compile's SRAM budget {format_size(sram)} is more than {b.name} has "
@@ -146,6 +159,8 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
         own += PERSIST_SOURCES + (b.flash.driver,)
     for name in own:
         files[f"src/{name}"] = c.joinpath(name).read_bytes()
+    if harness is not None:
+        files[f"src/{FIELD_HARNESS}"] = harness
     files["src/tt_board.h"] = env.get_template("tt_board.h.j2").render(**ctx).encode()
     files["tinytrain.ld"] = env.get_template(b.tools.linker_script).render(**ctx).encode()
     files["Makefile"] = env.get_template("Makefile.j2").render(**ctx).encode()
