@@ -49,6 +49,7 @@ from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import Graph, Node, Tensor
 from tinytrain.ops import TfliteRead, declared
 from tinytrain.ops.add import AddAttrs
+from tinytrain.ops.mean import MeanAttrs, pooled_axes
 from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.quant import Requant
 from tinytrain.verify import verify
@@ -93,6 +94,8 @@ class _Importer(TensorReader):
         self.skip: set[int] = set()  # operators dropped at the float boundary
         self.dequantized: dict[int, int] = {}  # float tensor of an inner DEQUANTIZE -> its int8 source
         self.float_adds: dict[int, TflOperator] = {}  # float tensor of an ADD of two of them -> that ADD
+        self.float_means: dict[int, TflOperator] = {}  # float tensor of a MEAN of one of them -> that MEAN
+        self.permuted: dict[int, tuple[int, tuple[int, ...]]] = {}  # a dropped TRANSPOSE's output -> (input, perm)
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -106,7 +109,7 @@ class _Importer(TensorReader):
                                         "optimizations=[DEFAULT] and a representative dataset)")
         inputs = [self._graph_input(i) for i in m.inputs]
         outputs = [self._graph_output(o) for o in m.outputs]
-        self.skip |= self._shape_arithmetic()
+        self.skip |= self._shape_arithmetic() | self._pooled_transposes()
         for op in m.operators:
             if op.index not in self.skip and builtin_name(op.opcode) not in self.readers:
                 if any(i >= 0 and self.tensor(i).type == "FLOAT32" for i in op.inputs):
@@ -161,6 +164,23 @@ class _Importer(TensorReader):
                         changed = True
                         break
         return set(ops)
+
+    def _pooled_transposes(self) -> set[int]:
+        """The TRANSPOSEs read only by MEANs (LiteRT-torch's NHWC -> NCHW before PyTorch's ``mean((2, 3))``): dropped,
+        each MEAN reading the transpose's input over the permuted axes (``through_layout``): a layout op, exact."""
+        dropped = set()
+        for op in self.model.operators:
+            users = self._consumers(op.outputs[0]) if op.outputs else []
+            if builtin_name(op.opcode) == "TRANSPOSE" and users and op.outputs[0] not in self.model.outputs and all(
+                    builtin_name(u.opcode) == "MEAN" for u in users):
+                perm = tuple(int(v) for v in np.asarray(self.const_data(op.inputs[1], "TRANSPOSE perm")).ravel())
+                self.permuted[op.outputs[0]] = (op.inputs[0], perm)
+                dropped.add(op.index)
+        return dropped
+
+    def through_layout(self, index: int) -> tuple[int, tuple[int, ...]]:
+        """(the tensor a MEAN really reads, the permutation of its axes): through a dropped TRANSPOSE, if any."""
+        return self.permuted.get(index, (index, (0, 1, 2, 3)))
 
     def _consumers(self, index: int) -> list[TflOperator]:
         return [op for op in self.model.operators if index in op.inputs]
@@ -217,6 +237,7 @@ class _Importer(TensorReader):
         for pos, i in enumerate(op.inputs):
             if pos in reader.constants:
                 continue  # weights, biases, shapes: checked to hold data by the op's handler
+            i = self.through_layout(i)[0] if i >= 0 else i
             if i >= 0 and i not in self.produced and self.model.buffers[self.tensor(i).buffer] == b"":
                 raise ModelError(f"operator {op.index} ({kind}) reads tensor {self.tensor(i).name!r} before any "
                                  "operator writes it (operators out of order or a cycle)")
@@ -233,6 +254,9 @@ class _Importer(TensorReader):
         if op.inputs[0] in self.float_adds:
             self._quantize_float_add(op, self.float_adds[op.inputs[0]])
             return
+        if op.inputs[0] in self.float_means:
+            self._quantize_float_mean(op, self.float_means[op.inputs[0]])
+            return
         if src.type not in QUANTIZED:
             raise UnsupportedModelError(f"operator {op.index} (QUANTIZE) converts a {src.type} tensor inside the "
                                         "graph; only a float graph input may be quantized")
@@ -241,9 +265,12 @@ class _Importer(TensorReader):
         self.node(op, "requantize", [x.name], [out.name], RequantizeAttrs(requant))
 
     def read_dequantize(self, op: TflOperator) -> None:
-        """An inner DEQUANTIZE: only a float ADD of two of them, quantized again, may read it (``float_add``)."""
-        readers = {builtin_name(c.opcode) for c in self._consumers(op.outputs[0])}
-        if readers != {"ADD"}:
+        """An inner DEQUANTIZE: only a float ADD of two of them or a float MEAN (through a TRANSPOSE), quantized again,
+        may read it (``float_add``, ``float_mean``)."""
+        users = self._consumers(op.outputs[0])
+        readers = {builtin_name(c.opcode) for c in users for c in (self._consumers(c.outputs[0])
+                                                                    if c.outputs[0] in self.permuted else [c])}
+        if not readers or not readers <= {"ADD", "MEAN"}:
             raise UnsupportedModelError(f"operator {op.index} (DEQUANTIZE) is inside the graph and read by "
                                         f"{', '.join(sorted(readers)) or 'nothing'}; float ops are not supported but "
                                         "for a float ADD of two dequantized activations (LiteRT-torch's residual "
@@ -254,9 +281,15 @@ class _Importer(TensorReader):
         """A float ADD of two dequantized activations (DEQUANTIZE -> ADD -> QUANTIZE, as LiteRT-torch leaves a
         residual add): recorded for the QUANTIZE after it, which emits it as an int8 add rounded once (the real sum,
         as the float ADD computes it, up to float32 error: ties may differ by one LSB)."""
-        if not all(i in self.dequantized for i in op.inputs[:2]):
+        if not all(i in self.dequantized or i in self.float_adds for i in op.inputs[:2]):
             return False
-        users = self._consumers(op.outputs[0])
+        users = [u for u in self._consumers(op.outputs[0]) if builtin_name(u.opcode) != "ADD"]
+        pooled = [u for u in users if u.outputs[0] in self.permuted or builtin_name(u.opcode) == "MEAN"]
+        if pooled:
+            raise UnsupportedModelError(f"operator {op.index} (ADD) is a residual add left in float and averaged by "
+                                        f"operator {pooled[0].index} ({pooled[0].name}) before any QUANTIZE, which "
+                                        "int8 arithmetic cannot round alike; end the network with a layer after the "
+                                        "residual add (MobileNetV2's 1x1 head conv) or quantize the add's output")
         if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE" or op.options.get("activation", 0):
             raise UnsupportedModelError(f"operator {op.index} (ADD) adds two dequantized activations but is not "
                                         "followed by exactly one QUANTIZE (or has a fused activation); quantize the "
@@ -264,11 +297,44 @@ class _Importer(TensorReader):
         self.float_adds[op.outputs[0]] = op
         return True
 
+    def _int8_of(self, index: int) -> int:
+        """The int8 tensor a float ADD's operand stands for: a DEQUANTIZE's source, or the QUANTIZE of the float ADD
+        that wrote it (LiteRT-torch chains residual adds in float: the chain is rounded after each add, where TFLite
+        rounds only its last sum; at most one LSB apart, checked against the runtime in the quantizer zoo)."""
+        if index in self.dequantized:
+            return self.dequantized[index]
+        return next(u.outputs[0] for u in self._consumers(index) if builtin_name(u.opcode) == "QUANTIZE")
+
     def _quantize_float_add(self, op: TflOperator, add: TflOperator) -> None:
-        a, b = (self.act(self.dequantized[i]) for i in add.inputs[:2])
+        a, b = (self.act(self._int8_of(i)) for i in add.inputs[:2])
         out = self.out(op)
         if a.shape != b.shape or a.shape != out.shape:
             raise UnsupportedModelError(f"operator {add.index} (ADD) broadcasts {list(a.shape)} and {list(b.shape)}; "
                                         "only same-shape adds are supported")
         self.node(add, "add", [a.name, b.name], [out.name],
                   AddAttrs.from_scales(a.quant.s, b.quant.s, out.quant.s, single_rounding=True))
+
+    def float_mean(self, op: TflOperator) -> bool:
+        """A float MEAN of a dequantized activation (DEQUANTIZE -> [TRANSPOSE] -> MEAN -> QUANTIZE): recorded for the
+        QUANTIZE after it, which emits an int8 mean rounded once from the real mean (s_in / (count s_out) in double;
+        float32 error aside, a tie rounds up where QUANTIZE rounds it away from zero, one LSB apart)."""
+        src = self.through_layout(op.inputs[0])[0]
+        if src not in self.dequantized:
+            return False
+        users = self._consumers(op.outputs[0])
+        if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE":
+            raise UnsupportedModelError(f"operator {op.index} (MEAN) averages a dequantized activation but is not "
+                                        "followed by exactly one QUANTIZE; quantize the model fully to int8")
+        self.float_means[op.outputs[0]] = op
+        return True
+
+    def _quantize_float_mean(self, op: TflOperator, mean: TflOperator) -> None:
+        src, perm = self.through_layout(mean.inputs[0])
+        x, out = self.act(self.dequantized[src]), self.out(op)
+        axes, keep = pooled_axes(self, mean, perm)
+        if axes != [1, 2]:
+            raise UnsupportedModelError(f"operator {mean.index} (MEAN) reduces axes {axes} of the NHWC tensor; only "
+                                        "the spatial axes [1, 2] are supported")
+        count = x.shape[1] * x.shape[2]
+        requant = Requant.from_scales([x.quant.s / (count * out.quant.s)])
+        self.node(mean, "mean", [x.name], [out.name], MeanAttrs(requant, keepdims=keep, count_folded=True))
