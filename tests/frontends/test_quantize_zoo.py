@@ -101,6 +101,17 @@ def test_real_litert_torch_export_matches_tflite_micro(name):
     assert len(np.unique(ours, axis=0)) > 10
 
 
+def test_a_residual_add_pooled_in_float_is_refused_naming_the_add_and_the_fix(capsys):
+    """LiteRT-torch's export of a net whose last residual add is pooled directly (ADD -> TRANSPOSE -> MEAN, all
+    float, up to the QUANTIZE after the mean): int8 ops would round the sum before the mean."""
+    from tinytrain.cli import main
+
+    assert main(["inspect", str(HERE / "litert_pooled_residual.tflite")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "operator 14 (ADD) is a residual add left in float and averaged by operator 16 (MEAN)" in err
+    assert "1x1 head conv" in err
+
+
 def test_make_litert_rebuilds_the_committed_exports(tmp_path):
     """The fixtures are what make_litert.py writes (needs litert-torch: its own environment, see the script)."""
     pytest.importorskip("litert_torch")

@@ -17,7 +17,9 @@ Models (float weights from ``torch.manual_seed(0)``, calibration from numpy's ``
 - ``litert_mbv2.tflite``: a MobileNetV2-style net, 3x16x16 input: Conv 3x3/2 + ReLU6, two inverted residual blocks
   (1x1 expand + ReLU6, depthwise 3x3 + ReLU6, 1x1 project, the residual add), the 1x1 head conv + ReLU6 (as
   MobileNetV2 ends), global mean, Linear 3 classes;
-- ``litert_cnn.tflite``: a small CNN, 3x16x16 input: Conv 3x3/2 + ReLU, Conv 3x3/2 + ReLU, global mean, Linear.
+- ``litert_cnn.tflite``: a small CNN, 3x16x16 input: Conv 3x3/2 + ReLU, Conv 3x3/2 + ReLU, global mean, Linear;
+- ``litert_pooled_residual.tflite``: the MobileNetV2-style net without its head conv: the last residual ADD is pooled
+  in float (ADD -> TRANSPOSE -> MEAN -> QUANTIZE), refused.
 """
 
 from __future__ import annotations
@@ -45,12 +47,12 @@ class _InvertedResidual(nn.Module):
 
 
 class MobileNetV2ish(nn.Module):
-    def __init__(self):
+    def __init__(self, head: bool = True):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU6())
         self.blocks = nn.Sequential(_InvertedResidual(8, 2), _InvertedResidual(8, 2))
-        self.head = nn.Sequential(nn.Conv2d(8, 16, 1), nn.ReLU6())
-        self.fc = nn.Linear(16, 3)
+        self.head = nn.Sequential(nn.Conv2d(8, 16, 1), nn.ReLU6()) if head else nn.Identity()
+        self.fc = nn.Linear(16 if head else 8, 3)
 
     def forward(self, x):
         return self.fc(self.head(self.blocks(self.stem(x))).mean((2, 3)))
@@ -67,7 +69,8 @@ class SmallCnn(nn.Module):
         return self.fc(self.body(x).mean((2, 3)))
 
 
-MODELS = {"litert_mbv2": MobileNetV2ish, "litert_cnn": SmallCnn}
+MODELS = {"litert_mbv2": MobileNetV2ish, "litert_cnn": SmallCnn,
+          "litert_pooled_residual": lambda: MobileNetV2ish(head=False)}
 
 
 def convert(model: nn.Module) -> bytes:

@@ -190,8 +190,6 @@ def pooled_axes(im, op, perm: tuple[int, ...]) -> tuple[list[int], bool]:
 
 
 def tflite_mean(im, op) -> None:
-    if im.float_mean(op):  # DEQUANTIZE -> [TRANSPOSE] -> float MEAN -> QUANTIZE: emitted by that QUANTIZE
-        return
     src, perm = im.through_layout(op.inputs[0])
     x, out = im.act(src), im.out(op)
     im.rank4(op, x)

@@ -49,7 +49,6 @@ from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import Graph, Node, Tensor
 from tinytrain.ops import TfliteRead, declared
 from tinytrain.ops.add import AddAttrs
-from tinytrain.ops.mean import MeanAttrs, pooled_axes
 from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.quant import Requant
 from tinytrain.verify import verify
@@ -94,7 +93,6 @@ class _Importer(TensorReader):
         self.skip: set[int] = set()  # operators dropped at the float boundary
         self.dequantized: dict[int, int] = {}  # float tensor of an inner DEQUANTIZE -> its int8 source
         self.float_adds: dict[int, TflOperator] = {}  # float tensor of an ADD of two of them -> that ADD
-        self.float_means: dict[int, TflOperator] = {}  # float tensor of a MEAN of one of them -> that MEAN
         self.permuted: dict[int, tuple[int, tuple[int, ...]]] = {}  # a dropped TRANSPOSE's output -> (input, perm)
 
     # ---- driver ---------------------------------------------------------------------------------
@@ -254,9 +252,6 @@ class _Importer(TensorReader):
         if op.inputs[0] in self.float_adds:
             self._quantize_float_add(op, self.float_adds[op.inputs[0]])
             return
-        if op.inputs[0] in self.float_means:
-            self._quantize_float_mean(op, self.float_means[op.inputs[0]])
-            return
         if src.type not in QUANTIZED:
             raise UnsupportedModelError(f"operator {op.index} (QUANTIZE) converts a {src.type} tensor inside the "
                                         "graph; only a float graph input may be quantized")
@@ -265,12 +260,9 @@ class _Importer(TensorReader):
         self.node(op, "requantize", [x.name], [out.name], RequantizeAttrs(requant))
 
     def read_dequantize(self, op: TflOperator) -> None:
-        """An inner DEQUANTIZE: only a float ADD of two of them or a float MEAN (through a TRANSPOSE), quantized again,
-        may read it (``float_add``, ``float_mean``)."""
-        users = self._consumers(op.outputs[0])
-        readers = {builtin_name(c.opcode) for c in users for c in (self._consumers(c.outputs[0])
-                                                                    if c.outputs[0] in self.permuted else [c])}
-        if not readers or not readers <= {"ADD", "MEAN"}:
+        """An inner DEQUANTIZE: only a float ADD of two of them, quantized again, may read it (``float_add``)."""
+        readers = {builtin_name(c.opcode) for c in self._consumers(op.outputs[0])}
+        if readers != {"ADD"}:
             raise UnsupportedModelError(f"operator {op.index} (DEQUANTIZE) is inside the graph and read by "
                                         f"{', '.join(sorted(readers)) or 'nothing'}; float ops are not supported but "
                                         "for a float ADD of two dequantized activations (LiteRT-torch's residual "
@@ -284,7 +276,8 @@ class _Importer(TensorReader):
         if not all(i in self.dequantized or i in self.float_adds for i in op.inputs[:2]):
             return False
         users = [u for u in self._consumers(op.outputs[0]) if builtin_name(u.opcode) != "ADD"]
-        pooled = [u for u in users if u.outputs[0] in self.permuted or builtin_name(u.opcode) == "MEAN"]
+        pooled = [m for u in users for m in (self._consumers(u.outputs[0]) if u.outputs[0] in self.permuted else [u])
+                  if builtin_name(m.opcode) == "MEAN"]
         if pooled:
             raise UnsupportedModelError(f"operator {op.index} (ADD) is a residual add left in float and averaged by "
                                         f"operator {pooled[0].index} ({pooled[0].name}) before any QUANTIZE, which "
@@ -313,28 +306,3 @@ class _Importer(TensorReader):
                                         "only same-shape adds are supported")
         self.node(add, "add", [a.name, b.name], [out.name],
                   AddAttrs.from_scales(a.quant.s, b.quant.s, out.quant.s, single_rounding=True))
-
-    def float_mean(self, op: TflOperator) -> bool:
-        """A float MEAN of a dequantized activation (DEQUANTIZE -> [TRANSPOSE] -> MEAN -> QUANTIZE): recorded for the
-        QUANTIZE after it, which emits an int8 mean rounded once from the real mean (s_in / (count s_out) in double;
-        float32 error aside, a tie rounds up where QUANTIZE rounds it away from zero, one LSB apart)."""
-        src = self.through_layout(op.inputs[0])[0]
-        if src not in self.dequantized:
-            return False
-        users = self._consumers(op.outputs[0])
-        if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE":
-            raise UnsupportedModelError(f"operator {op.index} (MEAN) averages a dequantized activation but is not "
-                                        "followed by exactly one QUANTIZE; quantize the model fully to int8")
-        self.float_means[op.outputs[0]] = op
-        return True
-
-    def _quantize_float_mean(self, op: TflOperator, mean: TflOperator) -> None:
-        src, perm = self.through_layout(mean.inputs[0])
-        x, out = self.act(self.dequantized[src]), self.out(op)
-        axes, keep = pooled_axes(self, mean, perm)
-        if axes != [1, 2]:
-            raise UnsupportedModelError(f"operator {mean.index} (MEAN) reduces axes {axes} of the NHWC tensor; only "
-                                        "the spatial axes [1, 2] are supported")
-        count = x.shape[1] * x.shape[2]
-        requant = Requant.from_scales([x.quant.s / (count * out.quant.s)])
-        self.node(mean, "mean", [x.name], [out.name], MeanAttrs(requant, keepdims=keep, count_folded=True))
