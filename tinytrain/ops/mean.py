@@ -178,15 +178,27 @@ def onnx_qlinear_mean(cv, node) -> None:
     cv.set_output(node, cv.materialize(cv.values[node.output[0]].pending, yq, node.output[0]), dtype)
 
 
+def pooled_axes(im, op, perm: tuple[int, ...]) -> tuple[list[int], bool]:
+    """(the NHWC axes a TFLite MEAN reduces, read through the ``perm`` of a dropped TRANSPOSE before it; keep_dims).
+    A transposed input's mean keeps its dims only where the permutation leaves the output's layout alone."""
+    axes = sorted({perm[int(a) % 4] for a in im.const_data(op.inputs[1], "MEAN axis", ("INT32", "INT64")).ravel()})
+    keep = bool(op.options["keep_dims"])
+    if keep and perm != (0, 1, 2, 3):
+        raise UnsupportedModelError(f"operator {op.index} (MEAN) keeps the dims of a transposed {list(perm)} input; "
+                                    "only keep_dims=False is supported there (PyTorch's x.mean((2, 3)))")
+    return axes, keep
+
+
 def tflite_mean(im, op) -> None:
-    x, out = im.act(op.inputs[0]), im.out(op)
+    src, perm = im.through_layout(op.inputs[0])
+    x, out = im.act(src), im.out(op)
     im.rank4(op, x)
-    axes = sorted({int(a) % 4 for a in im.const_data(op.inputs[1], "MEAN axis", ("INT32", "INT64")).ravel()})
+    axes, keep = pooled_axes(im, op, perm)
     if axes != [1, 2]:
         raise UnsupportedModelError(f"operator {op.index} (MEAN) reduces axes {axes}; only the spatial axes "
                                     "[1, 2] of an NHWC tensor are supported")
     requant = Requant.from_scales([x.quant.s / out.quant.s])
-    im.node(op, "mean", [x.name], [out.name], MeanAttrs(requant, keepdims=bool(op.options["keep_dims"])))
+    im.node(op, "mean", [x.name], [out.name], MeanAttrs(requant, keepdims=keep))
 
 
 def export(ex, n) -> None:

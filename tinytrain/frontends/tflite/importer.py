@@ -93,6 +93,7 @@ class _Importer(TensorReader):
         self.skip: set[int] = set()  # operators dropped at the float boundary
         self.dequantized: dict[int, int] = {}  # float tensor of an inner DEQUANTIZE -> its int8 source
         self.float_adds: dict[int, TflOperator] = {}  # float tensor of an ADD of two of them -> that ADD
+        self.permuted: dict[int, tuple[int, tuple[int, ...]]] = {}  # a dropped TRANSPOSE's output -> (input, perm)
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -106,7 +107,7 @@ class _Importer(TensorReader):
                                         "optimizations=[DEFAULT] and a representative dataset)")
         inputs = [self._graph_input(i) for i in m.inputs]
         outputs = [self._graph_output(o) for o in m.outputs]
-        self.skip |= self._shape_arithmetic()
+        self.skip |= self._shape_arithmetic() | self._pooled_transposes()
         for op in m.operators:
             if op.index not in self.skip and builtin_name(op.opcode) not in self.readers:
                 if any(i >= 0 and self.tensor(i).type == "FLOAT32" for i in op.inputs):
@@ -161,6 +162,23 @@ class _Importer(TensorReader):
                         changed = True
                         break
         return set(ops)
+
+    def _pooled_transposes(self) -> set[int]:
+        """The TRANSPOSEs read only by MEANs (LiteRT-torch's NHWC -> NCHW before PyTorch's ``mean((2, 3))``): dropped,
+        each MEAN reading the transpose's input over the permuted axes (``through_layout``): a layout op, exact."""
+        dropped = set()
+        for op in self.model.operators:
+            users = self._consumers(op.outputs[0]) if op.outputs else []
+            if builtin_name(op.opcode) == "TRANSPOSE" and users and op.outputs[0] not in self.model.outputs and all(
+                    builtin_name(u.opcode) == "MEAN" for u in users):
+                perm = tuple(int(v) for v in np.asarray(self.const_data(op.inputs[1], "TRANSPOSE perm")).ravel())
+                self.permuted[op.outputs[0]] = (op.inputs[0], perm)
+                dropped.add(op.index)
+        return dropped
+
+    def through_layout(self, index: int) -> tuple[int, tuple[int, ...]]:
+        """(the tensor a MEAN really reads, the permutation of its axes): through a dropped TRANSPOSE, if any."""
+        return self.permuted.get(index, (index, (0, 1, 2, 3)))
 
     def _consumers(self, index: int) -> list[TflOperator]:
         return [op for op in self.model.operators if index in op.inputs]
@@ -217,6 +235,7 @@ class _Importer(TensorReader):
         for pos, i in enumerate(op.inputs):
             if pos in reader.constants:
                 continue  # weights, biases, shapes: checked to hold data by the op's handler
+            i = self.through_layout(i)[0] if i >= 0 else i
             if i >= 0 and i not in self.produced and self.model.buffers[self.tensor(i).buffer] == b"":
                 raise ModelError(f"operator {op.index} ({kind}) reads tensor {self.tensor(i).name!r} before any "
                                  "operator writes it (operators out of order or a cycle)")
@@ -254,9 +273,16 @@ class _Importer(TensorReader):
         """A float ADD of two dequantized activations (DEQUANTIZE -> ADD -> QUANTIZE, as LiteRT-torch leaves a
         residual add): recorded for the QUANTIZE after it, which emits it as an int8 add rounded once (the real sum,
         as the float ADD computes it, up to float32 error: ties may differ by one LSB)."""
-        if not all(i in self.dequantized for i in op.inputs[:2]):
+        if not all(i in self.dequantized or i in self.float_adds for i in op.inputs[:2]):
             return False
-        users = self._consumers(op.outputs[0])
+        users = [u for u in self._consumers(op.outputs[0]) if builtin_name(u.opcode) != "ADD"]
+        pooled = [m for u in users for m in (self._consumers(u.outputs[0]) if u.outputs[0] in self.permuted else [u])
+                  if builtin_name(m.opcode) == "MEAN"]
+        if pooled:
+            raise UnsupportedModelError(f"operator {op.index} (ADD) is a residual add left in float and averaged by "
+                                        f"operator {pooled[0].index} ({pooled[0].name}) before any QUANTIZE, which "
+                                        "int8 arithmetic cannot round alike; end the network with a layer after the "
+                                        "residual add (MobileNetV2's 1x1 head conv) or quantize the add's output")
         if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE" or op.options.get("activation", 0):
             raise UnsupportedModelError(f"operator {op.index} (ADD) adds two dequantized activations but is not "
                                         "followed by exactly one QUANTIZE (or has a fused activation); quantize the "
@@ -264,8 +290,16 @@ class _Importer(TensorReader):
         self.float_adds[op.outputs[0]] = op
         return True
 
+    def _int8_of(self, index: int) -> int:
+        """The int8 tensor a float ADD's operand stands for: a DEQUANTIZE's source, or the QUANTIZE of the float ADD
+        that wrote it (LiteRT-torch chains residual adds in float: the chain is rounded after each add, where TFLite
+        rounds only its last sum; at most one LSB apart, checked against the runtime in the quantizer zoo)."""
+        if index in self.dequantized:
+            return self.dequantized[index]
+        return next(u.outputs[0] for u in self._consumers(index) if builtin_name(u.opcode) == "QUANTIZE")
+
     def _quantize_float_add(self, op: TflOperator, add: TflOperator) -> None:
-        a, b = (self.act(self.dequantized[i]) for i in add.inputs[:2])
+        a, b = (self.act(self._int8_of(i)) for i in add.inputs[:2])
         out = self.out(op)
         if a.shape != b.shape or a.shape != out.shape:
             raise UnsupportedModelError(f"operator {add.index} (ADD) broadcasts {list(a.shape)} and {list(b.shape)}; "
