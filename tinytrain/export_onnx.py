@@ -15,7 +15,8 @@
 - each op as its module's ``OpDef.export`` writes it (the ONNX op it is written as: docs/guide/ops.md; e.g.
   conv2d -> Conv with group = C_in for depthwise, mean -> GlobalAveragePool or ReduceMean, requantize ->
   DequantizeLinear -> QuantizeLinear; a table op as its float op, which onnxruntime recomputes in float32 from a
-  TFLite import's fixed-point table: up to 1 LSB apart). A fused clamp narrower than what the output quantization
+  TFLite import's fixed-point table: up to 1 LSB apart; ``const_affine`` as a Gather of its int8 table, exact, which
+  runs in onnxruntime but does not re-import). A fused clamp narrower than what the output quantization
   already allows (ReLU6, ReLU with zp > -128) becomes a ``Clip`` between the op and its QuantizeLinear, at the
   real values of the clamp bounds.
 - reshape -> Reshape when ONNX's NCHW order and the IR's NHWC order agree (e.g. (N,1,1,C) -> (N,C));
