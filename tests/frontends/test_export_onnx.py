@@ -257,7 +257,7 @@ def test_convert_uint8_mobilenet_matches_reference_kernels(tmp_path):
     print(f"mobilenet_v1_0.25_128_quant converted (int8), onnxruntime vs BUILTIN_REF on {len(names)} coral images: "
           f"{same:.4f} identical, max |diff| {worst}")
     assert ours.argmax(1).tolist() == theirs.argmax(1).tolist()
-    assert not load_model(out).uint8_io  # re-imports as the int8 model it is
+    assert not load_model(out).uint8_input  # re-imports as the int8 model it is
 
 
 def test_convert_errors_are_one_line(tmp_path, capsys):

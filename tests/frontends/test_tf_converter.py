@@ -148,7 +148,7 @@ def test_a_tf1_style_uint8_graph_is_exact_and_trains(tmp_path):
     path = tmp_path / "tf1.tflite"
     path.write_bytes(_tf1_graph())
     graph = load_model(path)
-    assert graph.uint8_io
+    assert graph.uint8_input and graph.uint8_output
     x = np.random.default_rng(1).integers(0, 256, (1, 8, 8, 3), dtype=np.uint8)
     assert first_mismatch(graph, sim_tensors(graph, to_internal(graph, x)), litert_tensors(path, x)) is None
     images = np.random.default_rng(2).integers(0, 256, (3, 8, 8, 3), dtype=np.uint8), np.array([0, 1, 2])
