@@ -37,7 +37,7 @@ def run_onnxruntime(path, xs: np.ndarray, names: list[str]) -> dict[str, np.ndar
 def quantize_input(graph, xs: np.ndarray) -> np.ndarray:
     """The model's first QuantizeLinear (round half to even), in the model's own dtype, NHWC."""
     q = graph.tensors[graph.inputs[0]].quant
-    if graph.uint8_io:
+    if graph.uint8_input:
         x = np.clip(np.rint(xs / np.float32(q.s)) + q.zp + 128, 0, 255).astype(np.uint8)
     else:
         x = np.clip(np.rint(xs / np.float32(q.s)) + q.zp, -128, 127).astype(np.int8)

@@ -15,10 +15,10 @@ from tinytrain.ir import DType, Graph, QuantParams, Role, Tensor
 from conftest import shared_file
 
 
-def input_graph(h, w, c, scale, zp, uint8_io=False):
+def input_graph(h, w, c, scale, zp, uint8_input=False):
     """A graph that is only an input: enough for the input pipeline."""
     t = Tensor("x", (1, h, w, c), DType.INT8, Role.INPUT, QuantParams.per_tensor(scale, zp))
-    return Graph("g", {"x": t}, (), ("x",), ("x",), uint8_io=uint8_io)
+    return Graph("g", {"x": t}, (), ("x",), ("x",), uint8_input=uint8_input)
 
 
 def test_vww_npz_pixels_become_pixel_minus_128():
@@ -32,7 +32,7 @@ def test_vww_npz_pixels_become_pixel_minus_128():
 def test_grayscale_model_gets_luma_and_tf1_scale():
     x = np.zeros((1, 2, 2, 3), np.uint8)
     x[0, 0, 0] = (200, 100, 50)  # luma 0.299*200 + 0.587*100 + 0.114*50 = 124.2 -> 124
-    q = model_inputs(input_graph(2, 2, 1, 1 / 128, 0, uint8_io=True), x)  # TF1 uint8 style: real = (p - 128) / 128
+    q = model_inputs(input_graph(2, 2, 1, 1 / 128, 0, uint8_input=True), x)  # TF1 uint8 style: real = (p - 128) / 128
     assert q.shape == (1, 2, 2, 1)
     assert int(q[0, 0, 0, 0]) == 124 - 128 and int(q[0, 1, 1, 0]) == -128
 
@@ -48,7 +48,7 @@ def test_a_given_mapping_is_applied_then_the_input_quantization():
 
 def test_model_inputs_in_chunks_equal_one_batch():
     x = np.random.default_rng(0).integers(0, 256, (7, 5, 6, 1), dtype=np.uint8)
-    g = input_graph(8, 9, 3, 1 / 128, 0, uint8_io=True)
+    g = input_graph(8, 9, 3, 1 / 128, 0, uint8_input=True)
     whole = model_inputs(g, x, chunk=7)
     assert whole.shape == (7, 8, 9, 3) and whole.dtype == np.int8
     for chunk in (1, 3):
@@ -176,7 +176,7 @@ def test_an_npz_carries_its_class_names(tmp_path):
         load_dataset(tmp_path / "e.npz")
 
 
-@pytest.mark.parametrize("scale,zp,uint8_io,mapping", [
+@pytest.mark.parametrize("scale,zp,uint8_input,mapping", [
     (1 / 255, -128, False, "unit"),        # onnxruntime's asymmetric quantizer on p / 255: the zoo
     (1.0, -128, False, "raw"),             # MLPerf Tiny's ResNet-8
     (1 / 128, 0, True, "symmetric"),       # TF1 uint8 MobileNets (zero point 128)
@@ -185,8 +185,8 @@ def test_an_npz_carries_its_class_names(tmp_path):
     (1 / 127, 0, False, None),             # onnxruntime's ActivationSymmetric
     (0.01867, -14, False, None),           # calibrated on ImageNet-normalized inputs: about [-2.1, 2.6]
 ])
-def test_the_input_quantization_implies_a_mapping_only_where_its_range_says_it(scale, zp, uint8_io, mapping):
-    g = input_graph(2, 2, 3, scale, zp, uint8_io)
+def test_the_input_quantization_implies_a_mapping_only_where_its_range_says_it(scale, zp, uint8_input, mapping):
+    g = input_graph(2, 2, 3, scale, zp, uint8_input)
     assert guess(g) == (None if mapping is None else NAMED[mapping])
     if mapping is None:
         with pytest.raises(UsageError, match="does not say how pixels become its input; give --input-mapping unit"):

@@ -83,7 +83,7 @@ class GraphBuilder:
             used.update(n.outputs)
         tensors = {k: t for k, t in self.tensors.items() if k in used}
         fields = dict(name=self.base.name, tensors=tensors, nodes=tuple(self.nodes), inputs=tuple(self.inputs),
-                      outputs=tuple(self.outputs), source_sha256=self.base.source_sha256, uint8_io=self.base.uint8_io,
+                      outputs=tuple(self.outputs), source_sha256=self.base.source_sha256, uint8_input=self.base.uint8_input, uint8_output=self.base.uint8_output,
                       metadata=self.base.metadata)
         fields.update(changes)
         return Graph(**fields)

@@ -151,7 +151,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
     check_file(args.output, "onnx", inputs=(args.model,))
     graph = with_mapping(_load(args.model), args.input_mapping)
     save_onnx(graph_to_onnx(graph), args.output)
-    note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_io else ""
+    note = " (uint8 model exported as int8: uint8 value - 128)" if graph.uint8_input or graph.uint8_output else ""
     mapping = from_model(graph)
     kept = f"; input mapping {mapping.describe()} in its metadata" if mapping else ""
     print(f"wrote {args.output}: int8 QDQ ONNX, opset 18, {len(graph.nodes)} ops{note}{kept}")

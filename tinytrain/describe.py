@@ -29,6 +29,12 @@ def node_macs(graph: Graph, node) -> int:
     return get_op(node.op).macs(node.attrs, ins, outs)
 
 
+def uint8_note(graph: Graph) -> str:
+    """Which ends of the source model are uint8 (run as int8: the uint8 value - 128)."""
+    ends = [e for e, u in (("input", graph.uint8_input), ("output", graph.uint8_output)) if u]
+    return f"  (uint8 {' and '.join(ends)}, run as int8)" if ends else ""
+
+
 def describe(graph: Graph) -> str:
     """inspect's text: the inputs and outputs, a row per layer (tinytrain/layers.py: its inference arena, weights,
     MACs; the peak marked), the totals."""
@@ -42,7 +48,7 @@ def describe(graph: Graph) -> str:
                      format_size(r.flash_bytes) if r.flash_bytes else "-", _quant(out),
                      short_name(node.name, NAME_WIDTH) + ("  <- peak" if r.peak else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [f"model {graph.name}  sha256 {graph.source_sha256[:16]}…" + ("  (uint8 model, run as int8)" if graph.uint8_io else "")]
+    lines = [f"model {graph.name}  sha256 {graph.source_sha256[:16]}…" + uint8_note(graph)]
     for name in graph.inputs:
         t = graph.tensors[name]
         lines.append(f"input  {name}: {t.dtype.value} {t.shape} {_quant(t)}")

@@ -15,7 +15,8 @@
 - each op as its module's ``OpDef.export`` writes it (the ONNX op it is written as: docs/guide/ops.md; e.g.
   conv2d -> Conv with group = C_in for depthwise, mean -> GlobalAveragePool or ReduceMean, requantize ->
   DequantizeLinear -> QuantizeLinear; a table op as its float op, which onnxruntime recomputes in float32 from a
-  TFLite import's fixed-point table: up to 1 LSB apart). A fused clamp narrower than what the output quantization
+  TFLite import's fixed-point table: up to 1 LSB apart; ``const_affine`` as a Gather of its int8 table, exact, which
+  runs in onnxruntime but does not re-import). A fused clamp narrower than what the output quantization
   already allows (ReLU6, ReLU with zp > -128) becomes a ``Clip`` between the op and its QuantizeLinear, at the
   real values of the clamp bounds.
 - reshape -> Reshape when ONNX's NCHW order and the IR's NHWC order agree (e.g. (N,1,1,C) -> (N,C));
@@ -32,7 +33,7 @@ from the simulator by rounding where a value lies at a rounding boundary (design
 1 LSB per op; differences can compound through a deep network). A graph whose multipliers do not follow
 from its scales (some synthetic test graphs) is exported with its scales' arithmetic.
 
-uint8 graphs (``Graph.uint8_io``, TF1 models) are exported in their internal int8 form: activations and
+uint8 graphs (``Graph.uint8_input`` / ``uint8_output``: TF1, NNCF models) are exported in their internal int8 form: activations and
 weights int8 with the zero points shifted by -128 (weights keep their non-zero zero points); the real
 values, and so the float input and the dequantized output, are unchanged. An int8 output equals the
 source model's uint8 output minus 128.
@@ -217,14 +218,15 @@ class _Exporter:
         outputs = [self.value_info(self.names[o], g.tensors[o]) for o in g.outputs]
         doc = ("int8 QDQ model written by tinytrain from its IR. Input: float32 NCHW, quantized by the first "
                "QuantizeLinear. Outputs: the int8 tensors after the last QuantizeLinear (quantized values).")
-        if g.uint8_io:
-            doc += " The source model was uint8 (TF1); exported as int8 (uint8 value - 128, same real values)."
+        if g.uint8_input or g.uint8_output:
+            ends = " and ".join(e for e, u in (("input", g.uint8_input), ("output", g.uint8_output)) if u)
+            doc += f" The source model's {ends} was uint8; exported as int8 (uint8 value - 128, same real values)."
         gp = helper.make_graph(self.nodes, g.name or "tinytrain", [graph_input], outputs, self.inits, doc_string=doc)
         model = helper.make_model(gp, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tinytrain",
                                   producer_version=__version__, doc_string=doc)
         model.ir_version = IR_VERSION
         helper.set_model_props(model, {**g.metadata, "tinytrain.source_sha256": g.source_sha256,
-                                       "tinytrain.source_uint8": str(bool(g.uint8_io)).lower()})
+                                       "tinytrain.source_uint8": str(g.uint8_input or g.uint8_output).lower()})
         model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(model, full_check=True)
         return model

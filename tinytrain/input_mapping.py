@@ -149,7 +149,7 @@ def guess(graph: Graph) -> InputMapping | None:
         want_lo, want_hi = _range(NAMED[name])
         span = want_hi - want_lo
         if abs(lo - want_lo) <= TOLERANCE * span and abs(hi - want_hi) <= TOLERANCE * span:
-            symmetric_quantizer = name == "symmetric" and q.zp == 0 and not graph.uint8_io
+            symmetric_quantizer = name == "symmetric" and q.zp == 0 and not graph.uint8_input
             return None if symmetric_quantizer else NAMED[name]
     return None
 

@@ -145,8 +145,9 @@ class Node:
 class Graph:
     """A whole model: tensors by name, nodes in topological order, graph inputs and outputs.
 
-    ``uint8_io`` records that the source model exchanged uint8 tensors (TF1 style); inside, everything
-    is int8 (q_int8 = q_uint8 - 128, zero points shifted alike) and only the boundary converts.
+    ``uint8_input`` / ``uint8_output`` record that the source model's input / outputs are uint8 (TF1 style both;
+    NNCF and the TF converter's ``inference_input_type=tf.uint8`` the input alone); inside, everything is int8
+    (q_int8 = q_uint8 - 128, zero points shifted alike, exact) and only that boundary converts.
     ``metadata``: the model's key / value strings (ONNX ``metadata_props``; a TFLite model's normalization as
     ``tinytrain.input_mapping``, tinytrain/input_mapping.py), kept by every pass and written back by the exporter.
     """
@@ -157,7 +158,8 @@ class Graph:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     source_sha256: str = ""
-    uint8_io: bool = False
+    uint8_input: bool = False
+    uint8_output: bool = False
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -79,7 +79,7 @@ def execute(graph: Graph, inputs: Mapping[str, np.ndarray], state: dict[str, np.
 
 def to_internal(graph: Graph, x: np.ndarray) -> np.ndarray:
     """A user's quantized input (the model's own dtype) -> the internal int8 form."""
-    if graph.uint8_io:
+    if graph.uint8_input:
         if x.dtype != np.uint8:
             raise ValueError(f"this model takes uint8 input, got {x.dtype}")
         return (x.astype(np.int16) - 128).astype(np.int8)
@@ -88,14 +88,14 @@ def to_internal(graph: Graph, x: np.ndarray) -> np.ndarray:
 
 def to_external(graph: Graph, y: np.ndarray) -> np.ndarray:
     """An internal int8 output -> the model's own output dtype."""
-    if graph.uint8_io and y.dtype == np.int8:
+    if graph.uint8_output and y.dtype == np.int8:
         return (y.astype(np.int16) + 128).astype(np.uint8)
     return y
 
 
 def external_input_dtype(graph: Graph) -> np.dtype:
     t = graph.tensors[graph.inputs[0]]
-    return np.dtype(np.uint8) if graph.uint8_io and t.dtype == DType.INT8 else t.dtype.np
+    return np.dtype(np.uint8) if graph.uint8_input and t.dtype == DType.INT8 else t.dtype.np
 
 
 # ---- training -------------------------------------------------------------------------------------------

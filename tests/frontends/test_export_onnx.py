@@ -171,6 +171,23 @@ def test_every_op_within_one_lsb_per_op():
         assert worst <= 1, node.name
 
 
+def test_const_affine_exports_as_its_table_exactly():
+    """MUL / ADD / SUB by a scalar constant (the TF converter's unfused hard-swish): exported as a Gather of its
+    256-entry table, so onnxruntime equals the simulator byte for byte on every const_affine output."""
+    graph = load_model(Path(__file__).resolve().parents[1] / "quantizers" / "tf_const_ops.tflite")
+    model = exported(graph)
+    assert [n.op_type for n in model.graph.node].count("Gather") == 4
+    for node in graph.nodes:  # expose every int8 activation
+        if node.outputs[0] not in graph.outputs:
+            model.graph.output.append(helper.make_tensor_value_info(node.outputs[0], TensorProto.INT8, None))
+    x = random_input(graph, 8)
+    values = {graph.inputs[0]: x, **ort_outputs(session(model), graph, x)}
+    for node in (n for n in graph.nodes if n.op == "const_affine"):
+        ins = [graph.tensors[i] for i in node.inputs]
+        ref = get_op(node.op).reference(node.attrs, [values[i] for i in node.inputs], ins, [])[0]
+        np.testing.assert_array_equal(values[node.outputs[0]], ref, err_msg=node.name)
+
+
 def test_synthetic_graph_exports():
     """The code generator's every-op graph (weight zero points, per-tensor multipliers, both roundings) is
     exported and runs; its multipliers are not derived from its scales, so outputs are not compared."""
@@ -240,7 +257,7 @@ def test_convert_uint8_mobilenet_matches_reference_kernels(tmp_path):
     print(f"mobilenet_v1_0.25_128_quant converted (int8), onnxruntime vs BUILTIN_REF on {len(names)} coral images: "
           f"{same:.4f} identical, max |diff| {worst}")
     assert ours.argmax(1).tolist() == theirs.argmax(1).tolist()
-    assert not load_model(out).uint8_io  # re-imports as the int8 model it is
+    assert not load_model(out).uint8_input  # re-imports as the int8 model it is
 
 
 def test_convert_errors_are_one_line(tmp_path, capsys):

@@ -168,7 +168,7 @@ def test_mobilenetv2_matches_onnxruntime(mbv2, fmt):
     graph, names = convert_onnx(path.read_bytes(), path.stem)
     ops = [n.op for n in graph.nodes]
     assert ops.count("conv2d") == 15 and ops.count("add") == 2 and ops[-3:] == ["mean", "reshape", "fully_connected"]
-    assert graph.uint8_io == fmt.endswith("uint8")
+    assert graph.uint8_input == graph.uint8_output == fmt.endswith("uint8")
     assert graph.tensors[graph.inputs[0]].shape == (1, onnx_models.INPUT_SIZE, onnx_models.INPUT_SIZE, 3)
 
     # the uint8 variants repeat the check on fewer inputs (they only add the uint8 <-> int8 shift)

@@ -287,7 +287,7 @@ def test_a_zero_point_written_as_identity_of_an_initializer_is_a_constant():
     assert [n.op for n in graph.nodes] == [n.op for n in load_model(HERE / "qcdq.onnx").nodes]
 
 
-# ----- different integer types at the two ends: refused in one line naming both ends and the fix (exit 2)
+# ----- different integer types at the two ends: exact, the uint8 end offset by 128 at the boundary
 
 def _tflite_mixed_ends(uint8_input: bool) -> bytes:
     """uint8 input -> QUANTIZE to int8 -> FULLY_CONNECTED -> int8 output (TF converter's inference_input_type
@@ -310,28 +310,52 @@ def _tflite_mixed_ends(uint8_input: bool) -> bytes:
 
 
 @pytest.mark.parametrize("uint8_input", [True, False], ids=["uint8_in_int8_out", "int8_in_uint8_out"])
-def test_different_integer_types_at_the_two_ends_of_a_tflite_model_are_refused(uint8_input, tmp_path, capsys):
+def test_different_integer_types_at_the_two_ends_of_a_tflite_model_are_exact(uint8_input):
+    """The uint8 end is the int8 tensor with its zero point - 128: simulator == host C == TFLite Micro, bytes."""
     pytest.importorskip("tflite_micro")
-    from tinytrain.cli import main
+    from oracles import tflm_run
 
-    path = tmp_path / "m.tflite"
-    path.write_bytes(_tflite_mixed_ends(uint8_input))
-    assert main(["compile", str(path), "-o", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip()
-    first, second = ("input 'x' is uint8", "output 'y' is int8") if uint8_input else ("input 'x' is int8",
-                                                                                       "output 'y_u8' is uint8")
-    assert "\n" not in err and first in err and second in err and "one integer type at both ends" in err
-    assert "inference_input_type and inference_output_type both tf.int8" in err
-    assert not (tmp_path / "out").exists()
+    from tinytrain.engines.trainer import forward_outputs
+    from tinytrain.frontends.tflite import graph_from_tflite
+    from tinytrain.simulator import external_input_dtype, to_external, to_internal
+
+    data = _tflite_mixed_ends(uint8_input)
+    graph = graph_from_tflite(data, "mixed", "")
+    assert (graph.uint8_input, graph.uint8_output) == (uint8_input, not uint8_input)
+    info = np.iinfo(external_input_dtype(graph))
+    x = np.random.default_rng(0).integers(info.min, info.max + 1, (64, 1, 4)).astype(info.dtype)
+    theirs = tflm_run(data, x)
+    assert theirs.dtype == (np.int8 if uint8_input else np.uint8) and len(np.unique(theirs)) > 10
+    for engine in ("sim", "c"):
+        ours = to_external(graph, forward_outputs(graph, to_internal(graph, x.reshape(64, 4)), engine))
+        np.testing.assert_array_equal(ours.reshape(theirs.shape), theirs, err_msg=engine)
 
 
-def test_a_uint8_input_with_an_int8_output_of_an_onnx_model_is_refused():
-    m = _model("const_ops")
+def test_a_uint8_input_with_an_int8_output_of_an_onnx_model_is_exact(tmp_path):
+    """const_ops with its input quantized to uint8 (zero point + 128, as NNCF writes): the same int8 graph inside;
+    on the uint8 input the simulator equals the int8 model's on the same real values, byte for byte, and so does
+    onnxruntime (the model is FOLDED: simulator vs onnxruntime at most 1 LSB, as for the int8 model)."""
+    from onnx_oracle import quantize_input, run_onnxruntime
+
+    from tinytrain.simulator import to_internal
+
+    m, base_model = _model("const_ops"), _model("const_ops")
     q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
     for name in {q.input[2]} | {n.input[2] for n in m.graph.node if n.op_type == "DequantizeLinear"
                                 and n.input[0] == q.output[0]}:
         zp = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == name))
         _set(m, name, (zp.astype(np.int16) + 128).astype(np.uint8))
-    msg = _refusal(m)
-    assert "the input 'x' is uint8 but output" in msg and "is int8" in msg and "one integer type" in msg
-    assert "activation_type=QuantType.QInt8" in msg
+    graph, base = (graph_from_onnx(g.SerializeToString(), "m") for g in (m, base_model))
+    assert graph.uint8_input and not graph.uint8_output and [n.op for n in graph.nodes] == [n.op for n in base.nodes]
+    xs = make_zoo.inputs(30, 11)
+    x, xb = quantize_input(graph, xs), quantize_input(base, xs)
+    assert x.dtype == np.uint8
+    ours = forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]]
+    np.testing.assert_array_equal(ours, forward(base, {base.inputs[0]: xb})[base.outputs[0]])
+    out = next(n.output[0] for n in reversed(m.graph.node) if n.op_type == "QuantizeLinear")
+    for model, path in ((m, tmp_path / "u8.onnx"), (base_model, tmp_path / "i8.onnx")):
+        onnx.save(model, path)
+    theirs, theirs_base = (run_onnxruntime(p, xs, [out])[out] for p in (tmp_path / "u8.onnx", tmp_path / "i8.onnx"))
+    np.testing.assert_array_equal(theirs, theirs_base)
+    assert np.abs(ours.astype(np.int64) - ir_layout(theirs).reshape(ours.shape)).max() <= 1
+    assert len(np.unique(ours)) > 10

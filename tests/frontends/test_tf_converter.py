@@ -31,13 +31,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 pytestmark = pytest.mark.filterwarnings("ignore::tinytrain.errors.Notice")
 
 
-def _convert(model, size: int) -> bytes:
+def _convert(model, size: int, input_type=None) -> bytes:
     rng = np.random.default_rng(0)
     c = tf.lite.TFLiteConverter.from_keras_model(model)
     c.optimizations = [tf.lite.Optimize.DEFAULT]
     c.representative_dataset = lambda: ([rng.random((1, size, size, 3), np.float32)] for _ in range(16))
     c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    c.inference_input_type, c.inference_output_type = tf.int8, tf.int8
+    c.inference_input_type, c.inference_output_type = input_type or tf.int8, tf.int8
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return c.convert()
@@ -78,6 +78,8 @@ def converted(tmp_path_factory):
                 m = tf.keras.applications.MobileNetV2(input_shape=(96, 96, 3), alpha=0.35, weights=None, classes=5,
                                                       classifier_activation=None)
                 data = _convert(m, 96)
+            elif name == "mobilenet_v3_small_like_uint8_input":
+                data = _convert(mobilenet_v3_small_like(), 32, tf.uint8)
             else:
                 data = _convert(mobilenet_v3_small_like(), 32)
             (out / f"{name}.tflite").write_bytes(data)
@@ -124,6 +126,23 @@ def test_a_mobilenet_v3_small_like_keras_model_is_exact_and_trains(converted):
     _exact_and_trains(path, 32)
 
 
+def test_a_uint8_input_with_an_int8_output_is_exact_and_trains(converted):
+    """inference_input_type tf.uint8, output tf.int8: the uint8 input is the int8 one with zero point - 128 (exact);
+    every tensor equals TFLite Micro on the uint8 input, and 3 steps train alike on the simulator and the C."""
+    path = converted("mobilenet_v3_small_like_uint8_input")
+    data, graph = path.read_bytes(), load_model(path)
+    assert graph.uint8_input and not graph.uint8_output
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (8, 32, 32, 3)).astype(np.uint8)
+    assert first_mismatch(graph, sim_tensors(graph, to_internal(graph, x[:1])), tflm_tensors(data, x[0])) is None
+    ours = forward(graph, {graph.inputs[0]: to_internal(graph, x)})[graph.outputs[0]]
+    np.testing.assert_array_equal(ours, tflm_run(data, x).reshape(ours.shape))
+    images = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8), rng.integers(0, 5, 3)
+    sim, c = (tinytrain.train(path, images, update="last-k:2", steps=3, engine=e) for e in ("sim", "c"))
+    assert np.array_equal(sim.losses.view(np.uint32), c.losses.view(np.uint32))
+    assert all(np.array_equal(v, c.state.tensors[k]) for k, v in sim.state.tensors.items())
+
+
 def _tf1_graph() -> bytes:
     """A TF1-style graph (placeholders, fake-quant nodes) converted to uint8 with from_session."""
     tf1 = tf.compat.v1
@@ -148,7 +167,7 @@ def test_a_tf1_style_uint8_graph_is_exact_and_trains(tmp_path):
     path = tmp_path / "tf1.tflite"
     path.write_bytes(_tf1_graph())
     graph = load_model(path)
-    assert graph.uint8_io
+    assert graph.uint8_input and graph.uint8_output
     x = np.random.default_rng(1).integers(0, 256, (1, 8, 8, 3), dtype=np.uint8)
     assert first_mismatch(graph, sim_tensors(graph, to_internal(graph, x)), litert_tensors(path, x)) is None
     images = np.random.default_rng(2).integers(0, 256, (3, 8, 8, 3), dtype=np.uint8), np.array([0, 1, 2])

@@ -117,7 +117,7 @@ def test_mobilenet_v1_uint8_matches_reference_kernels():
     path = shared_file("models/mobilenet_v1_0.25_128_quant.tflite")
     labels = shared_file("models/imagenet_labels.txt").read_text().splitlines()
     graph = load_model(path)
-    assert graph.uint8_io and simulator.external_input_dtype(graph) == np.uint8
+    assert graph.uint8_input and graph.uint8_output and simulator.external_input_dtype(graph) == np.uint8
     names, x = coral_batch(128)
     ours = run(graph, x)
     theirs = litert_run(path, x)  # ai-edge-litert BUILTIN_REF: tflite-micro does not run uint8 models
@@ -160,7 +160,7 @@ def test_imported_graph_layout():
     assert first.op == "conv2d" and w.shape == (8, 3, 3, 1) and first.attrs.groups == 1
     assert w.quant.axis == 0 and len(w.quant.scale) == 8
     assert graph.tensors[first.inputs[2]].quant.axis == 0  # the file says quantized_dimension 3 for a 1-D bias
-    assert graph.source_sha256 and not graph.uint8_io
+    assert graph.source_sha256 and not graph.uint8_input
     # fixed batch-1 graphs run batches of any size
     assert run(graph, np.zeros((3, 96, 96, 1), np.int8)).shape == (3, 2)
 

@@ -40,7 +40,7 @@ def render_forward_project(graph: Graph, layout: ArenaLayout, choices: list[str]
         "arena_bytes": layout.arena_bytes,
         "input": _io(graph, ctx, graph.inputs[0]),
         "output": _io(graph, ctx, graph.outputs[0]),
-        "uint8_io": graph.uint8_io,
+        "uint8_input": graph.uint8_input, "uint8_output": graph.uint8_output,
         "arm_dsp": arm_dsp(options.target), "dsp_kernels": dsp_kernels(options.target),
         "streamed_input": streamed_input(layout),
     }

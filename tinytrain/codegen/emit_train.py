@@ -319,7 +319,7 @@ def render_training_project(graph: Graph, layout: ArenaLayout, choices: list[str
         "sha256": graph.source_sha256 or "(none: graph built in memory)",
         "arena_bytes": layout.arena_bytes,
         **_io(graph, offsets, image, logits),
-        "uint8_io": graph.uint8_io,
+        "uint8_input": graph.uint8_input, "uint8_output": graph.uint8_output,
         "arm_dsp": arm_dsp(options.target), "dsp_kernels": dsp_kernels(options.target),
         "fpv5": fpv5(options.target),
         "streamed_input": streamed_input(layout),

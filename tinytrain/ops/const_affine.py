@@ -49,13 +49,15 @@ def tflite_sub(im, op) -> None:
 
 
 def export(ex, n) -> None:
-    a = n.attrs
-    f = ex.dq(n.inputs[0], n.name)
-    f = ex.node("Mul", [f, ex.init(f"{n.outputs[0]}_alpha", np.array(a.alpha, np.float32))],
-                f"{n.outputs[0]}_scaled", n.name)
-    f = ex.node("Add", [f, ex.init(f"{n.outputs[0]}_beta", np.array(a.beta, np.float32))],
-                f"{n.outputs[0]}_float", n.name)
-    ex.q(f, n.outputs[0], n.name)
+    """The table itself, exactly: Gather of the int8 input (Cast to int32) from the table rolled by 128, so index
+    x in -128 .. 127 reads table[x + 128] through Gather's negative indices. (The float form alpha x + beta between
+    DequantizeLinear and QuantizeLinear is up to 2 LSB off TFLite's fixed point.)"""
+    from onnx import TensorProto  # the exporter's dependency, imported only when exporting
+
+    table = np.roll(np.asarray(n.attrs.table, np.int8), -128)
+    idx = ex.node("Cast", [ex.names[n.inputs[0]]], f"{n.outputs[0]}_index", n.name, to=TensorProto.INT32)
+    ex.names[n.outputs[0]] = ex.node("Gather", [ex.init(f"{n.outputs[0]}_table", table), idx], "", n.name,
+                                     output=n.outputs[0], axis=0)
 
 
 def twin(t, node, xs, params, clamp):

@@ -106,17 +106,18 @@ class Converter(Reader):
                                    f"reads it); quantize the model with onnxruntime quantize_static")
         outputs: list[str] = []
         out_names: list[str] = []
+        out_types: set[str] = set()
         for vi in self.graph_proto.output:
             v = self.values.get(vi.name)
             act = self._output_act(vi.name, v)
             if act.gain is not None:
                 raise self.unsupported(f"graph output '{vi.name}' is quantized per channel; tinytrain's outputs have "
                                        f"one scale: quantize it per tensor")
-            if act.dtype != self.input_act.dtype:
-                raise self.unsupported(f"the input '{self.input_name}' is {self.input_act.dtype} but output "
-                                       f"'{vi.name}' is {act.dtype}: tinytrain needs one integer type at both ends; "
-                                       f"quantize with one activation type (quantize_static's activation_type="
-                                       f"QuantType.QInt8, or tinytrain quantize on the float model)")
+            out_types.add(act.dtype)
+            if len(out_types) > 1:
+                raise self.unsupported(f"graph output '{vi.name}' is {act.dtype} but another output is "
+                                       f"{(out_types - {act.dtype}).pop()}: tinytrain needs one integer type for all "
+                                       f"outputs; quantize the outputs with one activation type")
             outputs.append(act.ir)
             out_names.append(vi.name)
         self._eliminate_dead(outputs)
@@ -132,7 +133,7 @@ class Converter(Reader):
         tensors = {k: (replace(t, role=Role.OUTPUT) if k in outputs and t.role == Role.ACTIVATION else t)
                    for k, t in tensors.items()}
         graph = Graph(self.name, tensors, tuple(nodes), (self.input_act.ir,), tuple(outputs), self.sha256,
-                      uint8_io=self.input_act.dtype == "uint8")
+                      uint8_input=self.input_act.dtype == "uint8", uint8_output=out_types == {"uint8"})
         try:
             verify(graph)
         except ValueError as e:

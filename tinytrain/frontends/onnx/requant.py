@@ -38,7 +38,7 @@ reach the logits of some images. The MatMul -> Add fold below is the one structu
 Conventions and documented deviations:
 
 - uint8 tensors become int8 (q - 128, zero point - 128); a uint8 graph input sets
-  ``Graph.uint8_io``. uint8 weights keep their (shifted) zero point: conv2d and fully_connected
+  ``Graph.uint8_input`` / ``uint8_output``. uint8 weights keep their (shifted) zero point: conv2d and fully_connected
   compute (w - zw).
 - The IR input is the int8 tensor after the model's first QuantizeLinear (or the model's int8/uint8
   input itself); the IR output is the integer tensor before the final DequantizeLinear.

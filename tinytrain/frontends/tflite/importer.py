@@ -18,7 +18,7 @@ Choices (each matches what the device runs):
   the double product although kernel_util.cc's GetQuantizedConvolutionMultipler reads as a float product.
 - uint8 models are converted on import: activations and weights are shifted by -128 (zero points
   alike; weights keep their zero point), AVERAGE_POOL_2D rounds half up as the uint8 kernel does, and
-  ``Graph.uint8_io`` is set.
+  ``Graph.uint8_input`` / ``uint8_output`` are set for the ends that are uint8.
 - Weight quantization is stored per output channel (axis 0) even when the file has one scale;
   depthwise weights (1, KH, KW, C*m) become (C*m, KH, KW, 1). Bias quantization is taken per output
   channel whatever ``quantized_dimension`` says (person_detect.tflite stores 3 for its 1-D biases,
@@ -126,24 +126,24 @@ class _Importer(TensorReader):
         for o in outputs:
             if o not in self.produced:
                 raise ModelError(f"graph output {self.tensor(o).name!r} is never written by an operator")
-        uint8 = {self.tensor(i).type == "UINT8" for i in inputs + outputs}
-        if len(uint8) > 1:
-            self._mixed_ends(inputs, outputs)
         graph = Graph(self.name, self.tensors, tuple(self.nodes), tuple(self.names[i] for i in inputs),
-                      tuple(self.names[o] for o in outputs), self.sha256, uint8_io=uint8 == {True})
+                      tuple(self.names[o] for o in outputs), self.sha256, uint8_input=self._uint8_end("input", inputs),
+                      uint8_output=self._uint8_end("output", outputs))
         try:
             verify(graph)
         except ValueError as e:
             raise ModelError(f"imported graph is inconsistent: {e}") from None
         return graph
 
-    def _mixed_ends(self, inputs: list[int], outputs: list[int]) -> None:
-        ends = [("input", i) for i in inputs] + [("output", o) for o in outputs]
-        (w1, a), (w2, b) = next((x, y) for x in ends for y in ends if self.tensor(x[1]).type != self.tensor(y[1]).type)
-        ta, tb = self.tensor(a), self.tensor(b)
-        raise UnsupportedModelError(f"graph {w1} {ta.name!r} is {ta.type.lower()} but {w2} {tb.name!r} is "
-                                    f"{tb.type.lower()}: tinytrain needs one integer type at both ends; convert with "
-                                    "inference_input_type and inference_output_type both tf.int8 (or both tf.uint8)")
+    def _uint8_end(self, end: str, indices: list[int]) -> bool:
+        """Whether the graph's inputs (or outputs) are uint8 (shifted to int8 at that boundary); one type per end."""
+        types = [self.tensor(i) for i in indices]
+        if len({t.type for t in types}) > 1:
+            a, b = types[0], next(t for t in types if t.type != types[0].type)
+            raise UnsupportedModelError(f"graph {end} {a.name!r} is {a.type.lower()} but {end} {b.name!r} is "
+                                        f"{b.type.lower()}: tinytrain needs one integer type per end; convert with "
+                                        f"one inference_{end}_type")
+        return types[0].type == "UINT8"
 
     def _shape_arithmetic(self) -> set[int]:
         """The integer ops (SHAPE -> STRIDED_SLICE -> PACK, as Keras 3's Flatten writes) that only compute a RESHAPE's
