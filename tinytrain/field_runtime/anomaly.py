@@ -192,3 +192,12 @@ def anomaly_parts(program: AnomalyProgram) -> list[tuple[str, str, int]]:
 
 def anomaly_save_bytes(program: AnomalyProgram) -> int:
     return sum(np.dtype(dt).itemsize * n for _, dt, n in anomaly_parts(program))
+
+
+def split_anomaly(program: AnomalyProgram, data: bytes) -> dict[str, np.ndarray]:
+    """The parts of a saved anomaly runtime (``state_bytes`` / ``tt_field_save``) by name."""
+    out, at = {}, 0
+    for name, dt, count in anomaly_parts(program):
+        out[name] = np.frombuffer(data, dt, count, at)
+        at += out[name].nbytes
+    return out

@@ -55,6 +55,16 @@ def render_anomaly(program: AnomalyProgram) -> dict[str, str]:
     return files
 
 
+def anomaly_output(program: AnomalyProgram) -> tuple[dict[str, str], dict, str]:
+    """(files, field.json, what compile's line says) of ``compile --replay N`` for an autoencoder."""
+    m = anomaly_memory(program).as_dict()
+    report = {"kind": "anomaly", "sample_bytes": program.width, "score_constants": program.score_constants,
+              "config": program.cfg.__dict__, "memory": m}
+    return render_anomaly(program), report, (
+        f"the anomaly field runtime (tt_field.c/h) beside the whole model's training step: it adds {m['sram']} B "
+        f"SRAM (buffer of normal inputs {m['buffer']}, statistics {m['statistics']})")
+
+
 class AnomalyHost:
     def __init__(self, program: AnomalyProgram) -> None:
         self.program = program
