@@ -81,7 +81,8 @@ def add_field_command(sub) -> None:
     s = sub.add_parser("field", help="run a stream through the field runtime: replay, drift, new classes, guard")
     s.add_argument("model")
     s.add_argument("--stream", required=True, metavar="STREAM.npz",
-                   help="x: the samples in arrival order (any DATA kind train takes); y: labels, -1 for none")
+                   help="x: the samples in arrival order (any DATA kind train takes); y: labels, -1 for none "
+                   "(an autoencoder's: 0 normal, -1 none)")
     s.add_argument("--test", metavar="DATA", help="DATA spec scored at every checkpoint (e.g. fashion-mnist:test)")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
     s.add_argument("--update", help="full | bias-only | last-k:N (default last-k:1: the head)")
