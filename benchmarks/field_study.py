@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT, command, field_audio, kws_data, write_results  # noqa: E402
+from common import ROOT, command, field_audio, field_machine, kws_data, write_results  # noqa: E402
 from common.flash_life import flash_lines, flash_study  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
@@ -59,6 +59,7 @@ from tinytrain.training.sparse import preset  # noqa: E402
 
 MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 KWS_MODEL = ROOT.parent / "shared" / "models" / "kws_ref_model.tflite"
+AD_MODEL = ROOT.parent / "shared" / "models" / "ad01_int8.tflite"
 KWS_LRS = (0.01, 0.03, 0.1)
 WORK = ROOT / "build" / "field_study"
 SHIFTS = {"clean": lambda x, rng: x,
@@ -79,6 +80,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-exact", action="store_true", help="skip the simulator's replay of each scenario")
     p.add_argument("--no-qemu", action="store_true", help="skip the qemu-m4 / qemu-m7 runs")
     p.add_argument("--flash-only", action="store_true", help="only the flash life (to results/field_flash)")
+    p.add_argument("--machine-only", action="store_true",
+                   help="only the machine-audio anomaly scenario (to results/field_machine; common/field_machine.py)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
     return p.parse_args(argv)
 
@@ -323,6 +326,8 @@ def main(argv=None) -> dict:
     plan = preset("last-k:1", graph, lr=args.lr)
     if args.flash_only:
         return flash_only(graph, plan, args, t0)
+    if args.machine_only:
+        return field_machine.machine_study(load_model(AD_MODEL), args.seeds, not args.no_exact, t0)
     lat = latents(field_program(graph, plan, FieldConfig()), graph, args)
     base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
     starts = {k: start_state(base, lat, k) for k in (5, 9, 10)}

@@ -97,9 +97,9 @@ def test_bad_data_is_one_line_and_writes_nothing(name, ad01, tmp_path, capsys):
     assert not state.exists() and not onnx.exists()
 
 
-def test_field_refuses_an_autoencoder_in_one_line(ad01, tmp_path, capsys):
-    x, _ = _features(8)
-    np.savez(tmp_path / "stream.npz", x=x, y=np.zeros(8, np.int64))
+def test_field_refuses_a_classifier_stream_on_an_autoencoder_in_one_line(ad01, tmp_path, capsys):
+    x, _ = _features(8)  # labels 0 / 1: an autoencoder's stream is 0 (normal) or -1 (field_runtime/anomaly.py)
+    np.savez(tmp_path / "stream.npz", x=x, y=np.arange(8) % 2)
     line = _one_line(["field", ad01, "--stream", str(tmp_path / "stream.npz"), "--json", str(tmp_path / "o.json")],
                      capsys)
-    assert "autoencoder" in line and "--loss mse" in line and not (tmp_path / "o.json").exists()
+    assert "autoencoder" in line and "0 (a normal sample" in line and not (tmp_path / "o.json").exists()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
 from tinytrain.field_runtime.emit import field_memory
+from tinytrain.field_runtime.anomaly import AnomalyProgram
+from tinytrain.field_runtime.anomaly_host import anomaly_output
 from tinytrain.field_runtime.api import field, field_model
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.host import field_files
@@ -79,7 +81,8 @@ def add_field_command(sub) -> None:
     s = sub.add_parser("field", help="run a stream through the field runtime: replay, drift, new classes, guard")
     s.add_argument("model")
     s.add_argument("--stream", required=True, metavar="STREAM.npz",
-                   help="x: the samples in arrival order (any DATA kind train takes); y: labels, -1 for none")
+                   help="x: the samples in arrival order (any DATA kind train takes); y: labels, -1 for none "
+                   "(an autoencoder's: 0 normal, -1 none)")
     s.add_argument("--test", metavar="DATA", help="DATA spec scored at every checkpoint (e.g. fashion-mnist:test)")
     s.add_argument("--plan", help="sparse-update plan file (version 1)")
     s.add_argument("--update", help="full | bias-only | last-k:N (default last-k:1: the head)")
@@ -104,9 +107,10 @@ def prepare_field(args: argparse.Namespace):
     program = field_model(args.model, plan=args.plan, update=args.update, max_classes=heads,
                           known_classes=args.known_classes, replay=args.replay, replay_k=args.replay_k,
                           guard=args.guard, **_settings(args))
-    files = field_files(program)
-    report = {"cut": program.cut, "latent_bytes": program.width, "classes": program.classes,
-              "config": program.cfg.__dict__, "memory": field_memory(program).as_dict()}
+    if isinstance(program, AnomalyProgram):
+        files, report, line = anomaly_output(program)
+    else:
+        files, report, line = _classifier_output(program)
     target = OutputDir(Path(args.output) / "field", "compile-field", inputs=[args.model])
 
     def write() -> None:
@@ -114,11 +118,19 @@ def prepare_field(args: argparse.Namespace):
             for name, body in files.items():
                 (tmp / name).write_bytes(body.encode("utf-8"))
             (tmp / "field.json").write_text(json.dumps(report, indent=1) + "\n")
-        m = report["memory"]
-        print(f"wrote {args.output}/field/: the field runtime (tt_field.c/h) beside the training step of the model "
-              f"from {program.cut}; it adds {m['sram']} B SRAM (buffer {m['buffer']}, guard {m['guard']}, "
-              f"states {m['states']}); flash, 4 KB sectors: at least {m['flash_buffer']} B for the buffer's log, "
-              f"{m['flash_state']} B for the last good state's ring; the frozen prefix (tt_prefix.c, raw input): "
-              f"{m['prefix_arena']} B SRAM, {m['prefix_weights']} B of weights")
+        print(f"wrote {args.output}/field/: {line}")
 
     return write
+
+
+def _classifier_output(program) -> tuple[dict[str, str], dict, str]:
+    """(files, field.json, what the line says) of a classifier's field runtime."""
+    m = field_memory(program).as_dict()
+    report = {"cut": program.cut, "latent_bytes": program.width, "classes": program.classes,
+              "config": program.cfg.__dict__, "memory": m}
+    return field_files(program), report, (
+        f"the field runtime (tt_field.c/h) beside the training step of the model "
+        f"from {program.cut}; it adds {m['sram']} B SRAM (buffer {m['buffer']}, guard {m['guard']}, "
+        f"states {m['states']}); flash, 4 KB sectors: at least {m['flash_buffer']} B for the buffer's log, "
+        f"{m['flash_state']} B for the last good state's ring; the frozen prefix (tt_prefix.c, raw input): "
+        f"{m['prefix_arena']} B SRAM, {m['prefix_weights']} B of weights")

@@ -8,4 +8,6 @@
     head.py     class-incremental heads: a new class's row imprinted from the buffer
     step.py     the simulator's training step on latents (the spec of the C calls)
     runtime.py  FieldRuntime: learn / observe / drift / guard, the spec of the emitted C runtime
+    anomaly.py  AnomalyRuntime: an autoencoder's anomaly score, drift on it, learning normal samples (the spec)
+    anomaly_host.py / anomaly_run.py  its C and host build; a stream through it (``tinytrain field`` on an AE)
 """

@@ -11,6 +11,8 @@ from tinytrain.api import load_model
 from tinytrain.engines import default_engine
 from tinytrain.engines.samples import load_data, training_samples
 from tinytrain.errors import Notice, UsageError, param
+from tinytrain.field_runtime.anomaly import AnomalyProgram, is_autoencoder
+from tinytrain.field_runtime.anomaly_run import field_anomaly
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.program import FieldProgram, field_program
 from tinytrain.field_runtime.run import FIELD_ENGINES, FieldResult, run_stream
@@ -24,14 +26,9 @@ from tinytrain.training.resolve import resolve_plan
 
 def _model(model: str | Path | Graph, max_classes: int | None, seed: int) -> tuple[Graph, bool]:
     """(the model, whether its head is new): a new head of ``max_classes`` rows replaces the model's last layer
-    when it has another number of outputs."""
+    when it has another number of outputs (an autoencoder without ``max_classes`` stays one: anomaly.py)."""
     graph = model if isinstance(model, Graph) else load_model(model)
     n = int(np.prod(graph.tensors[graph.outputs[0]].shape[1:]))
-    if max_classes is None and n == int(np.prod(graph.tensors[graph.inputs[0]].shape[1:])):
-        raise UsageError(f"{graph.name}: its output has its input's size ({n}), an autoencoder's; the field runtime "
-                         "learns classifiers only (train an autoencoder with `tinytrain train --loss mse` or "
-                         f"tinytrain.train(loss=\"mse\")); a classifier of {n} classes: say so with "
-                         f"{param('max_classes', n)}")
     if max_classes is None or max_classes == n:
         return graph, False
     if max_classes < 2:
@@ -46,7 +43,8 @@ def field_model(model: str | Path | Graph, *, plan=None, update: str | None = No
                 **settings) -> FieldProgram:
     """The field runtime's program of ``model`` (see ``field``), checked."""
     graph, fresh = _model(model, max_classes, seed)
-    chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, default="last-k:1")
+    loss = "mse" if max_classes is None and is_autoencoder(graph) else None  # anomaly.py's runtime
+    chosen = resolve_plan(graph, plan=plan, update=update, lr=lr, default="last-k:1", loss=loss)
     known = known_classes if known_classes is not None else (0 if fresh else -1)
     unknown = set(settings) - set(FieldConfig.__dataclass_fields__)
     if unknown:
@@ -73,6 +71,8 @@ def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: st
                           known_classes=known_classes, seed=seed, replay=replay, replay_k=replay_k, guard=guard,
                           **settings)
     graph = program.graph
+    if isinstance(program, AnomalyProgram):
+        return field_anomaly(program, stream, test, engine, checkpoints)
     s = load_stream(stream, graph, program.classes)
     rt = runtime(program) if runtime else None
     # a runtime given raw samples (a board whose frozen prefix computes the latents) gets the model's int8 inputs

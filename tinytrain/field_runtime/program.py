@@ -3,7 +3,8 @@
 The runtime stores and trains latents: the frozen prefix's output (``engines.cut.suffix_model``, the input of
 the first layer the plan touches). ``latents`` computes them for raw samples with the C forward of the frozen
 layers (``engines.cut.cut_features``, bit-identical to the simulator's). The runtime needs a cut (a plan that
-trains layer 0 has no frozen prefix) and a classifier (softmax cross-entropy loss).
+trains layer 0 has no frozen prefix) and a classifier (softmax cross-entropy loss); an autoencoder's (mse loss)
+is anomaly.py's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import numpy as np
 
 from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.engines import cut
-from tinytrain.errors import PlanError, UsageError
+from tinytrain.errors import PlanError
+from tinytrain.field_runtime.anomaly import AnomalyProgram, anomaly_program
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.head import HeadLayout, check_sums, head_layout
 from tinytrain.ir import Graph
@@ -56,10 +58,12 @@ class FieldProgram:
         return f.reshape(len(x), -1)
 
 
-def field_program(graph: Graph, plan: Plan, cfg: FieldConfig, config: UpdateConfig = UpdateConfig()) -> FieldProgram:
-    """The field runtime of ``graph`` trained by ``plan``; UsageError when it cannot have one."""
-    if plan.loss != "xent":
-        raise UsageError("the field runtime learns classes: it needs a classifier (the xent loss)")
+def field_program(graph: Graph, plan: Plan, cfg: FieldConfig, config: UpdateConfig = UpdateConfig()
+                  ) -> FieldProgram | AnomalyProgram:
+    """The field runtime of ``graph`` trained by ``plan`` (an autoencoder's, ``plan.loss`` mse: anomaly.py's);
+    UsageError when it cannot have one."""
+    if plan.loss == "mse":
+        return anomaly_program(graph, plan, cfg, config)
     g, p, name = cut.suffix_model(graph, plan)
     if name is None:
         raise PlanError("the field runtime stores the frozen prefix's output: the plan must leave layer 0 frozen "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +42,9 @@ def _arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
             from None
 
 
-def load_stream(path: str | Path, graph: Graph, classes: int) -> Stream:
-    """The stream at ``path`` as ``graph``'s int8 inputs, checked (one line, UsageError, on anything wrong)."""
+def load_stream(path: str | Path, graph: Graph, classes: int, labels: Callable | None = None) -> Stream:
+    """The stream at ``path`` as ``graph``'s int8 inputs, checked (one line, UsageError, on anything wrong);
+    ``labels(y, source)``: the check of the labels in place of the class checks (an autoencoder's stream)."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"{path}: no such stream file")
@@ -50,10 +52,12 @@ def load_stream(path: str | Path, graph: Graph, classes: int) -> Stream:
     if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or len(y) != len(x):
         raise UsageError(f"{path}: y must be (N,) integer labels for the N = {len(x)} samples of x (-1: unlabelled), "
                          f"got {y.dtype}{y.shape}")
-    if len(y) and y.min() < -1:
+    if labels is not None:
+        labels(y, str(path))
+    elif len(y) and y.min() < -1:
         raise UsageError(f"{path}: label {int(y.min())} at sample {int(np.argmin(y))}: labels are -1 (none) or "
                          f"classes 0..{classes - 1}")
-    if len(y) and y.max() >= classes:
+    elif len(y) and y.max() >= classes:
         raise UsageError(f"{path}: label {int(y.max())} at sample {int(np.argmax(y))} is not a class of the head, --max-classes "
                          f"{classes} (classes 0..{classes - 1})")
     if not len(x):
