@@ -35,7 +35,7 @@ import numpy as np
 
 from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.errors import UsageError
-from tinytrain.field_runtime.buffer import Slots, offer_guard
+from tinytrain.field_runtime.buffer import Slots, offer_guard, split_parts
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.rng import Rng
 from tinytrain.ir import Graph
@@ -196,8 +196,4 @@ def anomaly_save_bytes(program: AnomalyProgram) -> int:
 
 def split_anomaly(program: AnomalyProgram, data: bytes) -> dict[str, np.ndarray]:
     """The parts of a saved anomaly runtime (``state_bytes`` / ``tt_field_save``) by name."""
-    out, at = {}, 0
-    for name, dt, count in anomaly_parts(program):
-        out[name] = np.frombuffer(data, dt, count, at)
-        at += out[name].nbytes
-    return out
+    return split_parts(anomaly_parts(program), data)

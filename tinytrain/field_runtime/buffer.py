@@ -82,3 +82,12 @@ def offer_guard(buf: Slots, rng: Rng, x: np.ndarray, label: int) -> int:
         return -1
     buf.put(r, x, label)
     return r
+
+
+def split_parts(parts, data: bytes) -> dict[str, np.ndarray]:
+    """Saved runtime bytes cut into ``parts`` ((name, dtype, count) in order) by name."""
+    out, at = {}, 0
+    for name, dt, count in parts:
+        out[name] = np.frombuffer(data, dt, count, at)
+        at += out[name].nbytes
+    return out

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinytrain.field_runtime.buffer import Slots, offer_guard, offer_replay
+from tinytrain.field_runtime.buffer import Slots, offer_guard, offer_replay, split_parts
 from tinytrain.field_runtime.drift import Drift, observe_drift
 from tinytrain.field_runtime.head import imprint
 from tinytrain.field_runtime.program import FieldProgram
@@ -178,8 +178,4 @@ def state_parts(program: FieldProgram) -> list[tuple[str, str, int]]:
 
 def split_state(program: FieldProgram, data: bytes) -> dict[str, np.ndarray]:
     """The parts of a saved runtime (``state_bytes`` / ``tt_field_save``) by name."""
-    out, at = {}, 0
-    for name, dt, count in state_parts(program):
-        out[name] = np.frombuffer(data, dt, count, at)
-        at += out[name].nbytes
-    return out
+    return split_parts(state_parts(program), data)
