@@ -46,7 +46,7 @@ from tinytrain.training.train_graph import build_training_graph
 NORMAL = 0
 LEARNED, BAD_LABEL = 0, -1
 SCORE_UNIT = 64  # the larger of the two scales is SCORE_UNIT units of the score's grid
-STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")
+STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")  # runtime.STATUS's
 DRIFT = ("m", "r", "seen", "dmax", "threshold", "rise", "active", "since", "alarms", "score")
 
 

@@ -11,9 +11,9 @@ import numpy as np
 
 from tinytrain.codegen import MODEL_SOURCE, render_project
 from tinytrain.codegen.context import environment
-from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
-from tinytrain.field_runtime.anomaly import STATUS, AnomalyProgram, anomaly_save_bytes
+from tinytrain.field_runtime.anomaly import AnomalyProgram, anomaly_save_bytes
 from tinytrain.field_runtime.emit import FIELD_HEADER, FIELD_SOURCE
+from tinytrain.field_runtime.host import FieldLibrary
 from tinytrain.memory.report import memory_report
 from tinytrain.training.device_step import device_schedule
 from tinytrain.version import __version__
@@ -65,41 +65,17 @@ def anomaly_output(program: AnomalyProgram) -> tuple[dict[str, str], dict, str]:
         f"SRAM (buffer of normal inputs {m['buffer']}, statistics {m['statistics']})")
 
 
-class AnomalyHost:
+class AnomalyHost(FieldLibrary):
+    """The anomaly field runtime on the host: the whole model's step and tt_field.c; ``learn`` / ``observe`` take
+    inputs."""
+
     def __init__(self, program: AnomalyProgram) -> None:
         self.program = program
         files = render_anomaly(program)
         files[MODEL_SOURCE] += f'\n#include "{FIELD_SOURCE}"\n'  # one translation unit
-        lib = self._lib = _private_copy(compile_files(files, cflags=TRAIN_CFLAGS))
-        vp, i32, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
-        for name, args, res in (("tt_field_init", [], None), ("tt_learn", [vp, i32], i32),
-                                ("tt_observe", [vp, vp], ctypes.c_int32), ("tt_field_save", [vp], u32),
-                                ("tt_field_score", [vp], ctypes.c_int32), ("tt_field_status", [vp], None),
-                                ("tt_field_start", [vp], i32)):
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, res
-        self._save = ctypes.create_string_buffer(anomaly_memory(program).save)
-        lib.tt_field_init()
-
-    def start(self, state: bytes) -> None:
-        if self._lib.tt_field_start(state) != 0:
-            raise ValueError("the library refused the state (magic, version or layout differ)")
-
-    def learn(self, x: np.ndarray, label: int) -> int:
-        return int(self._lib.tt_learn(np.ascontiguousarray(x, np.int8).ctypes.data, int(label)))
-
-    def observe(self, x: np.ndarray) -> int:
-        return int(self._lib.tt_observe(np.ascontiguousarray(x, np.int8).ctypes.data, None))
+        super().__init__(files, (("tt_field_score", [ctypes.c_void_p], ctypes.c_int32),),
+                         anomaly_memory(program).save)
 
     def scores(self, xs: np.ndarray) -> np.ndarray:
         xs = np.ascontiguousarray(xs, np.int8)
         return np.array([self._lib.tt_field_score(xs[i].ctypes.data) for i in range(len(xs))], np.int64)
-
-    def status(self) -> dict:
-        out = np.zeros(8, np.int32)
-        self._lib.tt_field_status(out.ctypes.data)
-        return dict(zip(STATUS, (int(v) for v in out)))
-
-    def state_bytes(self) -> bytes:
-        n = self._lib.tt_field_save(self._save)
-        return self._save.raw[:n]
