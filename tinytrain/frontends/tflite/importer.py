@@ -143,7 +143,7 @@ class _Importer(TensorReader):
             raise UnsupportedModelError(f"graph {end} {a.name!r} is {a.type.lower()} but {end} {b.name!r} is "
                                         f"{b.type.lower()}: tinytrain needs one integer type per end; convert with "
                                         f"one inference_{end}_type")
-        return types[0].type == "UINT8"
+        return bool(types) and types[0].type == "UINT8"  # no outputs: refused later, naming what is missing
 
     def _shape_arithmetic(self) -> set[int]:
         """The integer ops (SHAPE -> STRIDED_SLICE -> PACK, as Keras 3's Flatten writes) that only compute a RESHAPE's
