@@ -6,7 +6,7 @@ DEMO_OUT ?= build/demo
 # without one is compiled for inference.
 PLAN ?= models/plans/$(basename $(notdir $(MODEL)))-sparse.json
 
-.PHONY: setup demo test test-fast zoo memory-table docs clean
+.PHONY: setup demo test test-full test-fast zoo memory-table docs clean
 
 setup:
 	bash scripts/setup.sh
@@ -15,11 +15,16 @@ demo: setup
 	.venv/bin/tinytrain inspect $(MODEL)
 	.venv/bin/tinytrain compile $(MODEL) --sram 256k $(if $(wildcard $(PLAN)),--plan $(PLAN)) -o $(DEMO_OUT)
 
+# One representative per equivalence class (a model with one kind of C, a kernel shape with one variant, ...);
+# test-full runs the whole cross product (the tests marked full too).
 test: setup
+	$(PY) -m pytest -n 2 -q --durations=30 -m "not full"
+
+test-full: setup
 	$(PY) -m pytest -n 2 -q --durations=30
 
 test-fast: setup
-	$(PY) -m pytest -n 2 -q -m "not slow"
+	$(PY) -m pytest -n 2 -q -m "not slow and not full"
 
 zoo: setup
 	$(PY) -m models.build

@@ -14,6 +14,18 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 XORSHIFT64 = (Path(__file__).parent / "c" / "xorshift64.h").read_text()
 
 
+def alternating(names: list[str], cases: list, variants: dict[str, object]) -> list:
+    """The cross product of ``cases`` (named by ``names``) and ``variants`` as pytest params: every case once by
+    default, the variants taking turns so that each is covered; the rest carries the ``full`` marker (a member of an
+    equivalence class the default run already has a representative of; ``make test-full`` runs them too)."""
+    params = []
+    for i, (name, case) in enumerate(zip(names, cases)):
+        for j, (variant, value) in enumerate(variants.items()):
+            marks = () if j == i % len(variants) else (pytest.mark.full,)
+            params.append(pytest.param(*case, value, marks=marks, id=f"{name}-{variant}"))
+    return params
+
+
 def shared_file(relative: str) -> Path:
     """A file from ../shared, or skip the test saying why."""
     path = SHARED / relative

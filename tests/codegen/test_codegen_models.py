@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_file
+from conftest import alternating, shared_file
 from tinytrain import simulator
 from tinytrain.engines import host_c as engine_c
 from tinytrain.data import load_dataset, model_inputs
@@ -36,19 +36,23 @@ def _check_images(model_path: Path, cache_dir: Path, arm_dsp: bool, n: int = 200
     assert len(np.unique(got.reshape(len(x), -1).argmax(axis=1))) > 1  # not a constant output
 
 
-ARM_DSP = pytest.mark.parametrize("arm_dsp", [False, True], ids=["portable", "arm-dsp"])
+KERNELS = {"arm-dsp": True, "portable": False}
+
+
+def _models(models: list[str]):
+    """Each model with one kind of C by default (the portable C and the Arm DSP C's taking turns), both under
+    ``make test-full``."""
+    return pytest.mark.parametrize("model, arm_dsp", alternating(models, [(m,) for m in models], KERNELS))
 
 
 @pytest.mark.slow
-@ARM_DSP
-@pytest.mark.parametrize("model", ZOO)
+@_models(ZOO)
 def test_shipped_model_on_200_images(model, arm_dsp, tmp_path):
     _check_images(ROOT / "models" / model, tmp_path, arm_dsp)
 
 
 @pytest.mark.slow
-@ARM_DSP
-@pytest.mark.parametrize("model", SHARED_TFLITE)
+@_models(SHARED_TFLITE)
 def test_shared_tflite_model_on_200_images(model, arm_dsp, tmp_path):
     """Covers per-channel int8 (VWW), grayscale input (person detection), TF1 uint8 models (non-zero
     weight zero points, half-up average pooling) and residual adds (MobileNetV2 1.0 at 224x224)."""

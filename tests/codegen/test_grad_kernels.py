@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import XORSHIFT64
+from conftest import XORSHIFT64, alternating
 from tinytrain.codegen.bindings.conv2d import pointwise_tile_range
 from tinytrain.codegen.context import environment
 
@@ -149,6 +149,10 @@ def input_gradient_program(harness: str, split: bool, has_wzp: bool, host: bool 
 SHAPES = [(16, 24, 72), (17, 72, 24), (9, 40, 40), (6, 5, 3), (13, 7, 9), (8, 12, 20), (5, 3, 8)]
 
 
+DEPTHWISE_SHAPES = [(3, 1, 4, 4), (3, 1, 8, 8), (3, 1, 5, 7), (3, 1, 1, 1), (5, 1, 4, 4), (5, 1, 3, 6), (7, 1, 4, 4),
+                    (7, 1, 2, 3), (3, 2, 8, 8), (7, 2, 8, 8), (5, 2, 7, 5)]
+
+
 def layouts(p: int, ci: int, co: int) -> dict[str, tuple[int, int]]:
     """(gx, gz) offsets in floats: apart, and in place as close as grad_input_min_read allows (g_x pixel q ends
     before g_z pixel q starts), and g_x reaching only the end of g_z."""
@@ -156,9 +160,9 @@ def layouts(p: int, ci: int, co: int) -> dict[str, tuple[int, int]]:
     return {"apart": (0, p * ci), "in place": (0, tight), "tail overlap": (0, max(tight, p * ci - 2 * co))}
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("variant", [(False, False), (True, False), (False, True), (True, True)],
-                         ids=["plain", "split", "wzp", "split-wzp"])
+@pytest.mark.parametrize("shape, variant", alternating(
+    ["-".join(map(str, shape)) for shape in SHAPES], [(shape,) for shape in SHAPES],
+    {"plain": (False, False), "split": (True, False), "wzp": (False, True), "split-wzp": (True, True)}))
 def test_pointwise_input_gradient_equals_one_term_at_a_time(tmp_path, shape, variant):
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
@@ -421,10 +425,9 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.parametrize("ksize,stride,h,w", [(3, 1, 4, 4), (3, 1, 8, 8), (3, 1, 5, 7), (3, 1, 1, 1), (5, 1, 4, 4),
-                                              (5, 1, 3, 6), (7, 1, 4, 4), (7, 1, 2, 3), (3, 2, 8, 8), (7, 2, 8, 8),
-                                              (5, 2, 7, 5)])
-@pytest.mark.parametrize("variant", [(False, False), (True, True)], ids=["plain", "split-wzp"])
+@pytest.mark.parametrize("ksize,stride,h,w,variant", alternating(
+    [f"{k}-{s}-{h}-{w}" for k, s, h, w in DEPTHWISE_SHAPES], DEPTHWISE_SHAPES,
+    {"plain": (False, False), "split-wzp": (True, True)}))
 def test_depthwise_input_gradient_plane_equals_one_term_at_a_time(tmp_path, ksize, stride, h, w, variant):
     """kernels/conv2d_grad_input.c.j2 "plane" (one channel at a time, unrolled for the maps; gz in registers or in
     the blocked kernel's scratch, taps in registers or a table: bindings/conv2d.py PLANE_*) == the plain loop in order
