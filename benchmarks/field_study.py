@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT, command, field_audio, field_machine, kws_data, write_results  # noqa: E402
+from common import ROOT, command, field_audio, field_machine, field_vww, kws_data, write_results  # noqa: E402
 from common.flash_life import flash_lines, flash_study  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
@@ -61,6 +61,7 @@ MODEL = ROOT.parent / "shared" / "models" / "mobilenet_v1_0.25_128_quant.tflite"
 KWS_MODEL = ROOT.parent / "shared" / "models" / "kws_ref_model.tflite"
 AD_MODEL = ROOT.parent / "shared" / "models" / "ad01_int8.tflite"
 KWS_LRS = (0.01, 0.03, 0.1)
+VWW_LRS = (0.003, 0.01, 0.03)
 WORK = ROOT / "build" / "field_study"
 SHIFTS = {"clean": lambda x, rng: x,
           "contrast": lambda x, rng: (x.astype(np.int32) // 2 + 96).astype(np.uint8),
@@ -82,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--flash-only", action="store_true", help="only the flash life (to results/field_flash)")
     p.add_argument("--machine-only", action="store_true",
                    help="only the machine-audio anomaly scenario (to results/field_machine; common/field_machine.py)")
+    p.add_argument("--vww-only", action="store_true",
+                   help="only the camera scenario vww-light (to results/field_vww; common/field_vww.py)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "field_study"))
     return p.parse_args(argv)
 
@@ -328,6 +331,8 @@ def main(argv=None) -> dict:
         return flash_only(graph, plan, args, t0)
     if args.machine_only:
         return field_machine.machine_study(load_model(AD_MODEL), args.seeds, not args.no_exact, t0)
+    if args.vww_only:
+        return vww_only(args, t0)
     lat = latents(field_program(graph, plan, FieldConfig()), graph, args)
     base = field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0))
     starts = {k: start_state(base, lat, k) for k in (5, 9, 10)}
@@ -340,6 +345,7 @@ def main(argv=None) -> dict:
             exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0,
                                   () if args.no_qemu else QEMU_BOARDS)
     kws_sweep = audio(args, rows, exact)
+    vww_sweep = vww(args, rows, exact)
     for r in rows:
         r.pop("final_bytes")
     life = flash_rows(graph, plan, lat, args)
@@ -347,7 +353,7 @@ def main(argv=None) -> dict:
     print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
                   model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test, seeds=args.seeds,
-                  offline_epochs=EPOCHS, lr_sweep=sweep, kws_lr_sweep=kws_sweep, boards=boards, flash=life,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, kws_lr_sweep=kws_sweep, vww_lr_sweep=vww_sweep, boards=boards, flash=life,
                   configs=CONFIGS, rows=rows,
                   exact=exact, seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
@@ -374,6 +380,71 @@ def audio(args, rows: list, exact: list) -> list[dict]:
         exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0,
                               () if args.no_qemu else QEMU_BOARDS)
     return sweep
+
+
+def vww(args, rows: list, exact: list) -> list[dict]:
+    """The camera domain shift (vww-light, benchmarks/common/field_vww.py) into ``rows`` / ``exact``: the VWW model
+    from its shipped head, last-k:1 at the lr of vww_sweep; the sweep ([] when the model or data is missing)."""
+    if not field_vww.MODEL.exists() or not field_vww.DATA.exists():
+        print("vww-light skipped: no", field_vww.MODEL if not field_vww.MODEL.exists() else field_vww.DATA, flush=True)
+        return []
+    graph = load_model(field_vww.MODEL)
+    lat = field_vww.latent_sets(field_program(graph, preset("last-k:1", graph), FieldConfig()), graph)
+    sweep = vww_sweep(graph, lat)
+    plan = preset("last-k:1", graph, lr=max(sweep, key=lambda r: r["replay"])["lr"])
+    starts = {2: CTrainer(field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0)).tg).state_bytes()}
+    for seed in range(args.seeds):
+        exact += run_scenario(graph, plan, field_vww.stream(lat, seed), lat, starts, rows, seed,
+                              not args.no_exact and seed == 0, () if args.no_qemu else QEMU_BOARDS)
+    return sweep
+
+
+def vww_sweep(graph, lat: dict, orders=(100, 101, 102)) -> list[dict]:
+    """Per lr of VWW_LRS, the validation accuracy (the validation images at night) of the replay run and of offline
+    fine-tuning on its labelled samples, means over tuning stream orders that the reported runs do not use."""
+    val = {**lat, "test": {"light": lat["val"]["light"]}}
+    out = []
+    for lr in VWW_LRS:
+        plan = preset("last-k:1", graph, lr=lr)
+        starts = {2: CTrainer(field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0)).tg).state_bytes()}
+        runs = [run_one(graph, plan, field_vww.stream(lat, s), val, "replay", starts) for s in orders]
+        out.append(dict(lr=lr, replay=float(np.mean([r["accuracy"] for r in runs])),
+                        offline=float(np.mean([r["offline"] for r in runs]))))
+        print("vww-light lr sweep (validation):", out[-1], flush=True)
+    return out
+
+
+def vww_only(args, t0: float) -> dict:
+    """--vww-only: the vww-light scenario alone, to results/field_vww.{md,json}."""
+    rows, exact = [], []
+    sweep = vww(args, rows, exact)
+    for r in rows:
+        r.pop("final_bytes")
+    rec = dict(model=field_vww.MODEL.name, plan="last-k:1", seeds=args.seeds, offline_epochs=EPOCHS,
+               vww_lr_sweep=sweep, rows=rows, exact=exact, seconds=round(time.time() - t0, 1))
+    if not rows:
+        return rec
+    lines = [f"# Field study: camera (vww-light)\n\n`{command()}` ({rec['seconds']} s)\n",
+             vww_text(rec), "", *TABLE_HEAD, *table_lines(aggregate(rows)), "", *exact_lines(exact)]
+    write_results("field_vww", "\n".join(lines) + "\n", rec)
+    print("\n".join(lines), flush=True)
+    return rec
+
+
+def vww_text(rec: dict) -> str:
+    lr = max(rec["vww_lr_sweep"], key=lambda r: r["replay"])["lr"]
+    return (f"vww-light (the MLPerf Tiny VWW model vww_96_int8, its shipped person head, last-k:1 at lr {lr}; real "
+            "VWW images, "
+            "benchmarks/common/field_vww.py: 800 images split into a 400-image stream pool, 100 validation and 300 "
+            "test images; 1,000 clean draws of the pool, then 2,000 of the pool at night (30 % exposure, sensor "
+            "noise sigma 8), 30 % labelled; scored on the 300 test images at night; offline: the same plan from "
+            f"the shipped head, {rec['offline_epochs']} shuffled epochs over the same labelled samples) lr sweep, "
+            "validation accuracy % on the 100 validation images at night, replay / offline, means over 3 tuning "
+            "stream orders the table does not use: "
+            + "; ".join(f"{r['lr']}: {fmt(r['replay'])} / {fmt(r['offline'])}" for r in rec["vww_lr_sweep"])
+            + "; the lr of the best replay run is the lr used. Each row is the mean over the stream orders "
+            "(accuracy ± its sd over them); field - offline with the runs' paired 95 % intervals (over the 300 test "
+            "images) combined.")
 
 
 def run_scenario(graph, plan, sc, lat, starts, rows: list, seed: int, exact: bool, boards=()) -> list[dict]:
@@ -427,6 +498,22 @@ def aggregate(rows: list[dict]) -> list[dict]:
     return agg
 
 
+TABLE_HEAD = ("| scenario | config | labelled | accuracy | offline | field - offline | drift alarms (sample) | "
+              "rollbacks | scenario's measure |", "|---|---|---|---|---|---|---|---|---|")
+
+
+def table_lines(agg: list[dict]) -> list[str]:
+    """The study's table rows, one per aggregated (scenario, config)."""
+    lines = []
+    for r in agg:
+        d, h = r["vs_offline"]
+        alarms = "; ".join(", ".join(map(str, a)) or "none" for a in r["alarms"])
+        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']:.0f} | {fmt(r['accuracy'])} ± "
+                     f"{100 * r['accuracy_sd']:.1f} | {fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {alarms} | "
+                     f"{r['rollbacks']} / {r['checks']} | {measure(r)} |")
+    return lines
+
+
 def fmt(v, pct: bool = True) -> str:
     if v is None:
         return "—"
@@ -443,15 +530,9 @@ def write(rec: dict, out: Path) -> None:
              f"same start, {rec['offline_epochs']} shuffled epochs over the same labelled samples. Each row is the "
              f"mean over {rec['seeds']} stream orders (accuracy ± its sd over them); field - offline with the runs' "
              "paired 95 % intervals combined; drift alarms per stream order; rollbacks / guard checks summed.\n",
-             "| scenario | config | labelled | accuracy | offline | field - offline | drift alarms (sample) | "
-             "rollbacks | scenario's measure |", "|---|---|---|---|---|---|---|---|---|"]
+             *TABLE_HEAD]
     agg = aggregate(rec["rows"])
-    for r in agg:
-        d, h = r["vs_offline"]
-        alarms = "; ".join(", ".join(map(str, a)) or "none" for a in r["alarms"])
-        lines.append(f"| {r['scenario']} | {r['config']} | {r['labelled']:.0f} | {fmt(r['accuracy'])} ± "
-                     f"{100 * r['accuracy_sd']:.1f} | {fmt(r['offline'])} | {d:+.1f} ± {h:.1f} | {alarms} | "
-                     f"{r['rollbacks']} / {r['checks']} | {measure(r)} |")
+    lines += table_lines(agg)
     m = next(a for a in agg if a["config"] == "replay+guard")["memory"]
     lines += ["", f"SRAM the runtime adds (replay+guard): {m['sram']} B (buffer {m['buffer']}, guard {m['guard']}, "
               f"two states {m['states']}, statistics {m['statistics']}); no replay, no guard: "
@@ -474,16 +555,25 @@ def write(rec: dict, out: Path) -> None:
                      f"{b['observe_insns']:,.0f} per tt_observe; results and tt_field_save bytes "
                      f"{'identical to' if b['identical'] else 'DIFFERENT from'} the simulator's.")
     lines.append("")
-    if rec["exact"]:
-        ok = sum(e["identical"] for e in rec["exact"])
-        lines.append(f"Simulator == host C (replay+guard, first stream order, final tt_field_save bytes, accuracy "
-                     f"curve, alarms): {ok} of {len(rec['exact'])} scenarios identical.")
-        for board in QEMU_BOARDS:
-            if board in rec["exact"][0]:
-                same = sum(e[board] for e in rec["exact"])
-                lines.append(f"{board} == host C (the same runs, final tt_field_save bytes): {same} of "
-                             f"{len(rec['exact'])} scenarios identical.")
+    if rec.get("vww_lr_sweep"):
+        lines += [vww_text(rec), ""]
+    lines += exact_lines(rec["exact"])
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def exact_lines(exact: list[dict]) -> list[str]:
+    """Simulator == host C (== each QEMU board) over the scenarios checked."""
+    if not exact:
+        return []
+    ok = sum(e["identical"] for e in exact)
+    lines = [f"Simulator == host C (replay+guard, first stream order, final tt_field_save bytes, accuracy "
+             f"curve, alarms): {ok} of {len(exact)} scenarios identical."]
+    for board in QEMU_BOARDS:
+        if board in exact[0]:
+            same = sum(e[board] for e in exact)
+            lines.append(f"{board} == host C (the same runs, final tt_field_save bytes): {same} of "
+                         f"{len(exact)} scenarios identical.")
+    return lines
 
 
 def measure(r: dict) -> str:

@@ -1,0 +1,60 @@
+"""The field study's camera domain shift (``vww-light``, issue 41): the MLPerf Tiny Visual Wake Words model
+(``vww_96_int8.tflite``, MobileNetV1-0.25 96x96, its own 2-class person head) on real VWW images, then the same
+camera at night (benchmarks/field_study.py).
+
+Data: ../shared/data/vww96/vww96_dev800.npz (800 COCO images, 400 person / 400 not), read in place. Split once
+(seed 0, class-balanced): a stream pool of 400 images (200 a class), 100 validation images (the lr is chosen on them)
+and 300 test images, never in a stream. The shift (``light``), deterministic: the exposure cut to 30 % and the gain's
+sensor noise, x' = clip(round(0.3 x + n), 0, 255) with n ~ N(0, 8) per pixel and channel from a generator of seed 1
+drawn over all 800 images at once (each image's shifted copy is fixed). Latents are the backbone's pooled 256
+features (the head's input), computed once by the C forward. The stream (per stream order): 1,000 draws of the
+clean pool, then 2,000 of the same pool in low light, 30 % labelled; the 400 pool images recur (a fixed camera
+sees the same scenes again), which the drift detector's warm-up (256 samples, then 256 to calibrate) needs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common import SHARED
+
+DATA = SHARED / "data" / "vww96" / "vww96_dev800.npz"
+MODEL = SHARED / "models" / "vww_96_int8.tflite"
+POOL, VAL = 200, 50  # per class; the rest of each class (150) is the test split
+SHIFTS = ("clean", "light")
+
+
+def light(x: np.ndarray) -> np.ndarray:
+    """The uint8 images (N, 96, 96, 3) at night: 30 % of the exposure plus sensor noise (sigma 8, seed 1)."""
+    noise = np.random.default_rng(1).normal(0, 8, x.shape)
+    return np.clip(np.round(x.astype(np.float64) * 0.3 + noise), 0, 255).astype(np.uint8)
+
+
+def splits(y: np.ndarray) -> dict[str, np.ndarray]:
+    """Row indices of the pool / validation / test splits (class-balanced, seed 0)."""
+    rng = np.random.default_rng(0)
+    out = {"pool": [], "val": [], "test": []}
+    for c in np.unique(y):
+        rows = rng.permutation(np.flatnonzero(y == c))
+        out["pool"].append(rows[:POOL]), out["val"].append(rows[POOL:POOL + VAL]), out["test"].append(rows[POOL + VAL:])
+    return {k: np.sort(np.concatenate(v)) for k, v in out.items()}
+
+
+def latent_sets(program, graph) -> dict:
+    """{pool, val, test}: {clean, light: (latents, labels)}."""
+    from tinytrain.data import model_inputs
+
+    with np.load(DATA) as f:
+        x, y = f["x"], f["y"]
+    lat = {"clean": program.latents(model_inputs(graph, x)), "light": program.latents(model_inputs(graph, light(x)))}
+    return {split: {h: (lat[h][rows], y[rows]) for h in SHIFTS} for split, rows in splits(y).items()}
+
+
+def stream(lat: dict, seed: int) -> dict:
+    """1,000 draws of the clean pool, then 2,000 of the pool in low light, 30 % labelled (the study's scenario)."""
+    rng = np.random.default_rng(2 + seed)
+    (cx, cy), (sx, sy) = lat["pool"]["clean"], lat["pool"]["light"]
+    d1, d2 = rng.integers(0, len(cy), 1000), rng.integers(0, len(sy), 2000)
+    y = np.concatenate([cy[d1], sy[d2]])
+    return dict(name="vww-light", x=np.concatenate([cx[d1], sx[d2]]), y=np.where(rng.random(len(y)) < 0.3, y, -1),
+                test="light", known=2, shift=1000)
