@@ -424,8 +424,9 @@ def vww_only(args, t0: float) -> dict:
                vww_lr_sweep=sweep, rows=rows, exact=exact, seconds=round(time.time() - t0, 1))
     if not rows:
         return rec
+    rec["table"] = aggregate(rows)
     lines = [f"# Field study: camera (vww-light)\n\n`{command()}` ({rec['seconds']} s)\n",
-             vww_text(rec), "", *TABLE_HEAD, *table_lines(aggregate(rows)), "", *exact_lines(exact)]
+             vww_text(rec), "", *TABLE_HEAD, *table_lines(rec["table"]), "", *exact_lines(exact)]
     write_results("field_vww", "\n".join(lines) + "\n", rec)
     print("\n".join(lines), flush=True)
     return rec
