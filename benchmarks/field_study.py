@@ -25,7 +25,10 @@ Offline: the same plan from the same start, 3 shuffled epochs over the same labe
 Audio (``kws-room``, benchmarks/common/field_audio.py, skipped without the model or espeak-ng): the MLPerf Tiny DS-CNN
 (``kws_ref_model.tflite``, its own 12-class head, last-k:1 at the lr of ``KWS_LRS`` best on validation) on synthesized
 keyword speech, 1,000 clean clips then 2,000 in a new room through a new microphone, 30 % labelled.
-Writes benchmarks/results/field_study.{md,json}.
+Camera (``vww-light``, benchmarks/common/field_vww.py, skipped without the VWW model or images): the MLPerf Tiny VWW
+model from its shipped person head (last-k:1, the lr of ``VWW_LRS`` whose replay runs score best on the validation
+images at night) on real VWW images, 1,000 as the camera saw them, then 2,000 at night, 30 % labelled.
+Writes benchmarks/results/field_study.{md,json}; ``--vww-only`` the camera scenario alone to field_vww.{md,json}.
 """
 
 from __future__ import annotations
@@ -345,7 +348,7 @@ def main(argv=None) -> dict:
             exact += run_scenario(graph, plan, sc, lat, starts, rows, seed, not args.no_exact and seed == 0,
                                   () if args.no_qemu else QEMU_BOARDS)
     kws_sweep = audio(args, rows, exact)
-    vww_sweep = vww(args, rows, exact)
+    camera = vww(args, rows, exact)
     for r in rows:
         r.pop("final_bytes")
     life = flash_rows(graph, plan, lat, args)
@@ -353,7 +356,8 @@ def main(argv=None) -> dict:
     print("boards:", boards, flush=True)
     record = dict(command="python benchmarks/field_study.py " + shlex.join(argv or sys.argv[1:]),
                   model=MODEL.name, plan="last-k:1", lr=args.lr, pool=args.pool, test=args.test, seeds=args.seeds,
-                  offline_epochs=EPOCHS, lr_sweep=sweep, kws_lr_sweep=kws_sweep, vww_lr_sweep=vww_sweep, boards=boards, flash=life,
+                  offline_epochs=EPOCHS, lr_sweep=sweep, kws_lr_sweep=kws_sweep, vww=camera, boards=boards,
+                  flash=life,
                   configs=CONFIGS, rows=rows,
                   exact=exact, seconds=round(time.time() - t0, 1))
     write(record, Path(args.out))
@@ -382,21 +386,25 @@ def audio(args, rows: list, exact: list) -> list[dict]:
     return sweep
 
 
-def vww(args, rows: list, exact: list) -> list[dict]:
+def vww(args, rows: list, exact: list) -> dict:
     """The camera domain shift (vww-light, benchmarks/common/field_vww.py) into ``rows`` / ``exact``: the VWW model
-    from its shipped head, last-k:1 at the lr of vww_sweep; the sweep ([] when the model or data is missing)."""
+    from its shipped head, last-k:1 at the lr of vww_sweep; {lr_sweep, lr, start: the shipped head's test accuracy
+    by day and at night} ({} when the model or data is missing)."""
     if not field_vww.MODEL.exists() or not field_vww.DATA.exists():
         print("vww-light skipped: no", field_vww.MODEL if not field_vww.MODEL.exists() else field_vww.DATA, flush=True)
-        return []
+        return {}
     graph = load_model(field_vww.MODEL)
     lat = field_vww.latent_sets(field_program(graph, preset("last-k:1", graph), FieldConfig()), graph)
     sweep = vww_sweep(graph, lat)
-    plan = preset("last-k:1", graph, lr=max(sweep, key=lambda r: r["replay"])["lr"])
-    starts = {2: CTrainer(field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0)).tg).state_bytes()}
+    lr = max(sweep, key=lambda r: r["replay"])["lr"]
+    plan = preset("last-k:1", graph, lr=lr)
+    head = CTrainer(field_program(graph, plan, FieldConfig(replay=0, replay_k=0, guard=0)).tg)
+    starts = {2: head.state_bytes()}
+    start = {h: float(accuracy_of(head, *lat["test"][h], [0, 1]).mean()) for h in field_vww.SHIFTS}
     for seed in range(args.seeds):
         exact += run_scenario(graph, plan, field_vww.stream(lat, seed), lat, starts, rows, seed,
                               not args.no_exact and seed == 0, () if args.no_qemu else QEMU_BOARDS)
-    return sweep
+    return dict(lr_sweep=sweep, lr=lr, start=start)
 
 
 def vww_sweep(graph, lat: dict, orders=(100, 101, 102)) -> list[dict]:
@@ -417,11 +425,11 @@ def vww_sweep(graph, lat: dict, orders=(100, 101, 102)) -> list[dict]:
 def vww_only(args, t0: float) -> dict:
     """--vww-only: the vww-light scenario alone, to results/field_vww.{md,json}."""
     rows, exact = [], []
-    sweep = vww(args, rows, exact)
+    camera = vww(args, rows, exact)
     for r in rows:
         r.pop("final_bytes")
-    rec = dict(model=field_vww.MODEL.name, plan="last-k:1", seeds=args.seeds, offline_epochs=EPOCHS,
-               vww_lr_sweep=sweep, rows=rows, exact=exact, seconds=round(time.time() - t0, 1))
+    rec = dict(model=field_vww.MODEL.name, plan="last-k:1", seeds=args.seeds, offline_epochs=EPOCHS, vww=camera,
+               rows=rows, exact=exact, seconds=round(time.time() - t0, 1))
     if not rows:
         return rec
     rec["table"] = aggregate(rows)
@@ -433,19 +441,19 @@ def vww_only(args, t0: float) -> dict:
 
 
 def vww_text(rec: dict) -> str:
-    lr = max(rec["vww_lr_sweep"], key=lambda r: r["replay"])["lr"]
-    return (f"vww-light (the MLPerf Tiny VWW model vww_96_int8, its shipped person head, last-k:1 at lr {lr}; real "
-            "VWW images, "
-            "benchmarks/common/field_vww.py: 800 images split into a 400-image stream pool, 100 validation and 300 "
+    v = rec["vww"]
+    return (f"vww-light (the MLPerf Tiny VWW model vww_96_int8, its shipped person head, last-k:1 at lr {v['lr']}; "
+            "real VWW images, benchmarks/common/field_vww.py: 800 images split into a 400-image stream pool, 100 validation and 300 "
             "test images; 1,000 clean draws of the pool, then 2,000 of the pool at night (30 % exposure, sensor "
             "noise sigma 8), 30 % labelled; scored on the 300 test images at night; offline: the same plan from "
             f"the shipped head, {rec['offline_epochs']} shuffled epochs over the same labelled samples) lr sweep, "
             "validation accuracy % on the 100 validation images at night, replay / offline, means over 3 tuning "
             "stream orders the table does not use: "
-            + "; ".join(f"{r['lr']}: {fmt(r['replay'])} / {fmt(r['offline'])}" for r in rec["vww_lr_sweep"])
+            + "; ".join(f"{r['lr']}: {fmt(r['replay'])} / {fmt(r['offline'])}" for r in v["lr_sweep"])
             + "; the lr of the best replay run is the lr used. Each row is the mean over the stream orders "
             "(accuracy ± its sd over them); field - offline with the runs' paired 95 % intervals (over the 300 test "
-            "images) combined.")
+            f"images) combined. The shipped head before learning: {fmt(v['start']['clean'])} % on the test images, "
+            f"{fmt(v['start']['light'])} % on them at night.")
 
 
 def run_scenario(graph, plan, sc, lat, starts, rows: list, seed: int, exact: bool, boards=()) -> list[dict]:
@@ -556,7 +564,7 @@ def write(rec: dict, out: Path) -> None:
                      f"{b['observe_insns']:,.0f} per tt_observe; results and tt_field_save bytes "
                      f"{'identical to' if b['identical'] else 'DIFFERENT from'} the simulator's.")
     lines.append("")
-    if rec.get("vww_lr_sweep"):
+    if rec.get("vww"):
         lines += [vww_text(rec), ""]
     lines += exact_lines(rec["exact"])
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
