@@ -89,11 +89,12 @@ def test_compile_replay(tmp_path, capsys):
     assert not bad.exists()
 
 
-def test_guide_table_is_the_study_s():
+@pytest.mark.parametrize("marker, result", [("field-study-table", "field_study.md"), ("field-vww-table", "field_vww.md")])
+def test_guide_table_is_the_study_s(marker, result):
     root = Path(__file__).resolve().parents[2]
     guide = (root / "docs" / "guide" / "field-learning.md").read_text()
-    block = guide.split("<!-- field-study-table -->\n")[1].split("<!-- /field-study-table -->")[0]
-    result = (root / "benchmarks" / "results" / "field_study.md").read_text()
+    block = guide.split(f"<!-- {marker} -->\n")[1].split(f"<!-- /{marker} -->")[0]
+    result = (root / "benchmarks" / "results" / result).read_text()
     first = result[result.index("| scenario"):].split("\n\n")[0]
     table = first.splitlines()
     assert block.strip().splitlines() == table
