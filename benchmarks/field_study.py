@@ -434,26 +434,11 @@ def vww_only(args, t0: float) -> dict:
         return rec
     rec["table"] = aggregate(rows)
     lines = [f"# Field study: camera (vww-light)\n\n`{command()}` ({rec['seconds']} s)\n",
-             vww_text(rec), "", *TABLE_HEAD, *table_lines(rec["table"]), "", *exact_lines(exact)]
+             field_vww.describe(camera, EPOCHS), "", *TABLE_HEAD, *table_lines(rec["table"]), "",
+             *exact_lines(exact)]
     write_results("field_vww", "\n".join(lines) + "\n", rec)
     print("\n".join(lines), flush=True)
     return rec
-
-
-def vww_text(rec: dict) -> str:
-    v = rec["vww"]
-    return (f"vww-light (the MLPerf Tiny VWW model vww_96_int8, its shipped person head, last-k:1 at lr {v['lr']}; "
-            "real VWW images, benchmarks/common/field_vww.py: 800 images split into a 400-image stream pool, 100 validation and 300 "
-            "test images; 1,000 clean draws of the pool, then 2,000 of the pool at night (30 % exposure, sensor "
-            "noise sigma 8), 30 % labelled; scored on the 300 test images at night; offline: the same plan from "
-            f"the shipped head, {rec['offline_epochs']} shuffled epochs over the same labelled samples) lr sweep, "
-            "validation accuracy % on the 100 validation images at night, replay / offline, means over 3 tuning "
-            "stream orders the table does not use: "
-            + "; ".join(f"{r['lr']}: {fmt(r['replay'])} / {fmt(r['offline'])}" for r in v["lr_sweep"])
-            + "; the lr of the best replay run is the lr used. Each row is the mean over the stream orders "
-            "(accuracy ± its sd over them); field - offline with the runs' paired 95 % intervals (over the 300 test "
-            f"images) combined. The shipped head before learning: {fmt(v['start']['clean'])} % on the test images, "
-            f"{fmt(v['start']['light'])} % on them at night.")
 
 
 def run_scenario(graph, plan, sc, lat, starts, rows: list, seed: int, exact: bool, boards=()) -> list[dict]:
@@ -565,7 +550,7 @@ def write(rec: dict, out: Path) -> None:
                      f"{'identical to' if b['identical'] else 'DIFFERENT from'} the simulator's.")
     lines.append("")
     if rec.get("vww"):
-        lines += [vww_text(rec), ""]
+        lines += [field_vww.describe(rec["vww"], rec["offline_epochs"]), ""]
     lines += exact_lines(rec["exact"])
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 

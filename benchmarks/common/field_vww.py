@@ -58,3 +58,19 @@ def stream(lat: dict, seed: int) -> dict:
     y = np.concatenate([cy[d1], sy[d2]])
     return dict(name="vww-light", x=np.concatenate([cx[d1], sx[d2]]), y=np.where(rng.random(len(y)) < 0.3, y, -1),
                 test="light", known=2, shift=1000)
+
+
+def describe(v: dict, epochs: int) -> str:
+    """The scenario and its lr sweep in words, for the result file (``v``: field_study.vww's record)."""
+    sweep = "; ".join(f"{r['lr']}: {100 * r['replay']:.1f} / {100 * r['offline']:.1f}" for r in v["lr_sweep"])
+    return (f"vww-light (the MLPerf Tiny VWW model vww_96_int8, its shipped person head, last-k:1 at lr {v['lr']}; "
+            "real VWW images, benchmarks/common/field_vww.py: 800 images split into a 400-image stream pool, 100 "
+            "validation and 300 test images; 1,000 clean draws of the pool, then 2,000 of the pool at night (30 % "
+            "exposure, sensor noise sigma 8), 30 % labelled; scored on the 300 test images at night; offline: the "
+            f"same plan from the shipped head, {epochs} shuffled epochs over the same labelled samples) lr sweep, "
+            "validation accuracy % on the 100 validation images at night, replay / offline, means over 3 tuning "
+            f"stream orders the table does not use: {sweep}; the lr of the best replay run is the lr used. Each row "
+            "is the mean over the stream orders (accuracy ± its sd over them); field - offline with the runs' paired "
+            "95 % intervals (over the 300 test images) combined. The shipped head before learning: "
+            f"{100 * v['start']['clean']:.1f} % on the test images, {100 * v['start']['light']:.1f} % on them at "
+            "night.")
