@@ -10,6 +10,7 @@ drawn over all 800 images at once (each image's shifted copy is fixed). Latents 
 features (the head's input), computed once by the C forward. The stream (per stream order): 1,000 draws of the
 clean pool, then 2,000 of the same pool in low light, 30 % labelled; the 400 pool images recur (a fixed camera
 sees the same scenes again), which the drift detector's warm-up (256 samples, then 256 to calibrate) needs.
+``vww-stationary``: 10,000 draws of the clean pool, 10 % labelled, for false alarms.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ def stream(lat: dict, seed: int) -> dict:
                 test="light", known=2, shift=1000)
 
 
+def stationary(lat: dict, seed: int) -> dict:
+    """10,000 draws of the clean pool, 10 % labelled (false alarms: the camera sees no change)."""
+    rng = np.random.default_rng(50 + seed)
+    x, y = lat["pool"]["clean"]
+    d = rng.integers(0, len(y), 10000)
+    return dict(name="vww-stationary", x=x[d], y=np.where(rng.random(len(d)) < 0.1, y[d], -1), test="clean", known=2,
+                shift=None)
+
+
 def describe(v: dict, epochs: int) -> str:
     """The scenario and its lr sweep in words, for the result file (``v``: field_study.vww's record)."""
     sweep = "; ".join(f"{r['lr']}: {100 * r['replay']:.1f} / {100 * r['offline']:.1f}" for r in v["lr_sweep"])
@@ -73,4 +83,5 @@ def describe(v: dict, epochs: int) -> str:
             "is the mean over the stream orders (accuracy ± its sd over them); field - offline with the runs' paired "
             "95 % intervals (over the 300 test images) combined. The shipped head before learning: "
             f"{100 * v['start']['clean']:.1f} % on the test images, {100 * v['start']['light']:.1f} % on them at "
-            "night.")
+            "night. vww-stationary: 10,000 draws of the clean pool, 10 % labelled, scored on the clean test images "
+            "(false alarms).")
