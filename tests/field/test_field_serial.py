@@ -28,6 +28,7 @@ from tinytrain.field_runtime.step import SimStep
 from tinytrain.firmware import protocol as proto
 from tinytrain.training.sparse import preset
 
+MOBILENET_V2 = MODEL.replace("mbv1-0.25-vww", "mbv2-w0.35")
 HOST_SOURCES = ("tt_harness_serial.c", "tt_frame.c", "tt_uart_posix.c", "tinytrain_model.c", "tt_field.c",
                 "tt_field_flash.c", "tt_prefix.c", "tt_field_input.c")
 
@@ -64,11 +65,14 @@ def _host_board(program, tmp_path, raw: bool = True):
     """The field serial firmware's sources built for the host (the "UART" a pty, tt_uart_posix.c); ``raw``: its
     frames carry the model's inputs (the board's frozen prefix computes the latents), else the latents."""
     files = serial_firmware(program, "disco_f746ng", tmp_path / "work", raw=raw)
-    out = tmp_path / "board"
+    return _host_build({rel[4:]: data for rel, data in files.items() if rel.startswith("src/")}, tmp_path / "board")
+
+
+def _host_build(sources: dict[str, bytes], out):
+    """A serial firmware's sources (name -> bytes) built for the host, its UART a pty (tt_uart_posix.c)."""
     out.mkdir()
-    for rel, data in files.items():
-        if rel.startswith("src/"):
-            (out / rel[4:]).write_bytes(data)
+    for name, data in sources.items():
+        (out / name).write_bytes(data)
     shutil.copy(firmware_sources() / "tt_uart_posix.c", out)
     subprocess.run(["gcc", "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-O1", "-ffp-contract=off", "-Wall", "-Wextra",
                     "-Werror", "-I.", *HOST_SOURCES, "-lm", "-o", "board"], cwd=out, check=True)
@@ -100,6 +104,38 @@ def test_tinytrain_stream_field_equals_tinytrain_field_sim(files, tmp_path, caps
     assert "--data DATA" in capsys.readouterr().err
     sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))
     assert board["engine"] == "board disco_f746ng"
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in board.items() if k not in ("engine", "seconds")}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_stream_field_takes_the_compiled_options_from_the_board(files, tmp_path, capsys):
+    """compile --replay (with its own --lr), firmware --field, the project's sources built for the host: `stream
+    --field` with no field option reports what `tinytrain field --engine sim` does with the compile's options (the
+    board's info carries them); an option that contradicts the firmware, or another model, is one line, exit 2."""
+    pytest.importorskip("serial")
+    build, project = tmp_path / "build", tmp_path / "project"
+    fixed = FLAGS[:-2] + ["--lr", "0.05"]  # without --checkpoints
+    assert main(["compile", MODEL, "--update", "last-k:1", *fixed, "-o", str(build)]) == 0
+    assert main(["firmware", str(build), "--board", "disco_f746ng", "--field", "-o", str(project)]) == 0
+    sources = {p.name: p.read_bytes() for p in (project / "src").iterdir()}
+    run = ["--test", str(files / "test.npz"), "--checkpoints", "2"]
+    assert main(["field", MODEL, "--stream", str(files / "stream.npz"), *run, *fixed, "--engine", "sim", "--json",
+                 str(tmp_path / "sim.json")]) == 0
+    capsys.readouterr()
+    with _pty_board(_host_build(sources, tmp_path / "board")) as pty:
+        stream = ["stream", MODEL, "--port", pty.port, "--timeout", "10", "--field", str(files / "stream.npz")]
+        assert main([*stream, *run, "--field-json", str(tmp_path / "board.json")]) == 0
+        for wrong, says in ((["--lr", "0.01"], "--lr 0.01: the firmware on"), (["--replay", "9"], "--replay 8"),
+                            (["--plan", str(build)], "not a plan file")):
+            assert main([*stream, *wrong, "--field-json", str(tmp_path / "no.json")]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and says in err[0], err
+        assert main([*stream[:1], MOBILENET_V2, *stream[2:]]) == 2  # another model (its input: its own message)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not the model of the board's firmware" in err[0], err
+    assert not (tmp_path / "no.json").exists()
+    sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))
     assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
         {k: v for k, v in board.items() if k not in ("engine", "seconds")}
 

@@ -19,7 +19,7 @@ from tinytrain.codegen.context import environment
 from tinytrain.cores import STACK_MARGIN_BYTES
 from tinytrain.errors import UsageError
 from tinytrain.firmware.boards import Board
-from tinytrain.firmware.protocol import PROTOCOL_VERSION
+from tinytrain.firmware.protocol import PROTOCOL_VERSION, info_text
 from tinytrain.version import __version__
 
 FIELD_DIR = "field"
@@ -55,5 +55,6 @@ def field_parts(compile_dir: Path, board: Board, report: dict, sources: dict[str
     need["flash_bytes"] = report["flash_bytes"] + m["prefix_weights"] + FIELD_CODE_BYTES
     harness = environment().get_template("field_serial.c.j2").render(
         version=__version__, protocol=PROTOCOL_VERSION, width=info["latent_bytes"], classes=info["classes"],
-        save_bytes=m["save"], raw=True, input_bytes=int(found.group(1))).encode()
+        save_bytes=m["save"], raw=True, input_bytes=int(found.group(1)),
+        options=info_text(info.get("options", {}))).encode()
     return need, {**field_sources, HARNESS: harness}
