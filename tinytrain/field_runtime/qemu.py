@@ -83,7 +83,7 @@ def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, b
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
     with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
         tmp = Path(tmp)
-        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max)  # the stream is baked into flash
+        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max, target=b.core)  # stream in flash
         files = render_firmware(tmp / "compile", board, stack_bytes=RAW_STACK if raw else None)
         geometry = flash_geometry(program) if flash else None
         files[HARNESS] = harness(program, latents, labels, geometry, every, test, start, raw).encode()

@@ -39,7 +39,8 @@ def field_parts(compile_dir: Path, board: Board, report: dict, sources: dict[str
     """(the report the firmware's RAM and flash are checked against, the C sources) of the field firmware."""
     if board.qemu is not None:
         raise UsageError(f"--field builds the serial firmware of the field runtime; {board.name} runs the semihosting "
-                         "harness: use a serial board (netduinoplus2 or mps2-an385 run it on QEMU)")
+                         "harness: use a serial board (netduinoplus2 or mps2-an385 run it on QEMU), or run the stream "
+                         f"on {board.name} with `tinytrain field MODEL --stream S.npz --engine qemu --board {board.name}`")
     folder = compile_dir / FIELD_DIR
     if not (folder / "field.json").is_file():
         raise UsageError(f"--field: {compile_dir} has no field runtime (no {FIELD_DIR}/field.json); compile with "
