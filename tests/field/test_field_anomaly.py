@@ -16,6 +16,7 @@ from tinytrain.cli import main
 from tinytrain.field_runtime.anomaly import BAD_LABEL, NORMAL, AnomalyRuntime, anomaly_program
 from tinytrain.field_runtime.anomaly_host import AnomalyHost
 from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.qemu import qemu_field
 from tinytrain.field_runtime.step import SimStep
 from tinytrain.metrics import reconstruction_errors
 from tinytrain.ops.sgd_update import Rounding
@@ -58,6 +59,21 @@ def test_fc_autoencoder_sim_equals_host_c_and_drift_on_the_score():
     loud = rng.integers(-128, 128, (10, 16)).astype(np.int8)  # the score jumps: a drift alarm
     sim = _stream_agrees(program, np.concatenate([quiet, loud]))
     assert sim.status()["alarms"] >= 1 and sim.buffer.filled == CFG.replay
+
+
+@pytest.mark.qemu
+def test_fc_autoencoder_on_qemu_m7_equals_the_simulator():
+    """The anomaly runtime's C cross-built for qemu-m7, the stream baked into the field harness: every learn code
+    and score and the final tt_field_save bytes are the simulator's (about 2 s)."""
+    program = _program(_fc_autoencoder(), "full", 0.05)
+    rng = np.random.default_rng(0)
+    xs = np.concatenate([rng.integers(-20, 20, (14, 16)), rng.integers(-128, 128, (10, 16))]).astype(np.int8)
+    ys = np.where(np.arange(len(xs)) % 3 == 2, -1, NORMAL)
+    sim = AnomalyRuntime(program, SimStep(program.graph, program.tg))
+    results = [sim.learn(x, NORMAL) if y == NORMAL else sim.observe(x) for x, y in zip(xs, ys)]
+    run = qemu_field(program, xs, ys, "qemu-m7")
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
+    assert sim.status()["alarms"] >= 1 and run.insns[ys == NORMAL].min() > run.insns[ys != NORMAL].max() > 0
 
 
 def test_score_is_the_float_mse_within_its_rounding():

@@ -20,6 +20,8 @@ from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.field_runtime.emit import render_field
 from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
+from tinytrain.field_runtime.anomaly import AnomalyProgram
+from tinytrain.field_runtime.anomaly_host import anomaly_runtime_files
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.firmware import get_board
 from tinytrain.firmware.field import RAW_STACK
@@ -72,11 +74,12 @@ def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flas
         start=", ".join(map(str, start)) if start is not None else "", raw=raw)
 
 
-def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
+def qemu_field(program: FieldProgram | AnomalyProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
                timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None,
                start: bytes | None = None, raw: bool = False) -> QemuField:
-    """The stream through the board's field runtime; ``flash``: its buffer in a simulated flash (tt_flash_sim.c),
-    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``; ``raw``: ``latents``
+    """The stream through the board's field runtime (an AnomalyProgram's: ``latents`` are the model's inputs,
+    labels 0 learn and -1 score, results the codes and scores); ``flash``: its buffer in a simulated flash
+    (tt_flash_sim.c), restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``; ``raw``: ``latents``
     are the model's inputs, the board's frozen prefix computes the latents (tt_learn_input / tt_observe_input)."""
     b = get_board(board)
     _need(b.tools.prefix + "gcc", b.tools.package)
@@ -89,7 +92,8 @@ def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, b
         files[HARNESS] = harness(program, latents, labels, geometry, every, test, start, raw).encode()
         if flash:
             files.update({f"src/{n}": (firmware_sources() / n).read_bytes() for n in ("tt_flash_sim.c", "tt_flash_sim.h")})
-        files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
+        runtime = anomaly_runtime_files(program) if isinstance(program, AnomalyProgram) else render_field(program)
+        files.update({f"src/{k}": v.encode() for k, v in runtime.items()})
         for rel, data in files.items():
             (tmp / "fw" / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "fw" / rel).write_bytes(data)
