@@ -100,7 +100,8 @@ def add_field_command(sub) -> None:
     add_field_options(s)
     s.add_argument("--engine", choices=("sim", "c", "qemu"), help="sim: the simulator (the spec); c: the emitted C "
                    "on the host (default with gcc); qemu: that C on --board; the same decisions, states and buffer")
-    s.add_argument("--board", choices=QEMU_BOARDS, default="qemu-m4", help="--engine qemu: the emulated board (every semihosting QEMU board; the stream is baked into its firmware)")
+    s.add_argument("--board", choices=QEMU_BOARDS, default="qemu-m4", help="--engine qemu: the emulated board (any "
+                   "semihosting QEMU board; the stream is baked into its firmware)")
     s.add_argument("--checkpoints", type=positive_int, default=10, help="test accuracy this many times (default 10)")
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init and rounding stream")
     s.add_argument("--json", metavar="OUT.json", help="write the result as JSON")

@@ -5,6 +5,7 @@ exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -95,6 +96,22 @@ def test_ad01_sim_equals_host_c():
     _stream_agrees(program, xs)
 
 
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_ad01_on_qemu_m7_equals_the_simulator():
+    """ad01 (the MLPerf Tiny anomaly autoencoder, last-k:2): learn codes, scores and tt_field_save bytes on qemu-m7
+    = the simulator's (about 4 s; a learn is 20.7 M instructions, a score 0.61 M)."""
+    from tinytrain.api import load_model
+
+    program = _program(load_model(shared_file("models/ad01_int8.tflite")), "last-k:2", 0.002)
+    xs = np.random.default_rng(2).integers(-128, 128, (9, 640)).astype(np.int8)
+    ys = np.where(np.arange(9) % 3 == 2, -1, NORMAL)
+    sim = AnomalyRuntime(program, SimStep(program.graph, program.tg))
+    results = [sim.learn(x, NORMAL) if y == NORMAL else sim.observe(x) for x, y in zip(xs, ys)]
+    run = qemu_field(program, xs, ys, "qemu-m7")
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
+
+
 @pytest.fixture(scope="module")
 def ae_files(tmp_path_factory):
     from tinytrain.export_onnx import graph_to_onnx, save_onnx
@@ -116,6 +133,22 @@ def test_field_command_on_an_autoencoder(ae_files, tmp_path, capsys):
                  str(ae_files / "test.npz"), "--update", "full", "--replay", "4", "--engine", "c",
                  "--json", str(out)]) == 0
     assert "learned as normal" in capsys.readouterr().out and out.exists()
+
+
+@pytest.mark.qemu
+def test_field_command_on_an_autoencoder_on_qemu_m7_equals_sim(ae_files, tmp_path):
+    """`tinytrain field AE --engine qemu --board qemu-m7`: the checkpoints' ROC AUC and mean scores, the alarms,
+    status and buffer of `--engine sim` (the board scores the test inputs with tt_field_score)."""
+    out = {}
+    for engine, board in (("sim", []), ("qemu", ["--board", "qemu-m7"])):
+        out[engine] = tmp_path / f"{engine}.json"
+        assert main(["field", str(ae_files / "ae.onnx"), "--stream", str(ae_files / "stream.npz"), "--test",
+                     str(ae_files / "test.npz"), "--update", "full", "--replay", "4", "--checkpoints", "3",
+                     "--engine", engine, *board, "--json", str(out[engine])]) == 0
+    sim, qemu = (json.loads(out[e].read_text()) for e in ("sim", "qemu"))
+    assert len(sim["checkpoints"]) == 3 and sim["labelled"] == 6
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in qemu.items() if k not in ("engine", "seconds")}
 
 
 @pytest.mark.parametrize("stream, says", [("classes.npz", "autoencoder"), ("kind.npz", "model's input takes")])

@@ -49,6 +49,11 @@ class BoardField:
         """The board's predictions of the test latents at this checkpoint (the ones it was given)."""
         return self.run.checkpoints[self.i][1]
 
+    def scores(self, xs: np.ndarray) -> np.ndarray:
+        """An autoencoder's runtime: the board's scores of the test inputs at this checkpoint (the ones it was
+        given; tt_field_score)."""
+        return self.run.checkpoints[self.i][1]
+
     def state_bytes(self) -> bytes:
         return self.run.checkpoints[self.i][0] if self.i in self.run.checkpoints else self.run.state
 

@@ -62,7 +62,7 @@ def _rows(latents: np.ndarray) -> list[str]:
     return [", ".join(map(str, r)) for r in np.asarray(latents, np.int8).reshape(len(latents), -1)]
 
 
-def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
+def harness(program: FieldProgram | AnomalyProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
             every: int = 0, test: np.ndarray | None = None, start: bytes | None = None, raw: bool = False) -> str:
     """The harness's C: the stream baked in; ``every`` > 0: the status after each call and, every ``every`` samples
     and at the end, the predictions of ``test`` (latents) and the whole runtime; ``start``: the model state it starts
@@ -71,7 +71,8 @@ def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flas
         version=__version__, n=len(latents), rows=_rows(latents),
         labels=", ".join(map(str, np.asarray(labels, int))), flash=flash, every=every,
         tests=_rows(test) if test is not None and len(test) else [],
-        start=", ".join(map(str, start)) if start is not None else "", raw=raw)
+        start=", ".join(map(str, start)) if start is not None else "", raw=raw,
+        predict="tt_field_score" if isinstance(program, AnomalyProgram) else "tt_field_predict")
 
 
 def qemu_field(program: FieldProgram | AnomalyProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
