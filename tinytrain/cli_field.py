@@ -55,6 +55,10 @@ def add_field_options(s: argparse.ArgumentParser, compile_command: bool = False,
     g.add_argument("--replay", type=non_negative_int, default=None if compile_command else default(_DEFAULTS.replay),
                    metavar="N", help=f"replay buffer slots (latents at the frozen prefix's output; default "
                    f"{fixed}{_DEFAULTS.replay}{'; compile: emit the field runtime' if compile_command else ''})")
+    if compile_command:
+        g.add_argument("--replay-storage", choices=("sram", "flash"), default="sram",
+                       help="where `firmware --field` keeps the replay buffer and the last good state: sram (lost at a "
+                       "reboot) or flash too (the board's last sectors: a reboot resumes from both; default sram)")
     g.add_argument("--replay-k", type=non_negative_int, default=default(_DEFAULTS.replay_k), metavar="K",
                    help=f"replayed samples per learned one (default {fixed}{_DEFAULTS.replay_k})")
     g.add_argument("--max-classes", type=positive_int, metavar="C",
@@ -123,7 +127,8 @@ def prepare_field(args: argparse.Namespace):
         files, report, line = anomaly_output(program)
     else:
         files, report, line = _classifier_output(program)
-        report["options"] = compile_options(program, plan=args.plan, update=args.update, lr=args.lr, seed=seed)
+        report["options"] = {**compile_options(program, plan=args.plan, update=args.update, lr=args.lr, seed=seed),
+                             "storage": args.replay_storage}
     target = OutputDir(Path(args.output) / "field", "compile-field", inputs=[args.model])
 
     def write() -> None:

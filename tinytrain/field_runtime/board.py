@@ -107,7 +107,7 @@ def serial_firmware(program: FieldProgram, board: str, work: Path, raw: bool = T
         raise UsageError(f"{board} has no serial harness (a semihosting QEMU board: use qemu_field)")
     files[SERIAL_HARNESS] = environment().get_template("field_serial.c.j2").render(
         version=__version__, protocol=PROTOCOL_VERSION, width=program.width, classes=program.classes,
-        save_bytes=field_memory(program).save, raw=raw, input_bytes=program.input_bytes,
+        save_bytes=field_memory(program).save, raw=raw, input_bytes=program.input_bytes, flash=None,
         options=info_text(program_options(program))).encode()
     files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
     return files

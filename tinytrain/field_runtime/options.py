@@ -7,7 +7,8 @@ stream --field`` takes them from the board instead of the command line, refusing
 The options are ``tinytrain.field``'s keywords: ``max_classes``, ``known_classes``, every ``FieldConfig`` setting of
 the command line (``replay``, ``replay_k``, ``guard``, ...), the ``update`` preset and its ``lr`` (or ``plan``: 1
 when a plan file chose the step, which the host is then given again), ``seed``, and the ``fingerprint`` of the cut
-model's state layout (codegen/state.py), which catches a model other than the firmware's.
+model's state layout (codegen/state.py), which catches a model other than the firmware's; the compile's also
+``storage`` (``--replay-storage``: sram, or flash where the serial firmware attaches the buffer and the state).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def board_options(info: dict[str, str]) -> dict:
             out[key] = int(value)
         elif key == "lr":
             out[key] = float(value)
-        elif key in ("update", "fingerprint"):
+        elif key in ("update", "fingerprint", "storage"):
             out[key] = value
     return out
 
@@ -55,7 +56,7 @@ def board_options(info: dict[str, str]) -> dict:
 def merged(given: dict, fixed: dict, where: str) -> dict:
     """``field``'s keywords: the ``fixed`` options (a board's, ``board_options``) with the ``given`` ones (None: not
     given) that do not contradict them; a contradiction is a UsageError naming both values and the fix."""
-    out = {k: v for k, v in fixed.items() if k not in ("fingerprint", "plan")}
+    out = {k: v for k, v in fixed.items() if k not in ("fingerprint", "plan", "storage")}
     for key, value in given.items():
         if value is None:
             continue
