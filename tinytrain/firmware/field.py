@@ -41,8 +41,8 @@ def field_region(board: Board, info: dict) -> dict | None:
     if info.get("options", {}).get("storage") != "flash":
         return None
     if board.flash is None:
-        raise UsageError(f"{board.name} has no flash driver (QEMU emulates no flash controller there): compile with "
-                         "--replay-storage sram for it, or build for a board with one")
+        raise UsageError(f"--replay-storage flash: {board.name} has no flash driver here (docs/guide/boards.md); "
+                         "compile with --replay-storage sram for it, or build for a board with one (nano33ble)")
     sector, program = board.flash.sector_bytes, board.flash.program_bytes
     width, slots, state = info["latent_bytes"], info["config"]["replay"], info["memory"]["states"] // 2
     per = sector // (-(-(16 + width) // program) * program)
@@ -51,8 +51,8 @@ def field_region(board: Board, info: dict) -> dict | None:
     sectors = region // sector
     if region > board.flash_max // 2 or sectors > board.flash.last_sector:
         raise UsageError(f"the buffer's log and the state's ring need {region} B of {board.name}'s flash "
-                         f"({sectors} sectors of {sector} B); that leaves too little for the program: compile with "
-                         "fewer --replay slots or --replay-storage sram")
+                         f"({sectors} sectors of {sector} B: the slots plus two sectors of records, two state "
+                         "frames); that leaves too little for the program: compile with --replay-storage sram")
     return {"save_every": 0, "region_bytes": region, "log_bytes": log, "sector_bytes": sector,
             "program_bytes": program, "origin": board.flash_origin + board.flash_max - region,
             "first_sector": board.flash.last_sector - sectors + 1}
