@@ -303,8 +303,9 @@ FIELD_FLAGS = ["--max-classes", "3", "--replay", "8", "--guard", "4", "--guard-e
 @pytest.mark.skipif(ARM_GCC is None or QEMU is None, reason="arm-none-eabi-gcc / qemu-system-arm not installed")
 def test_learning_in_the_field_compile_firmware_qemu_stream(tmp_path, capsys):
     """The guide's journey (docs/guide/field-learning.md "From compile to a board"): compile --replay, firmware
-    --field for the mps2-an385 (QEMU, its UART), make, then stream --field with raw samples: the report of
-    `tinytrain field --engine sim` on the same stream, bit for bit; the user's main.c survives a second run."""
+    --field for the mps2-an385 (QEMU, its UART), make, then stream --field with raw samples and no field option (the
+    board's info has the compile's): the report of `tinytrain field --engine sim` with the compile's options, bit
+    for bit; the user's main.c survives a second run."""
     pytest.importorskip("serial")
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (16, 96, 96, 3)).astype(np.uint8)
@@ -317,9 +318,10 @@ def test_learning_in_the_field_compile_firmware_qemu_stream(tmp_path, capsys):
     assert "stream MODEL --port socket://" in capsys.readouterr().out
     r = subprocess.run(["make", "-s", "-C", str(project)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    run = ["--test", str(tmp_path / "test.npz"), *FIELD_FLAGS, "--checkpoints", "2"]
-    assert tt("field", FIELD_MODEL, "--stream", str(tmp_path / "stream.npz"), *run, "--engine", "sim",
+    run = ["--test", str(tmp_path / "test.npz"), "--checkpoints", "2"]
+    assert tt("field", FIELD_MODEL, "--stream", str(tmp_path / "stream.npz"), *run, *FIELD_FLAGS, "--engine", "sim",
               "--json", str(tmp_path / "sim.json")) == 0
+    # stream takes the compile's field options from the board's info: none repeated
     assert tt("stream", FIELD_MODEL, "--port", f"qemu:{project}", "--field", str(tmp_path / "stream.npz"), *run,
               "--field-json", str(tmp_path / "board.json")) == 0
     sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))

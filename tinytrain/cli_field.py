@@ -14,15 +14,18 @@ import json
 from pathlib import Path
 
 from tinytrain.cli_args import non_negative_int, positive_float, positive_int
+from tinytrain.cli_samples import step_seed
 from tinytrain.field_runtime.emit import field_memory
 from tinytrain.field_runtime.anomaly import AnomalyProgram
 from tinytrain.field_runtime.anomaly_host import anomaly_output
 from tinytrain.field_runtime.api import field, field_model
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.host import field_files
+from tinytrain.field_runtime.options import compile_options
+from tinytrain.firmware import BOARDS
 from tinytrain.outputs import OutputDir, check_file, write_file
 
-QEMU_BOARDS = ("qemu-m4", "qemu-m7")
+QEMU_BOARDS = tuple(name for name, b in BOARDS.items() if b.qemu)  # the semihosting harness's boards
 
 _DEFAULTS = FieldConfig()
 _SETTINGS = {  # option -> (help); every default is FieldConfig's
@@ -38,25 +41,36 @@ _SETTINGS = {  # option -> (help); every default is FieldConfig's
 }
 
 
-def add_field_options(s: argparse.ArgumentParser, compile_command: bool = False) -> None:
-    """The field runtime's sizes and thresholds (compile: only with --replay)."""
-    g = s.add_argument_group("field runtime" + (" (with --replay: OUT/field/, docs/guide/field-learning.md)"
-                                                if compile_command else ""))
-    g.add_argument("--replay", type=non_negative_int, default=None if compile_command else _DEFAULTS.replay,
+def add_field_options(s: argparse.ArgumentParser, compile_command: bool = False, group=None) -> None:
+    """The field runtime's sizes and thresholds (compile: only with --replay); in ``group`` (stream --field's:
+    every default None, the board's firmware has them)."""
+    g = group or s.add_argument_group("field runtime" + (" (with --replay: OUT/field/, docs/guide/field-learning.md)"
+                                                         if compile_command else ""))
+
+    def default(value):
+        return None if group is not None else value
+
+    fixed = "the firmware's, else " if group is not None else ""
+
+    g.add_argument("--replay", type=non_negative_int, default=None if compile_command else default(_DEFAULTS.replay),
                    metavar="N", help=f"replay buffer slots (latents at the frozen prefix's output; default "
-                   f"{_DEFAULTS.replay}{'; compile: emit the field runtime' if compile_command else ''})")
-    g.add_argument("--replay-k", type=non_negative_int, default=_DEFAULTS.replay_k, metavar="K",
-                   help=f"replayed samples per learned one (default {_DEFAULTS.replay_k})")
+                   f"{fixed}{_DEFAULTS.replay}{'; compile: emit the field runtime' if compile_command else ''})")
+    if compile_command:
+        g.add_argument("--replay-storage", choices=("sram", "flash"), default="sram",
+                       help="where `firmware --field` keeps the replay buffer and the last good state: sram (lost at a "
+                       "reboot) or flash too (the board's last sectors: a reboot resumes from both; default sram)")
+    g.add_argument("--replay-k", type=non_negative_int, default=default(_DEFAULTS.replay_k), metavar="K",
+                   help=f"replayed samples per learned one (default {fixed}{_DEFAULTS.replay_k})")
     g.add_argument("--max-classes", type=positive_int, metavar="C",
                    help="head rows (default: the model's outputs, or --new-head's; another count: a new head)")
     g.add_argument("--known-classes", type=non_negative_int, metavar="N",
                    help="classes 0..N-1 known at the start (default all; none with a new head)")
-    g.add_argument("--guard", type=non_negative_int, default=_DEFAULTS.guard, metavar="N",
-                   help=f"guard set slots (0: no guard; default {_DEFAULTS.guard})")
+    g.add_argument("--guard", type=non_negative_int, default=default(_DEFAULTS.guard), metavar="N",
+                   help=f"guard set slots (0: no guard; default {fixed}{_DEFAULTS.guard})")
     for name, text in _SETTINGS.items():
-        default = getattr(_DEFAULTS, name.replace("-", "_"))
-        g.add_argument(f"--{name}", type=non_negative_int, default=default, metavar="N",
-                       help=f"{text} (default {default})")
+        value = getattr(_DEFAULTS, name.replace("-", "_"))
+        g.add_argument(f"--{name}", type=non_negative_int, default=default(value), metavar="N",
+                       help=f"{text} (default {fixed}{value})")
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -90,7 +104,8 @@ def add_field_command(sub) -> None:
     add_field_options(s)
     s.add_argument("--engine", choices=("sim", "c", "qemu"), help="sim: the simulator (the spec); c: the emitted C "
                    "on the host (default with gcc); qemu: that C on --board; the same decisions, states and buffer")
-    s.add_argument("--board", choices=QEMU_BOARDS, default="qemu-m4", help="--engine qemu: the emulated board")
+    s.add_argument("--board", choices=QEMU_BOARDS, default="qemu-m4", help="--engine qemu: the emulated board (any "
+                   "semihosting QEMU board; the stream is baked into its firmware)")
     s.add_argument("--checkpoints", type=positive_int, default=10, help="test accuracy this many times (default 10)")
     s.add_argument("--seed", type=non_negative_int, default=0, help="new-head init and rounding stream")
     s.add_argument("--json", metavar="OUT.json", help="write the result as JSON")
@@ -104,13 +119,16 @@ def prepare_field(args: argparse.Namespace):
         return None
 
     heads = args.max_classes or args.new_head  # compile's new head is the field head
-    program = field_model(args.model, plan=args.plan, update=args.update, max_classes=heads,
+    seed = step_seed(args)
+    program = field_model(args.model, plan=args.plan, update=args.update, lr=args.lr, max_classes=heads,
                           known_classes=args.known_classes, replay=args.replay, replay_k=args.replay_k,
-                          guard=args.guard, **_settings(args))
+                          guard=args.guard, seed=seed, **_settings(args))
     if isinstance(program, AnomalyProgram):
         files, report, line = anomaly_output(program)
     else:
         files, report, line = _classifier_output(program)
+        report["options"] = {**compile_options(program, plan=args.plan, update=args.update, lr=args.lr, seed=seed),
+                             "storage": args.replay_storage}
     target = OutputDir(Path(args.output) / "field", "compile-field", inputs=[args.model])
 
     def write() -> None:

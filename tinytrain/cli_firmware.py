@@ -53,7 +53,7 @@ def cmd_firmware(args: argparse.Namespace) -> None:
         port = "socket://127.0.0.1:5555" if board.emulator else "PORT"
         run = f"`make -C {out} run PORT=5555`, then: " if board.emulator else f"upload ({board.pio.note}), then: "
         print(f"build: make -C {out}; {run}tinytrain stream MODEL --port {port} --field STREAM.npz --test DATA "
-              "(the compile's field options)")
+              "(the field options: the firmware's, from its info)")
         return
     if board.qemu:
         print(f"build: make -C {out}; run: put tt_train.bin / tt_test.bin (format: src/tt_samples.h) in {out} and "

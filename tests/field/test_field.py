@@ -3,6 +3,7 @@ the buffer's selection rule, imprinting, drift alarms, the guard's rollbacks, ba
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -19,6 +20,7 @@ from tinytrain.field_runtime.qemu import qemu_field
 from tinytrain.field_runtime.rng import Rng, next_u32
 from tinytrain.field_runtime.runtime import BAD_LABEL, HELD, FieldRuntime, predicted, split_state
 from tinytrain.field_runtime.step import SimStep
+from tinytrain.firmware import BOARDS
 from tinytrain.training.sparse import preset
 
 CFG = FieldConfig(replay=12, replay_k=2, known=2, imprint=3, guard=6, guard_every=3, guard_period=4, guard_drop=0,
@@ -166,6 +168,25 @@ def test_qemu_m4_equals_simulator(program):
     assert run.results.tolist() == results and run.state == sim.state_bytes()
     trained = run.learned & (run.results != HELD)
     assert run.insns[trained].min() > run.insns[~run.learned].max() > 0
+
+
+SEMIHOSTING = [name for name, b in BOARDS.items() if b.qemu]
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", [b if b == "qemu-riscv32" else pytest.param(b, marks=pytest.mark.slow)
+                                   for b in SEMIHOSTING])
+def test_every_semihosting_board_equals_the_simulator(program, board):
+    """The field harness (the stream baked in, semihosting output) on every semihosting QEMU board, the C built for
+    its core: every call's result and the final tt_field_save bytes are the simulator's (about 2 s a board)."""
+    if BOARDS[board].toolchain == "riscv" and not shutil.which("qemu-system-riscv32"):
+        pytest.skip("qemu-system-riscv32 not installed")
+    xs, ys, labelled = stream(program, 40)
+    labels = np.where(labelled, ys, -1)
+    sim = FieldRuntime(program, SimStep(program.cut_graph, program.tg))
+    results = [sim.learn(x, int(y)) if y >= 0 else sim.observe(x) for x, y in zip(xs, labels)]
+    run = qemu_field(program, xs, labels, board)
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -16,6 +17,7 @@ from tinytrain.cli import main
 from tinytrain.field_runtime.anomaly import BAD_LABEL, NORMAL, AnomalyRuntime, anomaly_program
 from tinytrain.field_runtime.anomaly_host import AnomalyHost
 from tinytrain.field_runtime.config import FieldConfig
+from tinytrain.field_runtime.qemu import qemu_field
 from tinytrain.field_runtime.step import SimStep
 from tinytrain.metrics import reconstruction_errors
 from tinytrain.ops.sgd_update import Rounding
@@ -60,6 +62,21 @@ def test_fc_autoencoder_sim_equals_host_c_and_drift_on_the_score():
     assert sim.status()["alarms"] >= 1 and sim.buffer.filled == CFG.replay
 
 
+@pytest.mark.qemu
+def test_fc_autoencoder_on_qemu_m7_equals_the_simulator():
+    """The anomaly runtime's C cross-built for qemu-m7, the stream baked into the field harness: every learn code
+    and score and the final tt_field_save bytes are the simulator's (about 2 s)."""
+    program = _program(_fc_autoencoder(), "full", 0.05)
+    rng = np.random.default_rng(0)
+    xs = np.concatenate([rng.integers(-20, 20, (14, 16)), rng.integers(-128, 128, (10, 16))]).astype(np.int8)
+    ys = np.where(np.arange(len(xs)) % 3 == 2, -1, NORMAL)
+    sim = AnomalyRuntime(program, SimStep(program.graph, program.tg))
+    results = [sim.learn(x, NORMAL) if y == NORMAL else sim.observe(x) for x, y in zip(xs, ys)]
+    run = qemu_field(program, xs, ys, "qemu-m7")
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
+    assert sim.status()["alarms"] >= 1 and run.insns[ys == NORMAL].min() > run.insns[ys != NORMAL].max() > 0
+
+
 def test_score_is_the_float_mse_within_its_rounding():
     program = _program(_fc_autoencoder(), "full", 0.05)
     rt = AnomalyRuntime(program, SimStep(program.graph, program.tg))
@@ -77,6 +94,22 @@ def test_ad01_sim_equals_host_c():
     program = _program(load_model(graph_path), "last-k:2", 0.002)
     xs = np.random.default_rng(2).integers(-128, 128, (9, 640)).astype(np.int8)
     _stream_agrees(program, xs)
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_ad01_on_qemu_m7_equals_the_simulator():
+    """ad01 (the MLPerf Tiny anomaly autoencoder, last-k:2): learn codes, scores and tt_field_save bytes on qemu-m7
+    = the simulator's (about 4 s; a learn is 20.7 M instructions, a score 0.61 M)."""
+    from tinytrain.api import load_model
+
+    program = _program(load_model(shared_file("models/ad01_int8.tflite")), "last-k:2", 0.002)
+    xs = np.random.default_rng(2).integers(-128, 128, (9, 640)).astype(np.int8)
+    ys = np.where(np.arange(9) % 3 == 2, -1, NORMAL)
+    sim = AnomalyRuntime(program, SimStep(program.graph, program.tg))
+    results = [sim.learn(x, NORMAL) if y == NORMAL else sim.observe(x) for x, y in zip(xs, ys)]
+    run = qemu_field(program, xs, ys, "qemu-m7")
+    assert run.results.tolist() == results and run.state == sim.state_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +133,22 @@ def test_field_command_on_an_autoencoder(ae_files, tmp_path, capsys):
                  str(ae_files / "test.npz"), "--update", "full", "--replay", "4", "--engine", "c",
                  "--json", str(out)]) == 0
     assert "learned as normal" in capsys.readouterr().out and out.exists()
+
+
+@pytest.mark.qemu
+def test_field_command_on_an_autoencoder_on_qemu_m7_equals_sim(ae_files, tmp_path):
+    """`tinytrain field AE --engine qemu --board qemu-m7`: the checkpoints' ROC AUC and mean scores, the alarms,
+    status and buffer of `--engine sim` (the board scores the test inputs with tt_field_score)."""
+    out = {}
+    for engine, board in (("sim", []), ("qemu", ["--board", "qemu-m7"])):
+        out[engine] = tmp_path / f"{engine}.json"
+        assert main(["field", str(ae_files / "ae.onnx"), "--stream", str(ae_files / "stream.npz"), "--test",
+                     str(ae_files / "test.npz"), "--update", "full", "--replay", "4", "--checkpoints", "3",
+                     "--engine", engine, *board, "--json", str(out[engine])]) == 0
+    sim, qemu = (json.loads(out[e].read_text()) for e in ("sim", "qemu"))
+    assert len(sim["checkpoints"]) == 3 and sim["labelled"] == 6
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in qemu.items() if k not in ("engine", "seconds")}
 
 
 @pytest.mark.parametrize("stream, says", [("classes.npz", "autoencoder"), ("kind.npz", "model's input takes")])

@@ -19,15 +19,16 @@ from test_firmware_netduino import _qemu
 from ir_builders import tiny_mobilenet
 from tinytrain.cli import main
 from tinytrain.csources import firmware_sources
-from tinytrain.field_runtime.api import field_model
+from tinytrain.field_runtime.api import field as tinytrain_field, field_model
 from tinytrain.field_runtime.board import SerialField, serial_firmware
 from tinytrain.field_runtime.program import field_program
 from tinytrain.field_runtime.run import run_stream
-from tinytrain.field_runtime.runtime import FieldRuntime
+from tinytrain.field_runtime.runtime import FieldRuntime, split_state
 from tinytrain.field_runtime.step import SimStep
 from tinytrain.firmware import protocol as proto
 from tinytrain.training.sparse import preset
 
+MOBILENET_V2 = MODEL.replace("mbv1-0.25-vww", "mbv2-w0.35")
 HOST_SOURCES = ("tt_harness_serial.c", "tt_frame.c", "tt_uart_posix.c", "tinytrain_model.c", "tt_field.c",
                 "tt_field_flash.c", "tt_prefix.c", "tt_field_input.c")
 
@@ -64,14 +65,19 @@ def _host_board(program, tmp_path, raw: bool = True):
     """The field serial firmware's sources built for the host (the "UART" a pty, tt_uart_posix.c); ``raw``: its
     frames carry the model's inputs (the board's frozen prefix computes the latents), else the latents."""
     files = serial_firmware(program, "disco_f746ng", tmp_path / "work", raw=raw)
-    out = tmp_path / "board"
+    return _host_build({rel[4:]: data for rel, data in files.items() if rel.startswith("src/")}, tmp_path / "board")
+
+
+def _host_build(sources: dict[str, bytes], out, more: tuple[str, ...] = ()):
+    """A serial firmware's sources (name -> bytes) built for the host, its UART a pty (tt_uart_posix.c); ``more``:
+    the other C files of ``sources`` to build."""
     out.mkdir()
-    for rel, data in files.items():
-        if rel.startswith("src/"):
-            (out / rel[4:]).write_bytes(data)
+    for name, data in sources.items():
+        (out / name).write_bytes(data)
     shutil.copy(firmware_sources() / "tt_uart_posix.c", out)
     subprocess.run(["gcc", "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-O1", "-ffp-contract=off", "-Wall", "-Wextra",
-                    "-Werror", "-I.", *HOST_SOURCES, "-lm", "-o", "board"], cwd=out, check=True)
+                    "-Werror", "-I.", *HOST_SOURCES, *more, "-lm", "-o", "board"]
+                   + ["-Wno-int-to-pointer-cast"] * bool(more), cwd=out, check=True)  # a board's mapped flash address
     return out / "board"
 
 
@@ -102,6 +108,74 @@ def test_tinytrain_stream_field_equals_tinytrain_field_sim(files, tmp_path, caps
     assert board["engine"] == "board disco_f746ng"
     assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
         {k: v for k, v in board.items() if k not in ("engine", "seconds")}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_stream_field_takes_the_compiled_options_from_the_board(files, tmp_path, capsys):
+    """compile --replay (with its own --lr), firmware --field, the project's sources built for the host: `stream
+    --field` with no field option reports what `tinytrain field --engine sim` does with the compile's options (the
+    board's info carries them); an option that contradicts the firmware, or another model, is one line, exit 2."""
+    pytest.importorskip("serial")
+    build, project = tmp_path / "build", tmp_path / "project"
+    fixed = FLAGS[:-2] + ["--lr", "0.05"]  # without --checkpoints
+    assert main(["compile", MODEL, "--update", "last-k:1", *fixed, "-o", str(build)]) == 0
+    assert main(["firmware", str(build), "--board", "disco_f746ng", "--field", "-o", str(project)]) == 0
+    sources = {p.name: p.read_bytes() for p in (project / "src").iterdir()}
+    run = ["--test", str(files / "test.npz"), "--checkpoints", "2"]
+    assert main(["field", MODEL, "--stream", str(files / "stream.npz"), *run, *fixed, "--engine", "sim", "--json",
+                 str(tmp_path / "sim.json")]) == 0
+    capsys.readouterr()
+    with _pty_board(_host_build(sources, tmp_path / "board")) as pty:
+        stream = ["stream", MODEL, "--port", pty.port, "--timeout", "10", "--field", str(files / "stream.npz")]
+        assert main([*stream, *run, "--field-json", str(tmp_path / "board.json")]) == 0
+        for wrong, says in ((["--lr", "0.01"], "--lr 0.01: the firmware on"), (["--replay", "9"], "--replay 8"),
+                            (["--plan", str(build)], "not a plan file")):
+            assert main([*stream, *wrong, "--field-json", str(tmp_path / "no.json")]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and says in err[0], err
+        assert main([*stream[:1], MOBILENET_V2, *stream[2:]]) == 2  # another model (its input: its own message)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not the model of the board's firmware" in err[0], err
+    assert not (tmp_path / "no.json").exists()
+    sim, board = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("sim", "board"))
+    assert {k: v for k, v in sim.items() if k not in ("engine", "seconds")} == \
+        {k: v for k, v in board.items() if k not in ("engine", "seconds")}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_serial_firmware_with_flash_storage_resumes_after_a_reboot(files, tmp_path, monkeypatch, capsys):
+    """compile --replay-storage flash, firmware --field for the nano33ble (its last flash sectors), the project's
+    sources built for the host with the file-backed flash of the QEMU boards (tt_flash_semihost.c's NOR rules, on
+    tt_flash.bin) in place of the nRF52840 driver: after a stream the board's tt_field_save is the simulator's; the
+    board restarted on the same flash image holds the buffer and the last good state (the model's state becomes
+    it) the simulator ended with. A board without a flash driver is refused in one line."""
+    serial = pytest.importorskip("serial")
+    build, project = tmp_path / "build", tmp_path / "project"
+    fixed = FLAGS[:-2]  # without --checkpoints
+    assert main(["compile", MODEL, "--update", "last-k:1", *fixed, "--replay-storage", "flash", "-o", str(build)]) == 0
+    assert main(["firmware", str(build), "--board", "mps2-an385", "--field", "-o", str(tmp_path / "no")]) == 2
+    assert "no flash driver" in capsys.readouterr().err and not (tmp_path / "no").exists()
+    assert main(["firmware", str(build), "--board", "nano33ble", "--field", "-o", str(project)]) == 0
+    sources = {p.name: p.read_bytes() for p in (project / "src").iterdir() if p.name != "tt_flash_nrf52840.c"}
+    sources["tt_flash_semihost.c"] = (firmware_sources() / "tt_flash_semihost.c").read_bytes()
+    exe = _host_build(sources, tmp_path / "board", ("tt_flash_semihost.c",))
+    monkeypatch.chdir(exe.parent)  # the flash image: tt_flash.bin beside it
+    opts = dict(max_classes=3, replay=8, guard=4, guard_every=3, imprint=2, drift_warmup=4)
+    stream = str(files / "stream.npz")
+    sim = tinytrain_field(MODEL, stream, engine="sim", **opts)
+    with _pty_board(exe) as pty, serial.Serial(pty.port, timeout=10) as port:
+        board = proto.Board(port)
+        assert board.info["storage"] == "flash"
+        ran = tinytrain_field(MODEL, stream, engine="board", runtime=lambda p: SerialField(p, board), **opts)
+    assert ran.state == sim.state and (exe.parent / "tt_flash.bin").stat().st_size == 20480
+    with _pty_board(exe) as pty, serial.Serial(pty.port, timeout=10) as port:  # the reboot
+        restored = proto.Board(port).state()
+    program = field_model(MODEL, **opts)
+    mine, back = split_state(program, sim.state), split_state(program, restored)
+    for part in ("buffer_filled", "buffer_x", "buffer_y"):
+        assert np.array_equal(mine[part], back[part]), part
+    assert int(mine["buffer_filled"][0]) == 8
+    assert np.array_equal(back["good"], mine["good"]) and np.array_equal(back["state"], mine["good"])
 
 
 @pytest.mark.slow

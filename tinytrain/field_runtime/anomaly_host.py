@@ -45,14 +45,18 @@ def render_anomaly(program: AnomalyProgram) -> dict[str, str]:
     """File name -> text: the whole model's training step and the anomaly field runtime."""
     schedule = device_schedule(program.tg)
     files = dict(render_project(schedule, memory_report(schedule, 1 << 62, 1 << 62)))
+    return {**files, **anomaly_runtime_files(program)}
+
+
+def anomaly_runtime_files(program: AnomalyProgram) -> dict[str, str]:
+    """tt_field.h / tt_field.c of the anomaly runtime (beside a training step emitted elsewhere: a firmware's)."""
     a, zo, b, zx = program.score_constants
     mem = anomaly_memory(program)
     ctx = dict(version=__version__, cfg=program.cfg, width=program.width, replay=program.cfg.replay,
                seed=program.cfg.seed, a=a, zo=zo, b=b, zx=zx, sram_bytes=mem.sram, save_bytes=mem.save)
     env = environment()
-    files[FIELD_HEADER] = env.get_template("field_anomaly.h.j2").render(**ctx)
-    files[FIELD_SOURCE] = env.get_template("field_anomaly.c.j2").render(**ctx)
-    return files
+    return {FIELD_HEADER: env.get_template("field_anomaly.h.j2").render(**ctx),
+            FIELD_SOURCE: env.get_template("field_anomaly.c.j2").render(**ctx)}
 
 
 def anomaly_output(program: AnomalyProgram) -> tuple[dict[str, str], dict, str]:

@@ -1,7 +1,8 @@
 """A stream through the anomaly field runtime of an autoencoder (``tinytrain field`` on a ``--loss mse`` model):
 learn the samples labelled normal (y 0), score the others (y -1), the test set's ROC AUC (its ``anomaly`` 0/1
-labels) and mean score at checkpoints, drift alarms on the score. Engines: sim (anomaly.py, the spec) and c (the
-emitted C on the host, anomaly_host.py): the same scores, decisions and saved bytes."""
+labels) and mean score at checkpoints, drift alarms on the score. Engines: sim (anomaly.py, the spec), c (the
+emitted C on the host, anomaly_host.py) and qemu (that C on a semihosting QEMU board, the stream baked in:
+board.BoardField): the same scores, decisions and saved bytes."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from tinytrain.engines.samples import load_data
 from tinytrain.errors import UsageError, param
 from tinytrain.field_runtime.anomaly import NORMAL, AnomalyProgram, AnomalyRuntime, split_anomaly
 from tinytrain.field_runtime.anomaly_host import AnomalyHost, anomaly_memory
+from tinytrain.field_runtime.board import BoardField
 from tinytrain.field_runtime.run import FieldResult
 from tinytrain.field_runtime.step import SimStep
 from tinytrain.field_runtime.stream import load_stream
 from tinytrain.metrics import roc_auc
 
-ANOMALY_ENGINES = ("sim", "c")
+ANOMALY_ENGINES = ("sim", "c", "qemu")
 
 
 @dataclass
@@ -49,12 +51,17 @@ def check_labels(y: np.ndarray, source: str) -> None:
                          "its stream's labels are 0 (a normal sample: learn it) or -1 (score only)")
 
 
-def anomaly_runtime(program: AnomalyProgram, engine: str):
+def anomaly_runtime(program: AnomalyProgram, engine: str, stream=None, test=None, every: int = 0,
+                    board: str = "qemu-m4"):
+    """The anomaly runtime on ``engine`` (sim, c, or qemu on ``board``, which runs the ``stream`` (inputs, labels)
+    first, ``test``'s inputs scored every ``every`` samples: board.BoardField)."""
     if engine not in ANOMALY_ENGINES:
         raise UsageError(f"{param('engine', engine)}: an autoencoder's field runtime runs on "
                          f"{', '.join(ANOMALY_ENGINES)}")
     if engine == "sim":
         return AnomalyRuntime(program, SimStep(program.graph, program.tg))
+    if engine == "qemu":
+        return BoardField(program, *stream, test, every, board)
     return AnomalyHost(program)
 
 
@@ -103,9 +110,11 @@ def test_set(program: AnomalyProgram, test) -> tuple[np.ndarray, np.ndarray]:
     return program.latents(model_inputs(program.graph, ds.x)), np.asarray(ds.anomaly, np.int64)
 
 
-def field_anomaly(program: AnomalyProgram, stream, test, engine: str, checkpoints: int) -> AnomalyResult:
+def field_anomaly(program: AnomalyProgram, stream, test, engine: str, checkpoints: int,
+                  board: str = "qemu-m4") -> AnomalyResult:
     """``tinytrain.field`` of an autoencoder: STREAM.npz's x (the model's inputs) and y (0 normal, -1 none)."""
-    rt = anomaly_runtime(program, engine)
     s = load_stream(stream, program.graph, 1, check_labels)
     every = max(1, len(s.y) // max(1, checkpoints))
-    return run_anomaly_stream(program, program.latents(s.x), s.y, test_set(program, test), every=every, rt=rt)
+    xs, t = program.latents(s.x), test_set(program, test)
+    rt = anomaly_runtime(program, engine, (xs, s.y), t[0], every, board)
+    return run_anomaly_stream(program, xs, s.y, t, every=every, rt=rt)

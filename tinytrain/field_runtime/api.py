@@ -72,7 +72,7 @@ def field(model: str | Path | Graph, stream, test=None, *, plan=None, update: st
                           **settings)
     graph = program.graph
     if isinstance(program, AnomalyProgram):
-        return field_anomaly(program, stream, test, engine, checkpoints)
+        return field_anomaly(program, stream, test, engine, checkpoints, board)
     s = load_stream(stream, graph, program.classes)
     rt = runtime(program) if runtime else None
     # a runtime given raw samples (a board whose frozen prefix computes the latents) gets the model's int8 inputs

@@ -13,13 +13,14 @@ from tinytrain.codegen.context import environment
 from tinytrain.engines.qemu import emit_compile_dir
 from tinytrain.errors import UsageError
 from tinytrain.field_runtime.emit import field_memory, render_field
+from tinytrain.field_runtime.options import board_options, check_fingerprint, program_options
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.qemu import QemuField, qemu_field
 from tinytrain.firmware.field import RAW_STACK
 from tinytrain.field_runtime.runtime import STATUS
 from tinytrain.firmware import get_board
 from tinytrain.firmware.project import render_firmware
-from tinytrain.firmware.protocol import PROTOCOL_VERSION, Board
+from tinytrain.firmware.protocol import PROTOCOL_VERSION, Board, info_text
 from tinytrain.version import __version__
 
 SERIAL_HARNESS = "src/tt_harness_serial.c"
@@ -48,6 +49,11 @@ class BoardField:
         """The board's predictions of the test latents at this checkpoint (the ones it was given)."""
         return self.run.checkpoints[self.i][1]
 
+    def scores(self, xs: np.ndarray) -> np.ndarray:
+        """An autoencoder's runtime: the board's scores of the test inputs at this checkpoint (the ones it was
+        given; tt_field_score)."""
+        return self.run.checkpoints[self.i][1]
+
     def state_bytes(self) -> bytes:
         return self.run.checkpoints[self.i][0] if self.i in self.run.checkpoints else self.run.state
 
@@ -55,14 +61,19 @@ class BoardField:
 class SerialField:
     """The field runtime of a board over its serial port (``Board``: a firmware of ``serial_firmware``). ``raw``
     (the board's info says raw=1): it takes the model's input and computes the latent itself (its frozen prefix), so
-    ``learn`` / ``observe`` / ``predict`` are given the model's int8 inputs; else the latents."""
+    ``learn`` / ``observe`` / ``predict`` are given the model's int8 inputs; else the latents. A board whose info
+    names another state layout than ``program``'s (options.py's fingerprint) is refused."""
 
-    def __init__(self, program: FieldProgram, board: Board) -> None:
+    def __init__(self, program: FieldProgram, board: Board, model: str = "the model") -> None:
         self.raw = board.info.get("raw") == "1"
         want = program.input_bytes if self.raw else program.width
-        if board.info.get("field") != "1" or board.input_bytes != want:
-            raise UsageError(f"the board on the port runs no field runtime of this model ({board.info}); build it "
-                             "with `tinytrain firmware` from `tinytrain compile MODEL --replay N`")
+        if board.info.get("field") != "1":
+            raise UsageError(f"the board on the port runs no field runtime ({board.info}); build it with "
+                             "`tinytrain firmware BUILD --board B --field` from `tinytrain compile MODEL --replay N`")
+        if board.input_bytes != want:
+            raise UsageError(f"{model} is not the model of the board's firmware (it takes {board.input_bytes}-byte "
+                             f"samples, {model} {want}): give the model it was compiled from")
+        check_fingerprint(program, board_options(board.info), model)
         self.program, self.board = program, board
 
     def start(self, state: bytes) -> None:
@@ -96,6 +107,7 @@ def serial_firmware(program: FieldProgram, board: str, work: Path, raw: bool = T
         raise UsageError(f"{board} has no serial harness (a semihosting QEMU board: use qemu_field)")
     files[SERIAL_HARNESS] = environment().get_template("field_serial.c.j2").render(
         version=__version__, protocol=PROTOCOL_VERSION, width=program.width, classes=program.classes,
-        save_bytes=field_memory(program).save, raw=raw, input_bytes=program.input_bytes).encode()
+        save_bytes=field_memory(program).save, raw=raw, input_bytes=program.input_bytes, flash=None,
+        options=info_text(program_options(program))).encode()
     files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
     return files

@@ -20,6 +20,8 @@ from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.field_runtime.emit import render_field
 from tinytrain.csources import firmware_sources
 from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
+from tinytrain.field_runtime.anomaly import AnomalyProgram
+from tinytrain.field_runtime.anomaly_host import anomaly_runtime_files
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.firmware import get_board
 from tinytrain.firmware.field import RAW_STACK
@@ -60,7 +62,7 @@ def _rows(latents: np.ndarray) -> list[str]:
     return [", ".join(map(str, r)) for r in np.asarray(latents, np.int8).reshape(len(latents), -1)]
 
 
-def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
+def harness(program: FieldProgram | AnomalyProgram, latents: np.ndarray, labels: np.ndarray, flash: dict | None = None,
             every: int = 0, test: np.ndarray | None = None, start: bytes | None = None, raw: bool = False) -> str:
     """The harness's C: the stream baked in; ``every`` > 0: the status after each call and, every ``every`` samples
     and at the end, the predictions of ``test`` (latents) and the whole runtime; ``start``: the model state it starts
@@ -69,27 +71,30 @@ def harness(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, flas
         version=__version__, n=len(latents), rows=_rows(latents),
         labels=", ".join(map(str, np.asarray(labels, int))), flash=flash, every=every,
         tests=_rows(test) if test is not None and len(test) else [],
-        start=", ".join(map(str, start)) if start is not None else "", raw=raw)
+        start=", ".join(map(str, start)) if start is not None else "", raw=raw,
+        predict="tt_field_score" if isinstance(program, AnomalyProgram) else "tt_field_predict")
 
 
-def qemu_field(program: FieldProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
+def qemu_field(program: FieldProgram | AnomalyProgram, latents: np.ndarray, labels: np.ndarray, board: str = "qemu-m4",
                timeout: int = 600, flash: bool = False, every: int = 0, test: np.ndarray | None = None,
                start: bytes | None = None, raw: bool = False) -> QemuField:
-    """The stream through the board's field runtime; ``flash``: its buffer in a simulated flash (tt_flash_sim.c),
-    restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``; ``raw``: ``latents``
+    """The stream through the board's field runtime (an AnomalyProgram's: ``latents`` are the model's inputs,
+    labels 0 learn and -1 score, results the codes and scores); ``flash``: its buffer in a simulated flash
+    (tt_flash_sim.c), restored by a reboot after the stream; ``every`` / ``test`` / ``start``: see ``harness``; ``raw``: ``latents``
     are the model's inputs, the board's frozen prefix computes the latents (tt_learn_input / tt_observe_input)."""
     b = get_board(board)
     _need(b.tools.prefix + "gcc", b.tools.package)
     qemu = _need(b.tools.qemu, b.tools.qemu_package)
     with tempfile.TemporaryDirectory(prefix="tinytrain-field-") as tmp:
         tmp = Path(tmp)
-        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max)  # the stream is baked into flash
+        emit_compile_dir(program.tg, tmp / "compile", 512 * 1024, b.flash_max, target=b.core)  # stream in flash
         files = render_firmware(tmp / "compile", board, stack_bytes=RAW_STACK if raw else None)
         geometry = flash_geometry(program) if flash else None
         files[HARNESS] = harness(program, latents, labels, geometry, every, test, start, raw).encode()
         if flash:
             files.update({f"src/{n}": (firmware_sources() / n).read_bytes() for n in ("tt_flash_sim.c", "tt_flash_sim.h")})
-        files.update({f"src/{k}": v.encode() for k, v in render_field(program).items()})
+        runtime = anomaly_runtime_files(program) if isinstance(program, AnomalyProgram) else render_field(program)
+        files.update({f"src/{k}": v.encode() for k, v in runtime.items()})
         for rel, data in files.items():
             (tmp / "fw" / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "fw" / rel).write_bytes(data)

@@ -37,6 +37,7 @@ COMMON_SOURCES = ("tt_ticks.h",)
 QEMU_SOURCES = ("tt_harness_qemu.c", "tt_samples.h")
 SERIAL_SOURCES = ("tt_harness_serial.c", "tt_serial.h", "tt_frame.c", "tt_frame.h")
 # --save-every: the persistent state (firmware/c/tt_persist.h) and the board's flash driver (Board.flash.driver).
+FIELD_FLASH_SOURCES = ("tt_flash_port.h",)  # firmware --field, --replay-storage flash (tt_flash.h is the field's)
 PERSIST_SOURCES = ("tt_flash.h", "tt_flash_port.h", "tt_persist.c", "tt_persist.h", "tt_autosave.c", "tt_autosave.h")
 # What a training build's compile output holds in persist/ for the user's own firmware: the slots and the flash
 # interface a board implements (docs/guide/integration.md "Persistence and flash slots").
@@ -125,11 +126,11 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
     ``field``: the field runtime's serial firmware given raw samples (firmware/field.py; its measured stack)."""
     b = board if isinstance(board, Board) else get_board(board)
     report, sources = read_compile_dir(Path(compile_dir))
-    harness = None
+    harness, field_flash = None, None
     if field:
         if save_every:
             raise UsageError("--field: the field runtime keeps its own state; --save-every is for the plain step")
-        report, field_sources = field_parts(Path(compile_dir), b, report, sources, _sources)
+        report, field_sources, field_flash = field_parts(Path(compile_dir), b, report, sources, _sources)
         harness, sources = field_sources.pop(FIELD_HARNESS), field_sources
         stack_bytes = RAW_STACK if stack_bytes is None else stack_bytes
     stack_bytes = stack_reserve(b.core) if stack_bytes is None else stack_bytes
@@ -141,7 +142,7 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
     flash_note = "" if flash == flash_budget else (
         f"; the budget was {flash_budget}, more than the {b.flash_max} bytes {b.name} gives the application")
     training = has_training_api(sources[MODEL_HEADER].decode("utf-8"))
-    persist = _persist(b, sources[MODEL_HEADER].decode("utf-8"), training, save_every)
+    persist = field_flash or _persist(b, sources[MODEL_HEADER].decode("utf-8"), training, save_every)
     if persist and b.qemu is None and flash > persist["origin"] - b.flash_origin:
         flash = persist["origin"] - b.flash_origin
         flash_note += f"; the last {persist['region_bytes']} bytes hold the persistent training state"
@@ -155,8 +156,8 @@ def render_firmware(compile_dir: str | Path, board: str | Board, *, baud: int = 
     files: dict[str, bytes] = {f"src/{name}": data for name, data in sources.items()}
     c = firmware_sources()
     own = b.tools.startup + COMMON_SOURCES + (QEMU_SOURCES if b.qemu else SERIAL_SOURCES + (b.uart_driver,))
-    if persist:
-        own += PERSIST_SOURCES + (b.flash.driver,)
+    if persist:  # the field runtime's flash: its own stores (tt_field_flash.c) on the board's driver
+        own += (FIELD_FLASH_SOURCES if field_flash else PERSIST_SOURCES) + (b.flash.driver,)
     for name in own:
         files[f"src/{name}"] = c.joinpath(name).read_bytes()
     if harness is not None:

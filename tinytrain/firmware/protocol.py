@@ -120,6 +120,11 @@ def _read_exact(read, n: int) -> bytes:
     return data
 
 
+def info_text(pairs: dict) -> str:
+    """``pairs`` as an info payload's ``key=value`` items (floats in full: repr), parse_info's inverse."""
+    return " ".join(f"{k}={v!r}" if isinstance(v, float) else f"{k}={v}" for k, v in pairs.items())
+
+
 def parse_info(payload: bytes) -> dict[str, str]:
     return dict(item.split("=", 1) for item in payload.decode("ascii").split() if "=" in item)
 
