@@ -23,10 +23,9 @@ Choices (each matches what the device runs):
   depthwise weights (1, KH, KW, C*m) become (C*m, KH, KW, 1). Bias quantization is taken per output
   channel whatever ``quantized_dimension`` says (person_detect.tflite stores 3 for its 1-D biases,
   which tflite-micro ignores too).
-- A residual ADD left in float (DEQUANTIZE both operands -> ADD -> QUANTIZE, as LiteRT-torch writes it) is an int8
-  add rounded once, as ONNX imports' adds are: the real sum, up to float32 error; an exact tie of the real sum (rare
-  with unrelated scales) rounds up where TFLite's QUANTIZE rounds it away from zero, one LSB apart. Any other use of
-  an inner DEQUANTIZE is refused.
+- A residual ADD left in float (DEQUANTIZE both operands -> ADD -> QUANTIZE, as LiteRT-torch writes it), and a chain
+  of them (ADD -> ADD, the inner sums never rounded to int8), is one ``float_add`` node per QUANTIZE: TFLite's float32
+  dequantize, adds and quantize exactly (ops/float_add.py). Any other use of an inner DEQUANTIZE is refused.
 - A TRANSPOSE of the input from NCHW to NHWC (LiteRT-torch's export of a PyTorch model), before or after its
   QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images.
 - Integer ops that only compute a RESHAPE's new shape (Keras 3's Flatten: SHAPE -> STRIDED_SLICE -> PACK) are
@@ -48,7 +47,7 @@ from tinytrain.frontends.tflite.tensors import QUANTIZED, TensorReader
 from tinytrain.input_mapping import with_mapping
 from tinytrain.ir import Graph, Node, Tensor
 from tinytrain.ops import TfliteRead, declared
-from tinytrain.ops.add import AddAttrs
+from tinytrain.ops.float_add import FloatAddAttrs
 from tinytrain.ops.requantize import RequantizeAttrs
 from tinytrain.quant import Requant
 from tinytrain.verify import verify
@@ -271,8 +270,8 @@ class _Importer(TensorReader):
 
     def float_add(self, op: TflOperator) -> bool:
         """A float ADD of two dequantized activations (DEQUANTIZE -> ADD -> QUANTIZE, as LiteRT-torch leaves a
-        residual add): recorded for the QUANTIZE after it, which emits it as an int8 add rounded once (the real sum,
-        as the float ADD computes it, up to float32 error: ties may differ by one LSB)."""
+        residual add), or of one and a float ADD's output (a chain): recorded for the QUANTIZE after it, which emits
+        the chain as one ``float_add``."""
         if not all(i in self.dequantized or i in self.float_adds for i in op.inputs[:2]):
             return False
         users = [u for u in self._consumers(op.outputs[0]) if builtin_name(u.opcode) != "ADD"]
@@ -283,26 +282,35 @@ class _Importer(TensorReader):
                                         f"operator {pooled[0].index} ({pooled[0].name}) before any QUANTIZE, which "
                                         "int8 arithmetic cannot round alike; end the network with a layer after the "
                                         "residual add (MobileNetV2's 1x1 head conv) or quantize the add's output")
-        if len(users) != 1 or builtin_name(users[0].opcode) != "QUANTIZE" or op.options.get("activation", 0):
+        chained = len(users) < len(self._consumers(op.outputs[0]))  # read by a float ADD: a chain
+        if (len(users) > 1 or not (users or chained) or (users and builtin_name(users[0].opcode) != "QUANTIZE")
+                or op.options.get("activation", 0)):
             raise UnsupportedModelError(f"operator {op.index} (ADD) adds two dequantized activations but is not "
-                                        "followed by exactly one QUANTIZE (or has a fused activation); quantize the "
-                                        "model fully to int8")
+                                        "followed by one QUANTIZE or another float ADD (or has a fused activation); "
+                                        "quantize the model fully to int8")
         self.float_adds[op.outputs[0]] = op
         return True
 
-    def _int8_of(self, index: int) -> int:
-        """The int8 tensor a float ADD's operand stands for: a DEQUANTIZE's source, or the QUANTIZE of the float ADD
-        that wrote it (LiteRT-torch chains residual adds in float: the chain is rounded after each add, where TFLite
-        rounds only its last sum; at most one LSB apart, checked against the runtime in the quantizer zoo)."""
+    def _summands(self, index: int, add: TflOperator) -> list[int]:
+        """The int8 tensors whose dequantized values a float ADD chain sums, in TFLite's order: the running sum (a
+        float ADD's output, never rounded to int8) first, then each ADD's dequantized operand."""
         if index in self.dequantized:
-            return self.dequantized[index]
-        return next(u.outputs[0] for u in self._consumers(index) if builtin_name(u.opcode) == "QUANTIZE")
+            return [self.dequantized[index]]
+        inner = self.float_adds[index]
+        a, b = sorted(inner.inputs[:2], key=lambda i: i not in self.float_adds)  # float32 adds commute
+        if b in self.float_adds:
+            raise UnsupportedModelError(f"operator {inner.index} (ADD) adds two float sums; only a chain of float "
+                                        "residual adds, each adding one dequantized activation, is supported: "
+                                        "quantize the model fully to int8")
+        return self._summands(a, add) + [self.dequantized[b]]
 
     def _quantize_float_add(self, op: TflOperator, add: TflOperator) -> None:
-        a, b = (self.act(self._int8_of(i)) for i in add.inputs[:2])
+        """The float ADD chain ending at ``add``, quantized by ``op``: one ``float_add`` node (ops/float_add.py),
+        TFLite's float32 arithmetic exactly."""
+        terms = [self.act(i) for i in self._summands(add.outputs[0], add)]
         out = self.out(op)
-        if a.shape != b.shape or a.shape != out.shape:
-            raise UnsupportedModelError(f"operator {add.index} (ADD) broadcasts {list(a.shape)} and {list(b.shape)}; "
-                                        "only same-shape adds are supported")
-        self.node(add, "add", [a.name, b.name], [out.name],
-                  AddAttrs.from_scales(a.quant.s, b.quant.s, out.quant.s, single_rounding=True))
+        if any(t.shape != out.shape for t in terms):
+            raise UnsupportedModelError(f"operator {add.index} (ADD) broadcasts "
+                                        f"{' and '.join(str(list(t.shape)) for t in terms)}; only same-shape adds "
+                                        "are supported")
+        self.node(add, "float_add", [t.name for t in terms], [out.name], FloatAddAttrs())
