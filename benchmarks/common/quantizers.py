@@ -4,13 +4,15 @@ against onnxruntime's default and unoptimized sessions for an ONNX model, tflite
 test accuracy, the peak SRAM of its last-k:2 step and a short fine-tune's gain.
 
 The quantizers: onnxruntime quantize_static QDQ (what `tinytrain quantize` runs), quantize_static QOperator
-(QLinearConv, uint8 activations), NNCF's ONNX backend (activations per tensor) and its torch backend (NNCF's
-defaults, exported with torch.onnx.export) where NNCF is installed; Brevitas where installed, quantization-aware: a
+(QLinearConv, uint8 activations), NNCF's ONNX backend and its torch backend (activations per tensor; the torch
+one's quantizers set to export QuantizeLinear / DequantizeLinear, then torch.onnx.export) where NNCF is installed;
+Brevitas where installed, quantization-aware: a
 Brevitas copy of the network built from the float model's BatchNorm-folded weights (ReLU for ReLU6, per-channel
 int8 weights, int32 biases), fine-tuned 1 epoch on the float model's training images, exported with
 export_onnx_qcdq; the TFLite converter (a Keras copy with the folded weights, full int8) and LiteRT-torch (PT2E int8
 of the PyTorch model itself), each run in its own environment (/work/venv-tf, /work/venv-litert) where it exists.
-A quantizer that is absent is a row "skipped" with the reason.
+A quantizer that is absent is a row "skipped" with the reason. Every model is fed p / 255 (``input_mapping="unit"``,
+what the float model was trained on): Brevitas's symmetric input quantizer does not say whether [0, 1] or [-1, 1].
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ import onnx
 import tinytrain
 from tinytrain.api import model_data
 from tinytrain.engines.trainer import forward_outputs
+from tinytrain.input_mapping import with_mapping
 
 from common import quantizers_tflite, quantizers_torch
+
+MAPPING = "unit"
 
 
 def _real(x: np.ndarray) -> np.ndarray:
@@ -81,7 +86,7 @@ def lsb_difference(path: Path, x: np.ndarray) -> dict:
     """tinytrain's int8 logits (simulator) against onnxruntime's default session of the int8 model (fused integer
     kernels: what users run) and its unoptimized one (the graph's own float DQ -> op -> Q), each re-quantized with
     the model's output quantization where it is float."""
-    graph = tinytrain.load_model(path)
+    graph = with_mapping(tinytrain.load_model(path), MAPPING)
     xq, _ = model_data(graph, (x, np.zeros(len(x), np.int64)))
     ours = forward_outputs(graph, xq, "sim").reshape(len(x), -1).astype(np.int64)
     oq = graph.tensors[graph.outputs[0]].quant
@@ -103,14 +108,15 @@ def measure(name: str, path: Path, test, val) -> dict:
     """Import, exactness, test accuracy, last-k:2 peak SRAM and a 1-epoch fine-tune on 2,000 validation images."""
     exactness = quantizers_tflite.lsb_difference if path.suffix == ".tflite" else lsb_difference
     try:
-        graph = tinytrain.load_model(path)
+        graph = with_mapping(tinytrain.load_model(path), MAPPING)
     except tinytrain.TinyTrainError as e:
         return {"quantizer": name, "imports": False, "refusal": str(e)}
     xq, _ = model_data(graph, (test[0], test[1]))
     accuracy = float((forward_outputs(graph, xq, "c").reshape(len(test[1]), -1).argmax(1) == test[1]).mean())
-    compiled = tinytrain.compile(path, update="last-k:2", sram="256k")
+    compiled = tinytrain.compile(path, update="last-k:2", sram="256k", input_mapping=MAPPING)
     peak = compiled.to_json()["peak_sram_bytes"]
-    run = tinytrain.train(path, (val[0][:2000], val[1][:2000]), update="last-k:2", engine="c", held_out=0.25)
+    run = tinytrain.train(path, (val[0][:2000], val[1][:2000]), update="last-k:2", engine="c", held_out=0.25,
+                          input_mapping=MAPPING)
     return {"quantizer": name, "imports": True, "exactness": exactness(path, test[0][:500]),
             "test_int8": accuracy, "fits_256k": compiled.plan is not None, "sram_peak_bytes": int(peak),
             "held_out_before": run.held_out["accuracy_before"], "held_out_after": run.held_out["accuracy_after"],
@@ -124,7 +130,8 @@ def _makers(model, float_path: Path, qdq_path: Path, calib: np.ndarray, train, t
     makers = {"onnxruntime QDQ (tinytrain quantize)": lambda p: qdq_path,
               "onnxruntime QOperator (uint8 activations)": lambda p: qoperator(float_path, calib, p),
               "NNCF ONNX backend (activations per tensor)": nncf or (lambda p: nncf_onnx(float_path, calib, p)),
-              "NNCF torch backend (defaults)": nncf or (lambda p: quantizers_torch.nncf_torch(model, calib, p)),
+              "NNCF torch backend (activations per tensor, QDQ export)": nncf or (
+                  lambda p: quantizers_torch.nncf_torch(model, calib, p)),
               "Brevitas QCDQ (QAT, 1 epoch)": (
                   "Brevitas is not installed" if not installed["brevitas"] else
                   "onnxoptimizer (Brevitas's ONNX export needs it) is not installed" if not installed["onnxoptimizer"]

@@ -23,8 +23,10 @@ def _real(x: np.ndarray):
 
 
 def nncf_torch(model, calib: np.ndarray, out: Path) -> Path:
-    """nncf.quantize of the PyTorch model (NNCF's defaults, the calibration images), then torch.onnx.export. The
-    nn.Sequential is wrapped in a module of its own: NNCF adds its hook storage as a child, which a Sequential would
+    """nncf.quantize of the PyTorch model (activations per tensor, as the guide says: NNCF's default per-channel
+    ones after a BatchNorm and ReLU6 are refused), the calibration images, its quantizers set to export
+    QuantizeLinear / DequantizeLinear pairs (NNCF's torch default is OpenVINO FakeQuantize, which tinytrain refuses
+    naming this fix), then torch.onnx.export. The nn.Sequential is wrapped in a module of its own: NNCF adds its hook storage as a child, which a Sequential would
     call as a layer."""
     import copy
     import os
@@ -33,6 +35,8 @@ def nncf_torch(model, calib: np.ndarray, out: Path) -> Path:
     os.environ.setdefault("NNCF_EXTENSION_LOAD_TIMEOUT", "900")
     import nncf
     import torch
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, QuantizationParameters
+    from nncf.torch.quantization.layers import QuantizerExportMode
 
     class Wrapped(torch.nn.Module):
         def __init__(self):
@@ -44,7 +48,11 @@ def nncf_torch(model, calib: np.ndarray, out: Path) -> Path:
 
     logging.getLogger("nncf").setLevel(logging.ERROR)
     dataset = nncf.Dataset(list(_real(calib)), lambda x: x[None])
-    quantized = nncf.quantize(Wrapped().eval(), dataset, subset_size=len(calib))
+    advanced = AdvancedQuantizationParameters(activations_quantization_params=QuantizationParameters(per_channel=False))
+    quantized = nncf.quantize(Wrapped().eval(), dataset, subset_size=len(calib), advanced_parameters=advanced)
+    for m in quantized.modules():
+        if hasattr(m, "set_export_mode"):
+            m.set_export_mode(QuantizerExportMode.ONNX_QUANTIZE_DEQUANTIZE_PAIRS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(quantized, (torch.zeros(1, 1, 28, 28),), str(out), input_names=["image"],
