@@ -59,9 +59,9 @@ def lsb_difference(path: Path, x: np.ndarray) -> dict:
     p / 255: round half up); a float output (LiteRT-torch's DEQUANTIZE) re-quantized with the model's scale."""
     graph = tinytrain.load_model(path)
     q, oq = graph.tensors[graph.inputs[0]].quant, graph.tensors[graph.outputs[0]].quant
-    real = x.astype(np.float32) / np.float32(255)
+    real = x.reshape(len(x), 28, 28, 1).astype(np.float32) / np.float32(255)
     xq = np.clip(np.floor(real / np.float32(q.s) + 0.5) + q.zp, -128, 127).astype(np.int8)
-    shape = (len(x), *graph.tensors[graph.inputs[0]].shape[1:])  # one channel: NHWC and NCHW bytes alike
+    shape = (len(x), *graph.tensors[graph.inputs[0]].shape[1:])  # one channel: any layout, the same bytes
     ours = forward_outputs(graph, xq.reshape(shape), "sim").reshape(len(x), -1).astype(np.int64)
     y = _tflm(path.read_bytes(), real, xq)
     theirs = (np.rint(y / np.float32(oq.s)) + oq.zp if y.dtype == np.float32 else y).astype(np.int64)
