@@ -4,6 +4,9 @@ with the project's): run as a subprocess by quantizers_tflite.py, never imported
     /work/venv-tf/bin/python benchmarks/common/export_tflite.py tf WEIGHTS.npz CALIB.npz OUT.tflite
     /work/venv-litert/bin/python benchmarks/common/export_tflite.py litert STATE.pt CALIB.npz OUT.tflite
 
+The environments: ``python3.11 -m venv /work/venv-tf && /work/venv-tf/bin/pip install tensorflow-cpu==2.21.0``
+(TensorFlow 2.21.0 with numpy 2.4; about a minute here), and LiteRT-torch's as tests/quantizers/make_litert.py says.
+
 ``tf``: the Keras model of mbv2_tiny.keras_model (the BatchNorm-folded float weights) through the TFLite converter,
 full int8 (``TFLITE_BUILTINS_INT8``, int8 input and output, a representative dataset of the calibration images).
 ``litert``: the PyTorch model (its state dict) through LiteRT-torch's PT2E int8 recipe (tests/quantizers/
