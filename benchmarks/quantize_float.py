@@ -44,43 +44,17 @@ from tinytrain.data import load_fashion_mnist
 from tinytrain.splits import stratified_split, stratified_subset
 from tinytrain.engines.trainer import forward_outputs
 
-from common import ROOT, quantizers, write_results  # noqa: E402
+from common import ROOT, mbv2_tiny, quantizers, write_results  # noqa: E402
 OUT = ROOT / "benchmarks" / "results"
 VALIDATION = 5000
 SEED = 0
-
-
-def mobilenet_v2_tiny():
-    import torch
-    from torch import nn
-
-    def conv_bn(cin, cout, k, stride=1, groups=1, act=True):
-        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
-        return nn.Sequential(*layers, *([nn.ReLU6()] if act else []))
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride, expand):
-            super().__init__()
-            mid = cin * expand
-            layers = [conv_bn(cin, mid, 1)] if expand != 1 else []
-            self.body = nn.Sequential(*layers, conv_bn(mid, mid, 3, stride, mid), conv_bn(mid, cout, 1, act=False))
-            self.residual = stride == 1 and cin == cout
-
-        def forward(self, x):
-            y = self.body(x)
-            return x + y if self.residual else y
-
-    blocks = ((16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 32, 2, 4), (32, 32, 1, 4))
-    torch.manual_seed(SEED)
-    return nn.Sequential(conv_bn(1, 16, 3, 2), *(Block(*b) for b in blocks), conv_bn(32, 64, 1),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(64, 10))
 
 
 def train_float(x: np.ndarray, y: np.ndarray, epochs: int):
     import torch
 
     torch.set_num_threads(2)
-    model = mobilenet_v2_tiny()
+    model = mbv2_tiny.mobilenet_v2_tiny(SEED)
     opt = torch.optim.Adam(model.parameters(), 2e-3)
     xs = torch.from_numpy((x.astype(np.float32) / np.float32(255)).transpose(0, 3, 1, 2))
     ys = torch.from_numpy(y.astype(np.int64))
@@ -243,7 +217,8 @@ def per_quantizer(epochs: int, n_calib: int, n_train: int) -> None:
         np.savez(tmp / "calib.npz", x=train.x[pick], y=train.y[pick])
         qdq = tmp / "mbv2_int8.onnx"
         cli(["quantize", str(float_path), "--data", str(tmp / "calib.npz"), "-o", str(qdq)])
-        rows = quantizers.run_quantizers(float_path, qdq, train.x[pick], (test.x, test.y), (train.x[val], train.y[val]))
+        rows = quantizers.run_quantizers(model, float_path, qdq, train.x[pick], (train.x[sub], train.y[sub]),
+                                         (test.x, test.y), (train.x[val], train.y[val]))
         float_test = float(float_correct(float_path, test.x, test.y).mean())
     data = {"float_test": float_test, "test_images": int(len(test.y)), "train_images": n_train, "epochs": epochs,
             "calibration_images": n_calib, "rows": rows}

@@ -1,11 +1,18 @@
 """Per quantizer, one float model through it (benchmarks/quantize_float.py --quantizers): does the int8 model import,
 how far its forward is from the quantizer's own runtime (max LSB difference of the int8 logits on 500 test images
-against onnxruntime's default and unoptimized sessions), the int8 test accuracy, the peak SRAM of its last-k:2 step and a short fine-tune's gain.
+against onnxruntime's default and unoptimized sessions for an ONNX model, tflite-micro for a TFLite one), the int8
+test accuracy, the peak SRAM of its last-k:2 step and a short fine-tune's gain.
 
 The quantizers: onnxruntime quantize_static QDQ (what `tinytrain quantize` runs), quantize_static QOperator
-(QLinearConv, uint8 activations), and NNCF's ONNX backend (activations per tensor) where NNCF is installed. Brevitas
-(quantization-aware: a model of its own), the TFLite converter and LiteRT-torch (other frameworks) are checked by
-the tests (tests/frontends/test_quantize_real.py, test_tf_converter.py), not here.
+(QLinearConv, uint8 activations), NNCF's ONNX backend and its torch backend (activations per tensor; the torch
+one's quantizers set to export QuantizeLinear / DequantizeLinear, then torch.onnx.export) where NNCF is installed;
+Brevitas where installed, quantization-aware: a
+Brevitas copy of the network built from the float model's BatchNorm-folded weights (ReLU for ReLU6, per-channel
+int8 weights, int32 biases), fine-tuned 1 epoch on the float model's training images, exported with
+export_onnx_qcdq; the TFLite converter (a Keras copy with the folded weights, full int8) and LiteRT-torch (PT2E int8
+of the PyTorch model itself), each run in its own environment (/work/venv-tf, /work/venv-litert) where it exists.
+A quantizer that is absent is a row "skipped" with the reason. Every model is fed p / 255 (``input_mapping="unit"``,
+what the float model was trained on): Brevitas's symmetric input quantizer does not say whether [0, 1] or [-1, 1].
 """
 
 from __future__ import annotations
@@ -21,6 +28,11 @@ import onnx
 import tinytrain
 from tinytrain.api import model_data
 from tinytrain.engines.trainer import forward_outputs
+from tinytrain.input_mapping import with_mapping
+
+from common import quantizers_tflite, quantizers_torch
+
+MAPPING = "unit"
 
 
 def _real(x: np.ndarray) -> np.ndarray:
@@ -74,7 +86,7 @@ def lsb_difference(path: Path, x: np.ndarray) -> dict:
     """tinytrain's int8 logits (simulator) against onnxruntime's default session of the int8 model (fused integer
     kernels: what users run) and its unoptimized one (the graph's own float DQ -> op -> Q), each re-quantized with
     the model's output quantization where it is float."""
-    graph = tinytrain.load_model(path)
+    graph = with_mapping(tinytrain.load_model(path), MAPPING)
     xq, _ = model_data(graph, (x, np.zeros(len(x), np.int64)))
     ours = forward_outputs(graph, xq, "sim").reshape(len(x), -1).astype(np.int64)
     oq = graph.tensors[graph.outputs[0]].quant
@@ -92,48 +104,83 @@ def lsb_difference(path: Path, x: np.ndarray) -> dict:
     return result
 
 
+def _as_input(graph, x: np.ndarray) -> np.ndarray:
+    """The (N, 28, 28, 1) images in the model's input shape where that is a reshape of them: LiteRT-torch writes
+    the NCHW -> NHWC transpose of a 1-channel input as a RESHAPE, which the import keeps, so that model takes
+    (1, 1, 28, 28) (the same bytes)."""
+    shape = tuple(graph.tensors[graph.inputs[0]].shape[1:])
+    return x.reshape(len(x), *shape) if shape != x.shape[1:] and np.prod(shape) == np.prod(x.shape[1:]) else x
+
+
 def measure(name: str, path: Path, test, val) -> dict:
     """Import, exactness, test accuracy, last-k:2 peak SRAM and a 1-epoch fine-tune on 2,000 validation images."""
+    exactness = quantizers_tflite.lsb_difference if path.suffix == ".tflite" else lsb_difference
     try:
-        graph = tinytrain.load_model(path)
+        graph = with_mapping(tinytrain.load_model(path), MAPPING)
     except tinytrain.TinyTrainError as e:
         return {"quantizer": name, "imports": False, "refusal": str(e)}
+    test, val = (_as_input(graph, test[0]), test[1]), (_as_input(graph, val[0]), val[1])
     xq, _ = model_data(graph, (test[0], test[1]))
     accuracy = float((forward_outputs(graph, xq, "c").reshape(len(test[1]), -1).argmax(1) == test[1]).mean())
-    compiled = tinytrain.compile(path, update="last-k:2", sram="256k")
+    compiled = tinytrain.compile(path, update="last-k:2", sram="256k", input_mapping=MAPPING)
     peak = compiled.to_json()["peak_sram_bytes"]
-    run = tinytrain.train(path, (val[0][:2000], val[1][:2000]), update="last-k:2", engine="c", held_out=0.25)
-    return {"quantizer": name, "imports": True, "exactness": lsb_difference(path, test[0][:500]),
+    run = tinytrain.train(path, (val[0][:2000], val[1][:2000]), update="last-k:2", engine="c", held_out=0.25,
+                          input_mapping=MAPPING)
+    return {"quantizer": name, "imports": True, "exactness": exactness(path, test[0][:500]),
             "test_int8": accuracy, "fits_256k": compiled.plan is not None, "sram_peak_bytes": int(peak),
             "held_out_before": run.held_out["accuracy_before"], "held_out_after": run.held_out["accuracy_after"],
             "n_held_out": run.held_out["n_held_out"]}
 
 
-def run_quantizers(float_path: Path, qdq_path: Path, calib: np.ndarray, test, val) -> list[dict]:
-    """Every installed quantizer's row (``qdq_path``: tinytrain quantize's model of ``float_path``)."""
+def _makers(model, float_path: Path, qdq_path: Path, calib: np.ndarray, train, tmp: Path) -> dict:
+    """name -> the maker of its int8 model at a path, or the reason the quantizer is skipped."""
+    installed = {m: importlib.util.find_spec(m) is not None for m in ("nncf", "brevitas", "onnxoptimizer")}
+    nncf = None if installed["nncf"] else "NNCF is not installed"
+    makers = {"onnxruntime QDQ (tinytrain quantize)": lambda p: qdq_path,
+              "onnxruntime QOperator (uint8 activations)": lambda p: qoperator(float_path, calib, p),
+              "NNCF ONNX backend (activations per tensor)": nncf or (lambda p: nncf_onnx(float_path, calib, p)),
+              "NNCF torch backend (activations per tensor, QDQ export)": nncf or (
+                  lambda p: quantizers_torch.nncf_torch(model, calib, p)),
+              "Brevitas QCDQ (QAT, 1 epoch)": (
+                  "Brevitas is not installed" if not installed["brevitas"] else
+                  "onnxoptimizer (Brevitas's ONNX export needs it) is not installed" if not installed["onnxoptimizer"]
+                  else (lambda p: quantizers_torch.brevitas_qat(model, train, p)))}
+    return makers | quantizers_tflite.makers(model, calib, tmp)
+
+
+def run_quantizers(model, float_path: Path, qdq_path: Path, calib: np.ndarray, train, test, val) -> list[dict]:
+    """Every quantizer's row (``model``: the float PyTorch model of ``float_path``; ``qdq_path``: tinytrain
+    quantize's model of it; ``train``: the float model's training images, for the quantization-aware one)."""
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        makers = {"onnxruntime QDQ (tinytrain quantize)": lambda p: qdq_path,
-                  "onnxruntime QOperator (uint8 activations)": lambda p: qoperator(float_path, calib, p)}
-        if importlib.util.find_spec("nncf") is not None:
-            makers["NNCF ONNX backend (activations per tensor)"] = lambda p: nncf_onnx(float_path, calib, p)
-        for k, (name, make) in enumerate(makers.items()):
-            rows.append(measure(name, make(tmp / f"q{k}.onnx"), test, val) | {"quantizer": name})
+        for k, (name, make) in enumerate(_makers(model, float_path, qdq_path, calib, train, tmp).items()):
+            if isinstance(make, str):
+                rows.append({"quantizer": name, "imports": None, "skipped": make})
+                continue
+            try:
+                path = make(tmp / f"q{k}.onnx")
+            except Exception as e:  # the quantizer itself failed: the row says how, never a number
+                rows.append({"quantizer": name, "imports": None, "skipped": f"{type(e).__name__}: {e}"[:300]})
+                continue
+            rows.append(measure(name, path, test, val) | {"quantizer": name})
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| quantizer | imports | max LSB vs onnxruntime, default session (fraction equal) | unoptimized session "
-             "| int8 test accuracy | last-k:2 peak SRAM | fine-tune held-out before -> after |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| quantizer | imports | max LSB vs its runtime: onnxruntime default session / tflite-micro (fraction "
+             "equal) | onnxruntime unoptimized session | int8 test accuracy | last-k:2 peak SRAM | fine-tune held-out "
+             "before -> after |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r["imports"] is None:
+            lines.append(f"| {r['quantizer']} | skipped: {r['skipped']} | | | | | |")
+            continue
         if not r["imports"]:
             lines.append(f"| {r['quantizer']} | no: {r['refusal']} | | | | | |")
             continue
-        d, u = r["exactness"]["default"], r["exactness"]["unoptimized"]
-        lines.append(f"| {r['quantizer']} | yes | {d['max_lsb']} ({d['equal_fraction']:.4f}) | {u['max_lsb']} "
-                     f"({u['equal_fraction']:.4f}) | "
+        d, u = r["exactness"]["default"], r["exactness"].get("unoptimized")
+        other = f"{u['max_lsb']} ({u['equal_fraction']:.4f})" if u else "(TFLite)"
+        lines.append(f"| {r['quantizer']} | yes | {d['max_lsb']} ({d['equal_fraction']:.4f}) | {other} | "
                      f"{r['test_int8']:.4f} | {r['sram_peak_bytes'] / 1024:.1f} KB | {r['held_out_before']:.4f} -> "
                      f"{r['held_out_after']:.4f} (n {r['n_held_out']}) |")
     return "\n".join(lines) + "\n"
