@@ -352,8 +352,9 @@ def features_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:
     q = round(x / s) + zp (round half to even, as the images); a value whose q leaves [-128, 127] is refused."""
     t = graph.tensors[graph.inputs[0]]
     if tuple(x.shape[1:]) != tuple(t.shape[1:]):
+        images = "; images are uint8 (N,H,W[,C]), of any size" if len(t.shape) == 4 and x.dtype != np.uint8 else ""
         raise UsageError(f"the features x are {x.dtype}{tuple(x.shape)}, the model's input takes (N, "
-                         f"{', '.join(map(str, t.shape[1:]))}) per sample")
+                         f"{', '.join(map(str, t.shape[1:]))}) per sample{images}")
     if x.dtype == np.int8:
         return x
     if x.dtype != np.float32:
