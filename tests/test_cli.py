@@ -144,3 +144,16 @@ def _closed_pipe(argv, cwd) -> tuple[int, str]:
 def test_a_closed_pipe_is_quiet_and_the_command_still_writes_its_files(tiny_onnx, tmp_path):
     assert _closed_pipe(["compile", str(tiny_onnx), "-o", "build"], tmp_path) == (0, "")
     assert (tmp_path / "build" / "report.json").is_file() and (tmp_path / "build" / "tinytrain_model.c").is_file()
+
+
+def test_a_plan_of_another_model_says_so(tmp_path, capsys):
+    """mbv2-w0.35's shipped plan given to a 1-conv model: 'bias_last_k = 20 but the model has 1 ...' did not say
+    the plan was made for another model, nor how to get one for this one."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "tiny.onnx").write_bytes(qdq_conv().SerializeToString())
+    argv = ["compile", str(tmp_path / "tiny.onnx"), "--plan", str(root / "models/plans/mbv2-w0.35-sparse.json"),
+            "-o", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another model" in err and "tinytrain plan MODEL" in err
+    assert not (tmp_path / "out").exists()

@@ -279,16 +279,20 @@ def with_lr_schedule(plan: Plan, kind: str | None, warmup: float, steps: int, fl
     return replace(plan, lr_schedule=Schedule.over(steps, warmup, floor) if kind == "cosine" else None)
 
 
+OTHER_MODEL = "a plan made for another model? (`tinytrain plan MODEL` searches one for this model)"
+
+
 def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:
     """The plan's layer indices fit the model; returns the model's layers."""
     ls = layers(graph)
     n = len(ls)
     if plan.bias_last_k > n:
         raise PlanError(f"{source}: bias_last_k = {plan.bias_last_k} but the model has {n} convolution / "
-                        f"fully-connected layers")
+                        f"fully-connected layers; {OTHER_MODEL}")
     for w in plan.weights:
         if w.conv >= n:
-            raise PlanError(f"{source}: weights conv {w.conv} does not exist; the model's layers are 0..{n - 1}")
+            raise PlanError(f"{source}: weights conv {w.conv} does not exist; the model's layers are 0..{n - 1}; "
+                            f"{OTHER_MODEL}")
     return ls
 
 
