@@ -63,6 +63,12 @@ class SerialField:
         if board.info.get("field") != "1" or board.input_bytes != want:
             raise UsageError(f"the board on the port runs no field runtime of this model ({board.info}); build it "
                              "with `tinytrain firmware` from `tinytrain compile MODEL --replay N`")
+        save = field_memory(program).save
+        if board.info.get("state") != str(save) or board.output_bytes != program.classes:
+            raise UsageError(f"the board's field runtime was compiled with other field options (it saves "
+                             f"{board.info.get('state')} B for {board.output_bytes} classes, these options "
+                             f"{save} B for {program.classes}); give `stream` the field options of the compile "
+                             f"(--max-classes, --replay, --guard, ...)")
         self.program, self.board = program, board
 
     def start(self, state: bytes) -> None:
