@@ -1,0 +1,39 @@
+"""`stream --port qemu:PROJECT` ended by SIGTERM (`timeout`, a service manager): the emulator's process group ends
+with it (it was left polling the UART at 63 % of a core until QEMU's own 600 s timeout). The project's `make run`
+here is a shell that says it waits and sleeps, as QEMU's -serial server does: the process-group handling of
+tinytrain/firmware/emulator.py is what is checked; tests/firmware/test_firmware_netduino.py runs the real QEMU."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CHILD = """
+import sys, time
+from tinytrain.firmware.emulator import emulated
+with emulated(sys.argv[1]):
+    print("up", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process groups of Linux")
+def test_sigterm_of_the_command_ends_the_emulator(tmp_path):
+    (tmp_path / "Makefile").write_text("run: firmware.bin\n\t@echo waiting for connection; "
+                                       "echo $$$$ > group.pid; exec sleep 60\nfirmware.bin:\n\ttouch firmware.bin\n")
+    p = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "up"
+    pid = int((tmp_path / "group.pid").read_text())
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 128 + signal.SIGTERM
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the emulator outlived the command")
