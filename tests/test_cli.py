@@ -90,6 +90,8 @@ def test_bad_arguments(argv, words, capsys):
     (["train", "m.onnx", "--data", "lfw", "--engine", "qemm"], "; did you mean 'qemu'? (see 'tinytrain train --help')"),
     (["firmware", "b", "--board", "qemu_m7", "-o", "fw"], "; did you mean 'qemu-m7'?"),
     (["--verison"], "; --verison: did you mean --version?"),
+    (["--sram", "256k", "compile", "m.onnx"], "; the command comes first, its options after it: tinytrain compile"),
+    (["m.onnx", "compile"], "; the command comes first, its options after it: tinytrain compile MODEL [options]"),
     (["train", "m.onnx", "--data", "lfw", "--lr", "-1"], "argument --lr: -1 is not a positive number"),
     (["train", "m.onnx", "--data", "lfw", "--lr", "nan"], "argument --lr: nan is not a positive number"),
     (["train", "m.onnx", "--data", "lfw", "--seed", "-1"], "argument --seed: -1 is not a non-negative integer"),

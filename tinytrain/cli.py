@@ -69,7 +69,11 @@ def _did_you_mean(parser: _Parser, command: argparse.ArgumentParser, message: st
     """"; did you mean ...?" for a bad choice (a command is one) or an option the command does not have."""
     choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
     if choice:
-        best = _closest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        choices = re.findall(r"'([^']*)'", choice.group(2))
+        best = _closest(choice.group(1), choices)
+        later = next((a for a in getattr(parser, "_argv", ()) if a in choices), None)
+        if not best and later and message.startswith("argument command"):  # tinytrain --sram 256k compile M
+            return f"; the command comes first, its options after it: tinytrain {later} MODEL [options]"
         return f"; did you mean '{best}'?" if best else ""
     options = [o for a in command._actions for o in a.option_strings if o.startswith("--")]  # noqa: SLF001
     for word in getattr(parser, "_argv", ()):
