@@ -159,3 +159,8 @@ def test_a_plan_of_another_model_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another model" in err and "tinytrain plan MODEL" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_preset_gets_did_you_mean(tiny_onnx, tmp_path, capsys):
+    assert main(["compile", str(tiny_onnx), "--update", "lastk:1", "-o", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.strip().endswith("last-k:N at 1/R; did you mean last-k:1?")

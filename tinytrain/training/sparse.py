@@ -254,7 +254,18 @@ def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | Non
         k, r = _count(k, spec, n), 1.0 if not ratio else _ratio(ratio, spec)
         ws = [WeightUpdate(i, r) for i in range(n - k, n - 1)] + [WeightUpdate(n - 1, 1.0)]
         return Plan(k, tuple(ws), **lrs)
-    raise PlanError(f"--update {spec}: expected {', '.join(PRESETS)}")
+    raise PlanError(f"--update {spec}: expected {', '.join(PRESETS)}{_did_you_mean(name)}")
+
+
+def _did_you_mean(name: str) -> str:
+    """"; did you mean last-k:2?" for a mistyped preset (lastk:2, last_k:2, bias_only)."""
+    import difflib
+
+    head, sep, tail = name.partition(":")
+    best = difflib.get_close_matches(head, ("full", "bias-only", "classifier-only", "last-k"), n=1, cutoff=0.6)
+    if not best:
+        return ""
+    return f"; did you mean {best[0]}{sep + tail if best[0] == 'last-k' else ''}?"
 
 
 def _count(text: str, spec: str, n: int) -> int:
