@@ -164,3 +164,15 @@ def test_a_plan_of_another_model_says_so(tmp_path, capsys):
 def test_a_mistyped_preset_gets_did_you_mean(tiny_onnx, tmp_path, capsys):
     assert main(["compile", str(tiny_onnx), "--update", "lastk:1", "-o", str(tmp_path / "b")]) == 2
     assert capsys.readouterr().err.strip().endswith("last-k:N at 1/R; did you mean last-k:1?")
+
+
+def test_a_folder_or_a_pytorch_checkpoint_given_as_the_model_says_what_it_is(tmp_path, capsys):
+    """`inspect imgs` (a folder) said 'no such file'; `train m.pt` (torch.save's zip) 'not an ONNX model, or the
+    file is truncated'."""
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "m.pt")
+    (tmp_path / "imgs").mkdir()
+    for model, words in (("imgs", "a folder; give the path"), ("m.pt", "torch.onnx.export")):
+        assert main(["inspect", str(tmp_path / model)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err
