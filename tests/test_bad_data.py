@@ -45,6 +45,7 @@ NPZ_CASES = {
     "float_labels": (_npz(x=X, y=Y.astype(np.float32)), "integer class labels"),
     "label_past_the_head": (_npz(x=X, y=np.array([0, 1, 0, 1, 0, 2])), "--new-head"),
     "negative_label": (_npz(x=X, y=np.array([0, 1, -1, 1, 0, 1])), "class indices"),
+    "unlabelled_stream": (_npz(x=X, y=np.array([0, -1, 1, -1, 0, 1])), "unlabelled sample of a field stream"),
     "huge_label": (_npz(x=X, y=np.array([0, 1, 2 ** 40, 1, 0, 1])), "class indices"),
     "empty_set": (_npz(x=X[:0], y=Y[:0]), "no samples"),
     "no_labels": (_npz(x=X), "no labels y"),

@@ -173,7 +173,9 @@ def _checked_y(path: str, y: np.ndarray | None, n: int) -> np.ndarray | None:
         if y.ndim != 1:
             raise UsageError(f"{path}: integer labels y must be (N,), got {y.shape}; float targets must be float32")
         if len(y) and (y.min() < 0 or y.max() > MAX_LABEL):
-            raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}")
+            none = ("; -1 marks an unlabelled sample of a field stream (tinytrain field --stream), which train / "
+                    "eval cannot use: keep the labelled ones, x[y >= 0]") if y.min() == -1 else ""
+            raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}{none}")
         return y.astype(np.int64)
     if y.dtype in (np.float32, np.float64):
         if not np.all(np.isfinite(y)):
