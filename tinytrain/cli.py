@@ -28,6 +28,7 @@ from tinytrain.cores import CORE_TARGETS, CORES, DEFAULT_CORE
 from tinytrain.describe import describe
 from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
 from tinytrain.firmware.boards import BOARDS
+from tinytrain.firmware.emulator import ending_on_signals, restore_signals
 from tinytrain.firmware.fit import check_board
 from tinytrain.input_mapping import from_model, with_mapping
 from tinytrain.outputs import OutputDir, check_file, write_file
@@ -285,11 +286,13 @@ class _QuietWhenClosed:
 def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _QuietWhenClosed(sys.stdout), _QuietWhenClosed(sys.stderr)
+    ends = ending_on_signals()  # SIGTERM / SIGHUP run the finally blocks: no temporary folder, no QEMU left
     try:
         with warnings.catch_warnings():
             _print_notices()
             return _main(argv)
     finally:
+        restore_signals(ends)
         sys.stdout.flush()
         sys.stdout, sys.stderr = streams
 

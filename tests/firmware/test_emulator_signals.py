@@ -67,3 +67,28 @@ def test_a_semihosting_run_under_timeout_ends_with_the_command(sig, tmp_path):
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     pytest.fail("the emulator outlived the command")
+
+
+MAIN = """
+import tempfile, time
+import tinytrain.cli as cli
+
+def work(argv):
+    with tempfile.TemporaryDirectory(prefix="tinytrain-test-") as tmp:
+        print(tmp, flush=True)
+        time.sleep(60)
+
+cli._main = work
+raise SystemExit(cli.main([]))
+"""
+
+
+def test_sigterm_of_any_command_removes_its_temporary_folders():
+    """`timeout 5 tinytrain train ... --engine qemu` stopped while building the firmware left
+    /tmp/tinytrain-firmware-XXXX and /tmp/tinytrain-qemu-XXXX behind (Python's default SIGTERM skips finally)."""
+    p = subprocess.Popen([sys.executable, "-c", MAIN], stdout=subprocess.PIPE, text=True)
+    tmp = p.stdout.readline().strip()
+    assert os.path.isdir(tmp)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 128 + signal.SIGTERM
+    assert not os.path.exists(tmp)
