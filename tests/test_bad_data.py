@@ -37,6 +37,7 @@ def _png(h=8, w=8) -> bytes:
 GOOD = _npz(x=X, y=Y)
 NPZ_CASES = {
     "float_images": (_npz(x=X.astype(np.float32), y=Y), "features x are float32"),
+    "float64_gray_images": (_npz(x=X[..., 0].astype(np.float64), y=Y), "images are uint8 (N,H,W[,C])"),
     "int8_images": (_npz(x=X.astype(np.int8), y=Y), "features x are int8"),
     "five_dims": (_npz(x=X.reshape(6, 4, 2, 8, 3), y=Y), "uint8"),
     "flat_images": (_npz(x=X.reshape(6, -1), y=Y), "uint8"),
@@ -44,6 +45,7 @@ NPZ_CASES = {
     "float_labels": (_npz(x=X, y=Y.astype(np.float32)), "integer class labels"),
     "label_past_the_head": (_npz(x=X, y=np.array([0, 1, 0, 1, 0, 2])), "--new-head"),
     "negative_label": (_npz(x=X, y=np.array([0, 1, -1, 1, 0, 1])), "class indices"),
+    "unlabelled_stream": (_npz(x=X, y=np.array([0, -1, 1, -1, 0, 1])), "unlabelled sample of a field stream"),
     "huge_label": (_npz(x=X, y=np.array([0, 1, 2 ** 40, 1, 0, 1])), "class indices"),
     "empty_set": (_npz(x=X[:0], y=Y[:0]), "no samples"),
     "no_labels": (_npz(x=X), "no labels y"),
@@ -59,6 +61,7 @@ FOLDER_CASES = {
     "empty_png": ({"a/0.png": _png(), "b/0.png": b""}, "cannot decode"),
     "no_images": ({"a/notes.txt": b"nothing", "b/": b""}, "no images"),
     "no_class_folders": ({"0.png": _png()}, "no images"),
+    "empty_class_folder": ({"a/0.png": _png(), "b/0.png": _png(), "c/": b""}, "class folder c holds no"),
 }
 
 

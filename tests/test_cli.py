@@ -90,6 +90,8 @@ def test_bad_arguments(argv, words, capsys):
     (["train", "m.onnx", "--data", "lfw", "--engine", "qemm"], "; did you mean 'qemu'? (see 'tinytrain train --help')"),
     (["firmware", "b", "--board", "qemu_m7", "-o", "fw"], "; did you mean 'qemu-m7'?"),
     (["--verison"], "; --verison: did you mean --version?"),
+    (["--sram", "256k", "compile", "m.onnx"], "; the command comes first, its options after it: tinytrain compile"),
+    (["m.onnx", "compile"], "; the command comes first, its options after it: tinytrain compile MODEL [options]"),
     (["train", "m.onnx", "--data", "lfw", "--lr", "-1"], "argument --lr: -1 is not a positive number"),
     (["train", "m.onnx", "--data", "lfw", "--lr", "nan"], "argument --lr: nan is not a positive number"),
     (["train", "m.onnx", "--data", "lfw", "--seed", "-1"], "argument --seed: -1 is not a non-negative integer"),
@@ -144,3 +146,33 @@ def _closed_pipe(argv, cwd) -> tuple[int, str]:
 def test_a_closed_pipe_is_quiet_and_the_command_still_writes_its_files(tiny_onnx, tmp_path):
     assert _closed_pipe(["compile", str(tiny_onnx), "-o", "build"], tmp_path) == (0, "")
     assert (tmp_path / "build" / "report.json").is_file() and (tmp_path / "build" / "tinytrain_model.c").is_file()
+
+
+def test_a_plan_of_another_model_says_so(tmp_path, capsys):
+    """mbv2-w0.35's shipped plan given to a 1-conv model: 'bias_last_k = 20 but the model has 1 ...' did not say
+    the plan was made for another model, nor how to get one for this one."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "tiny.onnx").write_bytes(qdq_conv().SerializeToString())
+    argv = ["compile", str(tmp_path / "tiny.onnx"), "--plan", str(root / "models/plans/mbv2-w0.35-sparse.json"),
+            "-o", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another model" in err and "tinytrain plan MODEL" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_preset_gets_did_you_mean(tiny_onnx, tmp_path, capsys):
+    assert main(["compile", str(tiny_onnx), "--update", "lastk:1", "-o", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.strip().endswith("last-k:N at 1/R; did you mean last-k:1?")
+
+
+def test_a_folder_or_a_pytorch_checkpoint_given_as_the_model_says_what_it_is(tmp_path, capsys):
+    """`inspect imgs` (a folder) said 'no such file'; `train m.pt` (torch.save's zip) 'not an ONNX model, or the
+    file is truncated'."""
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "m.pt")
+    (tmp_path / "imgs").mkdir()
+    for model, words in (("imgs", "a folder; give the path"), ("m.pt", "torch.onnx.export")):
+        assert main(["inspect", str(tmp_path / model)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err

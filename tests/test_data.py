@@ -159,11 +159,22 @@ def test_fashion_mnist_becomes_rgb_for_a_three_channel_raw_pixel_model():
     assert q.min() == -128 and q.max() > 100  # the full pixel range, not pixel / 255
 
 
-def test_a_class_folder_of_mixed_sizes_is_refused(tmp_path):
+def test_a_folder_of_mixed_sizes_is_refused(tmp_path):
     (tmp_path / "a").mkdir()
     Image.fromarray(np.zeros((96, 96, 3), np.uint8)).save(tmp_path / "a" / "0.png")
     Image.fromarray(np.zeros((200, 20, 3), np.uint8)).save(tmp_path / "a" / "1.png")
-    with pytest.raises(UsageError, match=r"1.png is 20x200, .*0.png 96x96: give the images of a class folder one size"):
+    with pytest.raises(UsageError, match=r"1.png is 20x200, .*0.png 96x96: give all the images one size"):
+        load_dataset(tmp_path)
+
+
+def test_an_empty_class_folder_is_refused_not_a_class_without_images(tmp_path):
+    """imgs/{cats,dogs,empty}: 'empty' was class 2 with no image, stated among the classes and trained silently."""
+    for c in ("cats", "dogs"):
+        (tmp_path / c).mkdir()
+        Image.fromarray(np.zeros((31, 47, 3), np.uint8)).save(tmp_path / c / "0.png")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not an image")
+    with pytest.raises(UsageError, match="class folder empty holds no PNG/JPEG/BMP image; add images or remove"):
         load_dataset(tmp_path)
 
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import shared_file
 from onnx_models import write_tiny_task
 from tinytrain.cli import main
+from tinytrain.errors import UsageError
 from tinytrain.frontends import load_model
 from tinytrain.input_mapping import KEY, NAMED, from_model, parse
 
@@ -89,3 +90,8 @@ def test_the_header_states_the_data_contract(task, tmp_path, capsys):
 
 def test_parse_names_the_choices():
     assert parse("symmetric") is NAMED["symmetric"]
+
+
+def test_a_mistyped_mapping_gets_did_you_mean():
+    with pytest.raises(UsageError, match="SCALES:OFFSETS per channel; did you mean imagenet"):
+        parse("imagenett")

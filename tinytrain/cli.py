@@ -28,6 +28,7 @@ from tinytrain.cores import CORE_TARGETS, CORES, DEFAULT_CORE
 from tinytrain.describe import describe
 from tinytrain.errors import ModelError, Notice, TinyTrainError, UnsupportedModelError, UsageError
 from tinytrain.firmware.boards import BOARDS
+from tinytrain.firmware.emulator import ending_on_signals, restore_signals
 from tinytrain.firmware.fit import check_board
 from tinytrain.input_mapping import from_model, with_mapping
 from tinytrain.outputs import OutputDir, check_file, write_file
@@ -69,7 +70,11 @@ def _did_you_mean(parser: _Parser, command: argparse.ArgumentParser, message: st
     """"; did you mean ...?" for a bad choice (a command is one) or an option the command does not have."""
     choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
     if choice:
-        best = _closest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        choices = re.findall(r"'([^']*)'", choice.group(2))
+        best = _closest(choice.group(1), choices)
+        later = next((a for a in getattr(parser, "_argv", ()) if a in choices), None)
+        if not best and later and message.startswith("argument command"):  # tinytrain --sram 256k compile M
+            return f"; the command comes first, its options after it: tinytrain {later} MODEL [options]"
         return f"; did you mean '{best}'?" if best else ""
     options = [o for a in command._actions for o in a.option_strings if o.startswith("--")]  # noqa: SLF001
     for word in getattr(parser, "_argv", ()):
@@ -281,11 +286,13 @@ class _QuietWhenClosed:
 def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _QuietWhenClosed(sys.stdout), _QuietWhenClosed(sys.stderr)
+    ends = ending_on_signals()  # SIGTERM / SIGHUP run the finally blocks: no temporary folder, no QEMU left
     try:
         with warnings.catch_warnings():
             _print_notices()
             return _main(argv)
     finally:
+        restore_signals(ends)
         sys.stdout.flush()
         sys.stdout, sys.stderr = streams
 

@@ -17,7 +17,7 @@ A dataset is uint8 images (N,H,W,C) or features (N, ...) with integer labels, fl
   on every machine).
 
 A folder's class names (its sub-folders, sorted) or an .npz's ``classes`` array (strings, one per label) travel
-with the data and are stated (a ``Notice``); the images of a class folder have one size (mixed sizes are refused).
+with the data and are stated (a ``Notice``); the images of a folder have one size (mixed sizes are refused), and each class folder holds an image.
 ``model_inputs`` resizes (bilinear; stated), converts channels and quantizes images to the model's int8 input, and
 checks and quantizes features (``features_for_model``). A pixel becomes the model's real input by the input mapping
 (tinytrain/input_mapping.py: given, carried by the model, or read off its input quantization), then
@@ -173,7 +173,9 @@ def _checked_y(path: str, y: np.ndarray | None, n: int) -> np.ndarray | None:
         if y.ndim != 1:
             raise UsageError(f"{path}: integer labels y must be (N,), got {y.shape}; float targets must be float32")
         if len(y) and (y.min() < 0 or y.max() > MAX_LABEL):
-            raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}")
+            none = ("; -1 marks an unlabelled sample of a field stream (tinytrain field --stream), which train / "
+                    "eval cannot use: keep the labelled ones, x[y >= 0]") if y.min() == -1 else ""
+            raise UsageError(f"{path}: labels y must be class indices 0..{MAX_LABEL}, got {y.min()}..{y.max()}{none}")
         return y.astype(np.int64)
     if y.dtype in (np.float32, np.float64):
         if not np.all(np.isfinite(y)):
@@ -201,6 +203,10 @@ def _load_folder(path: Path) -> Dataset:
     files = [(c, f) for c in classes for f in sorted((path / c).iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
         raise UsageError(f"{path}: no images found; expected one sub-folder of PNG/JPEG/BMP images per class")
+    empty = [c for c in classes if not any(fc == c for fc, _ in files)]
+    if empty:
+        raise UsageError(f"{path}: class folder{'s' if len(empty) > 1 else ''} {', '.join(empty)} hold{'' if len(empty) > 1 else 's'} "
+                         f"no PNG/JPEG/BMP image; add images or remove the folder (each sub-folder is a class)")
     key = hashlib.sha256("".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for _, f in files).encode()).hexdigest()
     if key in _FOLDER_CACHE:
         return _FOLDER_CACHE[key]
@@ -215,8 +221,8 @@ def _load_folder(path: Path) -> Dataset:
         if size is None:
             size, first = rgb.shape[:2], f
         if rgb.shape[:2] != size:
-            raise UsageError(f"{f} is {rgb.shape[1]}x{rgb.shape[0]}, {first} {size[1]}x{size[0]}: give the images of a "
-                             "class folder one size (resize or crop them as your camera will see them)")
+            raise UsageError(f"{f} is {rgb.shape[1]}x{rgb.shape[0]}, {first} {size[1]}x{size[0]}: give all the "
+                             "images one size (resize or crop them as your camera will see them)")
         images.append(rgb)
         labels.append(classes.index(c))
     ds = Dataset(np.stack(images), np.asarray(labels, np.int64), tuple(classes), str(path))
@@ -348,8 +354,9 @@ def features_for_model(graph: Graph, x: np.ndarray) -> np.ndarray:
     q = round(x / s) + zp (round half to even, as the images); a value whose q leaves [-128, 127] is refused."""
     t = graph.tensors[graph.inputs[0]]
     if tuple(x.shape[1:]) != tuple(t.shape[1:]):
+        images = "; images are uint8 (N,H,W[,C]), of any size" if len(t.shape) == 4 and x.dtype != np.uint8 else ""
         raise UsageError(f"the features x are {x.dtype}{tuple(x.shape)}, the model's input takes (N, "
-                         f"{', '.join(map(str, t.shape[1:]))}) per sample")
+                         f"{', '.join(map(str, t.shape[1:]))}) per sample{images}")
     if x.dtype == np.int8:
         return x
     if x.dtype != np.float32:

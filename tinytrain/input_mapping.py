@@ -18,6 +18,7 @@ Where it comes from, first found:
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import warnings
@@ -102,7 +103,9 @@ def parse(text: str) -> InputMapping:
     try:
         return InputMapping(tuple(float(v) for v in scales.split(",")), tuple(float(v) for v in offsets.split(",")))
     except ValueError:
-        raise UsageError(f"--input-mapping {text}: give {CHOICES}") from None
+        close = difflib.get_close_matches(text, list(NAMED), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise UsageError(f"--input-mapping {text}: give {CHOICES}{hint}") from None
 
 
 def to_json(mapping: InputMapping) -> str:

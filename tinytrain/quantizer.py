@@ -70,7 +70,7 @@ def quantize(model: str | Path, data, output: str | Path, *, calibration: str = 
     mapping = _mapping(proto, input_mapping)
     x = _calibration_inputs(data, shape, mapping)
     with tempfile.TemporaryDirectory(prefix="tinytrain-quantize-") as tmp:
-        raw = _run_quantizer(proto, x, calibration, Path(tmp))
+        raw = _run_quantizer(proto, x, calibration, Path(tmp), model.name)
     q = _finish(raw, mapping, calibration)
     data_bytes = q.SerializeToString()
     graph, _ = convert_onnx(data_bytes, output.stem)  # refused here rather than by `train` later
@@ -86,11 +86,28 @@ def _float_model(path: Path) -> onnx.ModelProto:
         raise UsageError(f"{path}: a TFLite model; quantize it with the TensorFlow Lite converter (full int8, "
                          f"a representative dataset) and give the .tflite to train")
     proto = parse_model(data, path.stem)
+    _load_external_data(proto, path)
     ops = {n.op_type for n in proto.graph.node}
     if ops & (QDQ_MARKERS | {"QLinearConv", "QLinearMatMul", "QGemm"}):
         raise UsageError(f"{path}: already quantized ({', '.join(sorted(ops & QDQ_MARKERS)) or 'QLinear ops'}); "
                          f"give it to compile / train as it is")
     return proto
+
+
+def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    """The weights of a model saved with external data (``torch.onnx.export``'s default writes ``NAME.onnx.data``)
+    read from beside it, so the model quantized is the one the user exported."""
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    files = sorted({next((e.value for e in t.external_data if e.key == "location"), "?")
+                    for t in proto.graph.initializer if uses_external_data(t)})
+    if not files:
+        return
+    try:
+        load_external_data_for_model(proto, str(path.parent))
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:
+        raise ModelError(f"{path}: its weights are in {', '.join(files)}, which cannot be read beside it "
+                         f"({type(e).__name__}); keep the .onnx and its data file together") from None
 
 
 def _input_shape(proto: onnx.ModelProto, name: str) -> tuple[int, int, int, int]:
@@ -159,7 +176,8 @@ class _Reader:
         self.i = 0
 
 
-def _run_quantizer(proto: onnx.ModelProto, x: np.ndarray, calibration: str, tmp: Path) -> onnx.ModelProto:
+def _run_quantizer(proto: onnx.ModelProto, x: np.ndarray, calibration: str, tmp: Path,
+                   name: str) -> onnx.ModelProto:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -168,7 +186,7 @@ def _run_quantizer(proto: onnx.ModelProto, x: np.ndarray, calibration: str, tmp:
     try:
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
     except Exception as e:  # noqa: BLE001 - onnxruntime's optimizer raises whatever its C++ raised
-        raise ModelError(f"{src.name}: onnxruntime cannot optimize the float model ({str(e).splitlines()[0]}); "
+        raise ModelError(f"{name}: onnxruntime cannot optimize the float model ({str(e).splitlines()[0]}); "
                          f"check it runs in onnxruntime") from None
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[calibration]

@@ -93,3 +93,19 @@ def test_quantize_refuses_a_quantized_model_and_too_few_images(tmp_path):
     with pytest.raises(UsageError, match="calibration=kl"):
         tinytrain.quantize(src, images(20), tmp_path / "q4.onnx", calibration="kl")
     assert not (tmp_path / "q2.onnx").exists() and not (tmp_path / "q3.onnx").exists()
+
+
+def test_quantize_reads_weights_saved_as_external_data(tmp_path, capsys):
+    """torch.onnx.export's default (dynamo) writes the weights to NAME.onnx.data beside the model: they were lost
+    on the copy to onnxruntime's temporary folder ("float.onnx: ... should be stored in /tmp/tinytrain-quantize-...")."""
+    model = onnx.load(str(float_model(tmp_path / "tmp.onnx")))
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.onnx.data",
+              size_threshold=0)
+    done = tinytrain.quantize(tmp_path / "m.onnx", images(20), tmp_path / "q.onnx", input_mapping="unit")
+    assert done.ops > 0 and load_model(tmp_path / "q.onnx")
+    (tmp_path / "m.onnx.data").unlink()
+    assert main(["quantize", str(tmp_path / "m.onnx"), "--data", "fashion-mnist:train:20", "-o",
+                 str(tmp_path / "q2.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "m.onnx.data" in err and "tinytrain-quantize" not in err and err.count("\n") == 1
+    assert not (tmp_path / "q2.onnx").exists()

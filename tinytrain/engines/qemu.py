@@ -28,6 +28,7 @@ from tinytrain.codegen.state import pack, state_layout, state_size, unpack
 from tinytrain.cores import DEFAULT_CORE
 from tinytrain.errors import TinyTrainError
 from tinytrain.firmware import BOARDS, get_board, samples, write_firmware
+from tinytrain.firmware.emulator import run_to_end
 from tinytrain.firmware.fit import link_error
 from tinytrain.firmware.persist import newest
 from tinytrain.ir import Graph
@@ -169,8 +170,7 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
             if stop_after_saves is not None:
                 _run_until_saves(cmd, tmp, stop_after_saves)
                 return None
-            r = _run_reporting(cmd, tmp, progress) if progress is not None else subprocess.run(
-                cmd, cwd=tmp, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+            r = run_to_end(cmd, tmp, _step_lines(progress))
         finally:
             if flash is not None and (tmp / "tt_flash.bin").exists():
                 shutil.copy(tmp / "tt_flash.bin", flash)
@@ -190,17 +190,15 @@ def run(firmware: Firmware | str | Path, board: str, train: tuple[np.ndarray, np
                    out["skipped"])
 
 
-def _run_reporting(cmd: list[str], cwd: Path, progress) -> subprocess.CompletedProcess:
-    """Run QEMU (under ``timeout``), calling ``progress(1)`` for each training step the harness reports; its
-    standard error goes with its output."""
-    lines = []
-    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                          text=True) as p:
-        for line in p.stdout:
-            lines.append(line)
-            if line.startswith("tt: step "):
-                progress(1)
-    return subprocess.CompletedProcess(cmd, p.returncode, "".join(lines), "")
+def _step_lines(progress):
+    """``run_to_end``'s ``on_line``: ``progress(1)`` for each training step the harness reports."""
+    if progress is None:
+        return None
+
+    def on_line(line: str) -> None:
+        if line.startswith("tt: step "):
+            progress(1)
+    return on_line
 
 
 def _run_until_saves(cmd: list[str], cwd: Path, saves: int) -> None:

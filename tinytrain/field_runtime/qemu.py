@@ -19,12 +19,14 @@ from tinytrain.codegen.context import environment
 from tinytrain.codegen.state import state_layout, state_size
 from tinytrain.field_runtime.emit import render_field
 from tinytrain.csources import firmware_sources
-from tinytrain.engines.qemu import ELF, QemuError, _need, emit_compile_dir
+from tinytrain.engines.qemu import ELF, QemuError, _need, _regions, emit_compile_dir
 from tinytrain.field_runtime.anomaly import AnomalyProgram
 from tinytrain.field_runtime.anomaly_host import anomaly_runtime_files
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.firmware import get_board
+from tinytrain.firmware.emulator import run_to_end
 from tinytrain.firmware.field import RAW_STACK
+from tinytrain.firmware.fit import link_error
 from tinytrain.firmware.project import render_firmware
 from tinytrain.version import __version__
 
@@ -100,10 +102,10 @@ def qemu_field(program: FieldProgram | AnomalyProgram, latents: np.ndarray, labe
             (tmp / "fw" / rel).write_bytes(data)
         r = subprocess.run(["make", "-s", ELF], cwd=tmp / "fw", capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
-            raise QemuError(f"the field firmware does not link:\n{(r.stderr or r.stdout)[-3000:]}")
+            raise QemuError(link_error(r.stderr + r.stdout, b, _regions(tmp / "fw" / "tinytrain.ld")))
         cmd = ["timeout", "--kill-after=5", str(timeout), qemu, "-M", b.qemu.machine, *b.qemu.args, "-nographic",
                "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(tmp / "fw" / ELF)]
-        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, stdin=subprocess.DEVNULL).stdout
+        out = run_to_end(cmd, tmp).stdout
     return parse(out)
 
 

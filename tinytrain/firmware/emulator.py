@@ -4,7 +4,8 @@ The serial harness waits for its next frame forever, as a real board does, and Q
 host closes the TCP connection: a ``make run PORT=N`` started by hand keeps QEMU busy polling the emulated UART
 (63 % of a core) until its ``timeout`` (600 s). ``emulated`` starts ``make run`` of the project itself, in a
 process group of its own, on a free local port, yields the pyserial URL once QEMU waits for the connection, and
-ends the group (SIGTERM, then SIGKILL) when the command ends, however it ends.
+ends the group (SIGTERM, then SIGKILL) when the command ends, however it ends (a SIGTERM or SIGHUP of the
+command too).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def emulated(project: str | Path):
         raise UsageError(f"--port {PREFIX}{project}: not the firmware project of a board QEMU emulates over a serial "
                          "port (tinytrain firmware BUILD --board netduinoplus2 -o PROJECT)")
     port = _free_port()
+    ends = ending_on_signals()
     p = subprocess.Popen(["make", "-s", "run", f"PORT={port}"], cwd=project, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -46,6 +48,53 @@ def emulated(project: str | Path):
         yield f"socket://127.0.0.1:{port}"
     finally:
         stop(p)
+        restore_signals(ends)
+
+
+def ending_on_signals() -> dict:
+    """SIGTERM / SIGHUP (`timeout`, a closed terminal) end the command through its ``finally`` blocks, so that QEMU
+    is stopped (Python's default ends the process at once, and QEMU polled on until its 600 s timeout); returns the
+    handlers to restore. Only the main thread can set handlers: elsewhere, none are set."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def end(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    return {sig: signal.signal(sig, end) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def restore_signals(handlers: dict) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def run_to_end(cmd: list[str], cwd: Path, on_line=None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (QEMU under GNU ``timeout``), its standard error with its output, ``on_line(line)`` for each
+    line; however the command ends (an error, Ctrl-C, SIGTERM), the process is sent SIGTERM, which ``timeout``
+    passes to QEMU (a SIGKILL of ``timeout``, subprocess.run's, left QEMU running)."""
+    ends = ending_on_signals()
+    lines = []
+    try:
+        with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, text=True, errors="replace") as p:
+            try:
+                for line in p.stdout:
+                    lines.append(line)
+                    if on_line is not None:
+                        on_line(line)
+            finally:
+                if p.poll() is None:
+                    p.terminate()
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+    finally:
+        restore_signals(ends)
+    return subprocess.CompletedProcess(cmd, p.returncode, "".join(lines), "")
 
 
 def stop(p: subprocess.Popen) -> None:

@@ -15,10 +15,15 @@ def load_model(path: str | Path) -> Graph:
     """Read an int8 ONNX (QDQ or QOperator) or int8/uint8 TFLite model into the IR."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"{path}: no such file; give the path of an .onnx or .tflite model")
+        what = "a folder" if path.is_dir() else "no such file"
+        raise UsageError(f"{path}: {what}; give the path of an .onnx or .tflite model")
     data = path.read_bytes()
     if len(data) < 8:
         raise ModelError(f"{path}: file is too short to be a model ({len(data)} bytes)")
+    if data[:4] == b"PK\x03\x04":  # torch.save's zip (a .pt / .pth), or a Keras .keras archive
+        raise ModelError(f"{path}: a zip archive (a PyTorch .pt / .pth or a Keras .keras file), not a model "
+                         f"tinytrain reads; export it to ONNX (torch.onnx.export) and `tinytrain quantize` it, or "
+                         f"convert it to an int8 .tflite")
     sha = hashlib.sha256(data).hexdigest()
     if data[4:8] == b"TFL3":
         return _computed(graph_from_tflite(data, name=path.stem, sha256=sha), path)

@@ -78,7 +78,7 @@ class Phase:
     def __enter__(self) -> Phase:
         self.t0, self.cpu0 = time.time(), cpu_seconds()
         self.bar = tqdm(total=self.record.total, desc=self.record.name, file=sys.stderr,
-                        disable=not self.clock.progress, leave=False, mininterval=0.5)
+                        disable=not self.clock.progress or not sys.stderr.isatty(), leave=False, mininterval=0.5)
         return self
 
     def update(self, n: int = 1) -> None:

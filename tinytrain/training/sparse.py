@@ -254,7 +254,18 @@ def preset(spec: str, graph: Graph, lr: float = DEFAULT_LR, bias_lr: float | Non
         k, r = _count(k, spec, n), 1.0 if not ratio else _ratio(ratio, spec)
         ws = [WeightUpdate(i, r) for i in range(n - k, n - 1)] + [WeightUpdate(n - 1, 1.0)]
         return Plan(k, tuple(ws), **lrs)
-    raise PlanError(f"--update {spec}: expected {', '.join(PRESETS)}")
+    raise PlanError(f"--update {spec}: expected {', '.join(PRESETS)}{_did_you_mean(name)}")
+
+
+def _did_you_mean(name: str) -> str:
+    """"; did you mean last-k:2?" for a mistyped preset (lastk:2, last_k:2, bias_only)."""
+    import difflib
+
+    head, sep, tail = name.partition(":")
+    best = difflib.get_close_matches(head, ("full", "bias-only", "classifier-only", "last-k"), n=1, cutoff=0.6)
+    if not best:
+        return ""
+    return f"; did you mean {best[0]}{sep + tail if best[0] == 'last-k' else ''}?"
 
 
 def _count(text: str, spec: str, n: int) -> int:
@@ -279,16 +290,20 @@ def with_lr_schedule(plan: Plan, kind: str | None, warmup: float, steps: int, fl
     return replace(plan, lr_schedule=Schedule.over(steps, warmup, floor) if kind == "cosine" else None)
 
 
+OTHER_MODEL = "a plan made for another model? (`tinytrain plan MODEL` searches one for this model)"
+
+
 def check_plan(plan: Plan, graph: Graph, source: str = "plan") -> list[Node]:
     """The plan's layer indices fit the model; returns the model's layers."""
     ls = layers(graph)
     n = len(ls)
     if plan.bias_last_k > n:
         raise PlanError(f"{source}: bias_last_k = {plan.bias_last_k} but the model has {n} convolution / "
-                        f"fully-connected layers")
+                        f"fully-connected layers; {OTHER_MODEL}")
     for w in plan.weights:
         if w.conv >= n:
-            raise PlanError(f"{source}: weights conv {w.conv} does not exist; the model's layers are 0..{n - 1}")
+            raise PlanError(f"{source}: weights conv {w.conv} does not exist; the model's layers are 0..{n - 1}; "
+                            f"{OTHER_MODEL}")
     return ls
 
 
