@@ -35,9 +35,9 @@ _SETTINGS = {  # option -> (help); every default is FieldConfig's
     "imprint": "a new class's head row is imprinted from the buffer at each of its first N examples",
     "drift-shift": "the feature-mean EMA's weight is 2^-N",
     "drift-warmup": "samples before the drift reference is taken (and as many to calibrate the threshold)",
-    "drift-factor": "the drift threshold is this times the largest shift seen while calibrating",
-    "drift-min": "the smallest drift threshold (mean |EMA - reference| per channel, 1/256 LSB)",
-    "drift-rebase": "samples after an alarm when the reference is taken anew",
+    "drift-factor": "the drift threshold is this times the largest score seen while calibrating",
+    "drift-min": "the smallest drift threshold (mean squared standardized shift, 1/4096 spread^2)",
+    "drift-rebase": "samples after an alarm when the drift detector restarts",
 }
 
 

@@ -72,3 +72,12 @@ def stream(lat: dict, seed: int) -> dict:
     y = np.concatenate([cy[d1], sy[d2]])
     return dict(name="kws-room", x=np.concatenate([cx[d1], sx[d2]]), y=np.where(rng.random(len(y)) < 0.3, y, -1),
                 test="room", known=int(lat["pool"]["clean"][1].max()) + 1, shift=1000)
+
+
+def stationary(lat: dict, seed: int) -> dict:
+    """10,000 draws of the clean pool, 10 % labelled (false alarms of the drift detector on audio)."""
+    rng = np.random.default_rng(102 + seed)
+    cx, cy = lat["pool"]["clean"]
+    d = rng.integers(0, len(cy), 10000)
+    return dict(name="kws-stationary", x=cx[d], y=np.where(rng.random(len(d)) < 0.1, cy[d], -1), test="clean",
+                known=int(cy.max()) + 1, shift=None)

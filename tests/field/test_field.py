@@ -207,3 +207,23 @@ def test_qemu_buffer_and_state_in_flash_survive_a_reboot(program):
     assert np.array_equal(back["good"], mine["good"]) and np.array_equal(back["state"], mine["good"])
     assert not np.array_equal(mine["good"], split_state(program, FieldRuntime(program, SimStep(
         program.cut_graph, program.tg)).state_bytes())["good"])  # the stream changed the last good state
+
+
+def test_drift_standardized_shift_sim_equals_host_c():
+    """A shift of 3 LSB on the narrow half of the channels (spread ~2 LSB) while the wide half swings by class (+-40
+    LSB): the standardized score alarms soon after the shift and not before, the simulator == the host C."""
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    program = field_program(g, preset("last-k:1", g, lr=0.05), replace(CFG, drift_warmup=40, drift_shift=4))
+    rng = np.random.default_rng(3)
+    k, n = program.width, 240
+    wide = np.arange(k) % 2 == 0
+    x = np.where(wide, rng.choice([-40, 40], (n, 1)) + rng.integers(-4, 5, (n, k)), rng.integers(-2, 3, (n, k)))
+    x[n // 2 :, ~wide] += 3
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    alarms = []
+    for row in x.astype(np.int8):
+        assert sim.observe(row) == c.observe(row)
+        if sim.drift.active and sim.drift.since not in alarms:
+            alarms.append(sim.drift.since)
+    assert sim.state_bytes() == c.state_bytes()
+    assert alarms and n // 2 < alarms[0] <= n // 2 + 30, alarms

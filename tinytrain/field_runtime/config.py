@@ -21,9 +21,9 @@ class FieldConfig:
     guard_drop    a check rolls back when the state scores more than this many guard samples below the last good
     drift_shift   the feature-mean EMA's weight is 2^-drift_shift
     drift_warmup  samples before the reference is taken; the threshold is calibrated over the next as many
-    drift_factor  the threshold is drift_factor x the largest shift seen while calibrating (at least drift_min)
-    drift_min     the smallest threshold (mean |EMA - reference| over the cut's channels, in 1/256 LSB)
-    drift_rebase  samples after an alarm when the reference is taken anew (the drift is then the new normal)
+    drift_factor  the threshold is drift_factor x the largest score seen while calibrating (at least drift_min)
+    drift_min     the smallest threshold (the mean squared standardized shift, 1/4096 of a spread squared; drift.py)
+    drift_rebase  samples after an alarm when the detector restarts (the drift is then the new normal)
     seed          the xorshift32 generator's seed (nonzero)
     """
 
@@ -37,7 +37,7 @@ class FieldConfig:
     guard_drop: int = 2
     drift_shift: int = 6
     drift_warmup: int = 256
-    drift_factor: int = 2
+    drift_factor: int = 3
     drift_min: int = 64
     drift_rebase: int = 512
     seed: int = 0x2545F491

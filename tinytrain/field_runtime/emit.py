@@ -48,8 +48,8 @@ def field_memory(program: FieldProgram) -> FieldMemory:
     s = state_size(state_layout(program.tg))
     buffer = cfg.replay * (k + 2) + 4 * c + 4
     guard = cfg.guard * (k + 2) + 8
-    stats = 8 * k + 40 + 20 + 8 + c * 6  # EMA, reference, drift words, counters, two rngs, seen / count / logits
-    save = 8 + 2 * s + buffer + guard + c * 5 + 8 * k + 60
+    stats = 12 * k + 40 + 20 + 8 + c * 6  # EMA, reference, spread, drift words, counters, two rngs, seen / count / logits
+    save = 8 + 2 * s + buffer + guard + c * 5 + 12 * k + 60
     per = FLASH_SECTOR // (-(-(16 + k) // 8) * 8)  # records of a sector (tt_fstore_record_bytes, 8-byte programs)
     log = (-(-cfg.replay // per) + 2) * FLASH_SECTOR if cfg.replay else 0
     ring = 2 * -(-(32 + s) // FLASH_SECTOR) * FLASH_SECTOR

@@ -156,8 +156,8 @@ class FieldRuntime:
         d, n = self.drift, self.n
         s = self.step.save()
         values = dict(rng=self.rng.x, guard_rng=self.guard_rng.x, state=np.frombuffer(s, np.uint8), good=np.frombuffer(self.good, np.uint8),
-                      seen=self.seen, count=self.count, m=d.m, r=d.r,
-                      drift=[d.conf, d.conf_ref, d.seen, d.dmax, d.threshold, d.score, d.active, d.since, d.alarms, 0],
+                      seen=self.seen, count=self.count, m=d.m, r=d.r, s=d.s,
+                      drift=[d.conf, d.conf_ref, d.seen, d.dmax, d.threshold, d.score, d.active, d.since, d.alarms, d.t],
                       counters=[n.labelled, n.learned, n.steps, n.rollbacks, n.checks])
         for prefix, slots in (("buffer", self.buffer), ("guard", self.guard)):
             values.update({f"{prefix}_filled": slots.filled, f"{prefix}_x": slots.x, f"{prefix}_y": slots.y,
@@ -173,7 +173,7 @@ def state_parts(program: FieldProgram) -> list[tuple[str, str, int]]:
             ("buffer_filled", "<u4", 1), ("buffer_x", "i1", cfg.replay * k), ("buffer_y", "<i2", cfg.replay),
             ("buffer_offered", "<u4", c), ("guard_filled", "<u4", 1), ("guard_x", "i1", cfg.guard * k),
             ("guard_y", "<i2", cfg.guard), ("guard_offered", "<u4", 1), ("seen", "u1", c), ("count", "<u4", c),
-            ("m", "<i4", k), ("r", "<i4", k), ("drift", "<i4", 10), ("counters", "<u4", 5)]
+            ("m", "<i4", k), ("r", "<i4", k), ("s", "<i4", k), ("drift", "<i4", 10), ("counters", "<u4", 5)]
 
 
 def split_state(program: FieldProgram, data: bytes) -> dict[str, np.ndarray]:
