@@ -40,8 +40,9 @@ def test_sigterm_of_the_command_ends_the_emulator(tmp_path):
 
 
 RUN = """
-import sys
+import signal, sys
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (pytest-xdist workers ignore it)
 from tinytrain.firmware.emulator import run_to_end
 run_to_end(["timeout", "--kill-after=5", "60", "sh", "-c", "echo $$ > child.pid; echo up; exec sleep 60"],
            Path(sys.argv[1]), lambda line: print(line, end="", flush=True))

@@ -9,6 +9,7 @@ decides where it runs, so every executor gives the same results, bit for bit. Re
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ class LocalExecutor:
             return True
         import multiprocessing as mp
 
-        pool = mp.get_context("fork").Pool(self.workers)
+        pool = mp.get_context("fork").Pool(self.workers, initializer=_default_sigterm)
         try:
             pending = {key: pool.apply_async(measure.finetune_accuracy, tuple(arguments)) for key, *arguments in tasks}
             return _collect(pending, lambda p: [k for k, r in p.items() if r.ready()], lambda r: r.get(), on_result,
@@ -49,6 +50,13 @@ class LocalExecutor:
         finally:
             pool.terminate()
             pool.join()
+
+
+def _default_sigterm() -> None:
+    """A forked worker ends at once on the SIGTERM of ``Pool.terminate``: a handler it inherited (the command's,
+    tinytrain.firmware.emulator.ending_on_signals, or a library's) would run Python in a worker that may hold the
+    pool's queue lock, and ``terminate`` then waits for it for good."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @dataclass(frozen=True)
