@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from common import kws_data
+from common.field_streams import shift_stream
 from tinytrain.audio import mfcc, quantize_features
 
 RATE = kws_data.RATE
@@ -66,12 +67,7 @@ def latent_sets(program, data: dict) -> dict:
 
 def stream(lat: dict, seed: int) -> dict:
     """1,000 draws of the clean pool, then 2,000 of the shifted one, 30 % labelled (the study's scenario dict)."""
-    rng = np.random.default_rng(2 + seed)
-    (cx, cy), (sx, sy) = lat["pool"]["clean"], lat["pool"]["room"]
-    d1, d2 = rng.integers(0, len(cy), 1000), rng.integers(0, len(sy), 2000)
-    y = np.concatenate([cy[d1], sy[d2]])
-    return dict(name="kws-room", x=np.concatenate([cx[d1], sx[d2]]), y=np.where(rng.random(len(y)) < 0.3, y, -1),
-                test="room", known=int(lat["pool"]["clean"][1].max()) + 1, shift=1000)
+    return shift_stream(lat, seed, "kws-room", "room", known=int(lat["pool"]["clean"][1].max()) + 1)
 
 
 def stationary(lat: dict, seed: int) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from common import SHARED
+from common.field_streams import shift_stream
 
 DATA = SHARED / "data" / "vww96" / "vww96_dev800.npz"
 MODEL = SHARED / "models" / "vww_96_int8.tflite"
@@ -53,12 +54,7 @@ def latent_sets(program, graph) -> dict:
 
 def stream(lat: dict, seed: int) -> dict:
     """1,000 draws of the clean pool, then 2,000 of the pool in low light, 30 % labelled (the study's scenario)."""
-    rng = np.random.default_rng(2 + seed)
-    (cx, cy), (sx, sy) = lat["pool"]["clean"], lat["pool"]["light"]
-    d1, d2 = rng.integers(0, len(cy), 1000), rng.integers(0, len(sy), 2000)
-    y = np.concatenate([cy[d1], sy[d2]])
-    return dict(name="vww-light", x=np.concatenate([cx[d1], sx[d2]]), y=np.where(rng.random(len(y)) < 0.3, y, -1),
-                test="light", known=2, shift=1000)
+    return shift_stream(lat, seed, "vww-light", "light", known=2)
 
 
 def stationary(lat: dict, seed: int) -> dict:

@@ -20,6 +20,18 @@ with emulated(sys.argv[1]):
 """
 
 
+def _ends_soon(pid: int) -> None:
+    """The process ``pid`` (the emulator) ends within 5 s, else it is killed and the test fails."""
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the emulator outlived the command")
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="process groups of Linux")
 def test_sigterm_of_the_command_ends_the_emulator(tmp_path):
     (tmp_path / "Makefile").write_text("run: firmware.bin\n\t@echo $$$$ > group.pid; "
@@ -29,14 +41,7 @@ def test_sigterm_of_the_command_ends_the_emulator(tmp_path):
     pid = int((tmp_path / "group.pid").read_text())
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=20) == 128 + signal.SIGTERM
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    pytest.fail("the emulator outlived the command")
+    _ends_soon(pid)
 
 
 RUN = """
@@ -60,14 +65,7 @@ def test_a_semihosting_run_under_timeout_ends_with_the_command(sig, tmp_path):
     pid = int((tmp_path / "child.pid").read_text())
     p.send_signal(sig)
     p.wait(timeout=20)
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    pytest.fail("the emulator outlived the command")
+    _ends_soon(pid)
 
 
 MAIN = """
