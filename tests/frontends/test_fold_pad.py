@@ -1,6 +1,7 @@
 """A zero-point PAD folded into the convolution after it (frontends/fold_pad.py): the forward byte for byte with
 tflite-micro, a training step through the folded convolution the padded graph's (the gradient of the unpadded
-input), its C the simulator's, and the PAD kept where it cannot fold."""
+input), its C the simulator's, the PAD kept where it cannot fold; and LiteRT-torch's 1-channel input RESHAPE dropped
+(frontends/tflite/importer.py), so its first layers stream as the TF converter's do."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from oracles import TfliteBuilder, first_mismatch, sim_tensors, tflm_run, tflm_t
 from test_codegen_train import check_step
 from test_tflite_frontend import mixed_model
 from tinytrain.engines.host_c import CTrainer
+from tinytrain.errors import Notice
 from tinytrain.frontends import load_model
 from tinytrain.frontends.fold_pad import fold_pads
 from tinytrain.frontends.tflite import graph_from_tflite
@@ -100,3 +102,30 @@ def test_a_pad_filling_with_another_value_or_also_an_output_stays():
     also_output = replace(graph, outputs=graph.outputs + ("p",))
     for g in (other_zp, also_output):
         assert [n.op for n in fold_pads(g).nodes].count("pad") == 1
+
+
+def test_litert_torchs_one_channel_start_reshape_and_pad_both_go(tmp_path):
+    """LiteRT-torch's NCHW -> NHWC of a 1-channel input is a RESHAPE (1, 1, H, W) -> (1, H, W, 1), the same bytes:
+    dropped (stated) as its TRANSPOSE is; the PAD after it folds; tflite-micro byte for byte on the (1, 1, H, W)
+    bytes."""
+    rng = np.random.default_rng(4)
+    b = TfliteBuilder()
+    s = b.s
+    x = b.tensor("x", (1, 1, 8, 8), "INT8", 0.04, -128)
+    r = b.tensor("r", (1, 8, 8, 1), "INT8", 0.04, -128)
+    b.op("RESHAPE", [x], [r])
+    pads = b.tensor("pads", (4, 2), "INT32", data=np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))
+    p = b.tensor("p", (1, 10, 10, 1), "INT8", 0.04, -128)
+    b.op("PAD", [r, pads], [p])
+    y = _conv(b, rng, "c", p, 0.04, (1, 3, 3, 4), 3, (1, 4, 4, 4), "DEPTHWISE_CONV_2D",
+              s.DepthwiseConv2DOptionsT(padding=s.Padding.VALID, strideW=2, strideH=2, depthMultiplier=4))
+    data = b.finish([x], [y])
+    (tmp_path / "m.tflite").write_bytes(data)
+    with pytest.warns(Notice, match=r"operator 0 \(RESHAPE of the \[1, 1, 8, 8\] NCHW input to NHWC\) dropped"):
+        graph = load_model(tmp_path / "m.tflite")
+    assert [n.op for n in graph.nodes] == ["conv2d"] and graph.tensors[graph.inputs[0]].shape == (1, 8, 8, 1)
+    assert graph.nodes[0].attrs.padding == (1, 1, 1, 1)
+    xs = rng.integers(-128, 128, (20, 1, 8, 8, 1)).astype(np.int8)
+    ours = forward(graph, {graph.inputs[0]: xs[:, 0]})["c"]
+    np.testing.assert_array_equal(ours, tflm_run(data, xs).reshape(ours.shape))
+    assert len(np.unique(ours, axis=0)) > 10
