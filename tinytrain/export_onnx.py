@@ -16,7 +16,8 @@
   conv2d -> Conv with group = C_in for depthwise, mean -> GlobalAveragePool or ReduceMean, requantize ->
   DequantizeLinear -> QuantizeLinear; a table op as its float op, which onnxruntime recomputes in float32 from a
   TFLite import's fixed-point table: up to 1 LSB apart; ``const_affine`` as a Gather of its int8 table, exact, which
-  runs in onnxruntime but does not re-import). A fused clamp narrower than what the output quantization
+  runs in onnxruntime but does not re-import; ``float_add`` as its Adds with TFLite's QUANTIZE rounding built from
+  standard ops, ``q_half_away``, exact, which does not re-import either). A fused clamp narrower than what the output quantization
   already allows (ReLU6, ReLU with zp > -128) becomes a ``Clip`` between the op and its QuantizeLinear, at the
   real values of the clamp bounds.
 - reshape -> Reshape when ONNX's NCHW order and the IR's NHWC order agree (e.g. (N,1,1,C) -> (N,C));
@@ -142,6 +143,24 @@ class _Exporter:
         """QuantizeLinear of float value f into the IR output tensor's int8 value (named like the IR tensor)."""
         s, z = self.act_qparams(self.g.tensors[ir_out])
         self.names[ir_out] = self.node("QuantizeLinear", [f, s, z], "", label, output=output or ir_out)
+
+    def q_half_away(self, f: str, ir_out: str, label: str) -> None:
+        """``q`` rounding ties away from zero, as TFLite's QUANTIZE does (ONNX's QuantizeLinear rounds them to
+        even), from standard ops: v = f / s (float32 division, as TFLite), r = Round(v) but at an exact tie
+        (|v| - Floor(|v|) == 0.5, a subtraction that is exact) Sign(v) * (Floor(|v|) + 1); then
+        QuantizeLinear(r, 1, z) adds the zero point and saturates (r is an integer: no rounding left)."""
+        s, z = self.act_qparams(self.g.tensors[ir_out])
+        one, half = (self.init(f"{ir_out}_{k}", np.array(v, np.float32)) for k, v in (("one", 1.0), ("half", 0.5)))
+        v = self.node("Div", [f, s], f"{ir_out}_scaled", label)
+        a = self.node("Abs", [v], f"{ir_out}_abs", label)
+        fl = self.node("Floor", [a], f"{ir_out}_floor", label)
+        tie = self.node("Equal", [self.node("Sub", [a, fl], f"{ir_out}_fraction", label), half], f"{ir_out}_tie",
+                        label)
+        away = self.node("Mul", [self.node("Sign", [v], f"{ir_out}_sign", label),
+                                 self.node("Add", [fl, one], f"{ir_out}_up", label)], f"{ir_out}_away", label)
+        r = self.node("Where", [tie, away, self.node("Round", [v], f"{ir_out}_even", label)], f"{ir_out}_rounded",
+                      label)
+        self.names[ir_out] = self.node("QuantizeLinear", [r, one, z], "", label, output=ir_out)
 
     def clip(self, f: str, ir_out: str, act_min: int, act_max: int, label: str) -> str:
         """Clip to the real values of a clamp range when it is narrower than the int8 range."""

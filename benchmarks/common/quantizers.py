@@ -104,14 +104,6 @@ def lsb_difference(path: Path, x: np.ndarray) -> dict:
     return result
 
 
-def _as_input(graph, x: np.ndarray) -> np.ndarray:
-    """The (N, 28, 28, 1) images in the model's input shape where that is a reshape of them: LiteRT-torch writes
-    the NCHW -> NHWC transpose of a 1-channel input as a RESHAPE, which the import keeps, so that model takes
-    (1, 1, 28, 28) (the same bytes)."""
-    shape = tuple(graph.tensors[graph.inputs[0]].shape[1:])
-    return x.reshape(len(x), *shape) if shape != x.shape[1:] and np.prod(shape) == np.prod(x.shape[1:]) else x
-
-
 def measure(name: str, path: Path, test, val) -> dict:
     """Import, exactness, test accuracy, last-k:2 peak SRAM and a 1-epoch fine-tune on 2,000 validation images."""
     exactness = quantizers_tflite.lsb_difference if path.suffix == ".tflite" else lsb_difference
@@ -119,7 +111,6 @@ def measure(name: str, path: Path, test, val) -> dict:
         graph = with_mapping(tinytrain.load_model(path), MAPPING)
     except tinytrain.TinyTrainError as e:
         return {"quantizer": name, "imports": False, "refusal": str(e)}
-    test, val = (_as_input(graph, test[0]), test[1]), (_as_input(graph, val[0]), val[1])
     xq, _ = model_data(graph, (test[0], test[1]))
     accuracy = float((forward_outputs(graph, xq, "c").reshape(len(test[1]), -1).argmax(1) == test[1]).mean())
     compiled = tinytrain.compile(path, update="last-k:2", sram="256k", input_mapping=MAPPING)

@@ -6,13 +6,15 @@ import hashlib
 from pathlib import Path
 
 from tinytrain.errors import ModelError, UsageError
+from tinytrain.frontends.fold_pad import fold_pads
 from tinytrain.frontends.onnx import graph_from_onnx
 from tinytrain.frontends.tflite import graph_from_tflite
 from tinytrain.ir import Graph
 
 
 def load_model(path: str | Path) -> Graph:
-    """Read an int8 ONNX (QDQ or QOperator) or int8/uint8 TFLite model into the IR."""
+    """Read an int8 ONNX (QDQ or QOperator) or int8/uint8 TFLite model into the IR (a zero-point PAD before a
+    convolution folded into its padding, fold_pad.py)."""
     path = Path(path)
     if not path.is_file():
         what = "a folder" if path.is_dir() else "no such file"
@@ -26,9 +28,9 @@ def load_model(path: str | Path) -> Graph:
                          f"convert it to an int8 .tflite")
     sha = hashlib.sha256(data).hexdigest()
     if data[4:8] == b"TFL3":
-        return _computed(graph_from_tflite(data, name=path.stem, sha256=sha), path)
+        return fold_pads(_computed(graph_from_tflite(data, name=path.stem, sha256=sha), path))
 
-    return _computed(graph_from_onnx(data, name=path.stem, sha256=sha), path)
+    return fold_pads(_computed(graph_from_onnx(data, name=path.stem, sha256=sha), path))
 
 
 def _computed(graph: Graph, path: Path) -> Graph:

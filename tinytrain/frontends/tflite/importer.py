@@ -27,7 +27,8 @@ Choices (each matches what the device runs):
   of them (ADD -> ADD, the inner sums never rounded to int8), is one ``float_add`` node per QUANTIZE: TFLite's float32
   dequantize, adds and quantize exactly (ops/float_add.py). Any other use of an inner DEQUANTIZE is refused.
 - A TRANSPOSE of the input from NCHW to NHWC (LiteRT-torch's export of a PyTorch model), before or after its
-  QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images.
+  QUANTIZE, is dropped (stated): the graph's input is the NHWC tensor, as tinytrain feeds images; so is the RESHAPE
+  (1, 1, H, W) -> (1, H, W, 1) LiteRT-torch writes for it on a 1-channel input (the same bytes).
 - Integer ops that only compute a RESHAPE's new shape (Keras 3's Flatten: SHAPE -> STRIDED_SLICE -> PACK) are
   dropped: the RESHAPE takes its output tensor's static shape.
 - Graphs are built for batch 1 (a -1 batch in shape_signature is fine); the simulator runs batches.
@@ -198,6 +199,8 @@ class _Importer(TensorReader):
         """The NHWC tensor after the input's NCHW -> NHWC TRANSPOSE (LiteRT-torch's export of a PyTorch model: its
         input is NCHW), the TRANSPOSE dropped and stated: tinytrain feeds NHWC images, as the device would."""
         users = self._consumers(index)
+        if len(users) == 1 and self._channel_reshape(index, users[0]):
+            return self._dropped_layout(users[0], index, "RESHAPE")
         if len(users) != 1 or builtin_name(users[0].opcode) != "TRANSPOSE":
             return index
         op = users[0]
@@ -206,9 +209,19 @@ class _Importer(TensorReader):
             raise UnsupportedModelError(f"operator {op.index} (TRANSPOSE) permutes the input by {perm}; only the "
                                         "NCHW -> NHWC [0, 2, 3, 1] transpose of an input is supported (export the "
                                         "model with NHWC layout)")
+        return self._dropped_layout(op, index, "TRANSPOSE")
+
+    def _channel_reshape(self, index: int, op: TflOperator) -> bool:
+        """Whether ``op`` is LiteRT-torch's NCHW -> NHWC of a 1-channel input: a RESHAPE (1, 1, H, W) -> (1, H, W, 1),
+        the same bytes (kept, it is a layer before the first convolution and stops the row streaming)."""
+        shape = tuple(self.tensor(index).shape)
+        return (builtin_name(op.opcode) == "RESHAPE" and len(shape) == 4 and shape[:2] == (1, 1)
+                and tuple(self.tensor(op.outputs[0]).shape) == (1, shape[2], shape[3], 1))
+
+    def _dropped_layout(self, op: TflOperator, index: int, kind: str) -> int:
         self.skip.add(op.index)
         shape = list(self.tensor(index).shape)
-        warnings.warn(Notice(f"operator {op.index} (TRANSPOSE of the {shape} NCHW input to NHWC) dropped: the model "
+        warnings.warn(Notice(f"operator {op.index} ({kind} of the {shape} NCHW input to NHWC) dropped: the model "
                              f"takes NHWC images, as tinytrain feeds them"))
         return op.outputs[0]
 
