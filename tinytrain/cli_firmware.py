@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 def cmd_firmware(args: argparse.Namespace) -> None:
     board = get_board(args.board)
     target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
-    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
+    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack, "stack") if args.stack else None,
                             save_every=args.save_every, field=args.field)
     out = Path(args.output)
     write_project(files, target)
