@@ -206,6 +206,12 @@ MISTAKES = {
     "a bias depth the model has not": "plan M --data D --new-head 2 --bias-k 1,999 -o p.json",
     "plan -o onto the model": "plan M --data D --new-head 2 -o tiny.onnx",
     "samples --plan of a folder that is no compile output": "samples M --data D --new-head 2 --plan mine -o mine",
+    "convert -o a .txt": "convert M -o model.txt",
+    "train -o a .npz": "train M --data D --new-head 2 --steps 2 -o trained.npz",
+    "train --state-out a .onnx": "train M --data D --new-head 2 --steps 2 --state-out state.onnx",
+    "run --output a .txt": "run M --input features.npz --output y.txt",
+    "plan -o a .txt": "plan M --data D --new-head 2 -o plan.txt",
+    "stream --state-out a .npz": "stream M --port socket://127.0.0.1:9 --data D --state-out s.npz",
     "samples -o a file": "samples M --data D --new-head 2 -o notes.txt",
     "a non-ASCII folder of the user's as -o": "compile M --sram 64k --update last-k:1 --new-head 2 -o dossier_é",
 }

@@ -30,7 +30,7 @@ from tinytrain.firmware.emulator import PREFIX, emulated
 from tinytrain.firmware.project import DEFAULT_BAUD, write_project
 from tinytrain.firmware.protocol import Board
 from tinytrain.cores import PORTABLE_STACK_BYTES, STACK_BYTES
-from tinytrain.outputs import OutputDir, write_file
+from tinytrain.outputs import OutputDir, check_file, write_file
 from tinytrain.sizes import parse_size
 from tinytrain.splits import held_out_split
 
@@ -78,6 +78,8 @@ def cmd_stream(args: argparse.Namespace) -> None:
             with _open(serial, url, args) as port:
                 stream_field(args, port)
         return
+    if args.state_out:  # before the run: a name that loses a file or contradicts the bytes is known now
+        check_file(args.state_out, "device-state", inputs=(args.model, args.data))
     graph = load_model(args.model, input_mapping=args.input_mapping)
     data = _stream_data(graph, args)
     parts = held_out_split(data.y, args.held_out, args.split_seed)

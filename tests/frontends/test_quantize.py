@@ -81,6 +81,9 @@ def test_cli_quantize_writes_once_and_never_over_a_users_file(tmp_path, capsys):
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1
     assert (tmp_path / "user.onnx").read_bytes() == src.read_bytes()
+    assert main([*args, "-o", str(tmp_path / "q.txt")]) == 2  # ONNX in a .txt: refused, nothing written
+    assert f"would hold an ONNX model written by tinytrain, not a .txt file: name it {tmp_path / 'q.onnx'}" in \
+        capsys.readouterr().err and not (tmp_path / "q.txt").exists()
 
 
 def test_quantize_refuses_a_quantized_model_and_too_few_images(tmp_path):
