@@ -178,3 +178,10 @@ def test_a_folder_or_a_pytorch_checkpoint_given_as_the_model_says_what_it_is(tmp
         assert main(["inspect", str(tmp_path / model)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err
+
+
+def test_an_npz_given_as_the_model_is_called_data_not_a_pytorch_checkpoint(tmp_path, capsys):
+    np.savez(tmp_path / "d.npz", x=np.zeros((2, 4, 4), np.uint8), y=np.zeros(2, np.int64))
+    assert main(["inspect", str(tmp_path / "d.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an .npz of numpy arrays" in err and "--data" in err and "PyTorch" not in err
