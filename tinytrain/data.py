@@ -354,14 +354,14 @@ def model_inputs(graph: Graph, x: np.ndarray, chunk: int = 1000) -> np.ndarray:
         return features_for_model(graph, x)
     _, h, w, c = shape
     mapping = for_model(graph)
-    _state_conversion(x.shape[1:], (h, w, c))
+    state_conversion(x.shape[1:], (h, w, c))
     out = np.empty((len(x), h, w, c), np.int8)
     for i in range(0, len(x), chunk):
         out[i: i + chunk] = quantize_images(graph, images_for_model(graph, x[i: i + chunk]), mapping)
     return out
 
 
-def _state_conversion(have: tuple[int, ...], want: tuple[int, int, int]) -> None:
+def state_conversion(have: tuple[int, ...], want: tuple[int, int, int]) -> None:
     """A Notice of what ``images_for_model`` does to images of shape ``have`` (H, W, C) for the model's ``want``."""
     (h0, w0, c0), (h, w, c) = have, want
     done = []

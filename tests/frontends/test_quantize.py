@@ -74,6 +74,10 @@ def test_cli_quantize_writes_once_and_never_over_a_users_file(tmp_path, capsys):
     args = ["quantize", str(src), "--data", str(tmp_path / "calib.npz"), "--input-mapping", "symmetric"]
     assert main([*args, "-o", str(tmp_path / "q.onnx")]) == 0
     assert "symmetric" not in capsys.readouterr().err
+    np.savez(tmp_path / "big.npz", x=np.repeat(np.repeat(x, 2, axis=1), 2, axis=2), y=y)  # 24x24: resized, said
+    big = [args[0], args[1], "--data", str(tmp_path / "big.npz"), *args[4:], "-o", str(tmp_path / "q24.onnx")]
+    assert main(big) == 0
+    assert "note: images resized from 24x24 to 12x12 (bilinear, aspect ratio kept)" in capsys.readouterr().out
     assert main([*args, "-o", str(tmp_path / "q.onnx")]) == 0  # its own output: replaced
     (tmp_path / "user.onnx").write_bytes(src.read_bytes())
     for target, said in (("user.onnx", "user.onnx"), ("m.onnx", "input")):
