@@ -357,3 +357,17 @@ def test_firmware_field_refusals_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
         assert not (tmp_path / "no").exists()
+
+
+def test_samples_into_a_compile_output_is_refused_naming_the_firmware_step(user, tmp_path, capsys):
+    """`samples -o build` (the compile output, not its firmware project) wrote tt_train.bin where no harness reads
+    it; it is refused, naming `tinytrain firmware`, and the folder is untouched."""
+    build = tmp_path / "build"
+    assert tt("compile", user / "tiny.onnx", "--sram", "64k", "--update", "last-k:1", "--new-head", "2",
+              "-o", build) == 0
+    before = _snapshot(build)
+    capsys.readouterr()
+    assert tt("samples", user / "tiny.onnx", "--data", user / "tiny.npz", "--new-head", "2", "-o", build) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a `tinytrain compile` output, not a firmware project" in err, err
+    assert "tinytrain firmware" in err and _snapshot(build) == before
