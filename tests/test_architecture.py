@@ -277,3 +277,18 @@ def test_the_worked_example_of_adding_an_op_touches_at_most_five_files():
     assert all(any(re.fullmatch(k, f) for k in kinds) for f in files), files
     op = next(Path(f).stem for f in files if f.startswith("tinytrain/ops/"))
     assert op in _registry() and op in BINDINGS and f"| `{op}` |" in (root / "docs" / "guide" / "ops.md").read_text()
+
+
+def test_the_field_runtimes_share_one_status_tuple_without_importing_each_other():
+    """The classifier's and the autoencoder's field runtimes name tt_field_status's values from one module
+    (field_runtime/status.py); the autoencoder's does not pull in the classifier's (the cycle the copy avoided)."""
+    import subprocess
+    import sys
+
+    from tinytrain.field_runtime import anomaly, board, host, runtime, status
+
+    assert anomaly.STATUS is runtime.STATUS is host.STATUS is board.STATUS is status.STATUS
+    src = Path(tinytrain.__file__).parent / "field_runtime"
+    assert [p.name for p in sorted(src.glob("*.py")) if "STATUS = (" in p.read_text()] == ["status.py"]
+    code = "import sys, tinytrain.field_runtime.anomaly; print('tinytrain.field_runtime.runtime' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -52,7 +52,7 @@ NPZ_CASES = {
     "two_channels": (_npz(x=X[..., :2], y=Y), "channels"),
     "truncated_npz": (GOOD[: len(GOOD) // 2], "cannot read"),
     "bad_crc_npz": (GOOD[:200] + bytes([GOOD[200] ^ 0xFF]) + GOOD[201:], "cannot read"),
-    "text_file": (b"x,y\n1,2\n", "cannot read"),
+    "text_file": (b"x,y\n1,2\n", "cannot read as .npz: not a numpy file; DATA is an .npz of arrays x, y"),
     "empty_file": (b"", "cannot read"),
 }
 FOLDER_CASES = {
@@ -60,7 +60,9 @@ FOLDER_CASES = {
     "not_an_image": ({"a/0.png": _png(), "b/0.png": b"hello, not a picture\n"}, "cannot decode"),
     "empty_png": ({"a/0.png": _png(), "b/0.png": b""}, "cannot decode"),
     "no_images": ({"a/notes.txt": b"nothing", "b/": b""}, "no images"),
-    "no_class_folders": ({"0.png": _png()}, "no images"),
+    "no_class_folders": ({"0.png": _png()}, "holds images but no class folders"),
+    "a_folder_of_wav": ({"yes/0.wav": b"RIFF", "no/0.wav": b"RIFF"}, "holds audio files, not images; tinytrain "
+                        "trains on features of audio: compute them (tinytrain.audio.mfcc"),
     "empty_class_folder": ({"a/0.png": _png(), "b/0.png": _png(), "c/": b""}, "class folder c holds no"),
 }
 
@@ -99,6 +101,15 @@ def test_bad_class_folder_is_one_line(name, model, tmp_path, capsys):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
     assert words.lower() in _one_line(["eval", str(model), "--data", str(tmp_path / "data")], capsys).lower()
+
+
+@pytest.mark.parametrize("name, says", [("0.png", "one image, not a dataset; give the folder that holds one "
+                                                   "sub-folder of images per class (here perhaps"),
+                                        ("0.wav", "an audio file, not a dataset; tinytrain trains on features")])
+def test_one_image_or_one_wav_as_data_says_what_it_is(name, says, model, tmp_path, capsys):
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    (tmp_path / "photos" / "cat" / name).write_bytes(_png() if name.endswith(".png") else b"RIFF....WAVE")
+    assert says in _one_line(["train", str(model), "--data", str(tmp_path / "photos" / "cat" / name)], capsys)
 
 
 def test_the_good_set_trains(model, tmp_path):

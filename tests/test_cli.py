@@ -62,14 +62,16 @@ def test_compile_writes_report(tiny_onnx, tmp_path, capsys):
 
 def test_compile_over_budget_names_the_peak(tiny_onnx, tmp_path, capsys):
     out = tmp_path / "build"
-    assert main(["compile", str(tiny_onnx), "--sram", "300", "-o", str(out)]) == 2
+    assert main(["compile", str(tiny_onnx), "--sram", "300b", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "over the" in err and "alive" in err and "conv2d" in err
     assert not out.exists()
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["compile", "m.onnx", "--sram", "lots", "-o", "x"], "cannot read size"),
+    (["compile", "m.onnx", "--sram", "lots", "-o", "x"], "cannot read --sram lots"),
+    (["compile", "m.onnx", "--sram", "32", "-o", "x"], "--sram 32 is 32 bytes: did you mean 32k?"),
+    (["firmware", "b", "--board", "qemu-m7", "--stack", "8", "-o", "fw"], "--stack 8 is 8 bytes: did you mean 8k?"),
     (["compile", "m.onnx"], "required"),
     (["frobnicate"], "invalid choice"),
     (["inspect", "does-not-exist.onnx"], "no such file"),
@@ -176,3 +178,10 @@ def test_a_folder_or_a_pytorch_checkpoint_given_as_the_model_says_what_it_is(tmp
         assert main(["inspect", str(tmp_path / model)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err
+
+
+def test_an_npz_given_as_the_model_is_called_data_not_a_pytorch_checkpoint(tmp_path, capsys):
+    np.savez(tmp_path / "d.npz", x=np.zeros((2, 4, 4), np.uint8), y=np.zeros(2, np.int64))
+    assert main(["inspect", str(tmp_path / "d.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an .npz of numpy arrays" in err and "--data" in err and "PyTorch" not in err

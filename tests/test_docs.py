@@ -160,6 +160,20 @@ def test_cli_reference_tolerates_a_new_command_and_option():
     assert cli_reference.page(text, parser) == text
 
 
+def test_cli_reference_check_refuses_conflict_markers(tmp_path, capsys):
+    """A merge left in the page's prose fails --check (and a rewrite), naming the line; the page is untouched."""
+    page = (DOCS / "guide" / "cli.md").read_text()
+    head, rest = page.split("\n## tinytrain compile\n", 1)
+    merged = head + "\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> branch\n\n## tinytrain compile\n" + rest
+    path = tmp_path / "cli.md"
+    path.write_text(merged)
+    for argv in (["--check"], []):
+        assert cli_reference.regenerate(path, cli_reference.page(merged), argv, "CMD") == 1
+        err = capsys.readouterr().err
+        assert "git conflict marker '<<<<<<<'" in err and "resolve the merge" in err and err.count("\n") == 1
+    assert path.read_text() == merged
+
+
 @pytest.fixture(scope="module")
 def tiny_build(tmp_path_factory) -> Path:
     """A training project of the tiny test model, as `tinytrain compile` writes it."""

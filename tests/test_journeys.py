@@ -197,12 +197,21 @@ MISTAKES = {
     "a truncated model": "compile truncated.onnx --sram 64k -o out",
     "an SRAM of 0": "compile M --sram 0 --update last-k:1 --new-head 2 -o out",
     "an SRAM of 12q": "plan M --data D --new-head 2 --sram 12q -o p.json",
+    "an SRAM of 32 (the k forgotten)": "compile M --sram 32 --update last-k:1 --new-head 2 -o out",
+    "a plan's SRAM of 64 (the k forgotten)": "plan M --data D --new-head 2 --sram 64 -o p.json",
+    "a flash of 1 (the m forgotten)": "compile M --sram 64k --flash 1 --update last-k:1 --new-head 2 -o out",
     "a negative lr": "train M --data D --new-head 2 --lr -1 --update last-k:1 --steps 2",
     "0 epochs": "train M --data D --new-head 2 --epochs 0 --update last-k:1",
     "an empty .npz": "train M --data empty.npz --new-head 2 --steps 2",
     "a bias depth the model has not": "plan M --data D --new-head 2 --bias-k 1,999 -o p.json",
     "plan -o onto the model": "plan M --data D --new-head 2 -o tiny.onnx",
     "samples --plan of a folder that is no compile output": "samples M --data D --new-head 2 --plan mine -o mine",
+    "convert -o a .txt": "convert M -o model.txt",
+    "train -o a .npz": "train M --data D --new-head 2 --steps 2 -o trained.npz",
+    "train --state-out a .onnx": "train M --data D --new-head 2 --steps 2 --state-out state.onnx",
+    "run --output a .txt": "run M --input features.npz --output y.txt",
+    "plan -o a .txt": "plan M --data D --new-head 2 -o plan.txt",
+    "stream --state-out a .npz": "stream M --port socket://127.0.0.1:9 --data D --state-out s.npz",
     "samples -o a file": "samples M --data D --new-head 2 -o notes.txt",
     "a non-ASCII folder of the user's as -o": "compile M --sram 64k --update last-k:1 --new-head 2 -o dossier_é",
 }
@@ -348,3 +357,17 @@ def test_firmware_field_refusals_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
         assert not (tmp_path / "no").exists()
+
+
+def test_samples_into_a_compile_output_is_refused_naming_the_firmware_step(user, tmp_path, capsys):
+    """`samples -o build` (the compile output, not its firmware project) wrote tt_train.bin where no harness reads
+    it; it is refused, naming `tinytrain firmware`, and the folder is untouched."""
+    build = tmp_path / "build"
+    assert tt("compile", user / "tiny.onnx", "--sram", "64k", "--update", "last-k:1", "--new-head", "2",
+              "-o", build) == 0
+    before = _snapshot(build)
+    capsys.readouterr()
+    assert tt("samples", user / "tiny.onnx", "--data", user / "tiny.npz", "--new-head", "2", "-o", build) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a `tinytrain compile` output, not a firmware project" in err, err
+    assert "tinytrain firmware" in err and _snapshot(build) == before

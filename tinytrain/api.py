@@ -91,7 +91,7 @@ def compile(model: str | Path | Graph, *, sram: str | int = "256k", flash: str |
     cosine ``lr_schedule`` needs ``schedule_steps`` here), so the step tuned with ``train`` is the step compiled.
     Raises BudgetError when it does not fit."""
 
-    sram_bytes, flash_bytes = _bytes(sram), _bytes(flash)
+    sram_bytes, flash_bytes = _bytes(sram, "sram"), _bytes(flash, "flash")
     needs_steps(step)
     given = read_step(plan)
     graph = _graph(model, new_head, seed_of(given, step), input_size, input_mapping)
@@ -140,7 +140,7 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
         raise UsageError(f"nothing to do: {param('steps')} / {param('epochs')} must be positive")
     spec = over_run(spec, step, n_steps)
     measure = scorer(graph, spec.loss, samples)
-    trainer = build_trainer(engine, graph, spec, samples, board=board, sram_bytes=_bytes(sram),
+    trainer = build_trainer(engine, graph, spec, samples, board=board, sram_bytes=_bytes(sram, "sram"),
                             save_every=save_every, flash=flash)
     if stop_after_saves:
         trainer.device.train(trainer.samples.x, trainer.samples.y, sample_order(rows, n_steps, seed),
@@ -154,8 +154,8 @@ def train(model: str | Path | Graph, data, *, plan=None, update: str | None = No
                        run.final_loss, int(len(rows)), held, trainer.info)
 
 
-def _bytes(size: str | int) -> int:
-    return size if isinstance(size, int) else parse_size(size)
+def _bytes(size: str | int, name: str) -> int:
+    return size if isinstance(size, int) else parse_size(size, name)
 
 
 def evaluate(model: str | Path | Graph, data, *, state: TrainState | str | Path | None = None,
@@ -208,7 +208,7 @@ def plan(model: str | Path | Graph, data, *, sram: str | int = "256k", output: s
     graph = _graph(model, new_head, seed, input_size, input_mapping)
     names = {"model": str(model) if not isinstance(model, Graph) else graph.name,
              "data": str(data) if not isinstance(data, tuple) else "arrays"}
-    result = search_data(graph, load_data(data), names, sram_bytes=_bytes(sram), new_head=new_head, seed=seed,
+    result = search_data(graph, load_data(data), names, sram_bytes=_bytes(sram, "sram"), new_head=new_head, seed=seed,
                          progress=progress, **options)
     if output is not None:
         result.write(output)

@@ -30,7 +30,7 @@ from tinytrain.firmware.emulator import PREFIX, emulated
 from tinytrain.firmware.project import DEFAULT_BAUD, write_project
 from tinytrain.firmware.protocol import Board
 from tinytrain.cores import PORTABLE_STACK_BYTES, STACK_BYTES
-from tinytrain.outputs import OutputDir, write_file
+from tinytrain.outputs import OutputDir, check_file, write_file
 from tinytrain.sizes import parse_size
 from tinytrain.splits import held_out_split
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 def cmd_firmware(args: argparse.Namespace) -> None:
     board = get_board(args.board)
     target = OutputDir(args.output, "firmware", force=args.force, inputs=(args.dir,))
-    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack) if args.stack else None,
+    files = render_firmware(Path(args.dir), board, baud=args.baud, stack_bytes=parse_size(args.stack, "stack") if args.stack else None,
                             save_every=args.save_every, field=args.field)
     out = Path(args.output)
     write_project(files, target)
@@ -78,6 +78,8 @@ def cmd_stream(args: argparse.Namespace) -> None:
             with _open(serial, url, args) as port:
                 stream_field(args, port)
         return
+    if args.state_out:  # before the run: a name that loses a file or contradicts the bytes is known now
+        check_file(args.state_out, "device-state", inputs=(args.model, args.data))
     graph = load_model(args.model, input_mapping=args.input_mapping)
     data = _stream_data(graph, args)
     parts = held_out_split(data.y, args.held_out, args.split_seed)

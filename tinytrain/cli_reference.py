@@ -24,6 +24,7 @@ from tinytrain.firmware.boards import BOARDS, Board
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "cli.md"
 GENERATED = re.compile(r"(<!-- generated: (\w+) -->\n).*?(<!-- end generated -->)", re.S)
 SECTION = re.compile(r"^## tinytrain (\w+)\n", re.M)
+CONFLICT = re.compile(r"^(<{7}|={7}|>{7})(?: |$)", re.M)
 
 
 def commands(parser: argparse.ArgumentParser | None = None) -> dict[str, tuple[argparse.ArgumentParser, str]]:
@@ -139,9 +140,16 @@ def page(current: str, parser: argparse.ArgumentParser | None = None) -> str:
 def regenerate(page_path: Path, text: str, argv: list[str], command: str) -> int:
     """A generated page's command line: write ``text`` to ``page_path``, or with --check say (exit 1) when the page
     differs from it, naming ``command`` to run. The docs' generators (this module, scripts/api_doc.py,
-    scripts/ops_doc.py) share it."""
+    scripts/ops_doc.py) share it. A page with git conflict markers is refused either way: its kept prose would
+    carry them."""
+    current = page_path.read_text() if page_path.exists() else ""
+    if marker := CONFLICT.search(current):
+        line = current.count("\n", 0, marker.start()) + 1
+        print(f"{page_path}:{line}: git conflict marker {marker.group(1)!r}: resolve the merge, then run {command}",
+              file=sys.stderr)
+        return 1
     if "--check" in argv:
-        if page_path.read_text() != text:
+        if current != text:
             print(f"{page_path} is stale: run {command}", file=sys.stderr)
             return 1
         return 0

@@ -26,7 +26,7 @@ from tinytrain.engines.qemu import QemuError, parse_output
 from tinytrain.engines.samples import default_loss, load_data, prepared
 from tinytrain.errors import UsageError
 from tinytrain.firmware import samples
-from tinytrain.outputs import write_files
+from tinytrain.outputs import read_manifest, write_files
 from tinytrain.splits import held_out_split
 from tinytrain.training.resolve import read_step, seed_of
 from tinytrain.training.spec import StepSpec
@@ -69,6 +69,10 @@ def _write(args: argparse.Namespace) -> None:
     if not out.is_dir():
         raise UsageError(f"-o {out}: {'a file' if out.exists() else 'no such folder'}; give the folder the sample "
                          "files go to (the firmware project of a QEMU board, or a new folder you made)")
+    made_by = (read_manifest(out) or {}).get("command")
+    if made_by == "compile":  # the firmware made from it would not hold them: its harness reads its own folder
+        raise UsageError(f"-o {out}: a `tinytrain compile` output, not a firmware project; make one (tinytrain "
+                         f"firmware {out} --board qemu-m7 -o fw) and give it: -o fw")
     names = {out / "tt_train.bin": "samples", out / "tt_test.bin": "samples"}
     args.seed = step_seed(args)
     graph = load_model(args.model, new_head=args.new_head, seed=args.seed, input_size=args.input_size,

@@ -44,6 +44,9 @@ from tinytrain.ir import Graph
 from tinytrain.splits import stratified_subset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg")
+FEATURES_HINT = ("tinytrain trains on features of audio: compute them (tinytrain.audio.mfcc, quantize_features) and "
+                 "save an .npz (docs/guide/data.md)")
 BUILT_IN = ("lfw", "fashion-mnist")  # the data sets named, not read from a path
 MAX_LABEL = 65535  # an .npz label beyond this is not a class index
 LUMA = np.array([0.299, 0.587, 0.114])
@@ -93,6 +96,11 @@ def _load(spec: str | Path) -> Dataset:
     if path.is_dir():
         return _load_folder(path)
     if path.is_file():
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            raise UsageError(f"{path}: one image, not a dataset; give the folder that holds one sub-folder of "
+                             f"images per class (here perhaps {path.parent.parent})")
+        if path.suffix.lower() in AUDIO_SUFFIXES:
+            raise UsageError(f"{path}: an audio file, not a dataset; {FEATURES_HINT}")
         return _load_npz(path)
     close = difflib.get_close_matches(str(spec).split(":")[0], BUILT_IN, n=1, cutoff=0.6)
     hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -101,6 +109,11 @@ def _load(spec: str | Path) -> Dataset:
 
 
 def _load_npz(path: Path) -> Dataset:
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if not magic.startswith((b"PK", b"\x93NUMPY")):  # numpy would call a text or CSV file "pickled data"
+        raise UsageError(f"{path}: cannot read as .npz: not a numpy file; DATA is an .npz of arrays x, y "
+                         "(numpy.savez(FILE.npz, x=..., y=...)), a folder of class folders, 'lfw' or 'fashion-mnist'")
     try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
@@ -202,7 +215,7 @@ def _load_folder(path: Path) -> Dataset:
     classes = sorted(p.name for p in path.iterdir() if p.is_dir())
     files = [(c, f) for c in classes for f in sorted((path / c).iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
-        raise UsageError(f"{path}: no images found; expected one sub-folder of PNG/JPEG/BMP images per class")
+        raise UsageError(_no_images(path, classes))
     empty = [c for c in classes if not any(fc == c for fc, _ in files)]
     if empty:
         raise UsageError(f"{path}: class folder{'s' if len(empty) > 1 else ''} {', '.join(empty)} hold{'' if len(empty) > 1 else 's'} "
@@ -228,6 +241,18 @@ def _load_folder(path: Path) -> Dataset:
     ds = Dataset(np.stack(images), np.asarray(labels, np.int64), tuple(classes), str(path))
     _FOLDER_CACHE[key] = ds
     return ds
+
+
+def _no_images(path: Path, classes: list[str]) -> str:
+    """What a folder without class folders of images holds instead, and what to give."""
+    found = [f for f in path.iterdir() if f.is_file()] + [f for c in classes for f in (path / c).iterdir()]
+    suffixes = {f.suffix.lower() for f in found}
+    if suffixes & set(AUDIO_SUFFIXES):
+        return f"{path}: holds audio files, not images; {FEATURES_HINT}"
+    if not classes and suffixes & set(IMAGE_SUFFIXES):
+        return (f"{path}: holds images but no class folders; DATA is a folder with one sub-folder of images per "
+                f"class (here perhaps {path.parent})")
+    return f"{path}: no images found; expected one sub-folder of PNG/JPEG/BMP images per class"
 
 
 def _load_lfw() -> Dataset:
@@ -329,14 +354,14 @@ def model_inputs(graph: Graph, x: np.ndarray, chunk: int = 1000) -> np.ndarray:
         return features_for_model(graph, x)
     _, h, w, c = shape
     mapping = for_model(graph)
-    _state_conversion(x.shape[1:], (h, w, c))
+    state_conversion(x.shape[1:], (h, w, c))
     out = np.empty((len(x), h, w, c), np.int8)
     for i in range(0, len(x), chunk):
         out[i: i + chunk] = quantize_images(graph, images_for_model(graph, x[i: i + chunk]), mapping)
     return out
 
 
-def _state_conversion(have: tuple[int, ...], want: tuple[int, int, int]) -> None:
+def state_conversion(have: tuple[int, ...], want: tuple[int, int, int]) -> None:
     """A Notice of what ``images_for_model`` does to images of shape ``have`` (H, W, C) for the model's ``want``."""
     (h0, w0, c0), (h, w, c) = have, want
     done = []

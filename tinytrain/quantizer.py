@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from tinytrain.calibration import CALIBRATIONS
-from tinytrain.data import dataset_from_arrays, images_for_shape, load_dataset
+from tinytrain.data import dataset_from_arrays, images_for_shape, load_dataset, state_conversion
 from tinytrain.errors import ModelError, Notice, UnsupportedModelError, UsageError
 from tinytrain.frontends.onnx import QDQ_MARKERS, convert_onnx, parse_model
 from tinytrain.frontends.onnx.parse import graph_inputs
@@ -155,6 +155,7 @@ def _calibration_inputs(data, shape: tuple[int, int, int, int], mapping: InputMa
         raise UsageError(f"quantize: {len(x)} calibration images; give at least {MIN_IMAGES} (a few hundred "
                          f"representative ones)")
     _, c, h, w = shape
+    state_conversion(x.shape[1:], (h, w, c))  # as train says it of the same images
     images = images_for_shape(x, (h, w, c))
     mapping.channels(c)
     return np.ascontiguousarray(mapping.real(images).transpose(0, 3, 1, 2), np.float32)

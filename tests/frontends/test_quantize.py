@@ -74,6 +74,10 @@ def test_cli_quantize_writes_once_and_never_over_a_users_file(tmp_path, capsys):
     args = ["quantize", str(src), "--data", str(tmp_path / "calib.npz"), "--input-mapping", "symmetric"]
     assert main([*args, "-o", str(tmp_path / "q.onnx")]) == 0
     assert "symmetric" not in capsys.readouterr().err
+    np.savez(tmp_path / "big.npz", x=np.repeat(np.repeat(x, 2, axis=1), 2, axis=2), y=y)  # 24x24: resized, said
+    big = [args[0], args[1], "--data", str(tmp_path / "big.npz"), *args[4:], "-o", str(tmp_path / "q24.onnx")]
+    assert main(big) == 0
+    assert "note: images resized from 24x24 to 12x12 (bilinear, aspect ratio kept)" in capsys.readouterr().out
     assert main([*args, "-o", str(tmp_path / "q.onnx")]) == 0  # its own output: replaced
     (tmp_path / "user.onnx").write_bytes(src.read_bytes())
     for target, said in (("user.onnx", "user.onnx"), ("m.onnx", "input")):
@@ -81,6 +85,9 @@ def test_cli_quantize_writes_once_and_never_over_a_users_file(tmp_path, capsys):
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1
     assert (tmp_path / "user.onnx").read_bytes() == src.read_bytes()
+    assert main([*args, "-o", str(tmp_path / "q.txt")]) == 2  # ONNX in a .txt: refused, nothing written
+    assert f"would hold an ONNX model written by tinytrain, not a .txt file: name it {tmp_path / 'q.onnx'}" in \
+        capsys.readouterr().err and not (tmp_path / "q.txt").exists()
 
 
 def test_quantize_refuses_a_quantized_model_and_too_few_images(tmp_path):

@@ -38,6 +38,7 @@ from tinytrain.errors import UsageError
 from tinytrain.field_runtime.buffer import Slots, offer_guard, split_parts
 from tinytrain.field_runtime.config import FieldConfig
 from tinytrain.field_runtime.rng import Rng
+from tinytrain.field_runtime.status import STATUS
 from tinytrain.ir import Graph
 from tinytrain.training.qas import UpdateConfig
 from tinytrain.training.sparse import Plan
@@ -46,7 +47,6 @@ from tinytrain.training.train_graph import build_training_graph
 NORMAL = 0
 LEARNED, BAD_LABEL = 0, -1
 SCORE_UNIT = 64  # the larger of the two scales is SCORE_UNIT units of the score's grid
-STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")  # runtime.STATUS's
 DRIFT = ("m", "r", "seen", "dmax", "threshold", "rise", "active", "since", "alarms", "score")
 
 

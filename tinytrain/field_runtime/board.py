@@ -17,7 +17,7 @@ from tinytrain.field_runtime.options import board_options, check_fingerprint, pr
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.qemu import QemuField, qemu_field
 from tinytrain.firmware.field import RAW_STACK
-from tinytrain.field_runtime.runtime import STATUS
+from tinytrain.field_runtime.status import STATUS
 from tinytrain.firmware import get_board
 from tinytrain.firmware.project import render_firmware
 from tinytrain.firmware.protocol import PROTOCOL_VERSION, Board, info_text

@@ -14,7 +14,7 @@ from tinytrain.codegen import MODEL_SOURCE, render_project
 from tinytrain.field_runtime.emit import FIELD_SOURCE, FLASH_FILES, field_memory, render_field
 from tinytrain.engines.host_c import TRAIN_CFLAGS, _private_copy, compile_files
 from tinytrain.field_runtime.program import FieldProgram
-from tinytrain.field_runtime.runtime import STATUS
+from tinytrain.field_runtime.status import STATUS
 from tinytrain.memory.report import memory_report
 from tinytrain.training.device_step import device_schedule
 

@@ -32,9 +32,9 @@ from tinytrain.field_runtime.drift import Drift, observe_drift
 from tinytrain.field_runtime.head import imprint
 from tinytrain.field_runtime.program import FieldProgram
 from tinytrain.field_runtime.rng import Rng, guard_seed
+from tinytrain.field_runtime.status import STATUS
 
 LEARNED, HELD, BAD_LABEL = 0, 1, -1
-STATUS = ("labelled", "learned", "steps", "rollbacks", "checks", "alarms", "active", "since")
 
 
 @dataclass

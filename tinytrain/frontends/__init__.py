@@ -22,6 +22,9 @@ def load_model(path: str | Path) -> Graph:
     data = path.read_bytes()
     if len(data) < 8:
         raise ModelError(f"{path}: file is too short to be a model ({len(data)} bytes)")
+    if data[:4] == b"PK\x03\x04" and _numpy_arrays(path):
+        raise UsageError(f"{path}: an .npz of numpy arrays (a dataset, or a state of train --state-out), not a "
+                         "model; give the .onnx or .tflite model (an .npz of x, y is DATA: --data)")
     if data[:4] == b"PK\x03\x04":  # torch.save's zip (a .pt / .pth), or a Keras .keras archive
         raise ModelError(f"{path}: a zip archive (a PyTorch .pt / .pth or a Keras .keras file), not a model "
                          f"tinytrain reads; export it to ONNX (torch.onnx.export) and `tinytrain quantize` it, or "
@@ -31,6 +34,18 @@ def load_model(path: str | Path) -> Graph:
         return fold_pads(_computed(graph_from_tflite(data, name=path.stem, sha256=sha), path))
 
     return fold_pads(_computed(graph_from_onnx(data, name=path.stem, sha256=sha), path))
+
+
+def _numpy_arrays(path: Path) -> bool:
+    """Is the zip at ``path`` numpy.savez's (every member an .npy)?"""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return bool(names) and all(n.endswith(".npy") for n in names)
 
 
 def _computed(graph: Graph, path: Path) -> Graph:

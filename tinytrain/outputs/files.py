@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -81,6 +82,21 @@ FILE_KINDS: dict[str, tuple[str, Callable[[Path], bool]]] = {
     "fleet": ("a fleet run's fleet.json", _json_with("task", "round", "state")),
     "field": ("a field run's result (tinytrain field --json)", _json_with("engine", "checkpoints", "drift_alarms")),
 }
+# kind -> the suffixes its file takes; a kind not here (a device state: .bin, .tts) takes any but these
+SUFFIXES: dict[str, tuple[str, ...]] = {"onnx": (".onnx",), "state": (".npz",), "plan": (".json",),
+                                        "search": (".json",), "npy": (".npy",), "fleet": (".json",),
+                                        "field": (".json",)}
+
+
+def _suffix_contradicts(path: Path, kind: str) -> bool:
+    """Does the suffix of ``path`` name another kind of file than ``kind`` (q.txt for an ONNX model, s.npz for a
+    device state)? A name without one, or with a number after its last dot (mbv1-0.25), says nothing."""
+    suffix = path.suffix.lower()
+    if not re.fullmatch(r"\.[a-z]\w*", suffix):
+        return False
+    if kind in SUFFIXES:
+        return suffix not in SUFFIXES[kind]
+    return any(suffix in taken for taken in SUFFIXES.values())
 
 
 def check_file(path: str | Path, kind: str, inputs=()) -> Path:
@@ -95,6 +111,9 @@ def check_file(path: str | Path, kind: str, inputs=()) -> Path:
     if real.exists() and not ours(real):
         raise UsageError(f"{path} exists and is not {what}; tinytrain replaces only its own files: give another "
                          "name, or move it away")
+    if _suffix_contradicts(path, kind):
+        better = f"name it {path.with_suffix(SUFFIXES[kind][0])}" if kind in SUFFIXES else "give it another suffix"
+        raise UsageError(f"{path} would hold {what}, not a {path.suffix} file: {better}")
     if not real.parent.is_dir():
         raise UsageError(f"cannot write {path}: its folder {path.parent} does not exist")
     if not os.access(real.parent, os.W_OK):  # known before the work, not after it (a long search, a training run)
