@@ -24,7 +24,7 @@ from tinytrain.firmware import BOARDS
 from tinytrain.training.sparse import preset
 
 CFG = FieldConfig(replay=12, replay_k=2, known=2, imprint=3, guard=6, guard_every=3, guard_period=4, guard_drop=0,
-                  drift_shift=3, drift_warmup=10, drift_factor=2, drift_min=16, drift_rebase=30)
+                  drift_shift=3, drift_warmup=10, drift_factor=3, drift_min=16, drift_rebase=30)
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +227,24 @@ def test_drift_standardized_shift_sim_equals_host_c():
             alarms.append(sim.drift.since)
     assert sim.state_bytes() == c.state_bytes()
     assert alarms and n // 2 < alarms[0] <= n // 2 + 30, alarms
+
+
+def test_drift_spread_is_the_whole_warm_up_s_mean_deviation():
+    """A warm-up whose first half swings by +-20 LSB and whose second half is quiet: the spread is the mean absolute
+    deviation over all of it (an EMA of weight 1/8 would keep only the quiet end), the simulator == the host C."""
+    g, _ = tiny_mobilenet(seed=0, n_classes=5)
+    program = field_program(g, preset("last-k:1", g, lr=0.05), replace(CFG, drift_warmup=40, drift_shift=3))
+    k, w = program.width, 40
+    x = np.where(np.arange(w)[:, None] < w // 2, np.where(np.arange(w)[:, None] % 2 == 0, 20, -20), 0)
+    x = np.broadcast_to(x, (w, k)).astype(np.int8)
+    sim, c = FieldRuntime(program, SimStep(program.cut_graph, program.tg)), HostField(program)
+    devs = []
+    for row in x:
+        assert sim.observe(row) == c.observe(row)
+        assert sim.state_bytes() == c.state_bytes()
+    m = 256 * int(x[0, 0])
+    for v in 256 * x[1:, 0].astype(np.int64):  # the deviations from the EMA, as drift.py takes them
+        devs.append(abs(v - m))
+        m += (v - m) >> 3
+    assert np.all(np.abs(sim.drift.s - np.mean(devs)) <= 2), (sim.drift.s[:4], np.mean(devs))
+    assert sim.drift.s.min() > 256 * 8  # the loud half counts: an EMA would have ended near 0

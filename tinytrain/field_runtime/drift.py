@@ -4,7 +4,9 @@ confidence EMA.
 Per channel k of the latent, m[k] (1/256 LSB) follows the sample's value: m <- m + asr(256 x - m, shift) (the first
 sample sets m = 256 x); the prediction's margin (top-1 minus top-2 output over the seen classes) follows the same
 EMA (``conf``). A (re)start runs three phases, counted by ``t`` (samples since it): over the first ``drift_warmup``
-samples each channel's spread s[k] (1/256 LSB) follows |256 x - m| by the same EMA (from 0); at t = ``drift_warmup``
+samples each channel's spread s[k] (1/256 LSB) is the running mean of |256 x - m| over them, s <- s + (|256 x - m|
+- s) / n rounded to nearest (n: the deviations so far; an EMA would weigh only its last 2^shift samples, and one
+warm-up's quiet end then set a spread too narrow for the rest: vww-light's 8th stream order); at t = ``drift_warmup``
 the reference r = m is taken; over the next ``drift_warmup`` samples the score D is calibrated (its largest value,
 ``dmax``) and the threshold is max(drift_factor x dmax, drift_min). The score is the mean squared standardized
 shift, D = floor(sum z^2 / (16 channels)) with z[k] = floor(256 |m - r| / max(s, 256)) (1/4096 of a spread squared;
@@ -31,7 +33,7 @@ SPREAD_FLOOR = 256  # 1 LSB: a channel's spread is never taken below one quantiz
 class Drift:
     m: np.ndarray  # (channels,) int32, 1/256 LSB
     r: np.ndarray  # (channels,) int32
-    s: np.ndarray  # (channels,) int32, 1/256 LSB: the mean absolute deviation, calibrated after each (re)start
+    s: np.ndarray  # (channels,) int32, 1/256 LSB: the warm-up's mean absolute deviation, anew after each restart
     conf: int = 0
     conf_ref: int = 0
     seen: int = 0  # samples observed
@@ -55,8 +57,9 @@ def observe_drift(d: Drift, cfg: FieldConfig, x: np.ndarray, margin: int) -> Non
     if d.seen == 0:
         d.m, d.conf = v, margin * 256
     else:
-        if d.t < w:
-            d.s = d.s + ((np.abs(v - d.m) - d.s) >> cfg.drift_shift)
+        if d.t < w:  # the running mean of the warm-up's n deviations (a first start's first sample has none)
+            n = d.t + (d.seen > d.t)
+            d.s = d.s + (2 * (np.abs(v - d.m) - d.s) + n) // (2 * n)  # rounded to nearest: no drift downwards
         d.m = d.m + ((v - d.m) >> cfg.drift_shift)
         d.conf = d.conf + ((margin * 256 - d.conf) >> cfg.drift_shift)
     d.seen += 1
