@@ -27,6 +27,14 @@ def test_bad_model_gives_one_clear_line(name, tmp_path, capsys):
     assert "Traceback" not in captured.err and not out.exists()
 
 
+@pytest.mark.parametrize("name", ["unsupported_op.onnx", "unsupported_op.tflite"])
+def test_an_unsupported_op_says_what_to_do(name, capsys):
+    """Not only the node and the supported ops: the fix (replace it before quantizing, or add the op)."""
+    assert main(["inspect", str(CORPUS / name)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "replace it in the model by supported ops" in line and "docs/guide/adding-an-op.md" in line, line
+
+
 def test_corpus_is_what_the_script_writes():
     files = all_cases()
     assert len(files) >= 50 and set(files) == set(CASES)
