@@ -54,3 +54,14 @@ def test_exit_code_and_stderr_from_a_real_process(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tinytrain.cli", "inspect", str(CORPUS / "truncated.tflite")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
+
+
+@pytest.mark.parametrize("op", ["LeakyRelu", "Sigmoid"])
+def test_an_activation_reading_a_float_conv_output_names_nncf_and_the_fix(op, tmp_path, capsys):
+    """Conv -> LeakyRelu -> QuantizeLinear (NNCF's fused pattern, no QuantizeLinear after the Conv): not "quantize
+    the whole model" (it is quantized), but which output lacks a quantizer and what writes one."""
+    (tmp_path / "m.onnx").write_bytes(qdq_conv(middle_op=op).SerializeToString())
+    assert main(["inspect", str(tmp_path / "m.onnx")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and f"{op} " in line and "float output of Conv" in line, line
+    assert "NNCF fuses" in line and "quantize that output too" in line, line
