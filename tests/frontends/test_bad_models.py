@@ -27,6 +27,14 @@ def test_bad_model_gives_one_clear_line(name, tmp_path, capsys):
     assert "Traceback" not in captured.err and not out.exists()
 
 
+@pytest.mark.parametrize("name", ["unsupported_op.onnx", "unsupported_op.tflite"])
+def test_an_unsupported_op_says_what_to_do(name, capsys):
+    """Not only the node and the supported ops: the fix (replace it before quantizing, or add the op)."""
+    assert main(["inspect", str(CORPUS / name)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "replace it in the model by supported ops" in line and "docs/guide/adding-an-op.md" in line, line
+
+
 def test_corpus_is_what_the_script_writes():
     files = all_cases()
     assert len(files) >= 50 and set(files) == set(CASES)
@@ -46,3 +54,14 @@ def test_exit_code_and_stderr_from_a_real_process(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tinytrain.cli", "inspect", str(CORPUS / "truncated.tflite")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
+
+
+@pytest.mark.parametrize("op", ["LeakyRelu", "Sigmoid"])
+def test_an_activation_reading_a_float_conv_output_names_nncf_and_the_fix(op, tmp_path, capsys):
+    """Conv -> LeakyRelu -> QuantizeLinear (NNCF's fused pattern, no QuantizeLinear after the Conv): not "quantize
+    the whole model" (it is quantized), but which output lacks a quantizer and what writes one."""
+    (tmp_path / "m.onnx").write_bytes(qdq_conv(middle_op=op).SerializeToString())
+    assert main(["inspect", str(tmp_path / "m.onnx")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and f"{op} " in line and "float output of Conv" in line, line
+    assert "NNCF fuses" in line and "quantize that output too" in line, line

@@ -59,8 +59,9 @@ class Converter(Reader):
             handler = self.handlers.get(key)
             if handler is None:
                 supported = ", ".join(sorted(k for k in self.handlers))
-                raise self.unsupported(f"unsupported ONNX op {key} (node '{node.name or node.output[0]}'); "
-                                       f"the {self.fmt} frontend supports: {supported}")
+                raise self.unsupported(f"unsupported ONNX op {key} (node '{node.name or node.output[0]}'): replace "
+                                       f"it in the model by supported ops before quantizing, or add the op "
+                                       f"(docs/guide/adding-an-op.md); the {self.fmt} frontend supports: {supported}")
             try:
                 handler(self, node)
             except TinyTrainError:

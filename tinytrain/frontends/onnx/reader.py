@@ -130,7 +130,9 @@ class Reader(IRBuilder, AffineFolds):
                                    f"last op")
         if isinstance(v, FVal) and v.kind == "pending":
             raise self.unsupported(f"{node_label(node)}: its {what} is the float output of {v.pending.source} with no "
-                                   f"QuantizeLinear in between; quantize the whole model (quantize_static)")
+                                   f"QuantizeLinear in between (NNCF fuses a Conv / Gemm with the activation after "
+                                   f"it so), and only a Relu / Clip is taken there; quantize that output too: "
+                                   f"onnxruntime quantize_static or tinytrain quantize of the float model do")
         if isinstance(v, FVal) and v.kind == "input":
             raise self.unsupported(f"{node_label(node)} reads the float input directly; quantize the model with "
                                    f"onnxruntime quantize_static first")

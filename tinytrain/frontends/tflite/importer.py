@@ -114,8 +114,10 @@ class _Importer(TensorReader):
                     raise UnsupportedModelError(f"operator {op.index} ({op.name}) computes in float (the model is not "
                                                 "int8 there, as LiteRT-torch leaves what follows a residual ADD up to "
                                                 "the next QUANTIZE): quantize that part of the model to int8 too")
-                raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported; "
-                                            f"supported ops: {', '.join(sorted(self.readers))}")
+                raise UnsupportedModelError(f"operator {op.index} is {op.name}, which is not supported: replace it in "
+                                            "the model by supported ops before converting, or add the op "
+                                            f"(docs/guide/adding-an-op.md); supported ops: "
+                                            f"{', '.join(sorted(self.readers))}")
         self.graph_inputs, self.graph_outputs = set(inputs), set(outputs)
         for i in inputs:
             self.act(i)
