@@ -23,7 +23,7 @@ def load_model(path: str | Path) -> Graph:
     if len(data) < 8:
         raise ModelError(f"{path}: file is too short to be a model ({len(data)} bytes)")
     if data[:4] == b"PK\x03\x04" and _numpy_arrays(path):
-        raise UsageError(f"{path}: an .npz of numpy arrays (a dataset, or a state of train --state-out), not a "
+        raise ModelError(f"{path}: an .npz of numpy arrays (a dataset, or a state of train --state-out), not a "
                          "model; give the .onnx or .tflite model (an .npz of x, y is DATA: --data)")
     if data[:4] == b"PK\x03\x04":  # torch.save's zip (a .pt / .pth), or a Keras .keras archive
         raise ModelError(f"{path}: a zip archive (a PyTorch .pt / .pth or a Keras .keras file), not a model "
